@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/report"
+	"github.com/mcp-quota/mcp-quota/state"
+)
+
+// status prints every key's budget from the state file: a table, or JSON
+// (the shape of quota_status and GET /v1/quota) with --json.
+func (e environment) status(ctx context.Context, args []string) error {
+	var c common
+	fs := e.flags("status", &c, "warn")
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	only := fs.String("key", "", "show only this key")
+	if err := e.parse(fs, args); err != nil {
+		return err
+	}
+	log, err := e.logger(c)
+	if err != nil {
+		return err
+	}
+	keys, err := e.loadKeys(c, log)
+	if err != nil {
+		return err
+	}
+	list := keys.Keys()
+	if *only != "" {
+		k, err := keys.Key(*only)
+		if err != nil {
+			return err
+		}
+		list = []*keystore.Key{k}
+	}
+	a, err := e.open(ctx, c, keys, log)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	now := time.Now()
+	st, err := report.Build(ctx, a.pacer, list, "", now)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	if len(st.Keys) == 0 {
+		fmt.Fprintf(e.stdout, "no keys are configured (%s)\n", e.configPath(c))
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tPOLICY\tSOURCE\tLIMIT\tREMAINING\tRESET\tWINDOW\tAGE\t")
+	for _, k := range st.Keys {
+		for _, l := range k.Local {
+			fmt.Fprintf(tw, "%s\t%s\tlocal\t%d\t%d\t%ds\t%ds\t-\t\n", k.Key, l.Policy, l.Limit, l.Remaining, l.ResetS, l.WindowS)
+		}
+		for _, u := range k.Upstream {
+			remaining := fmt.Sprint(u.R)
+			switch {
+			case u.Expired:
+				remaining = "expired"
+			case u.R < 0:
+				remaining = "?"
+			}
+			name := u.Policy
+			if u.Partition != "" {
+				name += "/" + u.Partition
+			}
+			if u.Hidden {
+				name += " (hidden)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%ds\t%ds\t%ds\t\n", k.Key, name, u.Source, u.Q, remaining, u.T, u.W, u.AgeS)
+		}
+		if len(k.Local) == 0 && len(k.Upstream) == 0 {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t\n", k.Key)
+		}
+	}
+	tw.Flush()
+	for _, k := range st.Keys {
+		fmt.Fprintf(e.stdout, "%s: %s: %s\n", k.Key, k.Advice.Action, k.Advice.Reason)
+		if g := k.RetryAfter; g != nil {
+			fmt.Fprintf(e.stdout, "%s: closed for %ds (%s): %s\n", k.Key, g.RetryAfterS, g.Source, g.Reason)
+		}
+		if k.Credential != "ok" {
+			fmt.Fprintf(e.stdout, "%s: credential: %s\n", k.Key, k.Credential)
+		}
+		for _, w := range k.Warnings {
+			fmt.Fprintf(e.stdout, "%s: warning: %s\n", k.Key, w)
+		}
+	}
+	return nil
+}
+
+// activity prints the latest attempts from the state file.
+func (e environment) activity(ctx context.Context, args []string) error {
+	var c common
+	fs := e.flags("activity", &c, "warn")
+	asJSON := fs.Bool("json", false, "print JSON lines instead of a table")
+	key := fs.String("key", "", "show only this key")
+	limit := fs.Int("limit", 30, "how many attempts")
+	if err := e.parse(fs, args); err != nil {
+		return err
+	}
+	a, err := state.Open(ctx, e.statePath(c))
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	var list []state.Attempt
+	err = a.View(ctx, func(tx *state.Tx) error {
+		var err error
+		list, err = tx.Activity(state.ActivityFilter{Key: *key, Limit: *limit})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		for _, at := range list {
+			if err := enc.Encode(report.NewActivity(at)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tKEY\tCALLER\tTRANSPORT\tREQUEST\tSTATE\tSTATUS\tWAIT\tREASON\t")
+	for _, at := range list {
+		status := "-"
+		if at.Status > 0 {
+			status = fmt.Sprint(at.Status)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s %s\t%s\t%s\t%s\t%s\t\n", at.At.Local().Format("15:04:05.000"), at.Key, at.Caller,
+			at.Transport, at.Method, at.Target, at.State, status, at.Wait.Round(time.Millisecond), at.Reason)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,83 @@
+// Command mcp-quota is an MCP server (stdio and Streamable HTTP) and a REST
+// gateway that gives agents and sync jobs quota-aware access to HTTP APIs:
+// one budget per key, shared by every caller and process, paced so the
+// upstream never has to say 429.
+//
+//	mcp-quota serve --demo          # demo upstream + MCP + REST on loopback
+//	mcp-quota serve                 # MCP at /mcp and REST at /k/{key}/ on 127.0.0.1:8787
+//	mcp-quota stdio                 # MCP over stdio, for an assistant's config
+//	mcp-quota status [--json]       # what is left, per key and policy
+//	mcp-quota activity [--key K]    # recent attempts and refusals
+//	mcp-quota demo-upstream         # the demo upstream alone
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv); err != nil {
+		if !errors.Is(err, errUsage) {
+			fmt.Fprintln(os.Stderr, "mcp-quota:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage")
+
+const usage = `mcp-quota: quota-aware access to HTTP APIs for agents (MCP) and sync jobs (REST)
+
+Usage:
+  mcp-quota serve [--demo] [--listen 127.0.0.1:8787] [--config F] [--state F]
+  mcp-quota stdio [--caller NAME] [--config F] [--state F]
+  mcp-quota status [--json] [--key K] [--config F] [--state F]
+  mcp-quota activity [--key K] [--limit N] [--json] [--config F] [--state F]
+  mcp-quota demo-upstream [--listen 127.0.0.1:8788] [--mode seed] [--token T]
+  mcp-quota version
+
+Configuration: --config or MCP_QUOTA_CONFIG (default: the user config dir, mcp-quota/config.toml).
+State: --state or MCP_QUOTA_STATE (default: the user state dir, mcp-quota/state.db).
+Run "mcp-quota <command> -h" for a command's flags.
+`
+
+// run is the whole program: args without the program name, the three
+// standard streams and the environment.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errUsage
+	}
+	env := environment{getenv: getenv, stdout: stdout, stderr: stderr}
+	switch args[0] {
+	case "serve":
+		return env.serve(ctx, args[1:])
+	case "stdio":
+		return env.stdio(ctx, args[1:], stdin)
+	case "status":
+		return env.status(ctx, args[1:])
+	case "activity":
+		return env.activity(ctx, args[1:])
+	case "demo-upstream":
+		return env.demoUpstream(ctx, args[1:])
+	case "version":
+		fmt.Fprintln(stdout, "mcp-quota", version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprintf(stderr, "mcp-quota: unknown command %q\n\n%s", args[0], usage)
+	return errUsage
+}

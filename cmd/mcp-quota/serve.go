@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcp-quota/mcp-quota/gateway"
+	"github.com/mcp-quota/mcp-quota/tools"
+)
+
+// serve runs MCP over Streamable HTTP at /mcp and the REST side on one
+// listener until ctx ends.
+func (e environment) serve(ctx context.Context, args []string) error {
+	var c common
+	fs := e.flags("serve", &c, "info")
+	listen := fs.String("listen", "127.0.0.1:8787", "address to listen on; non-loopback addresses need [[callers]] tokens")
+	demoMode := fs.Bool("demo", false, "start the built-in demo upstream on loopback and a demo key for it")
+	demoListen := fs.String("demo-listen", "127.0.0.1:0", "with --demo: the demo upstream's address")
+	origins := fs.String("allow-origin", "", "comma-separated browser origins allowed to call (scheme://host:port)")
+	if err := e.parse(fs, args); err != nil {
+		return err
+	}
+	log, err := e.logger(c)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", *listen, err)
+	}
+	defer ln.Close()
+	loopback := isLoopback(ln.Addr())
+
+	var d *demoSetup
+	if *demoMode {
+		if d, err = e.startDemo(c, *demoListen, ln.Addr().String(), log); err != nil {
+			return err
+		}
+		defer d.close()
+		c.config = d.configPath
+	}
+	keys, err := e.loadKeys(c, log)
+	if err != nil {
+		return err
+	}
+	if !loopback && len(keys.Callers()) == 0 {
+		return fmt.Errorf("refusing to listen on %s without caller tokens: add [[callers]] to %s, or listen on 127.0.0.1", ln.Addr(), e.configPath(c))
+	}
+	a, err := e.open(ctx, c, keys, log)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	go a.sweep(ctx)
+
+	mcpServer := tools.NewServer(a.tools("mcp-http", ""), version)
+	h := gateway.New(gateway.Config{Keys: keys, REST: a.rest(), MCP: mcpServer, DB: a.db, Log: log,
+		Loopback: loopback, AllowOrigins: splitList(*origins)})
+	srv := gateway.NewServer(ln.Addr().String(), h, log)
+
+	base := "http://" + ln.Addr().String()
+	if d != nil {
+		d.announce(e.stdout, base, e.statePath(c))
+	} else {
+		fmt.Fprintf(e.stdout, "mcp-quota %s\n  MCP (Streamable HTTP): %s/mcp\n  REST:                  %s/k/{key}/\n  keys: %v\n  state: %s\n",
+			version, base, base, keys.KeyNames(), e.statePath(c))
+		if len(keys.Keys()) == 0 {
+			fmt.Fprintf(e.stdout, "  no keys are configured: write %s (see README), or try --demo\n", e.configPath(c))
+		}
+	}
+	log.Info("serving", "addr", ln.Addr().String(), "keys", keys.KeyNames(), "state", e.statePath(c))
+	return serveUntil(ctx, srv, ln)
+}
+
+// serveUntil serves on ln until ctx ends, then shuts down gracefully.
+func serveUntil(ctx context.Context, srv *http.Server, ln net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil {
+		return err
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func isLoopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
+}
+
+// stdio speaks MCP over stdin and stdout until stdin closes or ctx ends.
+// stdout belongs to the protocol: logs go to stderr.
+func (e environment) stdio(ctx context.Context, args []string, stdin io.Reader) error {
+	var c common
+	fs := e.flags("stdio", &c, "warn")
+	def := e.getenv("MCP_QUOTA_CALLER")
+	if def == "" {
+		def = "agent"
+	}
+	caller := fs.String("caller", def, "the caller's name in the activity (env MCP_QUOTA_CALLER)")
+	if err := e.parse(fs, args); err != nil {
+		return err
+	}
+	log, err := e.logger(c)
+	if err != nil {
+		return err
+	}
+	keys, err := e.loadKeys(c, log)
+	if err != nil {
+		return err
+	}
+	a, err := e.open(ctx, c, keys, log)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go a.sweep(ctx)
+	s := server.NewStdioServer(tools.NewServer(a.tools("stdio", *caller), version))
+	s.SetErrorLogger(slogLogger(log))
+	err = s.Listen(ctx, stdin, e.stdout)
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}

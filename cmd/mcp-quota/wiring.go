@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/rest"
+	"github.com/mcp-quota/mcp-quota/state"
+	"github.com/mcp-quota/mcp-quota/tools"
+	"github.com/mcp-quota/mcp-quota/upstream"
+)
+
+// environment is what every command gets from the process.
+type environment struct {
+	getenv func(string) string
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// common are the flags every command shares.
+type common struct {
+	config   string
+	state    string
+	logLevel string
+}
+
+func (e environment) flags(name string, c *common, defaultLevel string) *flag.FlagSet {
+	fs := flag.NewFlagSet("mcp-quota "+name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.StringVar(&c.config, "config", e.getenv("MCP_QUOTA_CONFIG"), "configuration file (default: the user config dir, mcp-quota/config.toml)")
+	fs.StringVar(&c.state, "state", e.getenv("MCP_QUOTA_STATE"), "state file (default: the user state dir, mcp-quota/state.db)")
+	fs.StringVar(&c.logLevel, "log-level", defaultLevel, "log level: debug, info, warn or error (logs go to stderr)")
+	return fs
+}
+
+func (e environment) parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errUsage
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(e.stderr, "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return errUsage
+	}
+	return nil
+}
+
+func (e environment) logger(c common) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", c.logLevel)
+	}
+	return slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})), nil
+}
+
+// configPath and statePath resolve the defaults.
+func (e environment) configPath(c common) string {
+	if c.config != "" {
+		return c.config
+	}
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		dir = "."
+	}
+	return filepath.Join(dir, "mcp-quota", "config.toml")
+}
+
+func (e environment) statePath(c common) string {
+	if c.state != "" {
+		return c.state
+	}
+	return filepath.Join(stateDir(e.getenv), "mcp-quota", "state.db")
+}
+
+// stateDir is the user's state directory: $XDG_STATE_HOME, else
+// ~/.local/state on Unix and the user config dir elsewhere.
+func stateDir(getenv func(string) string) string {
+	if d := getenv("XDG_STATE_HOME"); d != "" && filepath.IsAbs(d) {
+		return d
+	}
+	if runtime.GOOS != "windows" && runtime.GOOS != "darwin" {
+		if home, err := os.UserHomeDir(); err == nil {
+			return filepath.Join(home, ".local", "state")
+		}
+	}
+	if d, err := os.UserConfigDir(); err == nil {
+		return d
+	}
+	return "."
+}
+
+// loadKeys reads the configuration. A missing file is not an error: the
+// server starts with no keys and says so.
+func (e environment) loadKeys(c common, log *slog.Logger) (*keystore.Store, error) {
+	path := e.configPath(c)
+	s, err := keystore.Load(path, keystore.Env{Getenv: e.getenv})
+	if errors.Is(err, fs.ErrNotExist) {
+		log.Warn("no configuration file: starting with no keys", "config", path)
+		return &keystore.Store{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range s.Keys() {
+		if _, err := k.Credential(); err != nil {
+			log.Warn("key without a credential: calls through it will fail until it is set", "key", k.Name, "reason", err)
+		}
+	}
+	return s, nil
+}
+
+// app is everything the servers share.
+type app struct {
+	keys   *keystore.Store
+	db     *state.DB
+	pacer  *pacer.Pacer
+	client *upstream.Client
+	log    *slog.Logger
+}
+
+func (e environment) open(ctx context.Context, c common, keys *keystore.Store, log *slog.Logger) (*app, error) {
+	db, err := state.Open(ctx, e.statePath(c))
+	if err != nil {
+		return nil, err
+	}
+	p := pacer.New(db)
+	return &app{keys: keys, db: db, pacer: p, client: upstream.New(p, log), log: log}, nil
+}
+
+func (a *app) close() { a.db.Close() }
+
+func (a *app) tools(transport, localCaller string) *tools.Deps {
+	return &tools.Deps{Keys: a.keys, Client: a.client, Pacer: a.pacer, DB: a.db, Log: a.log, Transport: transport, LocalCaller: localCaller}
+}
+
+func (a *app) rest() *rest.Handler {
+	return &rest.Handler{Keys: a.keys, Client: a.client, Pacer: a.pacer, DB: a.db, Log: a.log}
+}
+
+// Retention of the activity and observations.
+const retention = 7 * 24 * time.Hour
+
+// sweep marks attempts of processes that died as interrupted and drops
+// old history, now and every ten minutes until ctx ends.
+func (a *app) sweep(ctx context.Context) {
+	for {
+		now := time.Now()
+		if err := a.db.Update(ctx, func(tx *state.Tx) error { return tx.Sweep(now, now.Add(-retention)) }); err != nil && ctx.Err() == nil {
+			a.log.Warn("sweeping the state file failed", "error", err)
+		}
+		t := time.NewTimer(10 * time.Minute)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}

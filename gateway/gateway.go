@@ -1,0 +1,274 @@
+// Package gateway is mcp-quota's HTTP listener: MCP over Streamable HTTP
+// at /mcp and the REST side at /k/ and /v1/, behind the walls every
+// request passes — a caller token (compared in constant time, bad tokens
+// themselves rate limited), the Host and Origin checks that stop DNS
+// rebinding and cross-site requests, a limit on each caller's concurrent
+// calls, and size and time limits.
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/rest"
+	"github.com/mcp-quota/mcp-quota/state"
+)
+
+// Config is what the gateway serves. Keys, REST, MCP and DB are required.
+type Config struct {
+	Keys *keystore.Store
+	REST *rest.Handler
+	MCP  *server.MCPServer
+	DB   *state.DB
+	Log  *slog.Logger // nil means discard
+
+	// Loopback says the listener is bound to a loopback address: Host
+	// must then name a loopback host, and, when no [[callers]] are
+	// configured, requests need no token (they act as the caller "local").
+	Loopback bool
+	// AllowOrigins are browser origins (scheme://host:port) allowed to call.
+	AllowOrigins []string
+	// MaxConcurrent caps each caller's calls in flight; 0 means 16.
+	MaxConcurrent int
+	// MaxMCPBody caps an MCP request body; 0 means 1 MiB.
+	MaxMCPBody int64
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+}
+
+// New returns the gateway's handler.
+func New(c Config) http.Handler {
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxConcurrent <= 0 {
+		c.MaxConcurrent = 16
+	}
+	if c.MaxMCPBody <= 0 {
+		c.MaxMCPBody = 1 << 20
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	g := &gate{c: c, failures: map[string][]time.Time{}, inFlight: map[string]int{}}
+	mcpHTTP := server.NewStreamableHTTPServer(c.MCP,
+		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
+			if caller, ok := keystore.CallerFrom(r.Context()); ok {
+				return keystore.WithCaller(ctx, caller)
+			}
+			return ctx
+		}),
+		server.WithStreamableHTTPLogger(c.Log),
+	)
+	mux := http.NewServeMux()
+	c.REST.Routes(mux)
+	mux.Handle("/mcp", http.MaxBytesHandler(mcpHTTP, c.MaxMCPBody))
+	mux.HandleFunc("GET /healthz", rest.Health(c.DB))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		rest.WriteProblem(w, http.StatusNotFound, rest.CodeBadRequest,
+			"Nothing is here. mcp-quota serves /mcp (MCP), /k/{key}/… (REST), /v1/quota, /v1/activity and /healthz.", nil)
+	})
+	return g.origins(g.authenticate(mux))
+}
+
+// gate holds the walls' state.
+type gate struct {
+	c        Config
+	mu       sync.Mutex
+	failures map[string][]time.Time // remote IP → recent bad tokens
+	inFlight map[string]int         // caller → calls in flight
+}
+
+// Bad-token throttling: after this many bad tokens from one address in a
+// minute, the address is refused for the rest of that minute, good tokens
+// included (checking them would tell a guesser when it guessed right).
+const (
+	badTokenLimit  = 20
+	badTokenWindow = time.Minute
+)
+
+// authenticate finds the caller of each request (except /healthz) from
+// its bearer token and holds it to its concurrency limit.
+func (g *gate) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ip := remoteIP(r)
+		if wait := g.throttled(ip); wait > 0 {
+			w.Header().Set("Retry-After", fmt.Sprint(int(wait.Seconds())+1))
+			rest.WriteProblem(w, http.StatusTooManyRequests, rest.CodeRateLimited,
+				"Too many requests with bad caller tokens came from this address; wait before trying again.", nil)
+			return
+		}
+		caller, ok := g.caller(r)
+		if !ok {
+			g.fail(ip)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="mcp-quota"`)
+			detail := "A caller token is required: send Authorization: Bearer <token> (a [[callers]] token from mcp-quota's configuration)."
+			if r.Header.Get("Authorization") != "" {
+				detail = "The caller token is not valid."
+			}
+			rest.WriteProblem(w, http.StatusUnauthorized, rest.CodeUnauthorized, detail, nil)
+			return
+		}
+		if !g.enter(caller.Name) {
+			w.Header().Set("Retry-After", "1")
+			rest.WriteProblem(w, http.StatusTooManyRequests, rest.CodeRateLimited,
+				fmt.Sprintf("Caller '%s' has %d calls in flight, the most allowed at once.", caller.Name, g.c.MaxConcurrent), nil)
+			return
+		}
+		defer g.leave(caller.Name)
+		next.ServeHTTP(w, r.WithContext(keystore.WithCaller(r.Context(), caller)))
+	})
+}
+
+// caller authenticates r. With no callers configured on a loopback
+// listener, every request is the local user.
+func (g *gate) caller(r *http.Request) (*keystore.Caller, bool) {
+	if len(g.c.Keys.Callers()) == 0 && g.c.Loopback {
+		return keystore.Local("local"), true
+	}
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return nil, false
+	}
+	return g.c.Keys.Authenticate(strings.TrimSpace(token))
+}
+
+func (g *gate) throttled(ip string) time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.c.Now()
+	recent := g.failures[ip][:0]
+	for _, t := range g.failures[ip] {
+		if now.Sub(t) < badTokenWindow {
+			recent = append(recent, t)
+		}
+	}
+	g.failures[ip] = recent
+	if len(recent) == 0 {
+		delete(g.failures, ip)
+	}
+	if len(recent) >= badTokenLimit {
+		return recent[0].Add(badTokenWindow).Sub(now)
+	}
+	return 0
+}
+
+func (g *gate) fail(ip string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.failures[ip] = append(g.failures[ip], g.c.Now())
+}
+
+func (g *gate) enter(caller string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inFlight[caller] >= g.c.MaxConcurrent {
+		return false
+	}
+	g.inFlight[caller]++
+	return true
+}
+
+func (g *gate) leave(caller string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inFlight[caller]--; g.inFlight[caller] <= 0 {
+		delete(g.inFlight, caller)
+	}
+}
+
+// origins refuses requests a browser sent from another site, and, on a
+// loopback listener, requests whose Host is not a loopback name (a DNS
+// rebinding attack reaches 127.0.0.1 under an attacker's name). Every
+// method is checked: http.CrossOriginProtection lets GET through.
+func (g *gate) origins(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if g.c.Loopback && !loopbackHost(r.Host) {
+			rest.WriteProblem(w, http.StatusForbidden, rest.CodeForbidden,
+				"The Host header must name this machine (localhost, 127.0.0.1 or [::1]).", nil)
+			return
+		}
+		origin := r.Header.Get("Origin")
+		if origin != "" && origin != "null" && !g.originAllowed(origin, r.Host) {
+			rest.WriteProblem(w, http.StatusForbidden, rest.CodeForbidden,
+				fmt.Sprintf("Requests from origin %s are not allowed; start mcp-quota with --allow-origin to allow it.", origin), nil)
+			return
+		}
+		if origin == "null" || (r.Header.Get("Sec-Fetch-Site") == "cross-site" && !slices.Contains(g.c.AllowOrigins, origin)) {
+			rest.WriteProblem(w, http.StatusForbidden, rest.CodeForbidden, "Cross-site requests are not allowed.", nil)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// originAllowed reports whether origin is allow-listed, or is this very
+// server (same scheme-less host and port).
+func (g *gate) originAllowed(origin, host string) bool {
+	if slices.Contains(g.c.AllowOrigins, origin) {
+		return true
+	}
+	u, err := url.Parse(origin)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return false
+	}
+	if g.c.Loopback {
+		return loopbackHost(u.Host) && sameHost(u.Host, host)
+	}
+	return sameHost(u.Host, host)
+}
+
+func sameHost(a, b string) bool { return strings.EqualFold(a, b) }
+
+// loopbackHost reports whether host (with or without port) names this
+// machine.
+func loopbackHost(host string) bool {
+	h := host
+	if hh, _, err := net.SplitHostPort(host); err == nil {
+		h = hh
+	}
+	h = strings.Trim(h, "[]")
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+func remoteIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// NewServer returns an *http.Server for h on addr with mcp-quota's
+// timeouts and size limits: slow clients cannot hold connections open.
+func NewServer(addr string, h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       5 * time.Minute,
+		WriteTimeout:      10 * time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+}

@@ -1,0 +1,453 @@
+package pacer
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/state"
+)
+
+// Tuning constants of the decisions. They are the documented defaults;
+// the key's own MaxRate, MaxConcurrency and LowWater come from its
+// configuration.
+const (
+	// DefaultValidity is how long an observation without t (and without w)
+	// is believed.
+	DefaultValidity = 60 * time.Second
+	// ProbeJitter bounds the delay added to a probe after an observation
+	// expires, so that the clients of one API do not probe together.
+	ProbeJitter = time.Second
+	// Poll is how often a waiting call re-checks when it waits for
+	// something with no known end (a probe's answer, a free slot).
+	Poll = 50 * time.Millisecond
+)
+
+// An Action is what a caller is told to do next.
+type Action string
+
+// The actions a caller can be advised.
+const (
+	Continue Action = "continue"  // go on at the current pace
+	SlowDown Action = "slow_down" // calls are being spread out: the budget runs low
+	Pause    Action = "pause"     // stop; come back after RetryAfter
+)
+
+// A Budget is one constraint on a key as a caller sees it: a policy with
+// what is left of it.
+type Budget struct {
+	Policy    string
+	Unit      ratelimit.Unit
+	Partition string
+	Limit     int64         // q; 0 when unknown
+	Used      int64         // sent in the current window, by every caller (windowed budgets)
+	Remaining int64         // what this caller may still use now; -1 when unknown
+	Reset     time.Duration // until the effective window ends (upstream) or the oldest send leaves the window (local)
+	Window    time.Duration // w; 0 when unknown
+	Source    string        // "local" for a documented policy, else the shape it was read from
+	Observed  time.Time     // when the upstream said it; zero for local
+	Expired   bool          // the observation is past its effective window: Remaining is unknown
+	Hidden    bool          // inferred from a refusal; never announced
+}
+
+// A log is the sliding-window log of a key's admitted attempts.
+type log interface {
+	Count(since time.Time) (int, error)
+	CountBy(caller string, since time.Time) (int, error)
+	Nth(since time.Time, n int) (time.Time, error)
+}
+
+// snapshot is what a decision is made from.
+type snapshot struct {
+	now      time.Time
+	key      *keystore.Key
+	caller   string
+	route    string // method and path of the request, to pick partitions
+	known    []state.Known
+	gates    []state.Gate
+	ks       state.KeyState
+	inFlight int
+	claimed  map[string]bool // reserve callers with an open claim
+	log      log
+}
+
+// A decision says whether a call may go now, and if not, for how long it
+// must wait and why.
+type decision struct {
+	admit   bool
+	probe   bool
+	wait    time.Duration // when !admit
+	reason  string        // one plain sentence, when waiting or slowing down
+	source  string        // what binds: a policy name, "retry-after", "circuit"…
+	poll    bool          // wait is a re-check interval, not a known end
+	exhaust bool          // the wait is for quota or a gate, not for spacing
+	slow    bool          // a budget is below its low-water mark
+	binding *Budget       // the tightest budget
+	budgets []Budget
+}
+
+// constraint is one reason to wait.
+type constraint struct {
+	wait    time.Duration
+	reason  string
+	source  string
+	poll    bool
+	exhaust bool
+}
+
+// decide is the pacer's decision for one call, a pure function of s
+// (the log it reads is the sliding window as of s.now).
+func decide(s snapshot) (decision, error) {
+	var d decision
+	var cs []constraint
+	add := func(c constraint) {
+		if c.wait > 0 {
+			cs = append(cs, c)
+		}
+	}
+
+	// 1. Gates: Retry-After, backoff, an open circuit, abnormal usage.
+	// A gate binds the whole key, whatever its scope: a policy named by a
+	// refusal may cover calls we cannot tell apart.
+	for _, g := range s.gates {
+		add(constraint{wait: g.Until.Sub(s.now), reason: g.Reason, source: g.Source, exhaust: true})
+	}
+
+	// 2. Windowed budgets: documented policies, and every upstream policy
+	// whose q and w are known, counted over the sliding-window log of every
+	// caller and process sharing the key.
+	windows, err := s.windowedBudgets()
+	if err != nil {
+		return d, err
+	}
+	for _, wb := range windows {
+		d.budgets = append(d.budgets, wb.Budget)
+		if wb.avail <= 0 {
+			add(constraint{wait: wb.freeAt.Sub(s.now), source: wb.Policy, exhaust: true,
+				reason: fmt.Sprintf("%d of %d calls are left for %s under policy '%s'%s", max(wb.Remaining, 0), wb.Limit,
+					seconds(wb.freeAt.Sub(s.now)), wb.Policy, wb.heldNote)})
+			continue
+		}
+		if low(wb.avail, wb.Limit, s.key.LowWater) {
+			d.slow = true
+			spacing := wb.Window / time.Duration(wb.Limit)
+			add(constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: wb.Policy,
+				reason: fmt.Sprintf("only %d of %d calls are left under policy '%s': calls are spread %s apart", wb.avail, wb.Limit, wb.Policy, spacing.Round(time.Millisecond))})
+		}
+	}
+
+	// 3. Upstream observations, projected within their own policy, unit,
+	// partition and validity.
+	for _, k := range s.applicable() {
+		b, c, probe := s.observed(k)
+		d.budgets = append(d.budgets, b)
+		if probe {
+			d.probe = true
+		}
+		if c.wait > 0 {
+			add(c)
+		} else if !b.Expired && b.Remaining >= 0 && low(b.Remaining, b.Limit, s.key.LowWater) {
+			d.slow = true
+			if b.Remaining > 0 && b.Reset > 0 {
+				spacing := b.Reset / time.Duration(b.Remaining)
+				add(constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: b.Policy,
+					reason: fmt.Sprintf("the upstream says %d calls are left for %s under policy '%s': calls are spread %s apart",
+						b.Remaining, seconds(b.Reset), b.Policy, spacing.Round(time.Millisecond))})
+			}
+		}
+	}
+
+	// 4. A half-open circuit, or an observation that expired unanswered:
+	// exactly one probe goes, and the rest wait for its answer.
+	if s.ks.HalfOpen {
+		d.probe = true
+	}
+	if d.probe && len(cs) == 0 {
+		if s.ks.ProbeUntil.After(s.now) {
+			add(constraint{wait: Poll, poll: true, source: "probe",
+				reason: "a probe is asking the upstream for a fresh answer; calls wait for it"})
+		}
+	}
+
+	// 5. Local safety limits: concurrency, the maximum rate, slow start.
+	maxConc := s.key.MaxConcurrency
+	for _, k := range s.known {
+		if k.Unit == ratelimit.ConcurrentRequests && k.HasQuota && int(k.Quota) < maxConc {
+			maxConc = max(int(k.Quota), 1)
+		}
+	}
+	if s.inFlight >= maxConc {
+		add(constraint{wait: Poll, poll: true, source: "concurrency",
+			reason: fmt.Sprintf("%d calls are in flight, the most allowed at once for this key", s.inFlight)})
+	}
+	spacing := time.Duration(float64(time.Second) / s.key.MaxRate)
+	if s.ks.Interval > spacing {
+		spacing = s.ks.Interval
+	}
+	if !s.ks.LastAdmitAt.IsZero() {
+		add(constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: "pace",
+			reason: fmt.Sprintf("calls are spaced %s apart", spacing.Round(time.Millisecond))})
+	}
+
+	d.binding = tightest(d.budgets)
+	if len(cs) == 0 {
+		d.admit = true
+		return d, nil
+	}
+	worst := cs[0]
+	for _, c := range cs[1:] {
+		if c.wait > worst.wait || (c.wait == worst.wait && c.exhaust && !worst.exhaust) {
+			worst = c
+		}
+	}
+	d.probe = false
+	d.wait, d.reason, d.source, d.poll, d.exhaust = worst.wait, worst.reason, worst.source, worst.poll, worst.exhaust
+	return d, nil
+}
+
+// windowed is a budget counted over the sliding-window log.
+type windowed struct {
+	Budget
+	avail    int64     // calls this caller may still make now
+	freeAt   time.Time // when one more call becomes possible, if avail <= 0
+	heldNote string
+}
+
+// windowedBudgets returns the key's budgets with a known quota and window:
+// its documented policies and every upstream policy that announced q and w
+// (or was inferred from a refusal), all counted over the local log.
+func (s snapshot) windowedBudgets() ([]windowed, error) {
+	type pw struct {
+		name   string
+		q      int64
+		w      time.Duration
+		source string
+		hidden bool
+	}
+	var ps []pw
+	for _, p := range s.key.Policies {
+		ps = append(ps, pw{p.Name, p.Quota, p.Window, "local", false})
+	}
+	for _, k := range s.applicable() {
+		if k.Unit == ratelimit.Requests && k.HasQuota && k.Window > 0 {
+			ps = append(ps, pw{k.Policy, k.Quota, k.Window, string(k.Shape), k.Hidden})
+		}
+	}
+	var out []windowed
+	for _, p := range ps {
+		since := s.now.Add(-p.w)
+		n, err := s.log.Count(since)
+		if err != nil {
+			return nil, err
+		}
+		held, err := s.held(p.q, since)
+		if err != nil {
+			return nil, err
+		}
+		limit := p.q - held
+		wb := windowed{Budget: Budget{Policy: p.name, Unit: ratelimit.Requests, Limit: p.q, Used: int64(n),
+			Window: p.w, Source: p.source, Hidden: p.hidden}}
+		if held > 0 {
+			wb.heldNote = fmt.Sprintf(" (%d are reserved for other callers)", held)
+		}
+		wb.avail = limit - int64(n)
+		wb.Remaining = max(wb.avail, 0)
+		if oldest, err := s.log.Nth(since, 1); err != nil {
+			return nil, err
+		} else if !oldest.IsZero() {
+			wb.Reset = oldest.Add(p.w).Sub(s.now)
+		}
+		if wb.avail <= 0 {
+			// The call needs this many of the window's sends to leave it.
+			k := int(int64(n) - limit + 1)
+			e, err := s.log.Nth(since, k)
+			if err != nil {
+				return nil, err
+			}
+			if e.IsZero() { // reserved share alone exhausts it: wait a window
+				e = s.now
+			}
+			wb.freeAt = e.Add(p.w)
+		}
+		out = append(out, wb)
+	}
+	return out, nil
+}
+
+// held returns how many units of a quota q are held back from this caller
+// for other callers' reservations in the window starting at since. An
+// idle reservation (its caller made no call in the window and is not
+// waiting) is lent.
+func (s snapshot) held(q int64, since time.Time) (int64, error) {
+	var held int64
+	for _, r := range s.key.Reserves {
+		if r.Caller == s.caller {
+			continue
+		}
+		used, err := s.log.CountBy(r.Caller, since)
+		if err != nil {
+			return 0, err
+		}
+		if used == 0 && !s.claimed[r.Caller] {
+			continue
+		}
+		share := int64(math.Floor(r.Share * float64(q)))
+		held += max(share-int64(used), 0)
+	}
+	return held, nil
+}
+
+// applicable returns the known policies that constrain this request. A
+// policy seen in several partitions constrains through the partition its
+// route was last seen in; when the route was never seen, every partition
+// constrains (the safe guess).
+func (s snapshot) applicable() []state.Known {
+	byPolicy := map[string][]state.Known{}
+	var order []string
+	for _, k := range s.known {
+		id := k.Policy + "\x00" + string(k.Unit)
+		if _, ok := byPolicy[id]; !ok {
+			order = append(order, id)
+		}
+		byPolicy[id] = append(byPolicy[id], k)
+	}
+	var out []state.Known
+	for _, id := range order {
+		group := byPolicy[id]
+		var match []state.Known
+		for _, k := range group {
+			if k.Partition == "" || k.Route == s.route {
+				match = append(match, k)
+			}
+		}
+		if len(match) == 0 || len(match) == len(group) {
+			out = append(out, group...)
+		} else {
+			out = append(out, match...)
+		}
+	}
+	return out
+}
+
+// observed projects one upstream observation to now: what is left of its r
+// after every send since, and whether its effective window has passed.
+func (s snapshot) observed(k state.Known) (b Budget, c constraint, probe bool) {
+	b = Budget{Policy: k.Policy, Unit: k.Unit, Partition: k.Partition, Limit: k.Quota, Remaining: -1,
+		Window: k.Window, Source: string(k.Shape), Observed: k.ReceivedAt, Hidden: k.Hidden}
+	if !k.HasRemaining {
+		return b, c, false // a policy listed but never shown: only its q and w constrain
+	}
+	end := k.ReceivedAt.Add(validity(k))
+	if !s.now.Before(end) {
+		b.Expired = true
+		if !s.ks.LastResponseAt.After(end) {
+			// Expired and unanswered since: one jittered probe, then a fresh answer.
+			at := end.Add(jitter(s.key.Name+k.Policy, end, ProbeJitter))
+			if s.now.Before(at) {
+				c = constraint{wait: at.Sub(s.now), source: k.Policy, exhaust: k.Remaining <= 0,
+					reason: fmt.Sprintf("the upstream's last word on policy '%s' has expired; one probe goes in %s to get a fresh one", k.Policy, seconds(at.Sub(s.now)))}
+				return b, c, false
+			}
+			return b, c, true
+		}
+		return b, c, false
+	}
+	b.Reset = end.Sub(s.now)
+	remaining := k.Remaining
+	if k.Unit == ratelimit.Requests {
+		n, err := s.log.Count(k.BasisAt)
+		if err == nil {
+			remaining -= int64(n)
+		}
+	}
+	b.Remaining = max(remaining, 0)
+	if remaining <= 0 && k.Unit != ratelimit.ConcurrentRequests {
+		limit := ""
+		if k.HasQuota {
+			limit = fmt.Sprintf(" of %d", k.Quota)
+		}
+		c = constraint{wait: b.Reset, source: k.Policy, exhaust: true,
+			reason: fmt.Sprintf("the upstream says 0%s %s are left for %s under policy '%s'", limit, unitWord(k.Unit), seconds(b.Reset), k.Policy)}
+	}
+	return b, c, false
+}
+
+// validity is how long an observation holds: its effective window t, else
+// the policy window w, else DefaultValidity.
+func validity(k state.Known) time.Duration {
+	switch {
+	case k.HasReset:
+		return k.Reset
+	case k.Window > 0:
+		return k.Window
+	}
+	return DefaultValidity
+}
+
+// tightest returns the budget closest to exhaustion: the fewest remaining
+// relative to its limit, the longest reset on ties.
+func tightest(bs []Budget) *Budget {
+	var best *Budget
+	score := func(b Budget) float64 {
+		if b.Remaining < 0 {
+			return math.Inf(1)
+		}
+		if b.Limit > 0 {
+			return float64(b.Remaining) / float64(b.Limit)
+		}
+		return float64(b.Remaining)
+	}
+	for i := range bs {
+		b := &bs[i]
+		if best == nil || score(*b) < score(*best) || (score(*b) == score(*best) && b.Reset > best.Reset) {
+			best = b
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	c := *best
+	return &c
+}
+
+// low reports whether avail is at or below the low-water share of q.
+func low(avail, q int64, share float64) bool {
+	return q > 0 && float64(avail) <= share*float64(q)
+}
+
+// jitter returns a delay in [0, max) fixed by what and at: every process
+// computes the same one, so they agree on when the probe goes, while
+// different keys and moments spread out.
+func jitter(what string, at time.Time, max time.Duration) time.Duration {
+	h := fnv.New64a()
+	h.Write([]byte(what))
+	fmt.Fprint(h, at.UnixMicro())
+	return time.Duration(h.Sum64() % uint64(max))
+}
+
+func unitWord(u ratelimit.Unit) string {
+	if u == "" || u == ratelimit.Requests {
+		return "calls"
+	}
+	return strings.ReplaceAll(string(u), "-", " ")
+}
+
+// seconds renders d for a sentence: "18 s", "1.5 s", "3 min".
+func seconds(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0 s"
+	case d < 10*time.Second:
+		s := math.Ceil(d.Seconds()*10) / 10
+		return strings.TrimSuffix(fmt.Sprintf("%.1f", s), ".0") + " s"
+	case d < 2*time.Minute:
+		return fmt.Sprintf("%d s", int(math.Ceil(d.Seconds())))
+	case d < 2*time.Hour:
+		return fmt.Sprintf("%d min", int(math.Ceil(d.Minutes())))
+	}
+	return fmt.Sprintf("%.1f h", d.Hours())
+}

@@ -1,0 +1,82 @@
+package ratelimit_test
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+)
+
+// Read normalises what a response says about rate limits. Here the seed
+// API's refusal: a 429 with Retry-After, the draft fields, and a problem.
+func ExampleRead() {
+	now := time.Date(2026, 5, 23, 12, 0, 0, 0, time.UTC)
+	resp := ratelimit.Response{
+		Status: http.StatusTooManyRequests,
+		Header: http.Header{
+			"Date":             {"Sat, 23 May 2026 12:00:00 GMT"},
+			"Retry-After":      {"18"},
+			"Ratelimit-Policy": {`"default";q=120;w=60`},
+			"Ratelimit":        {`"default";r=0;t=18`},
+			"Content-Type":     {"application/problem+json"},
+		},
+		Body: []byte(`{"status": 429, "code": "rateLimited", "detail": "Try again in 18 seconds."}`),
+	}
+	r := ratelimit.Read(ratelimit.IETF, resp, now)
+	fmt.Println("throttled:", r.Throttled, "code:", r.Problem.Code)
+	fmt.Println("retry after:", r.RetryAfter)
+	for _, o := range r.Observations {
+		fmt.Printf("policy %q: %d of %d %s per %v left, for %v\n",
+			o.Policy, o.Remaining, o.Quota, o.Unit, o.Window, o.Reset)
+	}
+	// Output:
+	// throttled: true code: rateLimited
+	// retry after: 18s
+	// policy "default": 0 of 120 requests per 1m0s left, for 18s
+}
+
+// A profile says what vendor fields mean: GitHub's reset is an epoch, and
+// its resource is the partition.
+func ExampleRead_gitHub() {
+	now := time.Date(2026, 5, 23, 12, 0, 0, 0, time.UTC)
+	resp := ratelimit.Response{Status: http.StatusOK, Header: http.Header{
+		"Date":                  {"Sat, 23 May 2026 12:00:00 GMT"},
+		"X-Ratelimit-Limit":     {"5000"},
+		"X-Ratelimit-Remaining": {"4997"},
+		"X-Ratelimit-Reset":     {"1779538800"},
+		"X-Ratelimit-Resource":  {"core"},
+	}}
+	o := ratelimit.Read(ratelimit.GitHub, resp, now).Observations[0]
+	fmt.Printf("%s: %d of %d left, resets in %v\n", o.Partition, o.Remaining, o.Quota, o.Reset)
+	// Output:
+	// core: 4997 of 5000 left, resets in 20m0s
+}
+
+// SetHeaders announces quota to a client in both forms the seed API uses.
+func ExampleSetHeaders() {
+	h := http.Header{}
+	ratelimit.SetHeaders(h, []ratelimit.Limit{{
+		Policy: "default", Quota: 120, Window: time.Minute,
+		Remaining: 117, Reset: 42 * time.Second,
+	}})
+	for _, k := range []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"} {
+		fmt.Printf("%s: %s\n", k, h.Get(k))
+	}
+	// Output:
+	// RateLimit-Policy: "default";q=120;w=60
+	// RateLimit: "default";r=117;t=42
+	// X-RateLimit-Limit: 120
+	// X-RateLimit-Remaining: 117
+	// X-RateLimit-Reset: 42
+}
+
+func ExampleParseProfile() {
+	p, err := ratelimit.ParseProfile("GitHub")
+	fmt.Println(p, err)
+	_, err = ratelimit.ParseProfile("twitter")
+	fmt.Println(err)
+	// Output:
+	// github <nil>
+	// unknown rate-limit profile "twitter" (valid: generic, ietf, github, openai, anthropic, discord, shopify, gitlab, reddit, jira)
+}

@@ -1,0 +1,147 @@
+package ratelimit
+
+import (
+	"strings"
+)
+
+// readOpenAI reads OpenAI's fields (platform.openai.com, "Rate limits"),
+// one policy per class, requests and tokens (and the tokens_usage_based
+// variant seen in captures):
+//
+//	x-ratelimit-limit-<class>, x-ratelimit-remaining-<class> : count
+//	x-ratelimit-reset-<class> : Go duration, e.g. 1s, 6m0s, 8.64s, 20ms
+//
+// The reset is the time "until the rate limit resets to its initial
+// state". Azure OpenAI's -1 sentinels mean unknown.
+func (rd *reader) readOpenAI() {
+	for _, c := range []struct {
+		class string
+		unit  Unit
+	}{{"requests", Requests}, {"tokens", Tokens}, {"tokens_usage_based", Tokens}} {
+		o := Observation{Policy: c.class, Unit: c.unit, Shape: ShapeVendor, Profile: OpenAI}
+		o.Quota, o.HasQuota = rd.count("x-ratelimit-limit-" + c.class)
+		o.Remaining, o.HasRemaining = rd.count("x-ratelimit-remaining-" + c.class)
+		name := "x-ratelimit-reset-" + c.class
+		if v, ok := rd.scalar(name); ok {
+			if d, ok := parseGoDuration(v); ok {
+				o.Reset, o.HasReset = d, true
+			} else if n, ok := parseCount(v); ok {
+				o.Reset, _ = seconds(n)
+				o.HasReset, o.Guessed = true, n != 0
+				if n != 0 {
+					rd.warnf("%s: %s has no unit, read as seconds (guessed)", name, quote(v))
+				}
+			} else {
+				rd.warnf("%s: not a duration %s, ignored", name, quote(v))
+			}
+		}
+		if o.HasQuota || o.HasRemaining || o.HasReset {
+			rd.add(o, false)
+		}
+	}
+}
+
+// readAnthropic reads Anthropic's fields (docs.anthropic.com, "Rate
+// limits"), one policy per class:
+//
+//	anthropic-ratelimit-<class>-limit, -remaining : count
+//	anthropic-ratelimit-<class>-reset : RFC 3339, when the limit is fully replenished
+//	class = requests / tokens / input-tokens / output-tokens
+//
+// and the Priority Tier's anthropic-priority-{input,output}-tokens-*
+// (policies "priority-input-tokens", "priority-output-tokens"). Token
+// counts are "rounded to the nearest thousand".
+func (rd *reader) readAnthropic() {
+	for _, c := range []struct {
+		prefix, policy string
+		unit           Unit
+	}{
+		{"anthropic-ratelimit-requests-", "requests", Requests},
+		{"anthropic-ratelimit-tokens-", "tokens", Tokens},
+		{"anthropic-ratelimit-input-tokens-", "input-tokens", InputTokens},
+		{"anthropic-ratelimit-output-tokens-", "output-tokens", OutputTokens},
+		{"anthropic-priority-input-tokens-", "priority-input-tokens", InputTokens},
+		{"anthropic-priority-output-tokens-", "priority-output-tokens", OutputTokens},
+	} {
+		o := Observation{Policy: c.policy, Unit: c.unit, Shape: ShapeVendor, Profile: Anthropic}
+		o.Quota, o.HasQuota = rd.count(c.prefix + "limit")
+		o.Remaining, o.HasRemaining = rd.count(c.prefix + "remaining")
+		if v, ok := rd.scalar(c.prefix + "reset"); ok {
+			o.Reset, _, o.HasReset = rd.timestampReset(c.prefix+"reset", v)
+		}
+		if o.HasQuota || o.HasRemaining || o.HasReset {
+			rd.add(o, false)
+		}
+	}
+}
+
+// readShopify reads the REST Admin API's leaky bucket (shopify.dev, "API
+// rate limits"):
+//
+//	X-Shopify-Shop-Api-Call-Limit = used "/" size   ; e.g. 32/40
+//
+// as policy "rest": Quota = size, Remaining = size - used. The GraphQL
+// cost in the body is read by readShopifyCost.
+func (rd *reader) readShopify() {
+	const name = "X-Shopify-Shop-Api-Call-Limit"
+	v, ok := rd.scalar(name)
+	if !ok {
+		return
+	}
+	used, size, ok := parseRatio(v)
+	if !ok {
+		rd.warnf("%s: not used/size %s, ignored", name, quote(v))
+		return
+	}
+	o := Observation{Policy: "rest", Quota: size, HasQuota: true, Remaining: size - used, HasRemaining: true,
+		Shape: ShapeVendor, Profile: Shopify}
+	if used > size {
+		o.Remaining = 0
+		rd.warnf("%s: %s uses more than the bucket holds; read as 0 remaining", name, quote(v))
+	}
+	rd.add(o, false)
+}
+
+// parseRatio parses "used/size", two counts around a slash.
+func parseRatio(v string) (used, size int64, ok bool) {
+	a, b, found := strings.Cut(v, "/")
+	if !found {
+		return 0, 0, false
+	}
+	used, ok1 := parseCount(a)
+	size, ok2 := parseCount(b)
+	return used, size, ok1 && ok2
+}
+
+// readGitLab reads GitLab's fields (gitlab.com user docs, "Rate limits";
+// issues 217312 and 199738), which reuse the draft's names with another
+// meaning:
+//
+//	RateLimit-Limit, RateLimit-Remaining : count
+//	RateLimit-Reset     : Unix epoch seconds (not the draft's delta)
+//	RateLimit-ResetTime : HTTP-date, used when RateLimit-Reset is absent or invalid
+//	RateLimit-Name      : the throttle, e.g. throttle_authenticated_api (the policy)
+func (rd *reader) readGitLab() {
+	o := Observation{Shape: ShapeVendor, Profile: GitLab}
+	o.Quota, o.HasQuota = rd.count("RateLimit-Limit")
+	o.Remaining, o.HasRemaining = rd.count("RateLimit-Remaining")
+	if v, ok := rd.scalar("RateLimit-Reset"); ok {
+		o.Reset, _, o.HasReset = rd.epochReset("RateLimit-Reset", v)
+	}
+	if v, ok := rd.scalar("RateLimit-ResetTime"); ok && !o.HasReset {
+		if t, ok := parseHTTPDate(v); ok {
+			o.Reset, o.HasReset = rd.untilInstant("RateLimit-ResetTime", v, t), true
+		} else {
+			rd.warnf("RateLimit-ResetTime: not an HTTP-date %s, ignored", quote(v))
+		}
+	}
+	if v, ok := rd.scalar("RateLimit-Name"); ok {
+		o.Policy = boundedText(v)
+	}
+	if o.HasQuota || o.HasRemaining || o.HasReset {
+		rd.add(o, false)
+	}
+	if rd.resp.Status == 429 && o.HasRemaining && o.Remaining > 0 {
+		rd.warnf("GitLab 429 while RateLimit-Remaining is %d: another limit refused the call", o.Remaining)
+	}
+}

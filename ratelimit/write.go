@@ -1,0 +1,142 @@
+package ratelimit
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dunglas/httpsfv"
+)
+
+// maxSFInteger is the largest Integer a Structured Field can carry.
+const maxSFInteger = 999_999_999_999_999
+
+// SetHeaders replaces the rate-limit fields of h with limits:
+// RateLimit-Policy and RateLimit (draft-11 syntax) list every limit, and
+// X-RateLimit-Limit/-Remaining/-Reset describe the tightest one (Reset in
+// delta seconds, as the seed API sends it). Durations are rounded up to
+// whole seconds. With no limits, it only removes the fields.
+//
+// For example, one limit of 120 requests per minute with 117 left for 42 s:
+//
+//	RateLimit-Policy: "default";q=120;w=60
+//	RateLimit: "default";r=117;t=42
+//	X-RateLimit-Limit: 120
+//	X-RateLimit-Remaining: 117
+//	X-RateLimit-Reset: 42
+//
+// Every field StripHeaders removes is removed first, so an upstream's more
+// generous value never shows through. A policy name is written as a
+// String (characters outside printable ASCII become "_"); qu is written
+// only for units other than requests; w only for a positive window.
+// Negative values are written as 0. The tightest limit is the one with the
+// lowest Remaining among the request-counting limits (all limits when none
+// counts requests), ties going to the longest Reset.
+func SetHeaders(h http.Header, limits []Limit) {
+	StripHeaders(h)
+	if len(limits) == 0 {
+		return
+	}
+	policies := make(httpsfv.List, 0, len(limits))
+	current := make(httpsfv.List, 0, len(limits))
+	for _, l := range limits {
+		name := sfString(l.Policy)
+		p := httpsfv.NewItem(name)
+		p.Params.Add("q", sfInt(l.Quota))
+		if l.Unit != "" && l.Unit != Requests {
+			p.Params.Add("qu", sfString(string(l.Unit)))
+		}
+		if w := ceilSeconds(l.Window); w > 0 {
+			p.Params.Add("w", w)
+		}
+		policies = append(policies, p)
+
+		c := httpsfv.NewItem(name)
+		c.Params.Add("r", sfInt(l.Remaining))
+		c.Params.Add("t", ceilSeconds(l.Reset))
+		current = append(current, c)
+	}
+	if v, err := httpsfv.Marshal(policies); err == nil {
+		h.Set("RateLimit-Policy", v)
+	}
+	if v, err := httpsfv.Marshal(current); err == nil {
+		h.Set("RateLimit", v)
+	}
+	t := tightest(limits)
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(sfInt(t.Quota), 10))
+	h.Set("X-RateLimit-Remaining", strconv.FormatInt(sfInt(t.Remaining), 10))
+	h.Set("X-RateLimit-Reset", strconv.FormatInt(ceilSeconds(t.Reset), 10))
+}
+
+// tightest returns the limit closest to exhaustion.
+func tightest(limits []Limit) Limit {
+	requests := false
+	for _, l := range limits {
+		requests = requests || l.Unit == "" || l.Unit == Requests
+	}
+	var best Limit
+	found := false
+	for _, l := range limits {
+		if requests && l.Unit != "" && l.Unit != Requests {
+			continue
+		}
+		if !found || l.Remaining < best.Remaining || (l.Remaining == best.Remaining && l.Reset > best.Reset) {
+			best, found = l, true
+		}
+	}
+	return best
+}
+
+// StripHeaders removes every field of h that states a rate limit in the
+// draft's or the common X- form: RateLimit, and every field named
+// RateLimit-* or X-RateLimit-* (in any case), including vendor ones such
+// as X-RateLimit-Reset-After or RateLimit-Reason. Vendor fields of other
+// names (anthropic-ratelimit-*, X-Shopify-Shop-Api-Call-Limit) and
+// Retry-After are left alone.
+func StripHeaders(h http.Header) {
+	for k := range h {
+		lk := strings.ToLower(k)
+		if lk == "ratelimit" || strings.HasPrefix(lk, "ratelimit-") || strings.HasPrefix(lk, "x-ratelimit-") {
+			delete(h, k)
+		}
+	}
+}
+
+// SetRetryAfter sets Retry-After to d in delay-seconds, rounded up, at
+// least 1.
+func SetRetryAfter(h http.Header, d time.Duration) {
+	h.Set("Retry-After", strconv.FormatInt(max(ceilSeconds(d), 1), 10))
+}
+
+// ceilSeconds returns d in whole seconds, rounded up, never negative.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(d.Seconds()))
+}
+
+// sfInt clamps n to the range a Structured Field Integer allows, and to
+// non-negative.
+func sfInt(n int64) int64 {
+	return min(max(n, 0), maxSFInteger)
+}
+
+// sfString returns s with every byte a Structured Field String cannot hold
+// (outside printable ASCII) replaced by "_".
+func sfString(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			b := []byte(s)
+			for j := range b {
+				if b[j] < 0x20 || b[j] > 0x7e {
+					b[j] = '_'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}

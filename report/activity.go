@@ -1,0 +1,33 @@
+package report
+
+import (
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/state"
+)
+
+// Activity is one attempt (or one call answered without an attempt) as
+// the activity resource, REST's GET /v1/activity and the CLI show it.
+type Activity struct {
+	ID        int64  `json:"id"`
+	At        string `json:"at"`
+	Call      string `json:"call"`
+	Attempt   int    `json:"attempt"`
+	Key       string `json:"key"`
+	Caller    string `json:"caller"`
+	Transport string `json:"transport"`
+	Method    string `json:"method"`
+	Target    string `json:"target"`
+	State     string `json:"state" jsonschema:"admitted, confirmed, accepted, rejected_upstream, failed, rejected_local, cached or interrupted"`
+	Status    int    `json:"status,omitempty"`
+	WaitMS    int64  `json:"wait_ms"`
+	Probe     bool   `json:"probe,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// NewActivity renders a.
+func NewActivity(a state.Attempt) Activity {
+	return Activity{ID: a.ID, At: a.At.UTC().Format(time.RFC3339Nano), Call: a.CallID, Attempt: a.Attempt, Key: a.Key,
+		Caller: a.Caller, Transport: a.Transport, Method: a.Method, Target: a.Target, State: a.State, Status: a.Status,
+		WaitMS: a.Wait.Milliseconds(), Probe: a.Probe, Reason: a.Reason}
+}

@@ -1,0 +1,189 @@
+// Package report renders what mcp-quota knows about a key's quota in the
+// one shape every surface shares: the fetch tool's quota and advice, the
+// quota_status tool, REST's GET /v1/quota and `mcp-quota status --json`.
+// Durations are whole seconds (rounded up), times RFC 3339 in UTC.
+package report
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer"
+)
+
+// Quota is the budget that binds a key: its tightest policy.
+type Quota struct {
+	Key        string `json:"key" jsonschema:"the key the call went through"`
+	Policy     string `json:"policy" jsonschema:"the policy closest to exhaustion; empty when none is known"`
+	Limit      int64  `json:"limit" jsonschema:"the policy's quota per window (q); 0 when unknown"`
+	Remaining  int64  `json:"remaining" jsonschema:"calls left now, after every caller sharing the key; -1 when unknown. A hint, not a grant"`
+	ResetS     int64  `json:"reset_s" jsonschema:"seconds until the effective window ends (not a refill time)"`
+	WindowS    int64  `json:"window_s" jsonschema:"the policy's window in seconds (w); 0 when unknown"`
+	Source     string `json:"source" jsonschema:"local (a documented policy counted by mcp-quota) or the header shape the upstream used"`
+	ObservedAt string `json:"observed_at,omitempty" jsonschema:"when the upstream said it (RFC 3339)"`
+}
+
+// Advice is what a caller should do next.
+type Advice struct {
+	Action      string `json:"action" jsonschema:"continue, slow_down or pause"`
+	RetryAfterS int64  `json:"retry_after_s" jsonschema:"for pause: wait at least this many seconds before the next call"`
+	Reason      string `json:"reason" jsonschema:"one plain sentence saying why"`
+}
+
+// NewQuota renders the tightest budget b of key (b may be nil).
+func NewQuota(key string, b *pacer.Budget) Quota {
+	q := Quota{Key: key, Remaining: -1, Source: "none"}
+	if b == nil {
+		return q
+	}
+	q.Policy, q.Limit, q.Remaining, q.Source = b.Policy, b.Limit, b.Remaining, b.Source
+	q.ResetS, q.WindowS = Seconds(b.Reset), Seconds(b.Window)
+	if !b.Observed.IsZero() {
+		q.ObservedAt = b.Observed.UTC().Format(time.RFC3339)
+	}
+	return q
+}
+
+// NewAdvice renders a.
+func NewAdvice(a pacer.Advice) Advice {
+	return Advice{Action: string(a.Action), RetryAfterS: Seconds(a.RetryAfter), Reason: a.Reason}
+}
+
+// Seconds rounds d up to whole seconds; never negative.
+func Seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(d.Seconds()))
+}
+
+// Status is everything known about the keys a caller may use.
+type Status struct {
+	Keys   []KeyStatus `json:"keys" jsonschema:"one entry per key"`
+	Advice Advice      `json:"advice" jsonschema:"the advice for the most constrained key"`
+}
+
+// KeyStatus is one key's budget, for planning.
+type KeyStatus struct {
+	Key          string        `json:"key"`
+	Credential   string        `json:"credential" jsonschema:"ok, or why the key's credential is unavailable"`
+	Local        []Local       `json:"local" jsonschema:"the documented policies, counted over every caller and process sharing the key"`
+	Upstream     []Upstream    `json:"upstream" jsonschema:"every policy the upstream announced or a refusal revealed"`
+	RetryAfter   *Gate         `json:"retry_after,omitempty" jsonschema:"the gate nothing passes before, when one is closed"`
+	Reservations []Reservation `json:"reservations,omitempty"`
+	Warnings     []string      `json:"warnings,omitempty" jsonschema:"raised in the last hour: hidden limits, abnormal usage, an open circuit"`
+	InFlight     int           `json:"in_flight"`
+	Quota        Quota         `json:"quota" jsonschema:"the tightest budget"`
+	Advice       Advice        `json:"advice"`
+}
+
+// Local is a documented policy's shared local budget.
+type Local struct {
+	Policy    string `json:"policy"`
+	Limit     int64  `json:"limit"`
+	Used      int64  `json:"used" jsonschema:"calls sent in the current window by every caller"`
+	Remaining int64  `json:"remaining" jsonschema:"calls this caller may still make now"`
+	ResetS    int64  `json:"reset_s" jsonschema:"seconds until the oldest call in the window leaves it"`
+	WindowS   int64  `json:"window_s"`
+}
+
+// Upstream is one policy the upstream announced, with its latest value.
+type Upstream struct {
+	Policy     string `json:"policy"`
+	Unit       string `json:"unit"`
+	Partition  string `json:"partition,omitempty"`
+	Q          int64  `json:"q" jsonschema:"quota per window; 0 when unknown"`
+	W          int64  `json:"w" jsonschema:"window in seconds; 0 when unknown"`
+	R          int64  `json:"r" jsonschema:"available now, after every send since it was observed; -1 when unknown or expired"`
+	T          int64  `json:"t" jsonschema:"seconds left of the effective window"`
+	ObservedAt string `json:"observed_at"`
+	AgeS       int64  `json:"age_s"`
+	Expired    bool   `json:"expired" jsonschema:"past its effective window: r no longer holds, a probe asks again"`
+	Hidden     bool   `json:"hidden" jsonschema:"never announced: inferred from a refusal and enforced locally"`
+	Source     string `json:"source"`
+}
+
+// Gate is a time before which nothing is sent.
+type Gate struct {
+	Until       string `json:"until"`
+	RetryAfterS int64  `json:"retry_after_s"`
+	Source      string `json:"source" jsonschema:"retry-after, backoff, circuit or abnormal-usage"`
+	Reason      string `json:"reason"`
+}
+
+// Reservation is a share of a key kept for one caller.
+type Reservation struct {
+	Caller string  `json:"caller"`
+	Share  float64 `json:"share"`
+}
+
+// A statuser reports a key's budget: *pacer.Pacer.
+type statuser interface {
+	Status(ctx context.Context, k *keystore.Key, caller string) (pacer.KeyStatus, error)
+}
+
+// Build reports every key in keys as caller meets it, reading only the
+// state file.
+func Build(ctx context.Context, p statuser, keys []*keystore.Key, caller string, now time.Time) (Status, error) {
+	out := Status{Keys: []KeyStatus{}, Advice: Advice{Action: string(pacer.Continue), Reason: "No key is configured."}}
+	worst := -1
+	for _, k := range keys {
+		st, err := p.Status(ctx, k, caller)
+		if err != nil {
+			return out, err
+		}
+		ks := newKeyStatus(k, st, now)
+		out.Keys = append(out.Keys, ks)
+		if rank := severity(ks.Advice.Action); rank > worst {
+			worst = rank
+			out.Advice = ks.Advice
+			if len(keys) > 1 {
+				out.Advice.Reason = fmt.Sprintf("Key '%s': %s", k.Name, ks.Advice.Reason)
+			}
+		}
+	}
+	return out, nil
+}
+
+func severity(action string) int {
+	switch pacer.Action(action) {
+	case pacer.Pause:
+		return 2
+	case pacer.SlowDown:
+		return 1
+	}
+	return 0
+}
+
+func newKeyStatus(k *keystore.Key, st pacer.KeyStatus, now time.Time) KeyStatus {
+	ks := KeyStatus{Key: k.Name, Credential: "ok", Local: []Local{}, Upstream: []Upstream{}, InFlight: st.InFlight,
+		Quota: NewQuota(k.Name, st.Binding), Advice: NewAdvice(st.Advice)}
+	if _, err := k.Credential(); err != nil {
+		ks.Credential = err.Error()
+	}
+	for _, b := range st.Local {
+		ks.Local = append(ks.Local, Local{Policy: b.Policy, Limit: b.Limit, Used: b.Used, Remaining: b.Remaining,
+			ResetS: Seconds(b.Reset), WindowS: Seconds(b.Window)})
+	}
+	for _, b := range st.Upstream {
+		ks.Upstream = append(ks.Upstream, Upstream{Policy: b.Policy, Unit: string(b.Unit), Partition: b.Partition,
+			Q: b.Limit, W: Seconds(b.Window), R: b.Remaining, T: Seconds(b.Reset),
+			ObservedAt: b.Observed.UTC().Format(time.RFC3339), AgeS: int64(now.Sub(b.Observed).Seconds()),
+			Expired: b.Expired, Hidden: b.Hidden, Source: b.Source})
+	}
+	if len(st.Gates) > 0 {
+		g := st.Gates[0] // the latest to open
+		ks.RetryAfter = &Gate{Until: g.Until.UTC().Format(time.RFC3339), RetryAfterS: Seconds(g.Until.Sub(now)),
+			Source: g.Source, Reason: g.Reason}
+	}
+	for _, r := range st.Reserves {
+		ks.Reservations = append(ks.Reservations, Reservation{Caller: r.Caller, Share: r.Share})
+	}
+	for _, w := range st.Warnings {
+		ks.Warnings = append(ks.Warnings, w.Message)
+	}
+	return ks
+}

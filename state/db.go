@@ -1,0 +1,197 @@
+// Package state keeps what mcp-quota knows in one SQLite file: every
+// attempt to reach an upstream (the activity, and the sliding-window log
+// budgets are counted from), every rate-limit observation with its
+// context, the policies seen per key, the gates nothing may pass before,
+// the pacing state of each key, warnings, and the last answer per URL.
+//
+// Several processes on one host may open the same file at once: every
+// read-modify-write runs in one short BEGIN IMMEDIATE transaction, so a
+// budget shared through the file is shared exactly.
+package state
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // the "sqlite" driver
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// A DB is an open state file. It is safe for concurrent use, by several
+// goroutines and by several processes opening the same file.
+type DB struct {
+	w    *sql.DB // one connection: writers queue in Go, not in SQLite's busy loop
+	r    *sql.DB // readers; WAL lets them run beside the writer
+	path string
+}
+
+// Open opens (creating if needed) the state file at path and brings its
+// schema up to date.
+func Open(ctx context.Context, path string) (*DB, error) {
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("state: %w", err)
+		}
+	}
+	// Pragmas go in the DSN: database/sql opens several connections and
+	// each must carry them (modernc.org/sqlite has no default busy timeout).
+	dsn := "file:" + (&url.URL{Path: path}).EscapedPath() +
+		"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate"
+	w, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("state: open %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	r, err := sql.Open("sqlite", dsn+"&_pragma=query_only(1)")
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("state: open %s: %w", path, err)
+	}
+	r.SetMaxOpenConns(4)
+	db := &DB{w: w, r: r, path: path}
+	if err := db.migrate(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("state: %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		db.Close()
+		return nil, fmt.Errorf("state: %w", err)
+	}
+	return db, nil
+}
+
+// Path returns the file the DB was opened from.
+func (db *DB) Path() string { return db.path }
+
+// Close closes the file.
+func (db *DB) Close() error {
+	return errors.Join(db.r.Close(), db.w.Close())
+}
+
+// migrate applies, in order, each embedded migration newer than the
+// file's user_version, each in its own transaction.
+func (db *DB) migrate(ctx context.Context) error {
+	entries, err := fs.ReadDir(migrations, "migrations")
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		version, err := strconv.Atoi(strings.SplitN(name, "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("migration %s: name must start with its version", name)
+		}
+		body, err := migrations.ReadFile("migrations/" + name)
+		if err != nil {
+			return err
+		}
+		err = db.Update(ctx, func(tx *Tx) error {
+			var current int
+			if err := tx.q.QueryRowContext(ctx, "PRAGMA user_version").Scan(&current); err != nil {
+				return err
+			}
+			if current >= version {
+				return nil
+			}
+			if _, err := tx.q.ExecContext(ctx, string(body)); err != nil {
+				return fmt.Errorf("migration %s: %w", name, err)
+			}
+			_, err := tx.q.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", version))
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Update runs fn in one write transaction (BEGIN IMMEDIATE: it holds the
+// file's write lock from its first statement, so a decision read inside it
+// cannot be invalidated by another process). fn's error rolls it back.
+// Keep fn short: every process's writers wait for it.
+func (db *DB) Update(ctx context.Context, fn func(*Tx) error) error {
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("state: begin: %w", err)
+	}
+	defer tx.Rollback()
+	if err := fn(&Tx{q: tx, ctx: ctx}); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("state: commit: %w", err)
+	}
+	return nil
+}
+
+// View runs fn in a read-only snapshot of the file.
+func (db *DB) View(ctx context.Context, fn func(*Tx) error) error {
+	conn, err := db.r.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("state: %w", err)
+	}
+	defer conn.Close()
+	// A deferred transaction, so readers never take the write lock.
+	if _, err := conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
+		return fmt.Errorf("state: begin: %w", err)
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+	return fn(&Tx{q: conn, ctx: ctx})
+}
+
+// IntegrityCheck runs PRAGMA integrity_check and returns its findings; an
+// empty result means the file is sound.
+func (db *DB) IntegrityCheck(ctx context.Context) ([]string, error) {
+	rows, err := db.r.QueryContext(ctx, "PRAGMA integrity_check")
+	if err != nil {
+		return nil, fmt.Errorf("state: %w", err)
+	}
+	defer rows.Close()
+	var problems []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		if s != "ok" {
+			problems = append(problems, s)
+		}
+	}
+	return problems, rows.Err()
+}
+
+// micros converts t to the file's time representation; the zero time is 0.
+func micros(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
+// fromMicros converts back; 0 is the zero time.
+func fromMicros(us int64) time.Time {
+	if us == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(us)
+}

@@ -1,0 +1,470 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/report"
+	"github.com/mcp-quota/mcp-quota/state"
+	"github.com/mcp-quota/mcp-quota/upstream"
+)
+
+// FetchLimits bound the fetch tool. A zero field means its default.
+type FetchLimits struct {
+	DefaultMaxWait   time.Duration // 5 s: how long a call waits for admission unless max_wait_s says otherwise
+	MaxMaxWait       time.Duration // 60 s: the most max_wait_s may ask for
+	DefaultMaxLength int           // 8000 characters of body per result
+	MaxLength        int           // 100000
+	MaxBody          int64         // 8 MiB read from the upstream; the rest is cut
+	LoopWindow       time.Duration // 10 min: identical requests within it are noticed
+	LoopLimit        int           // 5: from the 6th identical unchanged request on, answer from the last answer
+	KeepResponses    int           // 64 answers kept per key for conditional requests
+	PageTTL          time.Duration // 10 min: start_index > 0 pages through a kept answer this young
+}
+
+func (l FetchLimits) withDefaults() FetchLimits {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&l.DefaultMaxWait, 5*time.Second)
+	def(&l.MaxMaxWait, 60*time.Second)
+	def(&l.LoopWindow, 10*time.Minute)
+	def(&l.PageTTL, 10*time.Minute)
+	if l.DefaultMaxLength <= 0 {
+		l.DefaultMaxLength = 8000
+	}
+	if l.MaxLength <= 0 {
+		l.MaxLength = 100000
+	}
+	if l.MaxBody <= 0 {
+		l.MaxBody = 8 << 20
+	}
+	if l.LoopLimit <= 0 {
+		l.LoopLimit = 5
+	}
+	if l.KeepResponses <= 0 {
+		l.KeepResponses = 64
+	}
+	return l
+}
+
+type fetchArgs struct {
+	Key        string            `json:"key,omitempty" jsonschema:"the configured key to call through; may be omitted when exactly one key is configured"`
+	Method     string            `json:"method,omitempty" jsonschema:"HTTP method; default GET. The key's configuration says which methods are open"`
+	Path       string            `json:"path" jsonschema:"path below the key's base URL, e.g. /v1/participants?limit=500; no absolute URLs"`
+	Query      map[string]string `json:"query,omitempty" jsonschema:"query parameters to add"`
+	Headers    map[string]string `json:"headers,omitempty" jsonschema:"request headers; credentials are added by mcp-quota and any you send are dropped"`
+	Body       string            `json:"body,omitempty" jsonschema:"request body, for methods that take one"`
+	MaxWaitS   *float64          `json:"max_wait_s,omitempty" jsonschema:"seconds you are willing to wait for the budget before the call goes (default 5, at most 60); beyond it the answer is pause"`
+	MaxLength  *int              `json:"max_length,omitempty" jsonschema:"characters of body to return (default 8000, at most 100000)"`
+	StartIndex *int              `json:"start_index,omitempty" jsonschema:"character offset to read the body from, to page through a long body (default 0)"`
+}
+
+type fetchResult struct {
+	Key            string            `json:"key" jsonschema:"the key the call went through"`
+	Method         string            `json:"method"`
+	Path           string            `json:"path" jsonschema:"path and query below the key's base URL"`
+	Sent           bool              `json:"sent" jsonschema:"whether a request went upstream for this call"`
+	Status         int               `json:"status" jsonschema:"the upstream's HTTP status; 0 when nothing was sent"`
+	Headers        map[string]string `json:"headers" jsonschema:"selected response headers (never credentials)"`
+	ContentType    string            `json:"content_type"`
+	Body           string            `json:"body" jsonschema:"the body (or the page of it from start_index); described, not shown, when binary"`
+	Truncated      bool              `json:"truncated" jsonschema:"the body continues past this page; read on with start_index=next_start_index"`
+	TotalLength    int               `json:"total_length" jsonschema:"the whole body's length in characters"`
+	NextStartIndex int               `json:"next_start_index,omitempty"`
+	Binary         bool              `json:"binary,omitempty"`
+	NotModified    bool              `json:"not_modified" jsonschema:"the upstream answered 304: the body is the kept copy (a 304 still counts against the quota)"`
+	FromCache      bool              `json:"from_cache" jsonschema:"answered from mcp-quota's kept copy without calling the upstream or spending quota"`
+	Next           *nextCall         `json:"next,omitempty" jsonschema:"the next page, when the answer links one"`
+	Quota          report.Quota      `json:"quota"`
+	Advice         report.Advice     `json:"advice"`
+	Attempts       int               `json:"attempts" jsonschema:"requests sent upstream for this call, retries included"`
+	WaitedS        float64           `json:"waited_s" jsonschema:"seconds spent waiting for the budget"`
+	Warnings       []string          `json:"warnings,omitempty"`
+}
+
+type nextCall struct {
+	Path string `json:"path" jsonschema:"call fetch with this path for the next page"`
+}
+
+func fetchTool(keys *keystore.Store) mcp.Tool {
+	readOnly := true
+	for _, k := range keys.Keys() {
+		readOnly = readOnly && k.ReadOnly()
+	}
+	desc := "Call an HTTP API through a configured key (" + strings.Join(keys.KeyNames(), ", ") + "). " +
+		"mcp-quota adds the credential, waits for the key's shared budget (up to max_wait_s) and returns the answer with quota and advice. " +
+		"When advice.action is pause, do not call again before advice.retry_after_s. Long bodies are paged with start_index."
+	return mcp.NewTool("fetch",
+		mcp.WithDescription(desc),
+		mcp.WithInputSchema[fetchArgs](),
+		mcp.WithOutputSchema[fetchResult](),
+		mcp.WithTitleAnnotation("Quota-aware HTTP fetch"),
+		mcp.WithReadOnlyHintAnnotation(readOnly),
+		mcp.WithDestructiveHintAnnotation(!readOnly),
+		mcp.WithIdempotentHintAnnotation(readOnly),
+		mcp.WithOpenWorldHintAnnotation(true),
+	)
+}
+
+func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	var a fetchArgs
+	if err := req.BindArguments(&a); err != nil {
+		return failure("badArguments", "The arguments are not valid: give path (a string) and optionally key, method, query, headers and body."), nil
+	}
+	lim := d.Fetch.withDefaults()
+	caller := d.caller(ctx)
+	k, err := d.Keys.Key(a.Key)
+	if err != nil {
+		return failure("unknownKey", sentence(err.Error())), nil
+	}
+	if !caller.MayUse(k.Name) {
+		return failure("forbidden", fmt.Sprintf("Caller '%s' may not use key '%s'.", caller.Name, k.Name)), nil
+	}
+	method := strings.ToUpper(a.Method)
+	if method == "" {
+		method = http.MethodGet
+	}
+	if !k.AllowsMethod(method) {
+		return failure("methodNotAllowed", fmt.Sprintf("Key '%s' allows only %s through fetch.", k.Name, strings.Join(k.Methods, ", "))), nil
+	}
+	maxWait := lim.DefaultMaxWait
+	if a.MaxWaitS != nil {
+		if *a.MaxWaitS < 0 {
+			return failure("badArguments", "max_wait_s must be 0 or more seconds."), nil
+		}
+		maxWait = min(time.Duration(*a.MaxWaitS*float64(time.Second)), lim.MaxMaxWait)
+	}
+	maxLen, start := lim.DefaultMaxLength, 0
+	if a.MaxLength != nil {
+		if *a.MaxLength <= 0 {
+			return failure("badArguments", "max_length must be at least 1."), nil
+		}
+		maxLen = min(*a.MaxLength, lim.MaxLength)
+	}
+	if a.StartIndex != nil {
+		if *a.StartIndex < 0 {
+			return failure("badArguments", "start_index must be 0 or more."), nil
+		}
+		start = *a.StartIndex
+	}
+	query := url.Values{}
+	for name, v := range a.Query {
+		query.Set(name, v)
+	}
+	u, err := upstream.Resolve(k.BaseURL, a.Path, query)
+	if err != nil {
+		return failure("badPath", sentence(err.Error())+" Give a path below the key's base URL, like /v1/items?limit=100."), nil
+	}
+	target := upstream.Target(k.BaseURL, u)
+	var body []byte
+	if a.Body != "" {
+		body = []byte(a.Body)
+	}
+	digest := upstream.Digest(method, target, body)
+	header := http.Header{}
+	for name, v := range a.Headers {
+		header.Set(name, v)
+	}
+
+	f := fetchCall{d: d, lim: lim, k: k, caller: caller, method: method, target: target, digest: digest, start: start, maxLen: maxLen}
+	if method == http.MethodGet {
+		if res, ok, err := f.fromKept(ctx, header); err != nil {
+			return nil, err
+		} else if ok {
+			return res, nil
+		}
+	}
+	resp, err := d.Client.Do(ctx, k, upstream.Request{Caller: caller.Name, Transport: d.Transport, Method: method,
+		Path: a.Path, Query: query, Header: header, Body: body, MaxWait: maxWait, Progress: progressSender(ctx, req, k.Name)})
+	if err != nil {
+		return f.failed(err), nil
+	}
+	defer resp.Body.Close()
+	return f.answered(ctx, resp)
+}
+
+// fetchCall is one fetch in progress.
+type fetchCall struct {
+	d       *Deps
+	lim     FetchLimits
+	k       *keystore.Key
+	caller  *keystore.Caller
+	method  string
+	target  string
+	digest  string
+	start   int
+	maxLen  int
+	kept    state.StoredResponse
+	hasKept bool
+	repeats int
+}
+
+// fromKept answers from the kept copy when that is the right thing: a
+// page beyond the first of a body fetched moments ago, or a request
+// repeated past the loop limit whose answer has not been changing. It
+// also arms the conditional request.
+func (f *fetchCall) fromKept(ctx context.Context, header http.Header) (*mcp.CallToolResult, bool, error) {
+	now := f.d.now()
+	err := f.d.DB.View(ctx, func(tx *state.Tx) error {
+		var err error
+		if f.kept, f.hasKept, err = tx.Response(f.k.Name, f.target); err != nil {
+			return err
+		}
+		f.repeats, err = tx.Repeats(f.k.Name, f.digest, now.Add(-f.lim.LoopWindow))
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	if !f.hasKept {
+		return nil, false, nil
+	}
+	switch {
+	case f.start > 0 && now.Sub(f.kept.StoredAt) < f.lim.PageTTL:
+		res, err := f.keptResult(ctx, now, "", fmt.Sprintf("page read from the answer kept %s ago", ago(now.Sub(f.kept.StoredAt))))
+		return res, true, err
+	case f.repeats >= f.lim.LoopLimit && f.kept.Unchanged >= 1:
+		res, err := f.keptResult(ctx, now, f.digest, "loop guard: identical request, unchanged answer")
+		return res, true, err
+	}
+	if header.Get("If-None-Match") == "" && header.Get("If-Modified-Since") == "" {
+		if f.kept.ETag != "" {
+			header.Set("If-None-Match", f.kept.ETag)
+		} else if f.kept.LastModified != "" {
+			header.Set("If-Modified-Since", f.kept.LastModified)
+		}
+	}
+	return nil, false, nil
+}
+
+// keptResult answers from the kept copy, spending nothing, and records
+// that in the activity.
+func (f *fetchCall) keptResult(ctx context.Context, now time.Time, digest, why string) (*mcp.CallToolResult, error) {
+	err := f.d.DB.Update(ctx, func(tx *state.Tx) error {
+		_, err := tx.InsertAttempt(state.Attempt{CallID: "kept", Attempt: 1, Key: f.k.Name, Caller: f.caller.Name,
+			Transport: f.d.Transport, Method: f.method, Target: f.target, Digest: digest, State: state.Cached, Reason: why, At: now})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.d.Pacer.Status(ctx, f.k, f.caller.Name)
+	if err != nil {
+		return nil, err
+	}
+	r := f.result(f.kept.Status, nil, f.kept.ContentType, f.kept.Body, true)
+	r.FromCache = true
+	r.Quota, r.Advice = report.NewQuota(f.k.Name, st.Binding), report.NewAdvice(st.Advice)
+	if digest != "" {
+		r.Advice = loopAdvice(r.Advice, f.repeats+1, f.lim.LoopWindow, true)
+	}
+	return render(r, false), nil
+}
+
+// answered turns the upstream's answer into the tool result, keeping GET
+// answers for conditional requests and the loop guard.
+func (f *fetchCall) answered(ctx context.Context, resp *upstream.Response) (*mcp.CallToolResult, error) {
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, f.lim.MaxBody+1))
+	complete := err == nil && int64(len(raw)) <= f.lim.MaxBody
+	if int64(len(raw)) > f.lim.MaxBody {
+		raw = raw[:f.lim.MaxBody]
+	}
+	ct := resp.Header.Get("Content-Type")
+	notModified := resp.StatusCode == http.StatusNotModified && f.hasKept
+	if notModified {
+		raw, ct, complete = f.kept.Body, f.kept.ContentType, true
+	}
+	unchanged := false
+	if f.method == http.MethodGet && complete && (resp.StatusCode == http.StatusOK || notModified) {
+		sum := upstream.Digest("", "", raw)
+		kept := state.StoredResponse{Key: f.k.Name, Target: f.target, ETag: resp.Header.Get("ETag"),
+			LastModified: resp.Header.Get("Last-Modified"), Status: http.StatusOK, ContentType: ct, Body: raw,
+			Digest: sum, StoredAt: f.d.now()}
+		if notModified {
+			kept.ETag, kept.LastModified = f.kept.ETag, f.kept.LastModified
+		}
+		if f.hasKept && f.kept.Digest == sum {
+			unchanged = true
+			kept.Unchanged = f.kept.Unchanged + 1
+		}
+		if err := f.d.DB.Update(ctx, func(tx *state.Tx) error { return tx.PutResponse(kept, f.lim.KeepResponses) }); err != nil {
+			f.d.Log.Error("keeping an answer failed", "key", f.k.Name, "error", err)
+		}
+	}
+	status := resp.StatusCode
+	if notModified {
+		status = http.StatusNotModified
+	}
+	r := f.result(status, resp.Header, ct, raw, complete)
+	r.Sent, r.NotModified = true, notModified
+	r.Attempts, r.WaitedS = resp.Attempts, resp.Waited.Seconds()
+	r.Quota, r.Advice = report.NewQuota(f.k.Name, resp.Result.Binding), report.NewAdvice(resp.Result.Advice)
+	if f.repeats > 0 && unchanged {
+		r.Advice = loopAdvice(r.Advice, f.repeats+1, f.lim.LoopWindow, false)
+	}
+	r.Warnings = resp.Result.Warnings
+	for _, w := range resp.Result.Warnings {
+		f.d.warn(ctx, w)
+	}
+	r.Next = nextPage(resp.Header, f.k)
+	return render(r, false), nil
+}
+
+// result builds the parts of a result every path shares.
+func (f *fetchCall) result(status int, h http.Header, ct string, raw []byte, complete bool) fetchResult {
+	pg := page(raw, ct, f.start, f.maxLen, complete)
+	return fetchResult{Key: f.k.Name, Method: f.method, Path: f.target, Status: status, Headers: selectHeaders(h),
+		ContentType: ct, Body: pg.body, Truncated: pg.truncated, TotalLength: pg.total, NextStartIndex: pg.next, Binary: pg.binary}
+}
+
+// failed turns a call that got no answer into an isError result an agent
+// can act on.
+func (f *fetchCall) failed(err error) *mcp.CallToolResult {
+	var pe *pacer.PauseError
+	var pathErr *upstream.PathError
+	switch {
+	case errors.As(err, &pe):
+		r := fetchResult{Key: f.k.Name, Method: f.method, Path: f.target, Headers: map[string]string{},
+			Quota: report.NewQuota(f.k.Name, pe.Binding),
+			Advice: report.Advice{Action: string(pacer.Pause), RetryAfterS: report.Seconds(pe.RetryAfter),
+				Reason: fmt.Sprintf("Paused: key '%s': %s; nothing was sent. Call again after %d s, or use quota_status.",
+					f.k.Name, pe.Reason, report.Seconds(pe.RetryAfter))}}
+		return render(r, true)
+	case errors.As(err, &pathErr):
+		return failure("badPath", sentence(err.Error()))
+	case errors.Is(err, keystore.ErrNoCredential):
+		return failure("noCredential", sentence(err.Error())+" Ask the user to set it and restart mcp-quota.")
+	case errors.Is(err, upstream.ErrForbiddenAddress):
+		return failure("forbiddenAddress", sentence(err.Error()))
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return failure("cancelled", "The call was cancelled before an answer came.")
+	case errors.Is(err, upstream.ErrUnreachable):
+		return failure("upstreamUnavailable", sentence(err.Error())+" Try again later.")
+	}
+	return failure("failed", sentence(err.Error()))
+}
+
+// loopAdvice adds the loop guard's word to a.
+func loopAdvice(a report.Advice, n int, window time.Duration, fromKept bool) report.Advice {
+	msg := fmt.Sprintf("You made this same request %d times in %s and the answer did not change", n, ago(window))
+	if fromKept {
+		msg += "; this answer is mcp-quota's kept copy and spent no quota"
+	}
+	msg += ". Instead of repeating it: ask for large pages (limit=500), sync with updatedSince, or use webhooks for what just happened."
+	if a.Action == string(pacer.Continue) {
+		a.Action = string(pacer.SlowDown)
+		a.Reason = msg
+	} else {
+		a.Reason = msg + " " + a.Reason
+	}
+	return a
+}
+
+// progressSender returns a Progress func that sends MCP progress
+// notifications, or nil when the client asked for none.
+func progressSender(ctx context.Context, req mcp.CallToolRequest, key string) func(pacer.Progress) {
+	m := req.Params.Meta
+	s := server.ServerFromContext(ctx)
+	if m == nil || m.ProgressToken == nil || s == nil {
+		return nil
+	}
+	return func(p pacer.Progress) {
+		_ = s.SendNotificationToClient(ctx, "notifications/progress", map[string]any{
+			"progressToken": m.ProgressToken,
+			"progress":      p.Waited.Seconds(),
+			"total":         p.Total.Seconds(),
+			"message":       fmt.Sprintf("waiting for key '%s' (%.0f s of about %.0f s): %s", key, p.Waited.Seconds(), p.Total.Seconds(), p.Reason),
+		})
+	}
+}
+
+// shownHeaders are the response headers a result shows.
+var shownHeaders = []string{"Content-Type", "Content-Length", "Content-Encoding", "ETag", "Last-Modified", "Cache-Control",
+	"Date", "Link", "Location", "Retry-After", "Age"}
+
+func selectHeaders(h http.Header) map[string]string {
+	out := map[string]string{}
+	for _, name := range shownHeaders {
+		if v := h.Values(name); len(v) > 0 {
+			out[name] = strings.Join(v, ", ")
+		}
+	}
+	return out
+}
+
+// nextPage returns the next call when the answer links a next page below
+// the key's base URL.
+func nextPage(h http.Header, k *keystore.Key) *nextCall {
+	for _, link := range h.Values("Link") {
+		for _, part := range strings.Split(link, ",") {
+			ref, params, ok := strings.Cut(strings.TrimSpace(part), ";")
+			if !ok || !strings.HasPrefix(ref, "<") || !strings.HasSuffix(ref, ">") || !relNext(params) {
+				continue
+			}
+			u, err := k.BaseURL.Parse(strings.Trim(ref, "<>"))
+			if err != nil || u.Host != k.BaseURL.Host || !strings.HasPrefix(u.Path, k.BaseURL.Path) {
+				continue
+			}
+			return &nextCall{Path: upstream.Target(k.BaseURL, u)}
+		}
+	}
+	return nil
+}
+
+func relNext(params string) bool {
+	for _, p := range strings.Split(params, ";") {
+		name, v, _ := strings.Cut(strings.TrimSpace(p), "=")
+		if strings.EqualFold(name, "rel") {
+			for _, r := range strings.Fields(strings.Trim(v, `"`)) {
+				if strings.EqualFold(r, "next") {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func isJSON(ct string) bool {
+	mt, _, _ := mime.ParseMediaType(ct)
+	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+}
+
+func ago(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%d s", int(d.Seconds()))
+	case d < 2*time.Hour:
+		return fmt.Sprintf("%d min", int(d.Minutes()))
+	}
+	return fmt.Sprintf("%.1f h", d.Hours())
+}
+
+// sentence capitalises s and ends it with a full stop.
+func sentence(s string) string {
+	if s == "" {
+		return s
+	}
+	if s[0] >= 'a' && s[0] <= 'z' {
+		s = string(s[0]-'a'+'A') + s[1:]
+	}
+	if !strings.HasSuffix(s, ".") {
+		s += "."
+	}
+	return s
+}

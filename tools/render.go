@@ -1,0 +1,148 @@
+package tools
+
+import (
+	"fmt"
+	"mime"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcp-quota/mcp-quota/pacer"
+)
+
+// bodyPage is the part of a body a result shows.
+type bodyPage struct {
+	body      string
+	truncated bool
+	total     int // characters in the whole body
+	next      int // start_index of the next page; 0 when there is none
+	binary    bool
+}
+
+// page cuts the page [start, start+maxLen) characters out of raw. Binary
+// content is described, not shown. A cut body ends with a marker saying
+// where to read on; complete is false when raw itself was cut short.
+func page(raw []byte, contentType string, start, maxLen int, complete bool) bodyPage {
+	if len(raw) == 0 {
+		return bodyPage{}
+	}
+	if binary(raw, contentType) {
+		mt, _, _ := mime.ParseMediaType(contentType)
+		if mt == "" {
+			mt = "unknown type"
+		}
+		return bodyPage{binary: true, total: len(raw),
+			body: fmt.Sprintf("[binary content: %s, %d bytes; not shown]", mt, len(raw))}
+	}
+	text := string(raw)
+	total := utf8.RuneCountInString(text)
+	if start >= total {
+		return bodyPage{total: total, body: fmt.Sprintf("[no more content: the body has %d characters]", total)}
+	}
+	// Convert character offsets to byte offsets.
+	from, to, n := len(text), len(text), 0
+	for i := range text {
+		if n == start {
+			from = i
+		}
+		if n == start+maxLen {
+			to = i
+			break
+		}
+		n++
+	}
+	p := bodyPage{body: text[from:to], total: total}
+	if to < len(text) {
+		p.truncated, p.next = true, start+maxLen
+		kind := ""
+		if isJSON(contentType) {
+			kind = " (the JSON is cut: it is not valid on its own)"
+		}
+		p.body += fmt.Sprintf("\n[truncated%s: characters %d to %d of %d shown; call fetch again with start_index=%d to read on]",
+			kind, start, start+maxLen, total, p.next)
+	} else if !complete {
+		p.truncated = true
+		p.body += "\n[truncated: the body was larger than mcp-quota reads; the rest was not fetched]"
+	}
+	return p
+}
+
+// binary reports whether raw is not text: its media type says so, or it
+// is not valid UTF-8.
+func binary(raw []byte, contentType string) bool {
+	mt, _, _ := mime.ParseMediaType(contentType)
+	textual := mt == "" || strings.HasPrefix(mt, "text/") || isJSON(contentType) || strings.HasSuffix(mt, "+xml") ||
+		mt == "application/xml" || mt == "application/javascript" || mt == "application/x-www-form-urlencoded" ||
+		mt == "application/graphql-response+json" || mt == "application/yaml"
+	if !textual {
+		return true
+	}
+	sample := raw
+	if len(sample) > 64<<10 {
+		sample = sample[:64<<10]
+		for len(sample) > 0 && !utf8.RuneStart(sample[len(sample)-1]) {
+			sample = sample[:len(sample)-1]
+		}
+		if len(sample) > 0 {
+			sample = sample[:len(sample)-1] // the last rune may be cut
+		}
+	}
+	return !utf8.Valid(sample)
+}
+
+// render turns a fetch result into the tool result: everything in
+// structuredContent (some clients show the model only that), and a short
+// text rendering that starts with the advice when it is not continue.
+func render(r fetchResult, isError bool) *mcp.CallToolResult {
+	var b strings.Builder
+	switch pacer.Action(r.Advice.Action) {
+	case pacer.Pause:
+		if !strings.HasPrefix(r.Advice.Reason, "Paused") {
+			b.WriteString("Paused: ")
+		}
+		b.WriteString(r.Advice.Reason + "\n")
+	case pacer.SlowDown:
+		b.WriteString("Slow down: " + r.Advice.Reason + "\n")
+	}
+	if r.Sent || r.FromCache {
+		fmt.Fprintf(&b, "%s %s -> %d %s", r.Method, r.Path, r.Status, http.StatusText(r.Status))
+		switch {
+		case r.FromCache:
+			b.WriteString(" (from mcp-quota's kept copy; no quota spent)")
+		case r.NotModified:
+			b.WriteString(" (not modified: the kept copy is shown; a 304 still counts)")
+		}
+		if q := r.Quota; q.Remaining >= 0 && q.Policy != "" {
+			fmt.Fprintf(&b, "; %d of %d left for %d s under policy '%s'", q.Remaining, q.Limit, q.ResetS, q.Policy)
+		}
+		b.WriteString("\n")
+		if r.Next != nil {
+			fmt.Fprintf(&b, "Next page: call fetch with path=%q\n", r.Next.Path)
+		}
+		b.WriteString(r.Body)
+	}
+	res := mcp.NewToolResultStructured(r, strings.TrimRight(b.String(), "\n"))
+	res.IsError = isError
+	return res
+}
+
+// toolError is the structured content of a result that failed before
+// anything could be sent.
+type toolError struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// failure is an isError result an agent can act on: a stable code and one
+// sentence, both in structuredContent and in the text.
+func failure(code, message string) *mcp.CallToolResult {
+	var e toolError
+	e.Error.Code, e.Error.Message = code, message
+	res := mcp.NewToolResultStructured(e, message)
+	res.IsError = true
+	return res
+}

@@ -1,0 +1,96 @@
+// Package tools is mcp-quota's MCP face: the fetch tool (call a
+// configured API through a key whose credential the model never sees, at
+// a pace the key's budget allows), the quota_status tool (what is left and
+// when to come back), and a resource per key with its recent activity.
+package tools
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/state"
+	"github.com/mcp-quota/mcp-quota/upstream"
+)
+
+// Instructions tell the model how to use the tools.
+const Instructions = `mcp-quota calls HTTP APIs for you through configured keys whose budgets are shared with other callers.
+Use fetch with a key and a path below the key's base URL; the credential is added for you.
+Every fetch result carries quota (the tightest budget) and advice. When advice.action is "pause", do not call that key again before advice.retry_after_s seconds. When it is "slow_down", space your calls out.
+Call quota_status before a burst of calls, or when unsure what is left. It never spends quota.
+Prefer large pages (limit=500), updatedSince filters and webhooks over repeating the same request.`
+
+// Deps is what the tools need. Every field is required except Log.
+type Deps struct {
+	Keys   *keystore.Store
+	Client *upstream.Client
+	Pacer  *pacer.Pacer
+	DB     *state.DB
+	Log    *slog.Logger
+	// Transport names the MCP transport in the activity: stdio or mcp-http.
+	Transport string
+	// LocalCaller names the caller of requests that carry none (stdio);
+	// empty means "agent".
+	LocalCaller string
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+	// Limits of the fetch tool; zero values mean the documented defaults.
+	Fetch FetchLimits
+}
+
+func (d *Deps) now() time.Time {
+	if d.Now != nil {
+		return d.Now()
+	}
+	return time.Now()
+}
+
+// NewServer returns the MCP server with both tools and the activity
+// resource, schema validation on in both directions.
+func NewServer(d *Deps, version string) *server.MCPServer {
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	hooks := &server.Hooks{}
+	hooks.AddAfterCallTool(explainArguments)
+	s := server.NewMCPServer("mcp-quota", version,
+		server.WithToolCapabilities(false),
+		server.WithResourceCapabilities(false, false),
+		server.WithLogging(),
+		server.WithRecovery(),
+		server.WithInputSchemaValidation(),
+		server.WithOutputSchemaValidation(),
+		server.WithHooks(hooks),
+		server.WithInstructions(Instructions),
+	)
+	s.AddTool(fetchTool(d.Keys), d.fetch)
+	s.AddTool(statusTool(), d.quotaStatus)
+	s.AddResourceTemplate(activityTemplate(), d.readActivity)
+	return s
+}
+
+// caller returns the caller a request comes from. Over HTTP it is the
+// authenticated caller; over stdio, the local user.
+func (d *Deps) caller(ctx context.Context) *keystore.Caller {
+	if c, ok := keystore.CallerFrom(ctx); ok {
+		return c
+	}
+	if d.LocalCaller != "" {
+		return keystore.Local(d.LocalCaller)
+	}
+	return keystore.Local("agent")
+}
+
+// warn sends msg to the client as an MCP logging notification (clients
+// that asked for logs see it) and to the log.
+func (d *Deps) warn(ctx context.Context, msg string) {
+	d.Log.Warn(msg)
+	if s := server.ServerFromContext(ctx); s != nil {
+		_ = s.SendLogMessageToClient(ctx, mcp.NewLoggingMessageNotification(mcp.LoggingLevelWarning, "mcp-quota", msg))
+	}
+}

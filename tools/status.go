@@ -1,0 +1,153 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/report"
+	"github.com/mcp-quota/mcp-quota/state"
+)
+
+type statusArgs struct {
+	Key string `json:"key,omitempty" jsonschema:"a configured key; omit it for every key you may use"`
+}
+
+func statusTool() mcp.Tool {
+	return mcp.NewTool("quota_status",
+		mcp.WithDescription("What is left of each key's budget, per policy, and when to come back. "+
+			"Shows the shared local budget, every policy the upstream announced (q, w, r, t, age), hidden limits, "+
+			"any active Retry-After, reservations, and one line of advice. Reads mcp-quota's state only: it never spends quota."),
+		mcp.WithInputSchema[statusArgs](),
+		mcp.WithOutputSchema[report.Status](),
+		mcp.WithTitleAnnotation("Quota status"),
+		mcp.WithReadOnlyHintAnnotation(true),
+		mcp.WithDestructiveHintAnnotation(false),
+		mcp.WithIdempotentHintAnnotation(true),
+		mcp.WithOpenWorldHintAnnotation(false),
+	)
+}
+
+func (d *Deps) quotaStatus(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	var a statusArgs
+	if err := req.BindArguments(&a); err != nil {
+		return failure("badArguments", "The only argument is key, a string."), nil
+	}
+	keys, res := d.keysFor(ctx, a.Key)
+	if res != nil {
+		return res, nil
+	}
+	st, err := report.Build(ctx, d.Pacer, keys, d.caller(ctx).Name, d.now())
+	if err != nil {
+		return nil, err
+	}
+	return mcp.NewToolResultStructured(st, statusText(st)), nil
+}
+
+// keysFor returns the keys a status request covers: the one named, or
+// every key the caller may use.
+func (d *Deps) keysFor(ctx context.Context, name string) ([]*keystore.Key, *mcp.CallToolResult) {
+	caller := d.caller(ctx)
+	if name != "" {
+		k, err := d.Keys.Key(name)
+		if err != nil {
+			return nil, failure("unknownKey", sentence(err.Error()))
+		}
+		if !caller.MayUse(k.Name) {
+			return nil, failure("forbidden", fmt.Sprintf("Caller '%s' may not use key '%s'.", caller.Name, k.Name))
+		}
+		return []*keystore.Key{k}, nil
+	}
+	var keys []*keystore.Key
+	for _, k := range d.Keys.Keys() {
+		if caller.MayUse(k.Name) {
+			keys = append(keys, k)
+		}
+	}
+	return keys, nil
+}
+
+// statusText is the short text rendering of a status.
+func statusText(st report.Status) string {
+	var b strings.Builder
+	b.WriteString(st.Advice.Reason + "\n")
+	for _, k := range st.Keys {
+		fmt.Fprintf(&b, "key %s: %s", k.Key, k.Advice.Reason)
+		if k.Credential != "ok" {
+			fmt.Fprintf(&b, " (credential: %s)", k.Credential)
+		}
+		b.WriteString("\n")
+		for _, l := range k.Local {
+			fmt.Fprintf(&b, "  local %s: %d of %d left (%d used), window %d s, oldest leaves in %d s\n",
+				l.Policy, l.Remaining, l.Limit, l.Used, l.WindowS, l.ResetS)
+		}
+		for _, u := range k.Upstream {
+			state := fmt.Sprintf("r=%d t=%d", u.R, u.T)
+			if u.Expired {
+				state = "expired"
+			}
+			fmt.Fprintf(&b, "  upstream %s (%s%s): q=%d w=%d %s, %d s old, from %s%s\n", u.Policy, u.Unit,
+				partition(u.Partition), u.Q, u.W, state, u.AgeS, u.Source, flag(u.Hidden, ", hidden"))
+		}
+		if g := k.RetryAfter; g != nil {
+			fmt.Fprintf(&b, "  closed for %d s (%s): %s\n", g.RetryAfterS, g.Source, g.Reason)
+		}
+		for _, w := range k.Warnings {
+			fmt.Fprintf(&b, "  warning: %s\n", w)
+		}
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+func partition(p string) string {
+	if p == "" {
+		return ""
+	}
+	return ", partition " + p
+}
+
+func flag(on bool, s string) string {
+	if on {
+		return s
+	}
+	return ""
+}
+
+func activityTemplate() mcp.ResourceTemplate {
+	return mcp.NewResourceTemplate("quota://activity/{key}", "Key activity",
+		mcp.WithTemplateDescription("The latest 100 attempts through a key: caller, transport, state, status, wait and reason, newest first."),
+		mcp.WithTemplateMIMEType("application/json"))
+}
+
+func (d *Deps) readActivity(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+	name := strings.TrimPrefix(req.Params.URI, "quota://activity/")
+	k, err := d.Keys.Key(name)
+	if err != nil {
+		return nil, err
+	}
+	if !d.caller(ctx).MayUse(k.Name) {
+		return nil, fmt.Errorf("caller may not use key '%s'", k.Name)
+	}
+	var list []state.Attempt
+	err = d.DB.View(ctx, func(tx *state.Tx) error {
+		var err error
+		list, err = tx.Activity(state.ActivityFilter{Key: k.Name, Limit: 100})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	entries := make([]report.Activity, 0, len(list))
+	for _, a := range list {
+		entries = append(entries, report.NewActivity(a))
+	}
+	b, err := json.MarshalIndent(entries, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return []mcp.ResourceContents{mcp.TextResourceContents{URI: req.Params.URI, MIMEType: "application/json", Text: string(b)}}, nil
+}

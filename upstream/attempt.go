@@ -1,0 +1,151 @@
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+)
+
+// peekLimit is how much of an answer's body is read for signals (problem
+// details, GraphQL throttling); the rest streams on untouched.
+const peekLimit = 64 << 10
+
+// attempts is the RoundTripper every attempt of a call goes through: the
+// pacer admits it, the credential goes on, the signals come off, and the
+// attempt is recorded. Retries and redirects pass through it again, so each
+// is admitted and counted on its own.
+type attempts struct {
+	client *Client
+}
+
+func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
+	cs, _ := req.Context().Value(callKey{}).(*call)
+	if cs == nil {
+		closeBody(req)
+		return nil, errors.New("upstream: request without a call")
+	}
+	c, k := a.client, cs.key
+	cs.attempts++
+	remaining := cs.req.MaxWait - c.now().Sub(cs.start)
+	t, err := c.pacer.Admit(req.Context(), pacer.Call{Key: k, Caller: cs.req.Caller, Transport: cs.req.Transport,
+		Method: cs.method, Target: Target(k.BaseURL, req.URL), Digest: cs.digest, CallID: cs.id, Attempt: cs.attempts,
+		MaxWait: max(remaining, 0), Progress: cs.req.Progress})
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	cs.waited += t.Waited
+
+	out := req.Clone(req.Context())
+	if err := authorize(out, k); err != nil {
+		closeBody(req)
+		c.done(req.Context(), cs, t, pacer.Outcome{SentAt: c.now(), Err: err}, nil)
+		return nil, err
+	}
+	sentAt := c.now()
+	resp, err := a.transport(k).RoundTrip(out)
+	if err != nil {
+		c.done(req.Context(), cs, t, pacer.Outcome{SentAt: sentAt, Err: err}, nil)
+		return nil, err
+	}
+	answeredAt := c.now()
+	rr := ratelimit.Response{Status: resp.StatusCode, Header: resp.Header}
+	if wantsBody(resp, k.Profile) {
+		prefix, err := io.ReadAll(io.LimitReader(resp.Body, peekLimit))
+		if err == nil || len(prefix) > 0 {
+			rr.Body = prefix
+			resp.Body = readCloser{io.MultiReader(bytes.NewReader(prefix), resp.Body), resp.Body}
+		}
+	}
+	reading := ratelimit.Read(k.Profile, rr, answeredAt)
+	c.done(req.Context(), cs, t, pacer.Outcome{SentAt: sentAt, AnsweredAt: answeredAt, Status: resp.StatusCode, Reading: &reading}, &reading)
+	return resp, nil
+}
+
+// done records an attempt's outcome. A failure to record is logged, not
+// returned: the caller still gets the answer the upstream gave.
+func (c *Client) done(ctx context.Context, cs *call, t pacer.Ticket, o pacer.Outcome, rd *ratelimit.Reading) {
+	// Recorded even when the caller has gone: the attempt happened.
+	res, err := c.pacer.Done(context.WithoutCancel(ctx), t, o)
+	if err != nil {
+		c.log.Error("recording an attempt failed", "key", cs.key.Name, "call", cs.id, "error", err)
+	}
+	a := &answer{status: o.Status, result: res}
+	if rd != nil {
+		a.reading = *rd
+	}
+	cs.last = a
+	for _, w := range res.Warnings {
+		c.log.Warn(w, "key", cs.key.Name)
+	}
+}
+
+func (a *attempts) transport(k *keystore.Key) http.RoundTripper {
+	c := a.client
+	if c.Transport != nil {
+		return c.Transport
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.transports[k.Name]
+	if !ok {
+		t = newTransport(k.BaseURL)
+		c.transports[k.Name] = t
+	}
+	return t
+}
+
+// authorize puts k's credential on req — only when req goes to the key's
+// own host over the key's own scheme. Any credential the caller sent was
+// dropped earlier.
+func authorize(req *http.Request, k *keystore.Key) error {
+	if k.Auth.Kind == keystore.AuthNone || req.URL.Host != k.BaseURL.Host || req.URL.Scheme != k.BaseURL.Scheme {
+		return nil
+	}
+	s, err := k.Credential()
+	if err != nil {
+		return err
+	}
+	switch k.Auth.Kind {
+	case keystore.AuthBearer:
+		req.Header.Set("Authorization", "Bearer "+s.Reveal())
+	case keystore.AuthHeader:
+		req.Header.Set(k.Auth.Name, s.Reveal())
+	case keystore.AuthQuery:
+		u := *req.URL
+		q := u.Query()
+		q.Set(k.Auth.Name, s.Reveal())
+		u.RawQuery = q.Encode()
+		req.URL = &u
+	}
+	return nil
+}
+
+// wantsBody reports whether signals may hide in the body: problem details
+// and error bodies on refusals, GraphQL throttling on 200s for the
+// profiles that read it.
+func wantsBody(resp *http.Response, p ratelimit.Profile) bool {
+	if resp.StatusCode >= 400 {
+		return true
+	}
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	return (p == ratelimit.GitHub || p == ratelimit.Shopify) && (mt == "application/json" || mt == "application/graphql-response+json")
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}

@@ -1,0 +1,318 @@
+// Package upstream is the HTTP layer both transports share: it resolves a
+// caller's path below a key's base URL (and nowhere else), has the pacer
+// admit every attempt, injects the key's credential on the way out, sends
+// through go-retryablehttp (whose retry decisions delegate to the pacer),
+// reads each answer's rate-limit signals, and records the attempt and
+// what the upstream said.
+package upstream
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-retryablehttp"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+)
+
+// Errors of the upstream side; check them with errors.Is.
+var (
+	// ErrMethod reports a method the key does not allow.
+	ErrMethod = errors.New("method not allowed")
+	// ErrUnreachable reports an upstream that could not be reached.
+	ErrUnreachable = errors.New("upstream unreachable")
+)
+
+// MaxRetries is how many times a call is retried after a refusal or a
+// failure, when the pacer's wait fits in what the caller will wait.
+const MaxRetries = 3
+
+// A Client sends calls for every configured key. Create it with New. It
+// is safe for concurrent use.
+type Client struct {
+	pacer *pacer.Pacer
+	log   *slog.Logger
+
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+	// Transport, when set, carries every attempt instead of the guarded
+	// per-key transports (tests that fake the upstream).
+	Transport http.RoundTripper
+
+	mu         sync.Mutex
+	transports map[string]http.RoundTripper
+}
+
+// New returns a Client whose calls p admits. log may be nil.
+func New(p *pacer.Pacer, log *slog.Logger) *Client {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Client{pacer: p, log: log, transports: map[string]http.RoundTripper{}}
+}
+
+func (c *Client) now() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
+}
+
+// A Request is one call a caller wants made through a key.
+type Request struct {
+	Caller    string
+	Transport string // stdio, mcp-http, rest
+	Method    string // "" means GET
+	Path      string // below the key's base URL; may carry a query
+	Query     url.Values
+	Header    http.Header // end-to-end headers to forward; credentials and hop-by-hop fields are dropped
+	// Body is the request body: a []byte (which retries can resend) or an
+	// io.Reader (streamed once; such a call is never retried).
+	Body          any
+	ContentLength int64 // of a streamed Body; -1 when unknown
+	// MaxWait is how long the caller will wait, in all, for admission.
+	MaxWait  time.Duration
+	Progress func(pacer.Progress)
+	// AllMethods lets the call use any method; otherwise the key's
+	// Methods (those open to MCP callers) apply.
+	AllMethods bool
+}
+
+// A Response is the upstream's answer, with what mcp-quota learned from
+// it. The caller must close Body.
+type Response struct {
+	*http.Response
+	CallID   string
+	Attempts int
+	Waited   time.Duration // spent waiting for admission, over all attempts
+	Reading  ratelimit.Reading
+	Result   pacer.Result // the quota that holds after the answer, and the advice
+	Target   string       // what was asked for, credential-free
+}
+
+// Do sends r through key k. It returns a *pacer.PauseError when the call
+// could not be admitted within r.MaxWait (nothing was sent), a
+// *PathError for a path that leaves the base URL, an error wrapping
+// keystore.ErrNoCredential or ErrMethod for calls that cannot be made,
+// and ErrUnreachable when no answer came.
+func (c *Client) Do(ctx context.Context, k *keystore.Key, r Request) (*Response, error) {
+	method := strings.ToUpper(r.Method)
+	if method == "" {
+		method = http.MethodGet
+	}
+	if !r.AllMethods && !k.AllowsMethod(method) {
+		return nil, fmt.Errorf("%w: key '%s' allows %s through MCP", ErrMethod, k.Name, strings.Join(k.Methods, ", "))
+	}
+	if _, err := k.Credential(); err != nil {
+		return nil, fmt.Errorf("key '%s': %w", k.Name, err)
+	}
+	u, err := Resolve(k.BaseURL, r.Path, r.Query)
+	if err != nil {
+		return nil, err
+	}
+	cs := &call{client: c, key: k, req: r, method: method, id: newCallID(), start: c.now(), target: Target(k.BaseURL, u)}
+	var body any
+	switch b := r.Body.(type) {
+	case nil:
+		cs.replayable = true
+	case []byte:
+		body, cs.replayable = b, true
+	case io.Reader:
+		used := false
+		body = retryablehttp.ReaderFunc(func() (io.Reader, error) {
+			if used {
+				return nil, errors.New("a streamed body cannot be sent twice")
+			}
+			used = true
+			return b, nil
+		})
+	default:
+		return nil, fmt.Errorf("upstream: unsupported body type %T", r.Body)
+	}
+	cs.digest = Digest(method, cs.target, r.Body)
+	req, err := retryablehttp.NewRequestWithContext(context.WithValue(ctx, callKey{}, cs), method, u.String(), body)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: %w", err)
+	}
+	if rd, ok := r.Body.(io.Reader); ok && rd != nil && r.ContentLength >= 0 {
+		req.ContentLength = r.ContentLength
+	}
+	copyEndToEnd(req.Header, r.Header, k)
+	rc := &retryablehttp.Client{
+		HTTPClient: &http.Client{Transport: &attempts{client: c}, CheckRedirect: redirectPolicy(k)},
+		RetryMax:   MaxRetries,
+		CheckRetry: cs.checkRetry,
+		// The pacer waits at admission (gates hold until Retry-After or the
+		// backoff end), so the retry loop itself never sleeps.
+		Backoff:      func(time.Duration, time.Duration, int, *http.Response) time.Duration { return 0 },
+		ErrorHandler: func(resp *http.Response, err error, _ int) (*http.Response, error) { return resp, err },
+		Logger:       c.log,
+	}
+	resp, err := rc.Do(req)
+	if err != nil {
+		var pe *pacer.PauseError
+		var pathErr *PathError
+		switch {
+		case errors.As(err, &pe):
+			return nil, pe
+		case errors.As(err, &pathErr):
+			return nil, pathErr
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case errors.Is(err, ErrForbiddenAddress):
+			return nil, fmt.Errorf("key '%s': %w", k.Name, unwrapURL(err))
+		}
+		return nil, fmt.Errorf("%w: key '%s': %v", ErrUnreachable, k.Name, unwrapURL(err))
+	}
+	out := &Response{Response: resp, CallID: cs.id, Attempts: cs.attempts, Waited: cs.waited, Target: cs.target}
+	if cs.last != nil {
+		out.Reading, out.Result = cs.last.reading, cs.last.result
+	}
+	return out, nil
+}
+
+// call is the state of one call across its attempts. Its attempts run
+// one after another, so it needs no lock.
+type call struct {
+	client     *Client
+	key        *keystore.Key
+	req        Request
+	method     string
+	id         string
+	target     string
+	digest     string
+	start      time.Time
+	replayable bool
+	attempts   int
+	waited     time.Duration
+	last       *answer
+}
+
+// answer is what one attempt brought back.
+type answer struct {
+	status  int
+	reading ratelimit.Reading
+	result  pacer.Result
+}
+
+type callKey struct{}
+
+// checkRetry is the retry policy: retry a refusal or a failure only when
+// the call can be resent (idempotent method, replayable body), the
+// upstream did not say not to, and the pacer's wait still fits in what the
+// caller will wait. Everything else goes back to the caller as it came.
+func (cs *call) checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	if err != nil {
+		var pe *pacer.PauseError
+		if errors.As(err, &pe) || errors.Is(err, ErrForbiddenAddress) || errors.As(err, new(*PathError)) {
+			return false, err
+		}
+	}
+	if !cs.replayable || !idempotent(cs.method) || cs.last == nil {
+		return false, err
+	}
+	a := cs.last
+	trouble := err != nil || a.reading.Throttled || a.status == http.StatusTooManyRequests ||
+		a.status == http.StatusBadGateway || a.status == http.StatusServiceUnavailable || a.status == http.StatusGatewayTimeout
+	if !trouble || a.result.DoNotRetry {
+		return false, err
+	}
+	if cs.client.now().Sub(cs.start)+a.result.RetryIn > cs.req.MaxWait {
+		return false, err // the caller gets this answer, with the advice to pause
+	}
+	return true, nil
+}
+
+func idempotent(m string) bool {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// redirectPolicy follows redirects only to hosts the key may reach, never
+// from https to http, at most 5 times; any other redirect is returned to
+// the caller as it came, and no credential leaves.
+func redirectPolicy(k *keystore.Key) func(*http.Request, []*http.Request) error {
+	return func(req *http.Request, via []*http.Request) error {
+		if len(via) >= 5 || !k.AllowsHost(req.URL.Host) || (via[0].URL.Scheme == "https" && req.URL.Scheme != "https") {
+			return http.ErrUseLastResponse
+		}
+		return nil
+	}
+}
+
+// hopByHop are the fields a proxy never forwards (RFC 9110 §7.6.1), and
+// the ones mcp-quota keeps to itself.
+var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
+	"TE", "Trailer", "Transfer-Encoding", "Upgrade", "Host", "Content-Length",
+	"Authorization", "Cookie", "Prefer", "Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
+
+// copyEndToEnd copies the end-to-end fields of src into dst: no hop-by-hop
+// field, none named by Connection, and no credential of the caller's.
+func copyEndToEnd(dst, src http.Header, k *keystore.Key) {
+	drop := map[string]bool{}
+	for _, h := range hopByHop {
+		drop[http.CanonicalHeaderKey(h)] = true
+	}
+	for _, v := range src.Values("Connection") {
+		for _, f := range strings.Split(v, ",") {
+			drop[http.CanonicalHeaderKey(strings.TrimSpace(f))] = true
+		}
+	}
+	if k.Auth.Kind == keystore.AuthHeader {
+		drop[http.CanonicalHeaderKey(k.Auth.Name)] = true
+	}
+	for name, vs := range src {
+		if drop[http.CanonicalHeaderKey(name)] {
+			continue
+		}
+		for _, v := range vs {
+			dst.Add(name, v)
+		}
+	}
+}
+
+// Digest identifies a request (method, target and a []byte body) for the
+// loop guard; with an empty method and target it identifies a body.
+func Digest(method, target string, body any) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s %s\n", method, target)
+	if b, ok := body.([]byte); ok {
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+func newCallID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// unwrapURL drops net/http's *url.Error wrapping, whose text repeats the
+// method and URL.
+func unwrapURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}

@@ -315,7 +315,7 @@ func (kc keyConfig) key(env Env) (*Key, *ConfigError) {
 			return nil, &ConfigError{Field: fmt.Sprintf("reserve[%d]", j), Msg: "a reserve needs a caller and a share between 0 and 1, e.g. share = 0.2"}
 		}
 		shares += rc.Share
-		k.Reserves = append(k.Reserves, Reserve{Caller: rc.Caller, Share: rc.Share})
+		k.Reserves = append(k.Reserves, Reserve(rc))
 	}
 	if shares >= 1 {
 		return nil, &ConfigError{Field: "reserve", Msg: "reserved shares add up to 1 or more: leave something for the other callers"}

@@ -44,7 +44,7 @@ func explainArguments(_ context.Context, _ any, req *mcp.CallToolRequest, result
 	var problems []string
 	for _, name := range rules.required {
 		if _, ok := args[name]; !ok {
-			problems = append(problems, fmt.Sprintf("%s is required (%s)", name, rules.types[name]))
+			problems = append(problems, fmt.Sprintf("%s is required (%s)", name, article(rules.types[name])))
 		}
 	}
 	names := make([]string, 0, len(args))
@@ -59,7 +59,7 @@ func explainArguments(_ context.Context, _ any, req *mcp.CallToolRequest, result
 			continue
 		}
 		if !hasType(args[name], want) {
-			problems = append(problems, fmt.Sprintf("%s must be a %s", name, want))
+			problems = append(problems, fmt.Sprintf("%s must be %s", name, article(want)))
 		}
 	}
 	if len(problems) == 0 {
@@ -99,4 +99,11 @@ func hasType(raw json.RawMessage, want string) bool {
 		return ok
 	}
 	return true
+}
+
+func article(noun string) string {
+	if strings.ContainsRune("aeiou", rune(noun[0])) {
+		return "an " + noun
+	}
+	return "a " + noun
 }

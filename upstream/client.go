@@ -125,20 +125,17 @@ func (c *Client) Do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 	}
 	cs := &call{client: c, key: k, req: r, method: method, id: newCallID(), start: c.now(), target: Target(k.BaseURL, u)}
 	var body any
+	var stream io.Reader
 	switch b := r.Body.(type) {
 	case nil:
 		cs.replayable = true
 	case []byte:
 		body, cs.replayable = b, true
 	case io.Reader:
-		used := false
-		body = retryablehttp.ReaderFunc(func() (io.Reader, error) {
-			if used {
-				return nil, errors.New("a streamed body cannot be sent twice")
-			}
-			used = true
-			return b, nil
-		})
+		// Sent once, as it comes: retryablehttp would read a ReaderFunc
+		// ahead to learn its length, so the stream goes on the request
+		// itself, and the call is never retried.
+		stream = b
 	default:
 		return nil, fmt.Errorf("upstream: unsupported body type %T", r.Body)
 	}
@@ -147,8 +144,12 @@ func (c *Client) Do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 	if err != nil {
 		return nil, fmt.Errorf("upstream: %w", err)
 	}
-	if rd, ok := r.Body.(io.Reader); ok && rd != nil && r.ContentLength >= 0 {
-		req.ContentLength = r.ContentLength
+	if stream != nil {
+		rc, ok := stream.(io.ReadCloser)
+		if !ok {
+			rc = io.NopCloser(stream)
+		}
+		req.Body, req.ContentLength = rc, r.ContentLength
 	}
 	copyEndToEnd(req.Header, r.Header, k)
 	rc := &retryablehttp.Client{

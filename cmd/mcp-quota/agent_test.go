@@ -1,0 +1,306 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-quota/mcp-quota/demo"
+)
+
+const defaultPolicy = `name = "default"
+  quota = 120
+  window = "60s"`
+
+// TestToolBadInput: every mistake an agent can make gets an isError result
+// with a stable code and a sentence it can act on; nothing crashes and no
+// secret shows.
+func TestToolBadInput(t *testing.T) {
+	_, url := upstreamAPI(t, demo.Config{})
+	s := newSetup(t, url, defaultPolicy, "")
+	// A second key whose credential's variable is not set.
+	cfg := `
+
+[[keys]]
+name = "nosecret"
+base_url = "` + url + `"
+secret_env = "UNSET_VARIABLE_FOR_TEST"
+`
+	appendFile(t, s.config, cfg)
+	sess := s.stdioSession(t, nil)
+	tests := []struct {
+		name string
+		args map[string]any
+		code string
+		says string
+	}{
+		{"unknown key", map[string]any{"key": "nope", "path": "/v1/participants"}, "unknownKey", `configured keys are demo, nosecret`},
+		{"no key with two configured", map[string]any{"path": "/v1/participants"}, "unknownKey", "name one of demo, nosecret"},
+		{"dot-dot", map[string]any{"key": "demo", "path": "/v1/../../etc/passwd"}, "badPath", "'..' segments are not allowed"},
+		{"encoded dot-dot", map[string]any{"key": "demo", "path": "/v1/%2e%2e/admin"}, "badPath", "encoded"},
+		{"absolute URL", map[string]any{"key": "demo", "path": "http://169.254.169.254/latest"}, "badPath", "absolute URLs are not allowed"},
+		{"scheme-relative", map[string]any{"key": "demo", "path": "//evil.example/x"}, "badPath", "scheme-relative"},
+		{"userinfo", map[string]any{"key": "demo", "path": "/@evil.example"}, "badPath", "'@'"},
+		{"backslash", map[string]any{"key": "demo", "path": `/v1\..\x`}, "badPath", "backslashes"},
+		{"missing path", map[string]any{"key": "demo"}, "badArguments", "path is required"},
+		{"wrong type", map[string]any{"key": "demo", "path": 5}, "badArguments", "path must be a string"},
+		{"unknown argument", map[string]any{"key": "demo", "path": "/", "url": "http://x"}, "badArguments", "url is not an argument of fetch"},
+		{"query of numbers", map[string]any{"key": "demo", "path": "/", "query": map[string]any{"limit": 5}}, "badArguments", "query must be an object of strings"},
+		{"method not open", map[string]any{"key": "demo", "path": "/v1/participants", "method": "DELETE"}, "methodNotAllowed", "allows only GET, HEAD"},
+		{"negative wait", map[string]any{"key": "demo", "path": "/", "max_wait_s": -1}, "badArguments", "max_wait_s"},
+		{"missing secret", map[string]any{"key": "nosecret", "path": "/v1/participants"}, "noCredential", "UNSET_VARIABLE_FOR_TEST is not set"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, out := call(t, sess, "fetch", tt.args)
+			if !res.IsError {
+				t.Fatalf("result is not an error: %s", text(res))
+			}
+			e, _ := out["error"].(map[string]any)
+			if e == nil || e["code"] != tt.code || !strings.Contains(e["message"].(string), tt.says) {
+				t.Errorf("error = %v, want code %s saying %q", out, tt.code, tt.says)
+			}
+			if !strings.Contains(text(res), tt.says) {
+				t.Errorf("text %q does not say %q", text(res), tt.says)
+			}
+			if strings.Contains(fmt.Sprint(out)+text(res), upstreamSecret) {
+				t.Error("result contains the upstream secret")
+			}
+		})
+	}
+}
+
+// TestWaitWithProgress: a call that must wait for the budget waits (within
+// max_wait_s), sends progress notifications saying what it waits for, and
+// then succeeds.
+func TestWaitWithProgress(t *testing.T) {
+	api, url := upstreamAPI(t, demo.Config{})
+	s := newSetup(t, url, `name = "default"
+  quota = 2
+  window = "3s"`, "")
+	progress := make(chan string, 100)
+	opts := &gomcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *gomcp.ProgressNotificationClientRequest) {
+		select {
+		case progress <- r.Params.Message:
+		default:
+		}
+	}}
+	base, _ := s.serve(t)
+	sess := httpSession(t, base, agentToken, opts)
+	for i := range 2 {
+		if res, _ := call(t, sess, "fetch", map[string]any{"path": fmt.Sprintf("/v1/participants/p-%06d", i+1)}); res.IsError {
+			t.Fatalf("call %d: %s", i, text(res))
+		}
+	}
+	params := &gomcp.CallToolParams{Name: "fetch", Arguments: map[string]any{"path": "/v1/participants/p-000003", "max_wait_s": 10}}
+	params.SetProgressToken("wait-1")
+	start := time.Now()
+	res, err := sess.CallTool(t.Context(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := structured(t, res)
+	if res.IsError || out["status"] != float64(200) {
+		t.Fatalf("the waiting call did not succeed: %s", text(res))
+	}
+	if w := out["waited_s"].(float64); w < 1 {
+		t.Errorf("waited_s = %v after %v; want the wait for the 3 s window", w, time.Since(start))
+	}
+	if got := len(api.Stats(upstreamSecret).Accepted); got != 3 {
+		t.Errorf("upstream accepted %d, want 3", got)
+	}
+	// Notifications are delivered asynchronously: they may arrive after
+	// the result.
+	select {
+	case msg := <-progress:
+		if !strings.Contains(msg, "waiting for key 'demo'") || !strings.Contains(msg, "policy 'default'") {
+			t.Errorf("progress message %q does not say what it waits for", msg)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no progress notification while waiting")
+	}
+}
+
+// TestPauseSendsNothing: when the wait is longer than max_wait_s, the
+// answer is a pause (isError, nothing sent), with the seconds to wait.
+func TestPauseSendsNothing(t *testing.T) {
+	api, url := upstreamAPI(t, demo.Config{})
+	s := newSetup(t, url, `name = "default"
+  quota = 2
+  window = "60s"`, "")
+	sess := s.stdioSession(t, nil)
+	for i := range 2 {
+		call(t, sess, "fetch", map[string]any{"path": fmt.Sprintf("/v1/participants/p-%06d", i+1)})
+	}
+	res, out := call(t, sess, "fetch", map[string]any{"path": "/v1/participants/p-000003", "max_wait_s": 0})
+	if !res.IsError || out["sent"] != false {
+		t.Fatalf("want a pause with nothing sent, got %s", text(res))
+	}
+	a := out["advice"].(map[string]any)
+	if a["action"] != "pause" || a["retry_after_s"].(float64) < 50 {
+		t.Errorf("advice = %v, want pause for about 60 s", a)
+	}
+	first := strings.SplitN(text(res), "\n", 2)[0]
+	if !strings.HasPrefix(first, "Paused: key 'demo'") || !strings.Contains(first, "nothing was sent") || !strings.Contains(first, "quota_status") {
+		t.Errorf("first line %q does not say paused, nothing sent, and what to do", first)
+	}
+	if got := api.Stats(upstreamSecret).Requests; got != 2 {
+		t.Errorf("upstream saw %d requests, want 2: a pause sends nothing", got)
+	}
+}
+
+// TestLoopGuard: 20 identical fetches of an unchanging page stop spending
+// quota, and the results say why and what to do instead.
+func TestLoopGuard(t *testing.T) {
+	api, url := upstreamAPI(t, demo.Config{})
+	s := newSetup(t, url, defaultPolicy, "")
+	sess := s.stdioSession(t, nil)
+	var fromCache, notModified int
+	var last map[string]any
+	for range 20 {
+		res, out := call(t, sess, "fetch", map[string]any{"path": "/v1/participants?limit=10"})
+		if res.IsError {
+			t.Fatalf("fetch: %s", text(res))
+		}
+		if out["from_cache"] == true {
+			fromCache++
+		}
+		if out["not_modified"] == true {
+			notModified++
+		}
+		last = out
+	}
+	spent := len(api.Stats(upstreamSecret).Accepted)
+	if spent > 6 {
+		t.Errorf("20 identical fetches spent %d calls of quota; the loop guard should stop at 6", spent)
+	}
+	if fromCache < 14 {
+		t.Errorf("%d answers came from the kept copy, want at least 14", fromCache)
+	}
+	if notModified == 0 {
+		t.Error("no 304: repeated fetches should be conditional requests")
+	}
+	a := last["advice"].(map[string]any)
+	reason := a["reason"].(string)
+	if a["action"] != "slow_down" || !strings.Contains(reason, "did not change") || !strings.Contains(reason, "updatedSince") || !strings.Contains(reason, "webhooks") {
+		t.Errorf("advice = %v; want slow_down naming the unchanged answer and the better ways", a)
+	}
+	if body := last["body"].(string); !strings.Contains(body, "p-000001") {
+		t.Errorf("the kept answer lost its body: %q", body)
+	}
+}
+
+// TestConditionalRequest: the second fetch of a URL sends If-None-Match,
+// gets a 304 (which counts), and shows the kept body.
+func TestConditionalRequest(t *testing.T) {
+	api, url := upstreamAPI(t, demo.Config{})
+	s := newSetup(t, url, defaultPolicy, "")
+	sess := s.stdioSession(t, nil)
+	_, first := call(t, sess, "fetch", map[string]any{"path": "/v1/participants/p-000042"})
+	res, second := call(t, sess, "fetch", map[string]any{"path": "/v1/participants/p-000042"})
+	if res.IsError || second["not_modified"] != true || second["status"] != float64(304) {
+		t.Fatalf("second fetch = %v; want a 304 answered from the kept body", second)
+	}
+	if second["body"] != first["body"] || !strings.Contains(second["body"].(string), "p-000042") {
+		t.Errorf("304 body %q, want the kept %q", second["body"], first["body"])
+	}
+	if q := second["quota"].(map[string]any); q["remaining"] != float64(118) {
+		t.Errorf("quota after a 304 = %v; a 304 still counts: want 118 remaining", q)
+	}
+	if got := len(api.Stats(upstreamSecret).Accepted); got != 2 {
+		t.Errorf("upstream counted %d calls, want 2", got)
+	}
+}
+
+// TestPagingLargeBody reads a 1 MB body in pages with start_index: the
+// first page fetches, the rest page through the kept copy without
+// spending quota, and together they are the whole body.
+func TestPagingLargeBody(t *testing.T) {
+	api, url := upstreamAPI(t, demo.Config{})
+	s := newSetup(t, url, defaultPolicy, "")
+	sess := s.stdioSession(t, nil)
+	const size = 1 << 20
+	var whole strings.Builder
+	start, pages := 0, 0
+	for {
+		res, out := call(t, sess, "fetch", map[string]any{"path": fmt.Sprintf("/v1/report?bytes=%d", size), "start_index": start, "max_length": 100000})
+		if res.IsError {
+			t.Fatalf("page at %d: %s", start, text(res))
+		}
+		pages++
+		body := out["body"].(string)
+		if out["truncated"] == true {
+			next := int(out["next_start_index"].(float64))
+			marker := strings.LastIndex(body, "\n[truncated")
+			if marker < 0 {
+				t.Fatalf("a cut page has no marker")
+			}
+			whole.WriteString(body[:marker])
+			start = next
+			continue
+		}
+		whole.WriteString(body)
+		if total := int(out["total_length"].(float64)); total != size {
+			t.Errorf("total_length = %d, want %d", total, size)
+		}
+		break
+	}
+	if pages != 11 {
+		t.Errorf("%d pages, want 11 of at most 100000 characters", pages)
+	}
+	if !json.Valid([]byte(whole.String())) || whole.Len() != size {
+		t.Errorf("the pages put together are %d bytes (valid JSON: %v); want the whole %d-byte document", whole.Len(), json.Valid([]byte(whole.String())), size)
+	}
+	if got := len(api.Stats(upstreamSecret).Accepted); got != 1 {
+		t.Errorf("paging spent %d calls, want 1", got)
+	}
+}
+
+// TestHTTPWalls: MCP over HTTP refuses a missing or wrong token and a
+// foreign Origin, on every method.
+func TestHTTPWalls(t *testing.T) {
+	_, url := upstreamAPI(t, demo.Config{})
+	s := newSetup(t, url, defaultPolicy, "")
+	base, _ := s.serve(t)
+	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
+	tests := []struct {
+		name   string
+		method string
+		header map[string]string
+		status int
+	}{
+		{"no token", http.MethodPost, nil, http.StatusUnauthorized},
+		{"wrong token", http.MethodPost, map[string]string{"Authorization": "Bearer not-a-token-of-ours"}, http.StatusUnauthorized},
+		{"foreign origin", http.MethodPost, map[string]string{"Authorization": "Bearer " + agentToken, "Origin": "https://evil.example"}, http.StatusForbidden},
+		{"foreign origin on GET", http.MethodGet, map[string]string{"Authorization": "Bearer " + agentToken, "Origin": "https://evil.example"}, http.StatusForbidden},
+		{"rebinding host", http.MethodPost, map[string]string{"Authorization": "Bearer " + agentToken, "Host": "evil.example"}, http.StatusForbidden},
+		{"good", http.MethodPost, map[string]string{"Authorization": "Bearer " + agentToken}, http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequestWithContext(t.Context(), tt.method, base+"/mcp", strings.NewReader(initialize))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			for k, v := range tt.header {
+				req.Header.Set(k, v)
+			}
+			if h, ok := tt.header["Host"]; ok {
+				req.Host = h
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tt.status {
+				t.Errorf("status = %d, want %d", resp.StatusCode, tt.status)
+			}
+		})
+	}
+}

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-quota/mcp-quota/demo"
+)
+
+// Secrets the end-to-end tests configure; no output may contain them.
+const (
+	upstreamSecret = "upstream-secret-3f9c2a7be41d"
+	agentToken     = "agent-token-7d1e44b0c2a95f13"
+	syncToken      = "sync-token-0a8e3c61f27db490"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// binary builds mcp-quota once per test run and returns its path.
+func binary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "mcp-quota-e2e")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "mcp-quota")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// upstreamAPI starts the demo upstream on loopback, accepting only
+// upstreamSecret.
+func upstreamAPI(t *testing.T, cfg demo.Config) (*demo.API, string) {
+	t.Helper()
+	cfg.Tokens = []string{upstreamSecret}
+	api := demo.New(cfg)
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	return api, srv.URL
+}
+
+// setup is one configuration and state file shared by the processes of a test.
+type setup struct {
+	dir    string
+	config string
+	state  string
+	env    []string
+}
+
+// keyConfig writes a configuration with key "demo" for baseURL and the
+// callers "agent" and "sync". extra is appended to the key's table.
+func newSetup(t *testing.T, baseURL string, policy string, extra string) *setup {
+	t.Helper()
+	dir := t.TempDir()
+	s := &setup{dir: dir, config: filepath.Join(dir, "config.toml"), state: filepath.Join(dir, "state.db"),
+		env: []string{"DEMO_SECRET=" + upstreamSecret, "AGENT_TOKEN=" + agentToken, "SYNC_TOKEN=" + syncToken}}
+	cfg := fmt.Sprintf(`[[keys]]
+name = "demo"
+base_url = %q
+secret_env = "DEMO_SECRET"
+auth = "bearer"
+profile = "ietf"
+%s
+  [[keys.policies]]
+  %s
+
+[[callers]]
+name = "agent"
+token_env = "AGENT_TOKEN"
+keys = ["demo"]
+
+[[callers]]
+name = "sync"
+token_env = "SYNC_TOKEN"
+keys = ["demo"]
+`, baseURL, extra, policy)
+	if err := os.WriteFile(s.config, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (s *setup) getenv(name string) string {
+	for _, kv := range s.env {
+		if k, v, _ := strings.Cut(kv, "="); k == name {
+			return v
+		}
+	}
+	return ""
+}
+
+// command returns mcp-quota with args, the setup's config and state and
+// its environment; stderr is collected in the returned buffer.
+func (s *setup) command(t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer) {
+	t.Helper()
+	args = append(args, "--config", s.config, "--state", s.state)
+	cmd := exec.Command(binary(t), args...)
+	cmd.Env = append(os.Environ(), s.env...)
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	return cmd, &stderr
+}
+
+// stdioSession starts `mcp-quota stdio` and connects the official go-sdk
+// client to it.
+func (s *setup) stdioSession(t *testing.T, opts *gomcp.ClientOptions, args ...string) *gomcp.ClientSession {
+	t.Helper()
+	cmd, stderr := s.command(t, append([]string{"stdio"}, args...)...)
+	client := gomcp.NewClient(&gomcp.Implementation{Name: "e2e", Version: "1"}, opts)
+	sess, err := client.Connect(t.Context(), &gomcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect over stdio: %v\nstderr:\n%s", err, stderr.String())
+	}
+	t.Cleanup(func() {
+		sess.Close()
+		if strings.Contains(stderr.String(), upstreamSecret) {
+			t.Errorf("stdio stderr contains the upstream secret")
+		}
+	})
+	return sess
+}
+
+// serve runs `mcp-quota serve` in this process on a free loopback port
+// and returns its base URL and collected logs.
+func (s *setup) serve(t *testing.T, args ...string) (string, *lockedBuffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	var logs lockedBuffer
+	done := make(chan error, 1)
+	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--config", s.config, "--state", s.state, "--log-level", "debug"}, args...)
+	go func() { done <- run(ctx, args, strings.NewReader(""), pw, &logs, s.getenv); pw.Close() }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	base := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		re := regexp.MustCompile(`(http://127\.0\.0\.1:\d+)/mcp`)
+		sent := false
+		for sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil && !sent {
+				base <- m[1]
+				sent = true
+			}
+		}
+	}()
+	select {
+	case u := <-base:
+		return u, &logs
+	case err := <-done:
+		t.Fatalf("serve ended: %v\n%s", err, logs.String())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("serve did not start\n%s", logs.String())
+	}
+	return "", nil
+}
+
+// httpSession connects the go-sdk client to base/mcp with token.
+func httpSession(t *testing.T, base, token string, opts *gomcp.ClientOptions) *gomcp.ClientSession {
+	t.Helper()
+	hc := &http.Client{Transport: bearer{token, http.DefaultTransport}}
+	client := gomcp.NewClient(&gomcp.Implementation{Name: "e2e", Version: "1"}, opts)
+	sess, err := client.Connect(t.Context(), &gomcp.StreamableClientTransport{Endpoint: base + "/mcp", HTTPClient: hc, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatalf("connect over HTTP: %v", err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	return sess
+}
+
+type bearer struct {
+	token string
+	base  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.base.RoundTrip(r)
+}
+
+// call calls a tool and returns its structured content as a map.
+func call(t *testing.T, sess *gomcp.ClientSession, tool string, args map[string]any) (*gomcp.CallToolResult, map[string]any) {
+	t.Helper()
+	res, err := sess.CallTool(t.Context(), &gomcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s(%v): %v", tool, args, err)
+	}
+	return res, structured(t, res)
+}
+
+func structured(t *testing.T, res *gomcp.CallToolResult) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("structured content %s: %v", b, err)
+	}
+	return m
+}
+
+func text(res *gomcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*gomcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// get sends a REST request as token.
+func get(t *testing.T, url, token string, header ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func appendFile(t *testing.T, path, text string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(text); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,231 @@
+package keystore
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+)
+
+const theSecret = "sk-live-5e3f0a9c7b21d48e"
+
+func env(vars map[string]string) Env {
+	return Env{
+		Getenv: func(k string) string { return vars[k] },
+		ReadFile: func(name string) ([]byte, error) {
+			if v, ok := vars["file:"+name]; ok {
+				return []byte(v), nil
+			}
+			return nil, fmt.Errorf("open %s: no such file", name)
+		},
+	}
+}
+
+const example = `[[keys]]
+name = "example"
+base_url = "https://api.example.com/v2"
+secret_env = "EXAMPLE_API_KEY"
+auth = "header:X-Api-Key"
+profile = "github"
+allow_hosts = ["uploads.example.com"]
+methods = ["get", "POST"]
+max_rate = 5
+max_concurrency = 2
+low_water = 0.2
+  [[keys.policies]]
+  name = "default"
+  quota = 120
+  window = "60s"
+  [[keys.policies]]
+  name = "daily"
+  quota = 5000
+  window = "24h"
+  [[keys.reserve]]
+  caller = "agent"
+  share = 0.2
+
+[[keys]]
+name = "other"
+base_url = "http://127.0.0.1:9000"
+secret_file = "/run/secret"
+
+[[callers]]
+name = "sync"
+token_env = "SYNC_TOKEN"
+keys = ["example"]
+`
+
+func TestParse(t *testing.T) {
+	s, err := Parse([]byte(example), env(map[string]string{
+		"EXAMPLE_API_KEY": theSecret, "SYNC_TOKEN": "tok-0123456789abcdef", "file:/run/secret": "other-secret\n"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := s.Key("example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := k.BaseURL.String(), "https://api.example.com/v2/"; got != want {
+		t.Errorf("base URL = %s, want %s (with its trailing slash)", got, want)
+	}
+	if got, want := k.Auth, (Auth{Kind: AuthHeader, Name: "X-Api-Key"}); got != want {
+		t.Errorf("auth = %+v, want %+v", got, want)
+	}
+	if k.Profile != ratelimit.GitHub {
+		t.Errorf("profile = %q, want github", k.Profile)
+	}
+	want := []Policy{{"default", 120, time.Minute, ratelimit.Requests}, {"daily", 5000, 24 * time.Hour, ratelimit.Requests}}
+	if diff := cmp.Diff(want, k.Policies); diff != "" {
+		t.Errorf("policies (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"GET", "POST"}, k.Methods); diff != "" {
+		t.Errorf("methods (-want +got):\n%s", diff)
+	}
+	if k.MaxRate != 5 || k.MaxConcurrency != 2 || k.LowWater != 0.2 || len(k.Reserves) != 1 {
+		t.Errorf("limits = %v %v %v %v, want 5 2 0.2 and one reserve", k.MaxRate, k.MaxConcurrency, k.LowWater, k.Reserves)
+	}
+	if sec, err := k.Credential(); err != nil || sec.Reveal() != theSecret {
+		t.Errorf("credential = %v, %v", sec, err)
+	}
+	if !k.AllowsHost("UPLOADS.example.com") || !k.AllowsHost("api.example.com") || k.AllowsHost("evil.example") {
+		t.Error("AllowsHost does not follow base_url and allow_hosts")
+	}
+	if k.ReadOnly() {
+		t.Error("a key that allows POST is not read-only")
+	}
+	other, _ := s.Key("other")
+	if sec, _ := other.Credential(); sec.Reveal() != "other-secret" {
+		t.Errorf("secret_file credential = %q, want it trimmed", sec.Reveal())
+	}
+	if other.Auth.Kind != AuthBearer || other.Profile != ratelimit.Generic || !other.ReadOnly() {
+		t.Errorf("defaults: auth %v profile %v read-only %v; want bearer, generic, read-only", other.Auth, other.Profile, other.ReadOnly())
+	}
+	c, ok := s.Authenticate("tok-0123456789abcdef")
+	if !ok || c.Name != "sync" || !c.MayUse("example") || c.MayUse("other") {
+		t.Errorf("Authenticate = %v, %v; want sync, allowed only example", c, ok)
+	}
+	if _, ok := s.Authenticate("tok-0123456789abcdeX"); ok {
+		t.Error("a wrong token authenticated")
+	}
+	if _, ok := s.Authenticate(""); ok {
+		t.Error("an empty token authenticated")
+	}
+}
+
+func TestKeyLookup(t *testing.T) {
+	one, err := Parse([]byte(`[[keys]]
+name = "only"
+base_url = "https://a.example"
+auth = "none"`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, err := one.Key(""); err != nil || k.Name != "only" {
+		t.Errorf(`Key("") with one key = %v, %v; want it`, k, err)
+	}
+	two, err := Parse([]byte(example), env(map[string]string{"SYNC_TOKEN": "tok-0123456789abcdef"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"", "missing"} {
+		if _, err := two.Key(name); !errors.Is(err, ErrUnknownKey) || !strings.Contains(err.Error(), "example, other") {
+			t.Errorf("Key(%q) = %v; want ErrUnknownKey naming the keys", name, err)
+		}
+	}
+	if _, err := (&Store{}).Key(""); !errors.Is(err, ErrUnknownKey) {
+		t.Errorf("Key on an empty store = %v, want ErrUnknownKey", err)
+	}
+}
+
+func TestMissingCredentialIsKept(t *testing.T) {
+	s, err := Parse([]byte(`[[keys]]
+name = "k"
+base_url = "https://a.example"
+secret_env = "NOT_SET"`), env(nil))
+	if err != nil {
+		t.Fatalf("a missing credential must not stop the configuration: %v", err)
+	}
+	k, _ := s.Key("k")
+	if _, err := k.Credential(); !errors.Is(err, ErrNoCredential) || !strings.Contains(err.Error(), "NOT_SET is not set") {
+		t.Errorf("Credential() = %v; want ErrNoCredential naming the variable", err)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name, config string
+		line         int
+		field, says  string
+	}{
+		{"syntax", "[[keys]]\nname = \"a\"\nbase_url = https://x\n", 3, "", ""},
+		{"unknown field", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\npolcies = 3\n", 5, "keys.polcies", "unknown field"},
+		{"inline secret", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nsecret = \"s\"\n", 1, "keys[0].secret", "never written in the configuration"},
+		{"bad url", "[[keys]]\nname = \"a\"\nbase_url = \"ftp://x\"\nauth = \"none\"\n", 1, "keys[0].base_url", "absolute http(s) URL"},
+		{"url with credentials", "[[keys]]\nname = \"a\"\nbase_url = \"https://u:p@x\"\nauth = \"none\"\n", 1, "keys[0].base_url", "without credentials"},
+		{"bad auth", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"basic\"\n", 1, "keys[0].auth", "bearer, header:NAME"},
+		{"bad profile", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\nprofile = \"nope\"\n", 1, "keys[0].profile", ""},
+		{"no credential", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\n", 1, "keys[0].secret_env", "needs a credential"},
+		{"bad window", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n  [[keys.policies]]\n  quota = 1\n  window = \"soon\"\n", 7, "", "invalid duration"},
+		{"no window", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n  [[keys.policies]]\n  quota = 1\n", 1, "keys[0].policies[0].window", "window is required"},
+		{"zero quota", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n  [[keys.policies]]\n  quota = 0\n  window = \"1m\"\n", 1, "keys[0].policies[0].quota", "positive"},
+		{"duplicate key", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n[[keys]]\nname = \"a\"\nbase_url = \"https://y\"\nauth = \"none\"\n", 5, "keys[1].name", "configured twice"},
+		{"bad key name", "[[keys]]\nname = \"a b\"\nbase_url = \"https://x\"\n", 1, "keys[0].name", "not a valid key name"},
+		{"reserve too big", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n  [[keys.reserve]]\n  caller = \"agent\"\n  share = 1.5\n", 1, "keys[0].reserve[0]", "between 0 and 1"},
+		{"caller unknown key", "[[callers]]\nname = \"c\"\ntoken_env = \"T\"\nkeys = [\"nope\"]\n", 1, "callers[0].keys[0]", `key "nope" is not configured`},
+		{"caller short token", "[[callers]]\nname = \"c\"\ntoken_env = \"SHORT\"\nkeys = [\"*\"]\n", 1, "callers[0].token_env", "shorter than 16"},
+		{"caller token unset", "[[callers]]\nname = \"c\"\ntoken_env = \"UNSET\"\nkeys = [\"*\"]\n", 1, "callers[0].token_env", "UNSET is not set"},
+		{"bad method", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\nmethods = [\"TRACE\"]\n", 1, "keys[0].methods", "TRACE"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.config), env(map[string]string{"T": "long-enough-token-123", "SHORT": "short"}))
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("err = %v, want a *ConfigError", err)
+			}
+			if ce.Line != tt.line || (tt.field != "" && ce.Field != tt.field) || !strings.Contains(ce.Msg, tt.says) {
+				t.Errorf("got line %d field %q msg %q; want line %d field %q saying %q", ce.Line, ce.Field, ce.Msg, tt.line, tt.field, tt.says)
+			}
+			if !strings.Contains(err.Error(), fmt.Sprintf("config:%d", tt.line)) {
+				t.Errorf("error %q does not name the line", err)
+			}
+		})
+	}
+}
+
+// TestSecretsNeverPrint formats every type that carries a secret in every
+// way a log or error could, and looks for the secret.
+func TestSecretsNeverPrint(t *testing.T) {
+	s, err := Parse([]byte(example), env(map[string]string{"EXAMPLE_API_KEY": theSecret, "SYNC_TOKEN": "caller-token-9f8e7d6c5b4a"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := s.Key("example")
+	sec, _ := k.Credential()
+	c, _ := s.Authenticate("caller-token-9f8e7d6c5b4a")
+	var out bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&out, nil))
+	for _, v := range []any{sec, &sec, *k, k, c, *c, s, *s} {
+		fmt.Fprintf(&out, "%v %+v %#v %s\n", v, v, v, v)
+		b, _ := json.Marshal(v)
+		out.Write(b)
+		log.Info("carrier", "value", v)
+	}
+	log.Info("secret", "secret", sec)
+	for _, leak := range []string{theSecret, "caller-token-9f8e7d6c5b4a"} {
+		if strings.Contains(out.String(), leak) {
+			t.Errorf("a secret was printed:\n%s", out.String())
+		}
+	}
+	if !strings.Contains(out.String(), "[redacted]") {
+		t.Error("the redaction never showed: was anything printed?")
+	}
+}

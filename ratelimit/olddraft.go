@@ -248,7 +248,10 @@ func (rd *reader) readOldDraft() {
 		return
 	}
 	var l legacyLimit
-	policies := rd.legacy
+	var policies []legacyPolicy
+	if !rd.legacyUsed { // a draft-07 RateLimit already took them
+		policies = rd.legacy
+	}
 	if lines := rd.lines("RateLimit-Limit"); len(lines) > 0 {
 		q, ps, warns, ok := parseLegacyLimit("RateLimit-Limit", lines)
 		rd.warnAll(warns)
@@ -271,7 +274,7 @@ func (rd *reader) readOldDraft() {
 		}
 		l.reset, l.hasReset, l.guessed = d, ok, guessed
 	}
-	if !l.hasQuota && !l.hasRemaining && !l.hasReset && (rd.legacyUsed || len(policies) == 0) {
+	if !l.hasQuota && !l.hasRemaining && !l.hasReset && len(policies) == 0 {
 		return
 	}
 	rd.entries = append(rd.entries, legacyObservations(l, policies, ShapeDraft03, "")...)

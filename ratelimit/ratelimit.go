@@ -1,13 +1,3 @@
-// Package ratelimit reads and writes the rate-limit signals of HTTP
-// responses: Retry-After (RFC 9110), the RateLimit and RateLimit-Policy
-// fields of draft-ietf-httpapi-ratelimit-headers (revision -11 and the
-// shapes of earlier revisions still in the wild), vendor X-RateLimit-*
-// headers read through a per-API Profile, RFC 9457 problem details, and
-// throttling reported in response bodies.
-//
-// It is the only package that knows header names. Everything else sees
-// normalised values: a Reading per response, made of Observations that
-// keep their policy, unit, partition and provenance.
 package ratelimit
 
 import (
@@ -168,7 +158,7 @@ type Observation struct {
 	HasReset bool
 
 	Shape   Shape   // which form it was read from
-	Profile Profile // the profile that read it, for ShapeVendor
+	Profile Profile // the profile whose fields it was read from; "" for fields every profile reads
 	Guessed bool    // a value's meaning was guessed (e.g. epoch vs delta by magnitude)
 }
 

@@ -29,6 +29,7 @@ func Read(p Profile, resp Response, now time.Time) (r Reading) {
 		if v := recover(); v != nil {
 			// A bug, not an input error; keep the caller alive with what
 			// was read so far. The fuzz targets call read directly.
+			r.ReceivedAt = now
 			r.Warnings = append(r.Warnings, fmt.Sprintf("internal error reading rate-limit signals: %v", v))
 		}
 	}()
@@ -177,8 +178,8 @@ func (rd *reader) readCache() {
 		}
 	}
 	if v, ok := rd.scalar("X-From-Cache"); ok {
-		switch strings.ToLower(strings.TrimSpace(v)) {
-		case "0", "false", "no":
+		switch v = strings.TrimSpace(v); {
+		case v == "0" || strings.EqualFold(v, "false") || strings.EqualFold(v, "no"):
 		default:
 			rd.r.FromCache = true
 		}

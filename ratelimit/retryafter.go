@@ -199,10 +199,10 @@ func (rd *reader) readShouldRetry(name string) {
 	if !ok {
 		return
 	}
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "false":
+	switch v = strings.TrimSpace(v); {
+	case strings.EqualFold(v, "false"):
 		rd.r.DoNotRetry = true
-	case "true":
+	case strings.EqualFold(v, "true"):
 	default:
 		rd.warnf("%s: not true or false %s, ignored", name, quote(v))
 	}

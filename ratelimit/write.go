@@ -31,9 +31,10 @@ const maxSFInteger = 999_999_999_999_999
 // generous value never shows through. A policy name is written as a
 // String (characters outside printable ASCII become "_"); qu is written
 // only for units other than requests; w only for a positive window.
-// Negative values are written as 0. The tightest limit is the one with the
-// lowest Remaining among the request-counting limits (all limits when none
-// counts requests), ties going to the longest Reset.
+// Negative values are written as 0. The X- fields describe the tightest
+// request-counting limit (lowest Remaining, ties going to the longest
+// Reset), because clients read them as request counts; when no limit
+// counts requests they are not written.
 func SetHeaders(h http.Header, limits []Limit) {
 	StripHeaders(h)
 	if len(limits) == 0 {
@@ -64,29 +65,26 @@ func SetHeaders(h http.Header, limits []Limit) {
 	if v, err := httpsfv.Marshal(current); err == nil {
 		h.Set("RateLimit", v)
 	}
-	t := tightest(limits)
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(sfInt(t.Quota), 10))
-	h.Set("X-RateLimit-Remaining", strconv.FormatInt(sfInt(t.Remaining), 10))
-	h.Set("X-RateLimit-Reset", strconv.FormatInt(ceilSeconds(t.Reset), 10))
+	if t, ok := tightest(limits); ok {
+		h.Set("X-RateLimit-Limit", strconv.FormatInt(sfInt(t.Quota), 10))
+		h.Set("X-RateLimit-Remaining", strconv.FormatInt(sfInt(t.Remaining), 10))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(ceilSeconds(t.Reset), 10))
+	}
 }
 
-// tightest returns the limit closest to exhaustion.
-func tightest(limits []Limit) Limit {
-	requests := false
+// tightest returns the request-counting limit closest to exhaustion:
+// the lowest Remaining, ties going to the longest Reset. ok is false when
+// no limit counts requests.
+func tightest(limits []Limit) (best Limit, ok bool) {
 	for _, l := range limits {
-		requests = requests || l.Unit == "" || l.Unit == Requests
-	}
-	var best Limit
-	found := false
-	for _, l := range limits {
-		if requests && l.Unit != "" && l.Unit != Requests {
+		if l.Unit != "" && l.Unit != Requests {
 			continue
 		}
-		if !found || l.Remaining < best.Remaining || (l.Remaining == best.Remaining && l.Reset > best.Reset) {
-			best, found = l, true
+		if !ok || l.Remaining < best.Remaining || (l.Remaining == best.Remaining && l.Reset > best.Reset) {
+			best, ok = l, true
 		}
 	}
-	return best
+	return best, ok
 }
 
 // StripHeaders removes every field of h that states a rate limit in the

@@ -56,6 +56,14 @@ func TestSetHeaders(t *testing.T) {
 			},
 		},
 		{
+			name:   "no request-counting limit: no X- fields",
+			limits: []Limit{{Policy: "tokens", Unit: Tokens, Quota: 30000, Window: time.Minute, Remaining: 0, Reset: time.Second}},
+			want: http.Header{
+				"Ratelimit-Policy": {`"tokens";q=30000;qu="tokens";w=60`},
+				"Ratelimit":        {`"tokens";r=0;t=1`},
+			},
+		},
+		{
 			name: "durations round up, negatives become 0, no window means no w",
 			limits: []Limit{
 				{Policy: "p", Quota: -3, Remaining: -1, Reset: 1500 * time.Millisecond},

@@ -33,7 +33,7 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	c, k := a.client, cs.key
 	cs.attempts++
-	remaining := cs.req.MaxWait - c.now().Sub(cs.start)
+	remaining := max(cs.req.MaxWait, PaceGrace) - c.now().Sub(cs.start)
 	t, err := c.pacer.Admit(req.Context(), pacer.Call{Key: k, Caller: cs.req.Caller, Transport: cs.req.Transport,
 		Method: cs.method, Target: Target(k.BaseURL, req.URL), Digest: cs.digest, CallID: cs.id, Attempt: cs.attempts,
 		MaxWait: max(remaining, 0), Progress: cs.req.Progress})
@@ -82,6 +82,7 @@ func (c *Client) done(ctx context.Context, cs *call, t pacer.Ticket, o pacer.Out
 		a.reading = *rd
 	}
 	cs.last = a
+	cs.warnings = append(cs.warnings, res.Warnings...)
 	for _, w := range res.Warnings {
 		c.log.Warn(w, "key", cs.key.Name)
 	}

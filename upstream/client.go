@@ -36,6 +36,11 @@ var (
 	ErrUnreachable = errors.New("upstream unreachable")
 )
 
+// PaceGrace is how long any call may be held for pacing, whatever the
+// caller said it would wait: spacing calls a few hundred milliseconds apart
+// is pacing, not a reason to answer "pause".
+const PaceGrace = time.Second
+
 // MaxRetries is how many times a call is retried after a refusal or a
 // failure, when the pacer's wait fits in what the caller will wait.
 const MaxRetries = 3
@@ -83,7 +88,8 @@ type Request struct {
 	// io.Reader (streamed once; such a call is never retried).
 	Body          any
 	ContentLength int64 // of a streamed Body; -1 when unknown
-	// MaxWait is how long the caller will wait, in all, for admission.
+	// MaxWait is how long the caller will wait, in all, for admission; at
+	// least PaceGrace is allowed.
 	MaxWait  time.Duration
 	Progress func(pacer.Progress)
 	// AllMethods lets the call use any method; otherwise the key's
@@ -160,7 +166,7 @@ func (c *Client) Do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 		// backoff end), so the retry loop itself never sleeps.
 		Backoff:      func(time.Duration, time.Duration, int, *http.Response) time.Duration { return 0 },
 		ErrorHandler: func(resp *http.Response, err error, _ int) (*http.Response, error) { return resp, err },
-		Logger:       c.log,
+		Logger:       retryLog{c.log},
 	}
 	resp, err := rc.Do(req)
 	if err != nil {
@@ -181,6 +187,7 @@ func (c *Client) Do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 	out := &Response{Response: resp, CallID: cs.id, Attempts: cs.attempts, Waited: cs.waited, Target: cs.target}
 	if cs.last != nil {
 		out.Reading, out.Result = cs.last.reading, cs.last.result
+		out.Result.Warnings = cs.warnings // every attempt's
 	}
 	return out, nil
 }
@@ -200,6 +207,7 @@ type call struct {
 	attempts   int
 	waited     time.Duration
 	last       *answer
+	warnings   []string // raised by any attempt
 }
 
 // answer is what one attempt brought back.
@@ -234,7 +242,11 @@ func (cs *call) checkRetry(ctx context.Context, resp *http.Response, err error) 
 	if !trouble || a.result.DoNotRetry {
 		return false, err
 	}
-	if cs.client.now().Sub(cs.start)+a.result.RetryIn > cs.req.MaxWait {
+	wait := a.result.RetryIn
+	if a.result.Advice.Action == pacer.Pause {
+		wait = max(wait, a.result.Advice.RetryAfter)
+	}
+	if cs.client.now().Sub(cs.start)+wait > max(cs.req.MaxWait, PaceGrace) {
 		return false, err // the caller gets this answer, with the advice to pause
 	}
 	return true, nil
@@ -317,3 +329,13 @@ func unwrapURL(err error) error {
 	}
 	return err
 }
+
+// retryLog hands go-retryablehttp's log lines to the debug level: it
+// reports a pause or a refused address as a failed request, and mcp-quota
+// reports what matters itself.
+type retryLog struct{ log *slog.Logger }
+
+func (l retryLog) Error(msg string, kv ...any) { l.log.Debug(msg, kv...) }
+func (l retryLog) Info(msg string, kv ...any)  { l.log.Debug(msg, kv...) }
+func (l retryLog) Debug(msg string, kv ...any) { l.log.Debug(msg, kv...) }
+func (l retryLog) Warn(msg string, kv ...any)  { l.log.Debug(msg, kv...) }

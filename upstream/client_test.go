@@ -124,8 +124,8 @@ func TestRetryAfterIsHonouredAndEachRetryCounts(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || resp.Attempts != 2 {
-			t.Errorf("status %d after %d attempts, want 200 after 2", resp.StatusCode, resp.Attempts)
+		if resp.StatusCode != http.StatusOK || resp.Attempts != 2 || len(f.requests) != 2 {
+			t.Fatalf("status %d after %d attempts, want 200 after 2 (advice %+v)", resp.StatusCode, resp.Attempts, resp.Result.Advice)
 		}
 		if f.requests[1].Header.Get("Authorization") == "" {
 			t.Error("the retry lost its credential")

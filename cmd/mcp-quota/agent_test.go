@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -302,5 +304,114 @@ func TestHTTPWalls(t *testing.T) {
 				t.Errorf("status = %d, want %d", resp.StatusCode, tt.status)
 			}
 		})
+	}
+}
+
+// TestWarningsReachTheAgent: a refusal no announced limit explains is a
+// hidden limit; the agent hears of it through an MCP logging notification
+// (it asked for warnings) and in the result.
+func TestWarningsReachTheAgent(t *testing.T) {
+	_, url := upstreamAPI(t, demo.Config{Mode: demo.Silent, Quota: 1, Window: time.Minute})
+	s := newSetup(t, url, defaultPolicy, "")
+	cmd, stderr := s.command(t, "stdio")
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { in.Close(); cmd.Wait() }()
+	send := func(msg string) { io.WriteString(in, msg+"\n") }
+	lines := bufio.NewScanner(out)
+	lines.Buffer(nil, 1<<20)
+	next := func() map[string]any {
+		if !lines.Scan() {
+			t.Fatalf("stdout ended; stderr:\n%s", stderr.String())
+		}
+		var m map[string]any
+		json.Unmarshal(lines.Bytes(), &m)
+		return m
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	next()
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	send(`{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"warning"}}`)
+	next()
+	send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"fetch","arguments":{"path":"/v1/participants/p-000001"}}}`)
+	next()
+	send(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"fetch","arguments":{"path":"/v1/participants/p-000002","max_wait_s":0}}}`)
+	var notified, answered bool
+	for !answered {
+		m := next()
+		switch {
+		case m["method"] == "notifications/message":
+			params := m["params"].(map[string]any)
+			if params["level"] == "warning" && strings.Contains(fmt.Sprint(params["data"]), "never announced") {
+				notified = true
+			}
+		case m["id"] == float64(4):
+			answered = true
+			res := m["result"].(map[string]any)
+			sc := res["structuredContent"].(map[string]any)
+			if sc["status"] != float64(429) || res["isError"] == true {
+				t.Errorf("a 429 from upstream must be a normal result with its status: %v", res)
+			}
+			if w, _ := sc["warnings"].([]any); len(w) == 0 {
+				t.Errorf("the result carries no warning: %v", sc)
+			}
+		}
+	}
+	if !notified {
+		t.Error("no logging notification about the hidden limit")
+	}
+}
+
+// TestActivityResource reads the key's activity as an MCP resource.
+func TestActivityResource(t *testing.T) {
+	_, url := upstreamAPI(t, demo.Config{})
+	s := newSetup(t, url, defaultPolicy, "")
+	sess := s.stdioSession(t, nil, "--caller", "resource-test")
+	call(t, sess, "fetch", map[string]any{"path": "/v1/participants/p-000007"})
+	res, err := sess.ReadResource(t.Context(), &gomcp.ReadResourceParams{URI: "quota://activity/demo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []struct{ Caller, Transport, State, Target string }
+	if err := json.Unmarshal([]byte(res.Contents[0].Text), &entries); err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Caller != "resource-test" || entries[0].Transport != "stdio" ||
+		entries[0].State != "confirmed" || entries[0].Target != "/v1/participants/p-000007" {
+		t.Errorf("activity = %+v, want the one confirmed call by resource-test over stdio", entries)
+	}
+}
+
+// TestStatusCommand prints the table and the JSON of the state file.
+func TestStatusCommand(t *testing.T) {
+	_, url := upstreamAPI(t, demo.Config{})
+	s := newSetup(t, url, defaultPolicy, "")
+	sess := s.stdioSession(t, nil)
+	for i := range 3 {
+		call(t, sess, "fetch", map[string]any{"path": fmt.Sprintf("/v1/participants/p-%06d", i+1)})
+	}
+	var out, errOut strings.Builder
+	if err := run(t.Context(), []string{"status", "--config", s.config, "--state", s.state}, nil, &out, &errOut, s.getenv); err != nil {
+		t.Fatalf("status: %v\n%s", err, errOut.String())
+	}
+	for _, want := range []string{"KEY", "POLICY", "REMAINING", "demo  default  local     120    117", "draft-11", "demo: continue: You can make 117 more calls"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status output lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := run(t.Context(), []string{"status", "--json", "--config", s.config, "--state", s.state}, nil, &out, &errOut, s.getenv); err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Keys []struct {
+			Local []struct{ Used, Remaining int }
+		}
+	}
+	if err := json.Unmarshal([]byte(out.String()), &st); err != nil || len(st.Keys) != 1 || st.Keys[0].Local[0].Used != 3 {
+		t.Errorf("status --json = %s (%v); want 3 used", out.String(), err)
 	}
 }

@@ -1,0 +1,118 @@
+package tools
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+)
+
+func TestPage(t *testing.T) {
+	tests := []struct {
+		name              string
+		raw               string
+		ct                string
+		start, max        int
+		complete          bool
+		body              string // prefix of the page
+		truncated, binary bool
+		total, next       int
+		marker            string // in the page
+	}{
+		{"whole", `{"a":1}`, "application/json", 0, 100, true, `{"a":1}`, false, false, 7, 0, ""},
+		{"first page", "abcdefghij", "text/plain", 0, 4, true, "abcd", true, false, 10, 4, "start_index=4"},
+		{"middle page", "abcdefghij", "text/plain", 4, 4, true, "efgh", true, false, 10, 8, "characters 4 to 8 of 10"},
+		{"last page", "abcdefghij", "text/plain", 8, 4, true, "ij", false, false, 10, 0, ""},
+		{"past the end", "abcdefghij", "text/plain", 10, 4, true, "[no more content", false, false, 10, 0, "10 characters"},
+		{"characters, not bytes", "äöüß€", "text/plain; charset=utf-8", 1, 2, true, "öü", true, false, 5, 3, ""},
+		{"cut JSON says so", `{"items":[1,2,3]}`, "application/json", 0, 5, true, `{"ite`, true, false, 17, 5, "not valid on its own"},
+		{"binary type", "\x89PNG\r\n", "image/png", 0, 100, true, "[binary content: image/png, 6 bytes", false, true, 6, 0, ""},
+		{"invalid UTF-8 text", "ok\xff\xfe", "text/plain", 0, 100, true, "[binary content", false, true, 4, 0, ""},
+		{"read cut short", "abc", "text/plain", 0, 100, false, "abc", true, false, 3, 0, "rest was not fetched"},
+		{"empty", "", "", 0, 100, true, "", false, false, 0, 0, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := page([]byte(tt.raw), tt.ct, tt.start, tt.max, tt.complete)
+			if !strings.HasPrefix(p.body, tt.body) || p.truncated != tt.truncated || p.binary != tt.binary || p.total != tt.total || p.next != tt.next {
+				t.Errorf("page = %+v; want body %q…, truncated %v, binary %v, total %d, next %d", p, tt.body, tt.truncated, tt.binary, tt.total, tt.next)
+			}
+			if !strings.Contains(p.body, tt.marker) {
+				t.Errorf("page %q lacks %q", p.body, tt.marker)
+			}
+		})
+	}
+}
+
+func TestNextPage(t *testing.T) {
+	base, _ := url.Parse("https://api.example/v2/")
+	k := &keystore.Key{Name: "k", BaseURL: base}
+	tests := []struct {
+		link string
+		want string
+	}{
+		{`</v2/items?cursor=abc&limit=500>; rel="next"`, "/items?cursor=abc&limit=500"},
+		{`<https://api.example/v2/items?page=3>; rel="prev", <https://api.example/v2/items?page=5>; rel="next last"`, "/items?page=5"},
+		{`<https://evil.example/v2/items?page=2>; rel="next"`, ""},
+		{`</other/items>; rel="next"`, ""},
+		{`</v2/items?page=2>; rel="prev"`, ""},
+		{`garbage`, ""},
+	}
+	for _, tt := range tests {
+		got := nextPage(http.Header{"Link": {tt.link}}, k)
+		if (got == nil && tt.want != "") || (got != nil && got.Path != tt.want) {
+			t.Errorf("nextPage(%q) = %+v, want %q", tt.link, got, tt.want)
+		}
+	}
+}
+
+func TestSelectHeadersDropsCredentials(t *testing.T) {
+	h := http.Header{"Content-Type": {"application/json"}, "Set-Cookie": {"s=1"}, "Authorization": {"Bearer x"},
+		"Etag": {`"v1"`}, "X-Api-Key": {"k"}}
+	got := selectHeaders(h)
+	if len(got) != 2 || got["Content-Type"] != "application/json" || got["ETag"] != `"v1"` {
+		t.Errorf("selectHeaders = %v, want only Content-Type and ETag", got)
+	}
+}
+
+func TestExplainArguments(t *testing.T) {
+	tests := []struct {
+		tool string
+		args any
+		want string // "" means: left alone
+	}{
+		{"fetch", map[string]any{"path": 3}, "path must be a string"},
+		{"fetch", map[string]any{}, "path is required (a string)"},
+		{"fetch", map[string]any{"path": "/", "max_length": 2.5}, "max_length must be an integer"},
+		{"fetch", map[string]any{"path": "/", "bogus": true}, "bogus is not an argument of fetch"},
+		{"fetch", "not an object", "must be a JSON object"},
+		{"quota_status", map[string]any{"key": []int{1}}, "key must be a string"},
+		{"fetch", map[string]any{"path": "/"}, ""},
+	}
+	for _, tt := range tests {
+		var req mcp.CallToolRequest
+		req.Params.Name, req.Params.Arguments = tt.tool, tt.args
+		res := mcp.NewToolResultError("input schema validation failed: <root>: &{...}")
+		explainArguments(context.Background(), 1, &req, res)
+		got := res.Content[0].(mcp.TextContent).Text
+		switch {
+		case tt.want == "" && res.StructuredContent != nil:
+			t.Errorf("%v: rewritten to %q; want it left alone", tt.args, got)
+		case tt.want != "" && (!strings.Contains(got, tt.want) || res.StructuredContent == nil):
+			t.Errorf("%v: %q, want it to say %q with structured content", tt.args, got, tt.want)
+		}
+	}
+	// The tools' own results are never touched.
+	own := failure("badPath", "Path is refused.")
+	var req mcp.CallToolRequest
+	req.Params.Name, req.Params.Arguments = "fetch", map[string]any{"path": 3}
+	explainArguments(context.Background(), 1, &req, own)
+	if own.Content[0].(mcp.TextContent).Text != "Path is refused." {
+		t.Errorf("a tool's own error was rewritten: %v", own.Content)
+	}
+}

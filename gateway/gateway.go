@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/rest"
 	"github.com/mcp-quota/mcp-quota/state"
 )
@@ -43,25 +45,19 @@ type Config struct {
 	MaxConcurrent int
 	// MaxMCPBody caps an MCP request body; 0 means 1 MiB.
 	MaxMCPBody int64
+	// MaxHeaderBytes caps a request's target and header fields, counted
+	// as their names and values; 0 means 32 KiB. Larger requests get 431
+	// and the problem code payloadTooLarge. (NewServer's MaxHeaderBytes
+	// is the hard limit beyond it, answered by net/http itself.)
+	MaxHeaderBytes int
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
 }
 
 // New returns the gateway's handler.
 func New(c Config) http.Handler {
-	if c.Log == nil {
-		c.Log = slog.New(slog.DiscardHandler)
-	}
-	if c.MaxConcurrent <= 0 {
-		c.MaxConcurrent = 16
-	}
-	if c.MaxMCPBody <= 0 {
-		c.MaxMCPBody = 1 << 20
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	g := &gate{c: c, failures: map[string][]time.Time{}, inFlight: map[string]int{}}
+	g := newGate(c)
+	c = g.c
 	mcpHTTP := server.NewStreamableHTTPServer(c.MCP,
 		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
 			if caller, ok := keystore.CallerFrom(r.Context()); ok {
@@ -73,13 +69,86 @@ func New(c Config) http.Handler {
 	)
 	mux := http.NewServeMux()
 	c.REST.Routes(mux)
-	mux.Handle("/mcp", http.MaxBytesHandler(mcpHTTP, c.MaxMCPBody))
+	mux.Handle("/mcp", mcpBodyLimit(mcpHTTP, c.MaxMCPBody))
 	mux.HandleFunc("GET /healthz", rest.Health(c.DB))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		rest.WriteProblem(w, http.StatusNotFound, rest.CodeBadRequest,
 			"Nothing is here. mcp-quota serves /mcp (MCP), /k/{key}/… (REST), /v1/quota, /v1/activity and /healthz.", nil)
 	})
-	return g.origins(g.authenticate(mux))
+	route := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// REST paths go to the forwarder as they came: the mux would
+		// clean "..", "//" and their encodings into a redirect, where
+		// they must be refused.
+		if strings.HasPrefix(r.URL.Path, "/k/") {
+			c.REST.Forward(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+	return g.walls(route)
+}
+
+// mcpBodyLimit answers an MCP request whose declared body is larger than
+// max with 413 and the problem code payloadTooLarge, and cuts a body of
+// unknown length at max (the MCP server then answers with a JSON-RPC
+// parse error).
+func mcpBodyLimit(next http.Handler, max int64) http.Handler {
+	limited := http.MaxBytesHandler(next, max)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > max {
+			w.Header().Set("Connection", "close")
+			rest.WriteProblem(w, http.StatusRequestEntityTooLarge, rest.CodePayloadTooLarge,
+				fmt.Sprintf("The MCP message is %d bytes; the most mcp-quota accepts is %d.", r.ContentLength, max), nil)
+			return
+		}
+		limited.ServeHTTP(w, r)
+	})
+}
+
+func newGate(c Config) *gate {
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxConcurrent <= 0 {
+		c.MaxConcurrent = 16
+	}
+	if c.MaxMCPBody <= 0 {
+		c.MaxMCPBody = 1 << 20
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = 32 << 10
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return &gate{c: c, failures: map[string][]time.Time{}, inFlight: map[string]int{}}
+}
+
+// walls puts next behind every wall, in order: the size of the request's
+// header section, Host and Origin, the caller token (and the bad-token
+// throttle), the caller's concurrency limit.
+func (g *gate) walls(next http.Handler) http.Handler {
+	return g.headerSize(g.origins(g.authenticate(next)))
+}
+
+// headerSize refuses requests whose target and header fields are larger
+// than MaxHeaderBytes.
+func (g *gate) headerSize(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := len(r.RequestURI) + len(r.Host)
+		for name, vs := range r.Header {
+			for _, v := range vs {
+				n += len(name) + len(v) + 4 // ": " and CRLF
+			}
+		}
+		if n > g.c.MaxHeaderBytes {
+			w.Header().Set("Connection", "close")
+			rest.WriteProblem(w, http.StatusRequestHeaderFieldsTooLarge, rest.CodePayloadTooLarge,
+				fmt.Sprintf("The request's target and header fields take %d bytes; the most mcp-quota accepts is %d.", n, g.c.MaxHeaderBytes), nil)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // gate holds the walls' state.
@@ -108,7 +177,7 @@ func (g *gate) authenticate(next http.Handler) http.Handler {
 		}
 		ip := remoteIP(r)
 		if wait := g.throttled(ip); wait > 0 {
-			w.Header().Set("Retry-After", fmt.Sprint(int(wait.Seconds())+1))
+			ratelimit.SetRetryAfter(w.Header(), wait)
 			rest.WriteProblem(w, http.StatusTooManyRequests, rest.CodeRateLimited,
 				"Too many requests with bad caller tokens came from this address; wait before trying again.", nil)
 			return
@@ -125,7 +194,7 @@ func (g *gate) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		if !g.enter(caller.Name) {
-			w.Header().Set("Retry-After", "1")
+			ratelimit.SetRetryAfter(w.Header(), time.Second)
 			rest.WriteProblem(w, http.StatusTooManyRequests, rest.CodeRateLimited,
 				fmt.Sprintf("Caller '%s' has %d calls in flight, the most allowed at once.", caller.Name, g.c.MaxConcurrent), nil)
 			return
@@ -168,10 +237,31 @@ func (g *gate) throttled(ip string) time.Duration {
 	return 0
 }
 
+// maxFailureAddrs bounds the addresses whose bad tokens are remembered;
+// past it, addresses with no bad token in the window are forgotten.
+const maxFailureAddrs = 4096
+
 func (g *gate) fail(ip string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.failures[ip] = append(g.failures[ip], g.c.Now())
+	now := g.c.Now()
+	if _, ok := g.failures[ip]; !ok && len(g.failures) >= maxFailureAddrs {
+		for a, ts := range g.failures {
+			if len(ts) == 0 || now.Sub(ts[len(ts)-1]) >= badTokenWindow {
+				delete(g.failures, a)
+			}
+		}
+		for a := range g.failures { // still full: forget one at random
+			if len(g.failures) < maxFailureAddrs {
+				break
+			}
+			delete(g.failures, a)
+		}
+	}
+	g.failures[ip] = append(g.failures[ip], now)
+	if n := len(g.failures[ip]); n > badTokenLimit {
+		g.failures[ip] = g.failures[ip][n-badTokenLimit:] // the oldest no longer matter
+	}
 }
 
 func (g *gate) enter(caller string) bool {
@@ -250,17 +340,28 @@ func loopbackHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// remoteIP is the address bad tokens are counted by: the client's IPv4
+// address, or its IPv6 /64 (one host commonly holds a whole /64).
 func remoteIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
 		return r.RemoteAddr
 	}
-	return host
+	a := ap.Addr().Unmap()
+	if a.Is6() {
+		p, _ := a.WithZone("").Prefix(64)
+		return p.String()
+	}
+	return a.String()
 }
 
 // NewServer returns an *http.Server for h on addr with mcp-quota's
 // timeouts and size limits: slow clients cannot hold connections open.
+// log may be nil.
 func NewServer(addr string, h http.Handler, log *slog.Logger) *http.Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	return &http.Server{
 		Addr:              addr,
 		Handler:           h,

@@ -1,10 +1,14 @@
 // Package rest is mcp-quota's REST side, for sync jobs, scripts and other
 // services: /k/{key}/{path...} forwards to the key's upstream with the
 // key's credential, under the same shared budget as the MCP tools, and
-// answers with the upstream's response plus RateLimit-Policy, RateLimit
-// and X-RateLimit-* describing the shared budget — or, when it is spent,
-// with a 429, Retry-After and an RFC 9457 problem, having sent nothing.
-// GET /v1/quota and GET /v1/activity report the budget and the activity.
+// answers with the upstream's answer — its Link, Location and
+// Content-Location pointed back at /k/{key}/, hop-by-hop fields dropped —
+// plus RateLimit-Policy, RateLimit and X-RateLimit-* describing the
+// tighter of the shared budget and what the upstream said; or, when the
+// budget is spent, with a 429, Retry-After and an RFC 9457 problem,
+// having sent nothing. GET /v1/quota and GET /v1/activity report the
+// budget and the activity. Every error is a problem with a stable code
+// (see the Code constants).
 package rest
 
 import (
@@ -14,7 +18,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -23,7 +26,6 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
-	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/report"
 	"github.com/mcp-quota/mcp-quota/state"
 	"github.com/mcp-quota/mcp-quota/upstream"
@@ -31,8 +33,11 @@ import (
 
 // Limits bound the REST side. A zero field means its default.
 type Limits struct {
-	MaxBody        int64         // 32 MiB: larger request bodies get 413
-	ReplayableBody int64         // 1 MiB: bodies up to this are buffered, so retries can resend them
+	MaxBody int64 // 32 MiB: larger request bodies get 413
+	// ReplayableBody is 1 MiB: bodies up to this are buffered, so retries
+	// can resend them; larger ones stream to the upstream as they arrive
+	// and their calls are never retried.
+	ReplayableBody int64
 	DefaultWait    time.Duration // 5 s: how long a call waits for the budget without Prefer: wait
 	MaxWait        time.Duration // 120 s: the most Prefer: wait may ask for
 }
@@ -55,6 +60,8 @@ func (l Limits) withDefaults() Limits {
 
 // Handler serves the REST side. Requests must carry the authenticated
 // caller in their context (keystore.WithCaller); the gateway puts it there.
+// Keys, Client, Pacer and DB are required. A Handler is safe for
+// concurrent use; do not change its fields once it serves.
 type Handler struct {
 	Keys   *keystore.Store
 	Client *upstream.Client
@@ -80,9 +87,12 @@ func (h *Handler) log() *slog.Logger {
 	return h.Log
 }
 
-// Routes registers the REST routes on mux.
+// Routes registers the REST routes on mux. A ServeMux cleans paths
+// before routing (it redirects /k/demo/a/../b to /k/demo/b), so a
+// listener that wants "..", "//" and their encodings refused as bad
+// requests sends /k/ paths to Forward itself, as the gateway does.
 func (h *Handler) Routes(mux *http.ServeMux) {
-	mux.HandleFunc("/k/", h.forward)
+	mux.HandleFunc("/k/", h.Forward)
 	mux.HandleFunc("GET /v1/quota", h.quota)
 	mux.HandleFunc("GET /v1/activity", h.activity)
 }
@@ -117,192 +127,6 @@ func usable(s *keystore.Store, c *keystore.Caller) []string {
 		return []string{"none"}
 	}
 	return out
-}
-
-// forward serves /k/{key}/{path...}.
-func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
-	lim := h.Limits.withDefaults()
-	name, path, _ := strings.Cut(strings.TrimPrefix(r.URL.EscapedPath(), "/k/"), "/")
-	k, caller, ok := h.key(w, r, name)
-	if !ok {
-		return
-	}
-	if r.ContentLength > lim.MaxBody {
-		writeProblem(w, http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
-			fmt.Sprintf("The request body is %d bytes; the most mcp-quota forwards is %d.", r.ContentLength, lim.MaxBody), nil)
-		return
-	}
-	wait, applied := preferWait(r.Header, lim)
-	if r.URL.RawQuery != "" {
-		path += "?" + r.URL.RawQuery
-	}
-	req := upstream.Request{Caller: caller.Name, Transport: "rest", Method: r.Method, Path: "/" + path,
-		Header: r.Header, MaxWait: wait, AllMethods: true, ContentLength: r.ContentLength}
-	body := http.MaxBytesReader(w, r.Body, lim.MaxBody)
-	switch {
-	case r.ContentLength == 0 || r.Body == http.NoBody:
-		req.Body = nil
-	case r.ContentLength > 0 && r.ContentLength <= lim.ReplayableBody:
-		b, err := io.ReadAll(body)
-		if err != nil {
-			h.bodyError(w, err)
-			return
-		}
-		req.Body = b
-	default:
-		req.Body = body // streamed once; never retried
-	}
-	resp, err := h.Client.Do(r.Context(), k, req)
-	if err != nil {
-		h.failed(w, r, k, caller, err)
-		return
-	}
-	defer resp.Body.Close()
-	hdr := w.Header()
-	copyResponseHeaders(hdr, resp.Header)
-	ratelimit.SetHeaders(hdr, limits(resp.Result.Budgets))
-	if applied != "" {
-		hdr.Set("Preference-Applied", applied)
-	}
-	w.WriteHeader(resp.StatusCode)
-	if r.Method == http.MethodHead {
-		return
-	}
-	if _, err := copyFlushing(w, resp.Body); err != nil {
-		h.log().Debug("streaming an answer ended early", "key", k.Name, "error", err)
-	}
-}
-
-// failed answers a call that got no answer from the upstream.
-func (h *Handler) failed(w http.ResponseWriter, r *http.Request, k *keystore.Key, caller *keystore.Caller, err error) {
-	var pe *pacer.PauseError
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &pe):
-		st, serr := h.Pacer.Status(r.Context(), k, caller.Name)
-		if serr == nil {
-			ratelimit.SetHeaders(w.Header(), limits(append(st.Local, st.Upstream...)))
-		}
-		ratelimit.SetRetryAfter(w.Header(), pe.RetryAfter)
-		secs := report.Seconds(pe.RetryAfter)
-		ext := map[string]any{"type": ratelimit.ProblemQuotaExceeded, "key": k.Name, "retry_after_s": secs}
-		if pe.Binding != nil {
-			ext["violated-policies"] = []string{pe.Binding.Policy}
-		}
-		writeProblem(w, http.StatusTooManyRequests, CodeRateLimited,
-			fmt.Sprintf("Key '%s': %s. Nothing was sent upstream. Try again in %d seconds; the RateLimit header says what is left.", k.Name, pe.Reason, secs), ext)
-	case errors.As(err, &tooLarge):
-		h.bodyError(w, err)
-	case errors.Is(err, upstream.ErrBadPath):
-		writeProblem(w, http.StatusBadRequest, CodeBadRequest, sentence(err.Error()), nil)
-	case errors.Is(err, keystore.ErrNoCredential):
-		writeProblem(w, http.StatusServiceUnavailable, CodeUpstreamUnavailable, sentence(err.Error()), nil)
-	case errors.Is(err, upstream.ErrForbiddenAddress):
-		writeProblem(w, http.StatusBadGateway, CodeUpstreamUnavailable, sentence(err.Error()), nil)
-	case r.Context().Err() != nil:
-		// The caller went away; there is no one to answer.
-	default:
-		writeProblem(w, http.StatusBadGateway, CodeUpstreamUnavailable, sentence(err.Error()), nil)
-	}
-}
-
-func (h *Handler) bodyError(w http.ResponseWriter, err error) {
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		writeProblem(w, http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
-			fmt.Sprintf("The request body is larger than %d bytes, the most mcp-quota forwards.", tooLarge.Limit), nil)
-		return
-	}
-	writeProblem(w, http.StatusBadRequest, CodeBadRequest, "The request body could not be read.", nil)
-}
-
-// preferWait reads Prefer: wait=N (RFC 7240): how long the caller will be
-// held for the budget instead of refused.
-func preferWait(h http.Header, lim Limits) (time.Duration, string) {
-	for _, v := range h.Values("Prefer") {
-		for _, pref := range strings.Split(v, ",") {
-			name, val, _ := strings.Cut(strings.TrimSpace(pref), "=")
-			if !strings.EqualFold(strings.TrimSpace(name), "wait") {
-				continue
-			}
-			n, err := strconv.ParseFloat(strings.Trim(strings.TrimSpace(val), `"`), 64)
-			if err != nil || n < 0 {
-				continue
-			}
-			d := min(time.Duration(n*float64(time.Second)), lim.MaxWait)
-			return d, "wait=" + strconv.FormatInt(report.Seconds(d), 10)
-		}
-	}
-	return lim.DefaultWait, ""
-}
-
-// limits turns budgets into the limits the response headers announce:
-// every budget whose remaining is known.
-func limits(bs []pacer.Budget) []ratelimit.Limit {
-	var out []ratelimit.Limit
-	seen := map[string]bool{}
-	for _, b := range bs {
-		if b.Remaining < 0 || b.Limit <= 0 || (b.Unit != "" && b.Unit != ratelimit.Requests) {
-			continue
-		}
-		id := b.Policy + "\x00" + b.Partition
-		l := ratelimit.Limit{Policy: b.Policy, Unit: b.Unit, Quota: b.Limit, Window: b.Window, Remaining: b.Remaining, Reset: b.Reset}
-		if seen[id] { // a policy both documented and announced: keep the tighter
-			for i := range out {
-				if out[i].Policy == b.Policy && (l.Remaining < out[i].Remaining || (l.Remaining == out[i].Remaining && l.Reset > out[i].Reset)) {
-					out[i] = l
-				}
-			}
-			continue
-		}
-		seen[id] = true
-		out = append(out, l)
-	}
-	return out
-}
-
-// responseHopByHop are the response fields a proxy does not pass on.
-var responseHopByHop = map[string]bool{"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true,
-	"Proxy-Connection": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true, "Set-Cookie": true}
-
-func copyResponseHeaders(dst, src http.Header) {
-	drop := map[string]bool{}
-	for _, v := range src.Values("Connection") {
-		for _, f := range strings.Split(v, ",") {
-			drop[http.CanonicalHeaderKey(strings.TrimSpace(f))] = true
-		}
-	}
-	for name, vs := range src {
-		c := http.CanonicalHeaderKey(name)
-		if responseHopByHop[c] || drop[c] {
-			continue
-		}
-		dst[c] = append(dst[c][:0:0], vs...)
-	}
-}
-
-// copyFlushing streams src to w, flushing as it goes so a slow upstream's
-// answer reaches the caller as it arrives.
-func copyFlushing(w http.ResponseWriter, src io.Reader) (int64, error) {
-	rc := http.NewResponseController(w)
-	buf := make([]byte, 32<<10)
-	var n int64
-	for {
-		m, err := src.Read(buf)
-		if m > 0 {
-			if _, werr := w.Write(buf[:m]); werr != nil {
-				return n, werr
-			}
-			n += int64(m)
-			_ = rc.Flush()
-		}
-		if errors.Is(err, io.EOF) {
-			return n, nil
-		}
-		if err != nil {
-			return n, err
-		}
-	}
 }
 
 // quota serves GET /v1/quota[?key=]: what quota_status returns.
@@ -436,6 +260,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func writeBody(w http.ResponseWriter, status int, contentType string, v any) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
 	w.Header().Set("Content-Type", contentType)

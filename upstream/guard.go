@@ -35,9 +35,9 @@ var internal = []netip.Prefix{
 	netip.MustParsePrefix("203.0.113.0/24"),
 	netip.MustParsePrefix("224.0.0.0/4"),
 	netip.MustParsePrefix("240.0.0.0/4"),
-	netip.MustParsePrefix("::/128"),
-	netip.MustParsePrefix("::1/128"),
+	netip.MustParsePrefix("::/96"), // unspecified, loopback and the deprecated IPv4-compatible forms
 	netip.MustParsePrefix("64:ff9b::/96"),
+	netip.MustParsePrefix("64:ff9b:1::/48"),
 	netip.MustParsePrefix("100::/64"),
 	netip.MustParsePrefix("2001:db8::/32"),
 	netip.MustParsePrefix("fc00::/7"),
@@ -45,17 +45,27 @@ var internal = []netip.Prefix{
 	netip.MustParsePrefix("ff00::/8"),
 }
 
-// metadata are cloud metadata endpoints, refused even to keys allowed
+// metadata are cloud metadata endpoints (AWS, ECS/EKS, GCP and Azure
+// share 169.254.169.254; Alibaba; Oracle), refused even to keys allowed
 // internal addresses.
 var metadata = []netip.Addr{
 	netip.MustParseAddr("169.254.169.254"),
 	netip.MustParseAddr("169.254.170.2"),
+	netip.MustParseAddr("169.254.170.23"),
 	netip.MustParseAddr("fd00:ec2::254"),
+	netip.MustParseAddr("fd00:ec2::23"),
+	netip.MustParseAddr("100.100.100.200"),
+	netip.MustParseAddr("192.0.0.192"),
 }
 
-// isInternal reports whether a is in an internal range.
+// isInternal reports whether a is in an internal range. IPv4-mapped IPv6
+// addresses (::ffff:127.0.0.1) are judged by the IPv4 address they carry.
 func isInternal(a netip.Addr) bool {
 	a = a.Unmap()
+	if !a.IsValid() || a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
+		a.IsInterfaceLocalMulticast() || a.IsMulticast() || a.IsUnspecified() {
+		return true
+	}
 	for _, p := range internal {
 		if p.Contains(a) {
 			return true
@@ -65,10 +75,11 @@ func isInternal(a netip.Addr) bool {
 }
 
 // allowsInternal reports whether a key with this base URL may reach
-// internal addresses: only when its base URL itself names one (a local
-// upstream, such as the demo's).
+// internal addresses: only when its base URL itself names one — an
+// internal IP literal or "localhost" (a local upstream, such as the
+// demo's). Any other name is a public name, whatever it resolves to.
 func allowsInternal(base *url.URL) bool {
-	h := base.Hostname()
+	h := strings.TrimSuffix(base.Hostname(), ".")
 	if strings.EqualFold(h, "localhost") {
 		return true
 	}
@@ -85,7 +96,7 @@ func guardControl(allowInternal bool) func(network, address string, _ syscall.Ra
 		if err != nil {
 			return fmt.Errorf("%w: cannot parse %s", ErrForbiddenAddress, address)
 		}
-		a := ap.Addr().Unmap()
+		a := ap.Addr().Unmap().WithZone("")
 		for _, m := range metadata {
 			if a == m {
 				return fmt.Errorf("%w: %s is a cloud metadata endpoint", ErrForbiddenAddress, a)
@@ -105,22 +116,35 @@ const (
 	ResponseHeaderTimeout = 60 * time.Second
 )
 
+// MaxResponseHeaderBytes bounds the header section of an upstream's
+// answer.
+const MaxResponseHeaderBytes = 1 << 20
+
 // newTransport returns the transport one key's attempts go through. It
 // never uses a proxy from the environment: the connect-time address check
 // must see the upstream's own address.
 func newTransport(base *url.URL) *http.Transport {
-	d := &net.Dialer{Timeout: DialTimeout, KeepAlive: 30 * time.Second, Control: guardControl(allowsInternal(base))}
+	return guardedTransport(base, nil)
+}
+
+// guardedTransport is newTransport with names resolved by resolver (nil
+// means net.DefaultResolver). Whatever a name resolves to, the address
+// checked is the one the connection is made to.
+func guardedTransport(base *url.URL, resolver *net.Resolver) *http.Transport {
+	d := &net.Dialer{Timeout: DialTimeout, KeepAlive: 30 * time.Second, Resolver: resolver,
+		Control: guardControl(allowsInternal(base))}
 	return &http.Transport{
 		Proxy: nil,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			return d.DialContext(ctx, network, addr)
 		},
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          64,
-		MaxIdleConnsPerHost:   16,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   TLSHandshakeTimeout,
-		ResponseHeaderTimeout: ResponseHeaderTimeout,
-		ExpectContinueTimeout: time.Second,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           64,
+		MaxIdleConnsPerHost:    16,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    TLSHandshakeTimeout,
+		ResponseHeaderTimeout:  ResponseHeaderTimeout,
+		ExpectContinueTimeout:  time.Second,
+		MaxResponseHeaderBytes: MaxResponseHeaderBytes,
 	}
 }

@@ -25,9 +25,11 @@ func (e *PathError) Is(target error) bool { return target == ErrBadPath }
 
 // Resolve returns the URL that path (relative to base, optionally with a
 // query) names, with query added. It refuses anything that could leave
-// base's path or host: absolute URLs and scheme-relative paths, "..",
-// "." segments, encoded slashes and backslashes, "@", backslashes,
-// fragments, and control characters. base must end in "/".
+// base's path or host: absolute URLs and scheme-relative paths, "." and
+// ".." segments, encoded slashes, backslashes, dots and NULs, "@" in the
+// path, backslashes, fragments, and control characters. Bytes a query
+// may not hold raw (spaces, quotes, non-ASCII) are percent-encoded. base
+// must end in "/".
 func Resolve(base *url.URL, path string, query url.Values) (*url.URL, error) {
 	refuse := func(reason string) (*url.URL, error) { return nil, &PathError{Path: path, Reason: reason} }
 	for _, c := range path {
@@ -35,18 +37,20 @@ func Resolve(base *url.URL, path string, query url.Values) (*url.URL, error) {
 			return refuse("it contains control characters")
 		}
 	}
+	rawPath, rawQuery, _ := strings.Cut(path, "?")
 	switch {
 	case strings.Contains(path, "\\"):
 		return refuse("backslashes are not allowed")
-	case strings.Contains(path, "@"):
-		return refuse("'@' is not allowed")
+	case strings.Contains(rawPath, "@"):
+		return refuse("'@' is not allowed in the path")
 	case strings.Contains(path, "#"):
 		return refuse("fragments are not allowed")
 	case strings.HasPrefix(path, "//"):
 		return refuse("scheme-relative URLs are not allowed; give a path below the key's base URL")
 	}
-	rawPath, rawQuery, _ := strings.Cut(path, "?")
-	if i := strings.Index(rawPath, ":"); i >= 0 && !strings.Contains(rawPath[:i], "/") {
+	// A scheme ends the first segment ("http:", "javascript:"), whether
+	// or not the caller began the path with "/".
+	if first, _, _ := strings.Cut(strings.TrimPrefix(rawPath, "/"), "/"); strings.Contains(first, ":") {
 		return refuse("absolute URLs are not allowed; give a path below the key's base URL")
 	}
 	lower := strings.ToLower(rawPath)
@@ -78,7 +82,7 @@ func Resolve(base *url.URL, path string, query url.Values) (*url.URL, error) {
 	if escaped := strings.TrimPrefix(rawPath, "/"); escaped != strings.TrimPrefix(unescaped, "/") {
 		u.RawPath = base.EscapedPath() + escaped
 	}
-	u.RawQuery = rawQuery // as the caller wrote it, when nothing is added
+	u.RawQuery = escapeQuery(rawQuery) // as the caller wrote it, when nothing is added
 	if len(query) > 0 {
 		u.RawQuery = q.Encode()
 	}
@@ -88,11 +92,43 @@ func Resolve(base *url.URL, path string, query url.Values) (*url.URL, error) {
 	return &u, nil
 }
 
+// escapeQuery percent-encodes the bytes of q that a query may not hold
+// raw (RFC 3986 §3.4: query = *( pchar / "/" / "?" ), plus "%" of the
+// caller's own escapes), so that nothing a caller sends can break the
+// request line.
+func escapeQuery(q string) string {
+	ok := func(c byte) bool {
+		return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+			strings.IndexByte("-._~!$&'()*+,;=:@/?%", c) >= 0
+	}
+	clean := true
+	for i := 0; i < len(q); i++ {
+		clean = clean && ok(q[i])
+	}
+	if clean {
+		return q
+	}
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(q); i++ {
+		if c := q[i]; ok(c) {
+			b.WriteByte(c)
+		} else {
+			b.WriteByte('%')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+		}
+	}
+	return b.String()
+}
+
 // Target returns u's path and query relative to base, for the activity:
 // what the caller asked for, without the credential.
 func Target(base, u *url.URL) string {
-	p := strings.TrimPrefix(u.EscapedPath(), strings.TrimSuffix(base.EscapedPath(), "/"))
-	if u.Host != base.Host {
+	p := u.EscapedPath()
+	if u.Host == base.Host {
+		p = strings.TrimPrefix(p, strings.TrimSuffix(base.EscapedPath(), "/"))
+	} else {
 		p = u.Host + p
 	}
 	if u.RawQuery != "" {

@@ -1,0 +1,286 @@
+package rest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"mime"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report"
+	"github.com/mcp-quota/mcp-quota/upstream"
+)
+
+// methods are the methods the REST side forwards. TRACE would have the
+// upstream echo the request — the key's credential included — back to
+// the caller; CONNECT is not a request for a resource.
+var methods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+	http.MethodDelete, http.MethodOptions}
+
+// Forward serves /k/{key}/{path...}: it forwards the request's method,
+// path, query, end-to-end header fields and body to the key's upstream,
+// with the key's credential, and answers with the upstream's answer —
+// its URI references pointed back at /k/{key}/, and the rate-limit
+// fields describing the shared budget. The path is taken as the caller
+// escaped it, so "..", "//" and their encodings reach upstream.Resolve,
+// which refuses them.
+func (h *Handler) Forward(w http.ResponseWriter, r *http.Request) {
+	lim := h.Limits.withDefaults()
+	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), "/k/")
+	if !ok {
+		writeProblem(w, http.StatusBadRequest, CodeBadRequest, "REST paths look like /k/{key}/{path below the key's base URL}.", nil)
+		return
+	}
+	name, path, _ := strings.Cut(rest, "/")
+	k, caller, ok := h.key(w, r, name)
+	if !ok {
+		return
+	}
+	if !slices.Contains(methods, r.Method) {
+		h.quotaHeaders(w, r, k, caller)
+		w.Header().Set("Allow", strings.Join(methods, ", "))
+		writeProblem(w, http.StatusMethodNotAllowed, CodeBadRequest,
+			fmt.Sprintf("mcp-quota does not forward %s; it forwards %s.", r.Method, strings.Join(methods, ", ")), nil)
+		return
+	}
+	if r.ContentLength > lim.MaxBody {
+		h.quotaHeaders(w, r, k, caller)
+		writeProblem(w, http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
+			fmt.Sprintf("The request body is %d bytes; the most mcp-quota forwards is %d.", r.ContentLength, lim.MaxBody), nil)
+		return
+	}
+	wait, applied := preferWait(r.Header, lim)
+	if r.URL.RawQuery != "" || r.URL.ForceQuery {
+		path += "?" + r.URL.RawQuery
+	}
+	req := upstream.Request{Caller: caller.Name, Transport: "rest", Method: r.Method, Path: "/" + path,
+		Header: r.Header, MaxWait: wait, AllMethods: true}
+	body := &limitedBody{r: http.MaxBytesReader(w, r.Body, lim.MaxBody)}
+	switch {
+	case r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0:
+	case r.ContentLength > lim.ReplayableBody:
+		req.Body, req.ContentLength = body, r.ContentLength // streamed once; never retried
+	default:
+		// Buffer what fits the replayable limit, so that retries can
+		// resend it; a body of unknown length that turns out longer
+		// streams on from what was read.
+		b, err := io.ReadAll(io.LimitReader(body, lim.ReplayableBody+1))
+		if err != nil {
+			h.quotaHeaders(w, r, k, caller)
+			h.bodyError(w, err)
+			return
+		}
+		if int64(len(b)) <= lim.ReplayableBody {
+			req.Body, req.ContentLength = b, int64(len(b))
+		} else {
+			req.Body, req.ContentLength = io.MultiReader(bytes.NewReader(b), body), -1
+		}
+	}
+	resp, err := h.Client.Do(r.Context(), k, req)
+	if err != nil {
+		if tooLarge := body.tooLarge(); tooLarge != nil {
+			err = tooLarge
+		}
+		h.failed(w, r, k, caller, err)
+		return
+	}
+	defer resp.Body.Close()
+	hdr := w.Header()
+	copyResponseHeaders(hdr, resp.Header)
+	var from *url.URL
+	if resp.Request != nil {
+		from = resp.Request.URL
+	}
+	rewriteRefs(hdr, k, from)
+	secret, _ := k.Credential()
+	dropSecret(hdr, secret.Reveal())
+	if ls := limits(resp.Result.Budgets); len(ls) > 0 {
+		ratelimit.SetHeaders(hdr, ls) // else the upstream's own fields pass as they came
+	}
+	if applied != "" {
+		hdr.Set("Preference-Applied", applied)
+	}
+	w.WriteHeader(resp.StatusCode)
+	if r.Method == http.MethodHead {
+		return
+	}
+	if _, err := copyBody(w, resp.Body, flushEach(resp.Response)); err != nil {
+		h.log().Debug("streaming an answer ended early", "key", k.Name, "error", err)
+	}
+}
+
+// limitedBody is a request body under http.MaxBytesReader that remembers
+// hitting the limit, however the error that ended the call was wrapped.
+type limitedBody struct {
+	r   io.Reader
+	hit atomic.Pointer[http.MaxBytesError]
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		b.hit.Store(tooLarge)
+	}
+	return n, err
+}
+
+func (b *limitedBody) tooLarge() error {
+	if e := b.hit.Load(); e != nil {
+		return e
+	}
+	return nil
+}
+
+// quotaHeaders puts the key's budget, as caller meets it now, in the
+// rate-limit fields of an answer mcp-quota gives itself. It reads the
+// state file only.
+func (h *Handler) quotaHeaders(w http.ResponseWriter, r *http.Request, k *keystore.Key, caller *keystore.Caller) {
+	st, err := h.Pacer.Status(r.Context(), k, caller.Name)
+	if err != nil {
+		h.log().Warn("reading the budget for an answer's headers failed", "key", k.Name, "error", err)
+		return
+	}
+	ratelimit.SetHeaders(w.Header(), limits(append(st.Local, st.Upstream...)))
+}
+
+// failed answers a call that got no answer from the upstream.
+func (h *Handler) failed(w http.ResponseWriter, r *http.Request, k *keystore.Key, caller *keystore.Caller, err error) {
+	var pe *pacer.PauseError
+	var tooLarge *http.MaxBytesError
+	if r.Context().Err() != nil && !errors.As(err, &pe) {
+		return // the caller went away; there is no one to answer
+	}
+	h.quotaHeaders(w, r, k, caller)
+	switch {
+	case errors.As(err, &pe):
+		ratelimit.SetRetryAfter(w.Header(), pe.RetryAfter)
+		secs := max(report.Seconds(pe.RetryAfter), 1)
+		ext := map[string]any{"type": ratelimit.ProblemQuotaExceeded, "key": k.Name, "retry_after_s": secs}
+		if pe.Binding != nil {
+			ext["violated-policies"] = []string{pe.Binding.Policy}
+		}
+		writeProblem(w, http.StatusTooManyRequests, CodeRateLimited,
+			fmt.Sprintf("Key '%s': %s. Nothing was sent upstream. Try again in %d seconds; the RateLimit header says what is left.", k.Name, pe.Reason, secs), ext)
+	case errors.As(err, &tooLarge):
+		h.bodyError(w, err)
+	case errors.Is(err, upstream.ErrBadPath):
+		writeProblem(w, http.StatusBadRequest, CodeBadRequest, sentence(err.Error()), nil)
+	case errors.Is(err, keystore.ErrNoCredential):
+		writeProblem(w, http.StatusServiceUnavailable, CodeUpstreamUnavailable, sentence(err.Error()), nil)
+	case errors.Is(err, upstream.ErrForbiddenAddress):
+		writeProblem(w, http.StatusBadGateway, CodeUpstreamUnavailable, sentence(err.Error()), nil)
+	default:
+		h.log().Info("no answer from the upstream", "key", k.Name, "error", err)
+		writeProblem(w, http.StatusBadGateway, CodeUpstreamUnavailable, sentence(err.Error()), nil)
+	}
+}
+
+func (h *Handler) bodyError(w http.ResponseWriter, err error) {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		writeProblem(w, http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
+			fmt.Sprintf("The request body is larger than %d bytes, the most mcp-quota forwards.", tooLarge.Limit), nil)
+		return
+	}
+	writeProblem(w, http.StatusBadRequest, CodeBadRequest, "The request body could not be read.", nil)
+}
+
+// preferWait reads Prefer: wait=N (RFC 7240): how long the caller will be
+// held for the budget instead of refused.
+func preferWait(h http.Header, lim Limits) (time.Duration, string) {
+	for _, v := range h.Values("Prefer") {
+		for _, pref := range strings.Split(v, ",") {
+			name, val, _ := strings.Cut(strings.TrimSpace(pref), "=")
+			if !strings.EqualFold(strings.TrimSpace(name), "wait") {
+				continue
+			}
+			n, err := strconv.ParseFloat(strings.Trim(strings.TrimSpace(val), `"`), 64)
+			if err != nil || n < 0 || math.IsNaN(n) {
+				continue
+			}
+			d := lim.MaxWait
+			if n < lim.MaxWait.Seconds() {
+				d = time.Duration(n * float64(time.Second))
+			}
+			return d, "wait=" + strconv.FormatInt(report.Seconds(d), 10)
+		}
+	}
+	return lim.DefaultWait, ""
+}
+
+// limits turns budgets into the limits the response headers announce:
+// every budget whose remaining is known.
+func limits(bs []pacer.Budget) []ratelimit.Limit {
+	var out []ratelimit.Limit
+	seen := map[string]bool{}
+	for _, b := range bs {
+		if b.Remaining < 0 || b.Limit <= 0 || (b.Unit != "" && b.Unit != ratelimit.Requests) {
+			continue
+		}
+		id := b.Policy + "\x00" + b.Partition
+		l := ratelimit.Limit{Policy: b.Policy, Unit: b.Unit, Quota: b.Limit, Window: b.Window, Remaining: b.Remaining, Reset: b.Reset}
+		if seen[id] { // a policy both documented and announced: keep the tighter
+			for i := range out {
+				if out[i].Policy == b.Policy && (l.Remaining < out[i].Remaining || (l.Remaining == out[i].Remaining && l.Reset > out[i].Reset)) {
+					out[i] = l
+				}
+			}
+			continue
+		}
+		seen[id] = true
+		out = append(out, l)
+	}
+	return out
+}
+
+// flushEach reports whether an answer's body should reach the caller as
+// each piece arrives (a stream, or a body of unknown length, as
+// httputil.ReverseProxy does); other bodies go through the server's
+// buffer, which still passes them on as it fills.
+func flushEach(resp *http.Response) bool {
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	return resp.ContentLength < 0 || mt == "text/event-stream"
+}
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// copyBody streams src to w, flushing after every piece when flush is
+// set.
+func copyBody(w http.ResponseWriter, src io.Reader, flush bool) (int64, error) {
+	rc := http.NewResponseController(w)
+	bp := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(bp)
+	buf := *bp
+	var n int64
+	for {
+		m, err := src.Read(buf)
+		if m > 0 {
+			if _, werr := w.Write(buf[:m]); werr != nil {
+				return n, werr
+			}
+			n += int64(m)
+			if flush {
+				_ = rc.Flush()
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}

@@ -1,0 +1,278 @@
+package rest_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/mcp-quota/mcp-quota/demo"
+	"github.com/mcp-quota/mcp-quota/gateway"
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/rest"
+	"github.com/mcp-quota/mcp-quota/state"
+	"github.com/mcp-quota/mcp-quota/tools"
+	"github.com/mcp-quota/mcp-quota/upstream"
+)
+
+// The credentials every stack is configured with. Each is recognisable,
+// so that a scan of an output finds it wherever it leaked.
+const (
+	upstreamSecret = "sk-live-UPSTREAM-7f3a9c1e5b2d4086"
+	syncToken      = "caller-SYNC-token-2b8e6f0a4c1d"
+	agentToken     = "caller-AGENT-token-9d1c3e5f7a0b"
+	strangerToken  = "caller-STRANGER-token-4a6c8e0b2d"
+)
+
+// stackConfig describes a stack. Its zero value is the demo upstream in
+// its seed mode behind a key "demo" with the seed's documented policy.
+type stackConfig struct {
+	Demo demo.Config
+	// Upstream, when set, replaces the demo upstream.
+	Upstream http.Handler
+	// Keys is the [[keys]] part of the configuration, with %[1]s standing
+	// for the upstream's base URL; "" means the key "demo" (bearer auth,
+	// 120 calls per 60 s) and a key "other" for the same upstream.
+	Keys string
+	// Callers is the [[callers]] part; "" means callers.
+	Callers string
+	Limits  rest.Limits
+	// Gateway changes the gateway's configuration before it is built.
+	Gateway func(*gateway.Config)
+	// Client changes the upstream client before it is used.
+	Client func(*upstream.Client)
+	// QuietLog logs at Info; otherwise every Debug line is kept too.
+	QuietLog bool
+}
+
+const defaultKeys = `
+[[keys]]
+name = "demo"
+base_url = %[1]q
+secret_env = "UPSTREAM_SECRET"
+auth = "bearer"
+profile = "ietf"
+max_rate = 1000.0
+  [[keys.policies]]
+  name = "default"
+  quota = 120
+  window = "60s"
+
+[[keys]]
+name = "other"
+base_url = %[1]q
+secret_env = "UPSTREAM_SECRET"
+`
+
+const callers = `
+[[callers]]
+name = "sync"
+token_env = "SYNC_TOKEN"
+keys = ["demo"]
+
+[[callers]]
+name = "agent"
+token_env = "AGENT_TOKEN"
+keys = ["demo"]
+
+[[callers]]
+name = "stranger"
+token_env = "STRANGER_TOKEN"
+keys = ["other"]
+`
+
+// stack is mcp-quota's HTTP side wired as `mcp-quota serve` wires it —
+// a real state file, pacer, upstream client, REST handler, MCP tools and
+// gateway on a loopback listener — in front of an upstream on another.
+type stack struct {
+	URL         string // the gateway, http://127.0.0.1:PORT
+	UpstreamURL string
+	API         *demo.API // nil when stackConfig.Upstream was given
+	Keys        *keystore.Store
+	DB          *state.DB
+	DBPath      string
+	Pacer       *pacer.Pacer
+	Client      *upstream.Client
+	REST        *rest.Handler
+	Log         *syncBuffer // every log line, JSON
+}
+
+func newStack(t testing.TB, sc stackConfig) *stack {
+	t.Helper()
+	s := &stack{Log: &syncBuffer{}}
+	up := sc.Upstream
+	if up == nil {
+		if sc.Demo.Tokens == nil {
+			sc.Demo.Tokens = []string{upstreamSecret}
+		}
+		s.API = demo.New(sc.Demo)
+		up = s.API
+	}
+	us := httptest.NewServer(up)
+	t.Cleanup(us.Close)
+	s.UpstreamURL = us.URL
+
+	keys := sc.Keys
+	if keys == "" {
+		keys = defaultKeys
+	}
+	env := map[string]string{"UPSTREAM_SECRET": upstreamSecret, "SYNC_TOKEN": syncToken,
+		"AGENT_TOKEN": agentToken, "STRANGER_TOKEN": strangerToken}
+	cs := sc.Callers
+	if cs == "" {
+		cs = callers
+	}
+	store, err := keystore.Parse([]byte(fmt.Sprintf(keys, us.URL)+cs), keystore.Env{Getenv: func(k string) string { return env[k] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Keys = store
+
+	level := slog.LevelDebug
+	if sc.QuietLog {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewJSONHandler(s.Log, &slog.HandlerOptions{Level: level}))
+	s.DBPath = filepath.Join(t.TempDir(), "state.db")
+	db, err := state.Open(context.Background(), s.DBPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.DB = db
+	s.Pacer = pacer.New(db)
+	s.Client = upstream.New(s.Pacer, log)
+	if sc.Client != nil {
+		sc.Client(s.Client)
+	}
+	s.REST = &rest.Handler{Keys: store, Client: s.Client, Pacer: s.Pacer, DB: db, Log: log, Limits: sc.Limits}
+	mcp := tools.NewServer(&tools.Deps{Keys: store, Client: s.Client, Pacer: s.Pacer, DB: db, Log: log, Transport: "mcp-http"}, "test")
+	gc := gateway.Config{Keys: store, REST: s.REST, MCP: mcp, DB: db, Log: log, Loopback: true}
+	if sc.Gateway != nil {
+		sc.Gateway(&gc)
+	}
+	gs := httptest.NewUnstartedServer(gateway.New(gc))
+	gs.Config = gateway.NewServer("", gs.Config.Handler, log)
+	gs.Start()
+	// Closed before the state file, so no request is left writing to it.
+	t.Cleanup(func() { db.Close() })
+	t.Cleanup(gs.Close)
+	s.URL = gs.URL
+	return s
+}
+
+// do sends a request to the gateway with token as the caller's bearer
+// token ("" sends none) and returns the answer with its body read.
+func (s *stack) do(t testing.TB, method, path, token string, body io.Reader, hdr ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, s.URL+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Add(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
+
+// upstreamRequests is how many requests the demo upstream got with the
+// key's credential.
+func (s *stack) upstreamRequests() int {
+	return s.API.Stats(upstreamSecret).Requests
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// rateLimitFields are the fields every answer about a key carries.
+var rateLimitFields = []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
+
+// missingRateLimitFields returns the rate-limit fields h lacks.
+func missingRateLimitFields(h http.Header) []string {
+	var out []string
+	for _, f := range rateLimitFields {
+		if h.Get(f) == "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+// raw sends one HTTP/1.1 request with exactly the request target given
+// (no client cleans or escapes it) and the header lines given, and
+// returns the answer with its body read.
+func (s *stack) raw(t testing.TB, method, target string, lines ...string) (*http.Response, []byte) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\n", method, target)
+	host := false
+	for _, l := range lines {
+		host = host || hasPrefixFold(l, "Host:")
+		b.WriteString(l + "\r\n")
+	}
+	if !host {
+		b.WriteString("Host: " + strings.TrimPrefix(s.URL, "http://") + "\r\n")
+	}
+	b.WriteString("Connection: close\r\n\r\n")
+	if _, err := io.WriteString(conn, b.String()); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: method})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, body
+}
+
+// demoRecords is the seed's demo upstream with n participants.
+func demoRecords(n int) demo.Config { return demo.Config{Records: n} }

@@ -53,8 +53,10 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := a.transport(k).RoundTrip(out)
 	if err != nil {
 		c.done(req.Context(), cs, t, pacer.Outcome{SentAt: sentAt, Err: err}, nil)
+		cs.lastErr = err
 		return nil, err
 	}
+	cs.lastErr = nil
 	answeredAt := c.now()
 	rr := ratelimit.Response{Status: resp.StatusCode, Header: resp.Header}
 	if wantsBody(resp, k.Profile) {

@@ -173,6 +173,15 @@ func (c *Client) Do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 		var pe *pacer.PauseError
 		var pathErr *PathError
 		switch {
+		case errors.As(err, &pe) && cs.last != nil:
+			// A retry was refused after an attempt went out: that attempt's
+			// answer was spent on the retry loop, so say what it was.
+			what := fmt.Sprintf("HTTP %d", cs.last.status)
+			if cs.lastErr != nil {
+				what = unwrapURL(cs.lastErr).Error()
+			}
+			return nil, fmt.Errorf("%w: key '%s': the last attempt got %s and a retry was not admitted in time (%s)",
+				ErrUnreachable, k.Name, what, pe.Reason)
 		case errors.As(err, &pe):
 			return nil, pe
 		case errors.As(err, &pathErr):
@@ -182,7 +191,7 @@ func (c *Client) Do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 		case errors.Is(err, ErrForbiddenAddress):
 			return nil, fmt.Errorf("key '%s': %w", k.Name, unwrapURL(err))
 		}
-		return nil, fmt.Errorf("%w: key '%s': %v", ErrUnreachable, k.Name, unwrapURL(err))
+		return nil, fmt.Errorf("%w: key '%s': %w", ErrUnreachable, k.Name, unwrapURL(err))
 	}
 	out := &Response{Response: resp, CallID: cs.id, Attempts: cs.attempts, Waited: cs.waited, Target: cs.target}
 	if cs.last != nil {
@@ -207,6 +216,7 @@ type call struct {
 	attempts   int
 	waited     time.Duration
 	last       *answer
+	lastErr    error    // the last attempt's transport error, if it had one
 	warnings   []string // raised by any attempt
 }
 

@@ -37,27 +37,39 @@ const (
 	Pause    Action = "pause"     // stop; come back after RetryAfter
 )
 
-// A Budget is one constraint on a key as a caller sees it: a policy with
-// what is left of it.
+// A Budget is one constraint on a key as a caller sees it at one moment:
+// a policy with what is left of it. It is a value; Remaining is a hint,
+// not a grant.
 type Budget struct {
-	Policy    string
-	Unit      ratelimit.Unit
-	Partition string
-	Limit     int64         // q; 0 when unknown
-	Used      int64         // sent in the current window, by every caller (windowed budgets)
-	Remaining int64         // what this caller may still use now; -1 when unknown
-	Reset     time.Duration // until the effective window ends (upstream) or the oldest send leaves the window (local)
-	Window    time.Duration // w; 0 when unknown
-	Source    string        // "local" for a documented policy, else the shape it was read from
-	Observed  time.Time     // when the upstream said it; zero for local
-	Expired   bool          // the observation is past its effective window: Remaining is unknown
-	Hidden    bool          // inferred from a refusal; never announced
+	Policy    string         // the policy's name
+	Unit      ratelimit.Unit // what it counts
+	Partition string         // the upstream's partition (pk, resource, bucket); "" when none
+	Limit     int64          // q; 0 when unknown
+	Used      int64          // sent in the current window, by every caller (windowed budgets)
+	Remaining int64          // what this caller may still use now; -1 when unknown
+	Reset     time.Duration  // until the effective window ends (upstream) or the oldest send leaves the window (local)
+	Window    time.Duration  // w; 0 when unknown
+	Source    string         // "local" for a documented policy, else the shape it was read from
+	Observed  time.Time      // when the upstream said it; zero for local
+	Expired   bool           // the observation is past its effective window
+	Hidden    bool           // inferred from a refusal; never announced
+	// Counted is set on an upstream policy whose Remaining and Reset come
+	// from mcp-quota's own log (its q and w over every send of the key),
+	// because the upstream's r is unknown or expired.
+	Counted bool
 }
 
-// A log is the sliding-window log of a key's admitted attempts.
+// A log is the sliding-window log of a key's admitted attempts, as of the
+// snapshot.
 type log interface {
+	// Count returns how many attempts were admitted after since.
 	Count(since time.Time) (int, error)
-	CountBy(caller string, since time.Time) (int, error)
+	// Window returns the count and the oldest of the attempts admitted
+	// after since, and their count per caller when the key has
+	// reservations.
+	Window(since time.Time) (state.Window, error)
+	// Nth returns the admission time of the n-th oldest attempt admitted
+	// after since, or the zero time when there are fewer.
 	Nth(since time.Time, n int) (time.Time, error)
 }
 
@@ -81,10 +93,11 @@ type decision struct {
 	admit   bool
 	probe   bool
 	wait    time.Duration // when !admit
-	reason  string        // one plain sentence, when waiting or slowing down
+	reason  string        // why it waits or slows down, as a clause
 	source  string        // what binds: a policy name, "retry-after", "circuit"…
 	poll    bool          // wait is a re-check interval, not a known end
 	exhaust bool          // the wait is for quota or a gate, not for spacing
+	keyWide bool          // the key itself is paused (not this caller alone): slow start follows
 	slow    bool          // a budget is below its low-water mark
 	binding *Budget       // the tightest budget
 	budgets []Budget
@@ -97,6 +110,7 @@ type constraint struct {
 	source  string
 	poll    bool
 	exhaust bool
+	keyWide bool
 }
 
 // decide is the pacer's decision for one call, a pure function of s
@@ -105,7 +119,7 @@ func decide(s snapshot) (decision, error) {
 	var d decision
 	var cs []constraint
 	add := func(c constraint) {
-		if c.wait > 0 {
+		if c.wait >= time.Microsecond { // the state file keeps microseconds: less is rounding
 			cs = append(cs, c)
 		}
 	}
@@ -114,7 +128,7 @@ func decide(s snapshot) (decision, error) {
 	// A gate binds the whole key, whatever its scope: a policy named by a
 	// refusal may cover calls we cannot tell apart.
 	for _, g := range s.gates {
-		add(constraint{wait: g.Until.Sub(s.now), reason: g.Reason, source: g.Source, exhaust: true})
+		add(constraint{wait: g.Until.Sub(s.now), reason: g.Reason, source: g.Source, exhaust: true, keyWide: true})
 	}
 
 	// 2. Windowed budgets: documented policies, and every upstream policy
@@ -127,37 +141,43 @@ func decide(s snapshot) (decision, error) {
 	for _, wb := range windows {
 		d.budgets = append(d.budgets, wb.Budget)
 		if wb.avail <= 0 {
-			add(constraint{wait: wb.freeAt.Sub(s.now), source: wb.Policy, exhaust: true,
-				reason: fmt.Sprintf("%d of %d calls are left for %s under policy '%s'%s", max(wb.Remaining, 0), wb.Limit,
-					seconds(wb.freeAt.Sub(s.now)), wb.Policy, wb.heldNote)})
+			add(constraint{wait: wb.freeAt.Sub(s.now), source: wb.Policy, exhaust: true, keyWide: wb.Used >= wb.Limit,
+				reason: fmt.Sprintf("all %d calls per %s allowed by policy '%s' are used%s",
+					wb.Limit, seconds(wb.Window), wb.Policy, wb.heldNote)})
 			continue
 		}
 		if low(wb.avail, wb.Limit, s.key.LowWater) {
+			// Below the low-water mark, calls go at the policy's average
+			// pace: what leaves the window is what may enter it.
 			d.slow = true
 			spacing := wb.Window / time.Duration(wb.Limit)
 			add(constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: wb.Policy,
-				reason: fmt.Sprintf("only %d of %d calls are left under policy '%s': calls are spread %s apart", wb.avail, wb.Limit, wb.Policy, spacing.Round(time.Millisecond))})
+				reason: fmt.Sprintf("only %d of %d calls are left under policy '%s', so calls are spread %s apart",
+					wb.avail, wb.Limit, wb.Policy, seconds(spacing))})
 		}
 	}
 
 	// 3. Upstream observations, projected within their own policy, unit,
 	// partition and validity.
 	for _, k := range s.applicable() {
-		b, c, probe := s.observed(k)
-		d.budgets = append(d.budgets, b)
+		b, c, probe, err := s.observed(k)
+		if err != nil {
+			return d, err
+		}
+		d.budgets = append(d.budgets, fillFromLog(b, windows))
 		if probe {
 			d.probe = true
 		}
 		if c.wait > 0 {
 			add(c)
-		} else if !b.Expired && b.Remaining >= 0 && low(b.Remaining, b.Limit, s.key.LowWater) {
+		} else if !b.Expired && b.Remaining > 0 && b.Reset > 0 && low(b.Remaining, b.Limit, s.key.LowWater) {
+			// Below the low-water mark, what is left is spread over what is
+			// left of the effective window.
 			d.slow = true
-			if b.Remaining > 0 && b.Reset > 0 {
-				spacing := b.Reset / time.Duration(b.Remaining)
-				add(constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: b.Policy,
-					reason: fmt.Sprintf("the upstream says %d calls are left for %s under policy '%s': calls are spread %s apart",
-						b.Remaining, seconds(b.Reset), b.Policy, spacing.Round(time.Millisecond))})
-			}
+			spacing := b.Reset / time.Duration(b.Remaining)
+			add(constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: b.Policy,
+				reason: fmt.Sprintf("the upstream says %d %s are left for %s under policy '%s', so calls are spread %s apart",
+					b.Remaining, unitWord(b.Unit), seconds(b.Reset), b.Policy, seconds(spacing))})
 		}
 	}
 
@@ -166,15 +186,13 @@ func decide(s snapshot) (decision, error) {
 	if s.ks.HalfOpen {
 		d.probe = true
 	}
-	if d.probe && len(cs) == 0 {
-		if s.ks.ProbeUntil.After(s.now) {
-			add(constraint{wait: Poll, poll: true, source: "probe",
-				reason: "a probe is asking the upstream for a fresh answer; calls wait for it"})
-		}
+	if d.probe && s.ks.ProbeUntil.After(s.now) {
+		add(constraint{wait: Poll, poll: true, source: "probe",
+			reason: "a probe is asking the upstream for a fresh answer and calls wait for it"})
 	}
 
 	// 5. Local safety limits: concurrency, the maximum rate, slow start.
-	maxConc := s.key.MaxConcurrency
+	maxConc := maxConcurrency(s.key)
 	for _, k := range s.known {
 		if k.Unit == ratelimit.ConcurrentRequests && k.HasQuota && int(k.Quota) < maxConc {
 			maxConc = max(int(k.Quota), 1)
@@ -184,13 +202,10 @@ func decide(s snapshot) (decision, error) {
 		add(constraint{wait: Poll, poll: true, source: "concurrency",
 			reason: fmt.Sprintf("%d calls are in flight, the most allowed at once for this key", s.inFlight)})
 	}
-	spacing := time.Duration(float64(time.Second) / s.key.MaxRate)
-	if s.ks.Interval > spacing {
-		spacing = s.ks.Interval
-	}
+	spacing := max(minSpacing(s.key), s.ks.Interval)
 	if !s.ks.LastAdmitAt.IsZero() {
 		add(constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: "pace",
-			reason: fmt.Sprintf("calls are spaced %s apart", spacing.Round(time.Millisecond))})
+			reason: fmt.Sprintf("calls are spaced %s apart", seconds(spacing))})
 	}
 
 	d.binding = tightest(d.budgets)
@@ -205,8 +220,26 @@ func decide(s snapshot) (decision, error) {
 		}
 	}
 	d.probe = false
-	d.wait, d.reason, d.source, d.poll, d.exhaust = worst.wait, worst.reason, worst.source, worst.poll, worst.exhaust
+	d.wait, d.reason, d.source, d.poll, d.exhaust, d.keyWide = worst.wait, worst.reason, worst.source, worst.poll, worst.exhaust, worst.keyWide
 	return d, nil
+}
+
+// maxConcurrency is k's limit on calls in flight; zero means the default.
+func maxConcurrency(k *keystore.Key) int {
+	if k.MaxConcurrency > 0 {
+		return k.MaxConcurrency
+	}
+	return keystore.DefaultMaxConcurrency
+}
+
+// minSpacing is the least time between two admissions of k: one over its
+// maximum rate (zero means the default).
+func minSpacing(k *keystore.Key) time.Duration {
+	rate := k.MaxRate
+	if rate <= 0 {
+		rate = keystore.DefaultMaxRate
+	}
+	return time.Duration(float64(time.Second) / rate)
 }
 
 // windowed is a budget counted over the sliding-window log.
@@ -222,53 +255,50 @@ type windowed struct {
 // (or was inferred from a refusal), all counted over the local log.
 func (s snapshot) windowedBudgets() ([]windowed, error) {
 	type pw struct {
-		name   string
-		q      int64
-		w      time.Duration
-		source string
-		hidden bool
+		name, partition string
+		q               int64
+		w               time.Duration
+		source          string
+		hidden          bool
 	}
 	var ps []pw
 	for _, p := range s.key.Policies {
-		ps = append(ps, pw{p.Name, p.Quota, p.Window, "local", false})
+		if p.Unit == "" || p.Unit == ratelimit.Requests {
+			ps = append(ps, pw{p.Name, "", p.Quota, p.Window, "local", false})
+		}
 	}
 	for _, k := range s.applicable() {
 		if k.Unit == ratelimit.Requests && k.HasQuota && k.Window > 0 {
-			ps = append(ps, pw{k.Policy, k.Quota, k.Window, string(k.Shape), k.Hidden})
+			ps = append(ps, pw{k.Policy, k.Partition, k.Quota, k.Window, string(k.Shape), k.Hidden})
 		}
 	}
 	var out []windowed
 	for _, p := range ps {
 		since := s.now.Add(-p.w)
-		n, err := s.log.Count(since)
+		win, err := s.log.Window(since)
 		if err != nil {
 			return nil, err
 		}
-		held, err := s.held(p.q, since)
-		if err != nil {
-			return nil, err
-		}
+		n := int64(win.Count)
+		held := s.held(p.q, win)
 		limit := p.q - held
-		wb := windowed{Budget: Budget{Policy: p.name, Unit: ratelimit.Requests, Limit: p.q, Used: int64(n),
-			Window: p.w, Source: p.source, Hidden: p.hidden}}
+		wb := windowed{Budget: Budget{Policy: p.name, Unit: ratelimit.Requests, Partition: p.partition, Limit: p.q,
+			Used: n, Window: p.w, Source: p.source, Hidden: p.hidden}}
 		if held > 0 {
-			wb.heldNote = fmt.Sprintf(" (%d are reserved for other callers)", held)
+			wb.heldNote = fmt.Sprintf(" (%d of them are kept for other callers' reservations)", held)
 		}
-		wb.avail = limit - int64(n)
+		wb.avail = limit - n
 		wb.Remaining = max(wb.avail, 0)
-		if oldest, err := s.log.Nth(since, 1); err != nil {
-			return nil, err
-		} else if !oldest.IsZero() {
-			wb.Reset = oldest.Add(p.w).Sub(s.now)
+		if !win.Oldest.IsZero() {
+			wb.Reset = win.Oldest.Add(p.w).Sub(s.now)
 		}
 		if wb.avail <= 0 {
 			// The call needs this many of the window's sends to leave it.
-			k := int(int64(n) - limit + 1)
-			e, err := s.log.Nth(since, k)
+			e, err := s.log.Nth(since, int(n-limit+1))
 			if err != nil {
 				return nil, err
 			}
-			if e.IsZero() { // reserved share alone exhausts it: wait a window
+			if e.IsZero() { // reservations alone exhaust it: wait a window
 				e = s.now
 			}
 			wb.freeAt = e.Add(p.w)
@@ -279,26 +309,23 @@ func (s snapshot) windowedBudgets() ([]windowed, error) {
 }
 
 // held returns how many units of a quota q are held back from this caller
-// for other callers' reservations in the window starting at since. An
-// idle reservation (its caller made no call in the window and is not
-// waiting) is lent.
-func (s snapshot) held(q int64, since time.Time) (int64, error) {
+// for other callers' reservations in a window holding win. An idle
+// reservation (its caller made no call in the window and is not waiting)
+// is lent.
+func (s snapshot) held(q int64, win state.Window) int64 {
 	var held int64
 	for _, r := range s.key.Reserves {
 		if r.Caller == s.caller {
 			continue
 		}
-		used, err := s.log.CountBy(r.Caller, since)
-		if err != nil {
-			return 0, err
-		}
+		used := int64(win.ByCaller[r.Caller])
 		if used == 0 && !s.claimed[r.Caller] {
 			continue
 		}
 		share := int64(math.Floor(r.Share * float64(q)))
-		held += max(share-int64(used), 0)
+		held += max(share-used, 0)
 	}
-	return held, nil
+	return held
 }
 
 // applicable returns the known policies that constrain this request. A
@@ -334,46 +361,69 @@ func (s snapshot) applicable() []state.Known {
 }
 
 // observed projects one upstream observation to now: what is left of its r
-// after every send since, and whether its effective window has passed.
-func (s snapshot) observed(k state.Known) (b Budget, c constraint, probe bool) {
+// after every send since (by every caller and process), and whether its
+// effective window has passed. An expired observation that nothing has
+// answered since asks for one jittered probe; it never refills.
+func (s snapshot) observed(k state.Known) (b Budget, c constraint, probe bool, err error) {
 	b = Budget{Policy: k.Policy, Unit: k.Unit, Partition: k.Partition, Limit: k.Quota, Remaining: -1,
 		Window: k.Window, Source: string(k.Shape), Observed: k.ReceivedAt, Hidden: k.Hidden}
 	if !k.HasRemaining {
-		return b, c, false // a policy listed but never shown: only its q and w constrain
+		return b, c, false, nil // a policy listed but never shown: only its q and w constrain
 	}
 	end := k.ReceivedAt.Add(validity(k))
 	if !s.now.Before(end) {
 		b.Expired = true
-		if !s.ks.LastResponseAt.After(end) {
-			// Expired and unanswered since: one jittered probe, then a fresh answer.
-			at := end.Add(jitter(s.key.Name+k.Policy, end, ProbeJitter))
-			if s.now.Before(at) {
-				c = constraint{wait: at.Sub(s.now), source: k.Policy, exhaust: k.Remaining <= 0,
-					reason: fmt.Sprintf("the upstream's last word on policy '%s' has expired; one probe goes in %s to get a fresh one", k.Policy, seconds(at.Sub(s.now)))}
-				return b, c, false
-			}
-			return b, c, true
+		if s.ks.LastResponseAt.After(end) {
+			return b, c, false, nil // answered since: a fresh word came, or the policy was not shown
 		}
-		return b, c, false
+		// Expired and unanswered since: one jittered probe, then a fresh answer.
+		at := end.Add(jitter(s.key.Name+"\x00"+k.Policy+"\x00"+k.Partition, end, ProbeJitter))
+		if s.now.Before(at) {
+			c = constraint{wait: at.Sub(s.now), source: k.Policy, exhaust: k.Remaining <= 0, keyWide: k.Remaining <= 0,
+				reason: fmt.Sprintf("the upstream's last word on policy '%s' has expired, and one probe goes in %s to get a fresh one",
+					k.Policy, seconds(at.Sub(s.now)))}
+			return b, c, false, nil
+		}
+		return b, c, true, nil
 	}
 	b.Reset = end.Sub(s.now)
 	remaining := k.Remaining
 	if k.Unit == ratelimit.Requests {
 		n, err := s.log.Count(k.BasisAt)
-		if err == nil {
-			remaining -= int64(n)
+		if err != nil {
+			return b, c, false, err
 		}
+		remaining -= int64(n)
 	}
 	b.Remaining = max(remaining, 0)
 	if remaining <= 0 && k.Unit != ratelimit.ConcurrentRequests {
-		limit := ""
+		of := ""
 		if k.HasQuota {
-			limit = fmt.Sprintf(" of %d", k.Quota)
+			of = fmt.Sprintf(" of %d", k.Quota)
 		}
-		c = constraint{wait: b.Reset, source: k.Policy, exhaust: true,
-			reason: fmt.Sprintf("the upstream says 0%s %s are left for %s under policy '%s'", limit, unitWord(k.Unit), seconds(b.Reset), k.Policy)}
+		c = constraint{wait: b.Reset, source: k.Policy, exhaust: true, keyWide: true,
+			reason: fmt.Sprintf("the upstream says 0%s %s are left under policy '%s' for the next %s",
+				of, unitWord(k.Unit), k.Policy, seconds(b.Reset))}
 	}
-	return b, c, false
+	return b, c, false, nil
+}
+
+// fillFromLog completes an upstream budget whose r is unknown or expired
+// with what the local log knows of the same policy.
+func fillFromLog(b Budget, windows []windowed) Budget {
+	if b.Remaining >= 0 && !b.Expired {
+		return b
+	}
+	for _, wb := range windows {
+		if wb.Source != "local" && wb.Policy == b.Policy && wb.Partition == b.Partition && wb.Unit == b.Unit {
+			b.Remaining, b.Used, b.Reset, b.Counted = wb.Remaining, wb.Used, wb.Reset, true
+			if b.Reset == 0 {
+				b.Reset = wb.Window
+			}
+			return b
+		}
+	}
+	return b
 }
 
 // validity is how long an observation holds: its effective window t, else
@@ -426,7 +476,8 @@ func jitter(what string, at time.Time, max time.Duration) time.Duration {
 	h := fnv.New64a()
 	h.Write([]byte(what))
 	fmt.Fprint(h, at.UnixMicro())
-	return time.Duration(h.Sum64() % uint64(max))
+	// Whole microseconds, the state file's resolution.
+	return time.Duration(h.Sum64() % uint64(max)).Truncate(time.Microsecond)
 }
 
 func unitWord(u ratelimit.Unit) string {
@@ -436,11 +487,14 @@ func unitWord(u ratelimit.Unit) string {
 	return strings.ReplaceAll(string(u), "-", " ")
 }
 
-// seconds renders d for a sentence: "18 s", "1.5 s", "3 min".
+// seconds renders d for a sentence, rounded up: "250 ms", "1.5 s",
+// "18 s", "3 min".
 func seconds(d time.Duration) string {
 	switch {
 	case d <= 0:
 		return "0 s"
+	case d < time.Second:
+		return fmt.Sprintf("%d ms", int(math.Ceil(float64(d)/float64(time.Millisecond))))
 	case d < 10*time.Second:
 		s := math.Ceil(d.Seconds()*10) / 10
 		return strings.TrimSuffix(fmt.Sprintf("%.1f", s), ".0") + " s"

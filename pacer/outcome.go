@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/ratelimit"
@@ -15,8 +14,8 @@ import (
 // Backoff and circuit-breaker settings, used when an upstream refuses or
 // fails without saying when to come back.
 const (
-	BackoffBase      = time.Second
-	BackoffCap       = time.Minute
+	BackoffBase      = time.Second      // the first backoff, before jitter; it doubles with each failure…
+	BackoffCap       = time.Minute      // …up to this
 	BreakerThreshold = 5                // consecutive refusals or failures without guidance
 	BreakerCooldown  = 30 * time.Second // doubles with every reopening…
 	BreakerMax       = 10 * time.Minute // …up to this
@@ -24,32 +23,33 @@ const (
 	AbnormalPause = 15 * time.Minute
 )
 
-// An Outcome is how an admitted attempt ended.
+// An Outcome is how an admitted attempt ended. The zero Outcome is an
+// attempt that was never sent.
 type Outcome struct {
-	SentAt     time.Time
-	AnsweredAt time.Time // zero when no answer came
-	Status     int       // 0 when no answer came
-	Err        error     // the transport error, when no answer came
-	Reading    *ratelimit.Reading
+	SentAt     time.Time          // when the request left; later sends are subtracted from what its answer says
+	AnsweredAt time.Time          // zero when no answer came
+	Status     int                // 0 when no answer came
+	Err        error              // the transport error, when no answer came
+	Reading    *ratelimit.Reading // the answer's rate-limit signals; nil when none were read
 }
 
-// Advice tells a caller what to do next.
+// Advice tells a caller what to do next. The zero Advice says nothing.
 type Advice struct {
-	Action     Action
+	Action     Action        // continue, slow_down or pause
 	RetryAfter time.Duration // for Pause: come back after this long
-	Reason     string        // one plain sentence
+	Reason     string        // one plain sentence the caller can act on
 }
 
 // A Result is what Done learned: the key's budgets after the answer, the
 // tightest of them, what to do next, and warnings raised by the answer.
 type Result struct {
-	State      string // the attempt's final state
-	Budgets    []Budget
-	Binding    *Budget
-	Advice     Advice
-	Warnings   []string // new: hidden limit, abnormal usage, circuit open
-	DoNotRetry bool     // the answer says not to retry, or retrying cannot help
-	RetryIn    time.Duration
+	State      string        // the attempt's final state
+	Budgets    []Budget      // every budget of the key, as the caller would meet it next
+	Binding    *Budget       // the tightest of them; nil when none is known
+	Advice     Advice        // what the caller should do next
+	Warnings   []string      // new: hidden limit, abnormal usage, circuit open
+	DoNotRetry bool          // the answer says not to retry, or retrying cannot help
+	RetryIn    time.Duration // the least wait before a retry the answer set (Retry-After, backoff, circuit)
 }
 
 // Done records how t's attempt ended: its state, every observation its
@@ -60,12 +60,12 @@ func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 	defer p.signal(t.Call.Key.Name)
 	var res Result
 	err := p.db.Update(ctx, func(tx *state.Tx) error {
+		var ks state.KeyState
 		var err error
-		res, err = p.record(tx, t, o)
-		if err != nil {
+		if res, ks, err = p.record(tx, t, o); err != nil {
 			return err
 		}
-		res.Budgets, res.Binding, res.Advice, err = p.advise(tx, t.Call, p.now())
+		res.Budgets, res.Binding, res.Advice, err = p.advise(tx, t.Call, p.now(), ks)
 		return err
 	})
 	if err != nil {
@@ -74,16 +74,22 @@ func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 	return res, nil
 }
 
-func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, error) {
+// record is Done's work in tx: it returns what was learnt and the key's
+// pacing state as recorded.
+func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyState, error) {
 	c := t.Call
 	key := c.Key.Name
 	now := o.AnsweredAt
 	if now.IsZero() {
 		now = p.now()
 	}
+	basis := o.SentAt // later sends are subtracted from what the answer says
+	if basis.IsZero() {
+		basis = t.AdmittedAt
+	}
 	ks, err := tx.KeyState(key)
 	if err != nil {
-		return Result{}, err
+		return Result{}, ks, err
 	}
 	rd := o.Reading
 	if rd == nil {
@@ -110,7 +116,7 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, error) {
 		}
 		if err := tx.AddObservation(state.ObservationRecord{Key: key, AttemptID: t.ID, Observation: ob, Status: o.Status,
 			ReceivedAt: rd.ReceivedAt, ServerDate: rd.ServerDate, FromCache: rd.FromCache, Method: c.Method, Target: c.Target}); err != nil {
-			return res, err
+			return res, ks, err
 		}
 		if ob.HasRemaining && ob.Remaining <= 0 {
 			exhausted = true
@@ -118,9 +124,9 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, error) {
 		if rd.FromCache {
 			continue
 		}
-		if err := tx.PutKnown(state.Known{Key: key, Observation: ob, ReceivedAt: rd.ReceivedAt, BasisAt: o.SentAt,
+		if err := tx.PutKnown(state.Known{Key: key, Observation: ob, ReceivedAt: rd.ReceivedAt, BasisAt: basis,
 			Route: c.route()}); err != nil {
-			return res, err
+			return res, ks, err
 		}
 	}
 
@@ -133,8 +139,8 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, error) {
 		until := now.Add(rd.RetryAfter)
 		until = until.Add(time.Duration(p.rand() * 0.1 * float64(min(rd.RetryAfter, 10*time.Second))))
 		if err := tx.PutGate(state.Gate{Key: key, Until: until, Source: "retry-after", SetAt: now,
-			Reason: fmt.Sprintf("the upstream answered %d with Retry-After: nothing is sent before it", o.Status)}); err != nil {
-			return res, err
+			Reason: fmt.Sprintf("the upstream answered %d and asked to wait %s (Retry-After)", o.Status, seconds(rd.RetryAfter))}); err != nil {
+			return res, ks, err
 		}
 		res.RetryIn = until.Sub(now)
 	}
@@ -144,10 +150,10 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, error) {
 		msg := fmt.Sprintf("the upstream reported abnormal usage of key '%s'%s; calls are paused until %s — check what is calling it before resuming",
 			key, violated(rd.Problem), until.UTC().Format(time.RFC3339))
 		if err := tx.PutGate(state.Gate{Key: key, Until: until, Source: "abnormal-usage", SetAt: now, Reason: msg}); err != nil {
-			return res, err
+			return res, ks, err
 		}
 		if err := tx.AddWarning(state.Warning{Key: key, At: now, Kind: "abnormal-usage", Message: msg}); err != nil {
-			return res, err
+			return res, ks, err
 		}
 		res.Warnings = append(res.Warnings, msg)
 		res.DoNotRetry = true
@@ -159,38 +165,47 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, error) {
 	refused := rd.Throttled || o.Status == http.StatusTooManyRequests
 	if refused && !exhausted && !rd.Abnormal {
 		// Nothing we saw explains the refusal: a limit nobody announced.
-		msg, err := p.hiddenLimit(tx, c, rd, now)
+		msg, err := p.hiddenLimit(tx, t, rd, now)
 		if err != nil {
-			return res, err
+			return res, ks, err
 		}
-		res.Warnings = append(res.Warnings, msg)
+		if msg != "" {
+			res.Warnings = append(res.Warnings, msg)
+		}
 	}
 
+	probe := ks.ProbeAttempt == t.ID
 	switch {
 	case failure && !guided && !rd.Abnormal:
 		ks.Failures++
-		if ks.Failures >= BreakerThreshold {
+		reopen := probe && ks.HalfOpen
+		if ks.Failures >= BreakerThreshold || reopen {
+			// Open (or, when the half-open probe failed, reopen) the circuit:
+			// nothing goes until the cooldown ends, then one probe.
 			cool := min(time.Duration(float64(BreakerCooldown)*math.Pow(2, float64(ks.Opens))), BreakerMax)
 			ks.Opens++
 			ks.HalfOpen = true
 			ks.Failures = 0
-			msg := fmt.Sprintf("the circuit for key '%s' opened after %d refusals or failures without guidance; one probe goes after %s",
+			msg := fmt.Sprintf("the circuit for key '%s' opened after %d refusals or failures without guidance, and one probe goes in %s",
 				key, BreakerThreshold, seconds(cool))
+			if reopen {
+				msg = fmt.Sprintf("the circuit for key '%s' opened again because its probe failed too, and the next probe goes in %s",
+					key, seconds(cool))
+			}
 			if err := tx.PutGate(state.Gate{Key: key, Until: now.Add(cool), Source: "circuit", SetAt: now, Reason: msg}); err != nil {
-				return res, err
+				return res, ks, err
 			}
 			if err := tx.AddWarning(state.Warning{Key: key, At: now, Kind: "circuit-open", Message: msg}); err != nil {
-				return res, err
+				return res, ks, err
 			}
 			res.Warnings = append(res.Warnings, msg)
 			res.RetryIn = max(res.RetryIn, cool)
 		} else {
-			// Exponential backoff with full jitter, capped before the jitter.
-			d := min(BackoffCap, BackoffBase<<min(ks.Failures-1, 16))
-			d = time.Duration(p.rand() * float64(d))
+			d := backoff(ks.Failures, p.rand())
 			if err := tx.PutGate(state.Gate{Key: key, Until: now.Add(d), Source: "backoff", SetAt: now,
-				Reason: fmt.Sprintf("the upstream answered %s without saying when to come back; backing off (attempt %d)", statusWord(o), ks.Failures)}); err != nil {
-				return res, err
+				Reason: fmt.Sprintf("the upstream answered %s without saying when to come back, so calls back off (failure %d in a row)",
+					statusWord(o), ks.Failures)}); err != nil {
+				return res, ks, err
 			}
 			res.RetryIn = max(res.RetryIn, d)
 		}
@@ -200,73 +215,28 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, error) {
 	default:
 		ks.Failures, ks.Opens, ks.HalfOpen = 0, 0, false
 	}
-	if ks.ProbeAttempt == t.ID {
+	if probe {
 		ks.ProbeAttempt, ks.ProbeUntil = 0, time.Time{}
-		if failure && !ks.HalfOpen && !guided {
-			ks.HalfOpen = true // the probe failed: the next call probes again
-		}
 	}
 	if o.Status > 0 {
 		ks.LastResponseAt = now
 	}
 	if err := tx.PutKeyState(ks); err != nil {
-		return res, err
+		return res, ks, err
 	}
-	return res, tx.FinishAttempt(t.ID, res.State, reason, o.Status, o.SentAt, o.AnsweredAt)
+	return res, ks, tx.FinishAttempt(t.ID, res.State, reason, o.Status, o.SentAt, o.AnsweredAt)
+}
+
+// backoff is the wait after the n-th refusal or failure in a row without
+// guidance: exponential from BackoffBase, capped at BackoffCap before the
+// full jitter r (uniform in [0, 1)) scales it.
+func backoff(n int, r float64) time.Duration {
+	d := min(BackoffCap, BackoffBase<<min(max(n, 1)-1, 16))
+	return time.Duration(r * float64(d))
 }
 
 // unnamedPolicy names observations whose upstream named no policy.
 const unnamedPolicy = "x-ratelimit"
-
-// hiddenLimit records a limit a refusal revealed: named by the problem's
-// violated-policies when it names one we did not know, else "hidden". It
-// is inferred as what this key sent in the longest window we know (at
-// least a minute), doubling that window each time the same limit refuses
-// again, and is enforced locally from then on.
-func (p *Pacer) hiddenLimit(tx *state.Tx, c Call, rd *ratelimit.Reading, now time.Time) (string, error) {
-	known, err := tx.Known(c.Key.Name)
-	if err != nil {
-		return "", err
-	}
-	name := "hidden"
-	if rd.Problem != nil {
-		for _, v := range rd.Problem.ViolatedPolicies {
-			if !slices.ContainsFunc(known, func(k state.Known) bool { return k.Policy == v && !k.Hidden }) {
-				name = v
-				break
-			}
-		}
-	}
-	w := time.Minute
-	for _, pol := range c.Key.Policies {
-		w = max(w, pol.Window)
-	}
-	for _, k := range known {
-		if k.Window > 0 && !k.Hidden {
-			w = max(w, k.Window)
-		}
-	}
-	for _, k := range known {
-		if k.Policy == name && k.Hidden {
-			w = max(w, 2*k.Window)
-		}
-	}
-	w = max(w, rd.RetryAfter)
-	n, err := tx.Count(c.Key.Name, now.Add(-w))
-	if err != nil {
-		return "", err
-	}
-	q := max(int64(n)-1, 1) // the refused call did not count upstream
-	k := state.Known{Key: c.Key.Name, ReceivedAt: now, BasisAt: now, Hidden: true, Route: c.route(),
-		Observation: ratelimit.Observation{Policy: name, Unit: ratelimit.Requests, Quota: q, HasQuota: true, Window: w,
-			Shape: ratelimit.ShapeInferred}}
-	if err := tx.PutKnown(k); err != nil {
-		return "", err
-	}
-	msg := fmt.Sprintf("key '%s' hit a limit the upstream never announced (%s); it is now enforced locally as %d calls per %s",
-		c.Key.Name, name, q, seconds(w))
-	return msg, tx.AddWarning(state.Warning{Key: c.Key.Name, At: now, Kind: "hidden-limit", Message: msg})
-}
 
 // classify turns an outcome into an attempt state.
 func classify(o Outcome, rd *ratelimit.Reading) string {

@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -34,8 +33,10 @@ const (
 )
 
 // A Pacer admits calls and records their outcomes for every key sharing
-// one state file. Create it with New; set Now and Rand before first use
-// to drive it in tests. It is safe for concurrent use.
+// one state file, together with every other Pacer (in this process or
+// another) on the same file. Create it with New (the zero value has no
+// state file and cannot be used); set Now, Rand and Lease before first
+// use. It is safe for concurrent use.
 type Pacer struct {
 	db *state.DB
 
@@ -78,16 +79,17 @@ func (p *Pacer) lease() time.Duration {
 	return DefaultLease
 }
 
-// A Call is one attempt a caller wants to make.
+// A Call is one attempt a caller wants to make. Key is required; the
+// other fields are recorded as given (a zero MaxWait means "do not wait").
 type Call struct {
-	Key       *keystore.Key
-	Caller    string // who asks: a stdio caller name or a [[callers]] name
-	Transport string // stdio, mcp-http, rest
-	Method    string
-	Target    string // path and query below the key's base URL
-	Digest    string // identifies identical requests, for the loop guard
-	CallID    string
-	Attempt   int // 1 for the first attempt of a call
+	Key       *keystore.Key // the key the call spends
+	Caller    string        // who asks: a stdio caller name or a [[callers]] name
+	Transport string        // stdio, mcp-http, rest
+	Method    string        // the HTTP method, with Target the route partitions are predicted by
+	Target    string        // path and query below the key's base URL
+	Digest    string        // identifies identical requests, for the loop guard
+	CallID    string        // the call's ID, the same for each of its attempts
+	Attempt   int           // 1 for the first attempt of a call
 	// MaxWait is how long the caller is willing to wait for admission;
 	// beyond it Admit answers with a *PauseError.
 	MaxWait time.Duration
@@ -103,32 +105,34 @@ func (c Call) route() string {
 
 // Progress reports a wait in progress.
 type Progress struct {
-	Waited time.Duration
+	Waited time.Duration // so far
 	Total  time.Duration // the expected wait; it may grow
-	Reason string
+	Reason string        // why, as a clause ("all 120 calls per 60 s … are used")
 }
 
-// A Ticket is an admitted attempt. Report its outcome with Done.
+// A Ticket is an admitted attempt, counted against its key from its
+// admission on. Report its outcome with Done, once.
 type Ticket struct {
-	ID         int64
-	Call       Call
-	Probe      bool // the one call let through to get a fresh answer
-	AdmittedAt time.Time
-	Waited     time.Duration
-	SlowDown   bool   // admitted while a budget runs low
-	Reason     string // why it waited or slows down
+	ID         int64         // the attempt's ID in the state file
+	Call       Call          // what was admitted
+	Probe      bool          // the one call let through to get a fresh answer
+	AdmittedAt time.Time     // when it was admitted (by the Pacer's clock)
+	Waited     time.Duration // how long it waited for admission
+	SlowDown   bool          // admitted while a budget runs low
+	Reason     string        // why it waited or slows down
 }
 
 // A PauseError reports a call that cannot be admitted within the caller's
 // MaxWait. Nothing was sent; the refusal is in the key's activity.
 type PauseError struct {
-	Key        string
+	Key        string        // the key's name
 	RetryAfter time.Duration // come back after this long
-	Reason     string        // one plain sentence
-	Source     string        // what binds: a policy name, "retry-after", "circuit"…
+	Reason     string        // why, as a clause ("all 120 calls per 60 s … are used")
+	Source     string        // what binds: a policy name, "retry-after", "circuit", "pace"…
 	Binding    *Budget       // the tightest budget, when one binds
 }
 
+// Error says which key pauses, for how long, and why.
 func (e *PauseError) Error() string {
 	return fmt.Sprintf("key %s paused for %s: %s", e.Key, seconds(e.RetryAfter), e.Reason)
 }
@@ -151,9 +155,11 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 		var d decision
 		var t Ticket
 		var pause *PauseError
-		now := p.now()
+		var now time.Time
 		err := p.db.Update(ctx, func(tx *state.Tx) error {
-			snap, err := p.load(tx, c, now)
+			// The time is read with the file's write lock held: a call
+			// admitted after another is never recorded before it.
+			snap, err := p.load(tx, c, p.now(), nil, true)
 			if err != nil {
 				return err
 			}
@@ -164,6 +170,7 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 			ks := snap.ks
 			waited := now.Sub(start)
 			if d.admit {
+				now = maxTime(now, ks.LastAdmitAt) // the log stays in order, whatever the clock did
 				id, err := tx.InsertAttempt(state.Attempt{CallID: c.CallID, Attempt: c.Attempt, Key: c.Key.Name,
 					Caller: c.Caller, Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest,
 					State: state.Admitted, Reason: d.reason, Probe: d.probe, At: now, Wait: waited,
@@ -174,7 +181,7 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 				ks.LastAdmitAt = now
 				if ks.Interval > 0 { // slow start: the pace doubles with every admission
 					ks.Interval /= 2
-					if ks.Interval < time.Duration(float64(time.Second)/c.Key.MaxRate) {
+					if ks.Interval < minSpacing(c.Key) {
 						ks.Interval = 0
 					}
 				}
@@ -184,8 +191,8 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 				t = Ticket{ID: id, Call: c, Probe: d.probe, AdmittedAt: now, Waited: waited, SlowDown: d.slow, Reason: d.reason}
 				return tx.PutKeyState(ks)
 			}
-			if d.exhaust && d.wait >= time.Second {
-				// After a pause the pace rises gradually.
+			if d.keyWide && d.wait >= time.Second {
+				// After a pause of the key the pace rises gradually.
 				if s := slowStart(c.Key, snap.known); ks.Interval < s {
 					ks.Interval = s
 					if err := tx.PutKeyState(ks); err != nil {
@@ -249,7 +256,7 @@ func hasReserve(k *keystore.Key, caller string) bool {
 // slowStart is the spacing calls resume at after a pause: the average pace
 // of the slowest known policy, between the key's maximum rate and 2 s.
 func slowStart(k *keystore.Key, known []state.Known) time.Duration {
-	s := time.Duration(float64(time.Second) / k.MaxRate)
+	s := minSpacing(k)
 	consider := func(q int64, w time.Duration) {
 		if q > 0 && w > 0 {
 			s = max(s, w/time.Duration(q))
@@ -266,53 +273,91 @@ func slowStart(k *keystore.Key, known []state.Known) time.Duration {
 	return min(s, 2*time.Second)
 }
 
-// load reads what a decision about c needs, inside tx.
-func (p *Pacer) load(tx *state.Tx, c Call, now time.Time) (snapshot, error) {
+// load reads what a decision about c needs, inside tx. ks, when not nil,
+// is the key's pacing state as tx already holds it; calls in flight are
+// counted only when inFlight.
+func (p *Pacer) load(tx *state.Tx, c Call, now time.Time, ks *state.KeyState, inFlight bool) (snapshot, error) {
 	key := c.Key.Name
-	ks, err := tx.KeyState(key)
-	if err != nil {
-		return snapshot{}, err
+	if ks == nil {
+		s, err := tx.KeyState(key)
+		if err != nil {
+			return snapshot{}, err
+		}
+		ks = &s
 	}
-	// A clock that steps back must not re-admit calls.
-	if now.Before(ks.LastAdmitAt) {
-		now = ks.LastAdmitAt
-	}
-	s := snapshot{now: now, key: c.Key, caller: c.Caller, route: c.route(), ks: ks, log: txLog{tx, key}}
+	var err error
+	// A clock that steps back re-admits nothing: a window counts every
+	// send after its start, later ones included, and the spacing from the
+	// latest admission holds every call until the clock passes it again.
+	s := snapshot{now: now, key: c.Key, caller: c.Caller, route: c.route(), ks: *ks, log: newTxLog(tx, c.Key)}
 	if s.known, err = tx.Known(key); err != nil {
 		return s, err
 	}
 	if s.gates, err = tx.Gates(key, now); err != nil {
 		return s, err
 	}
-	if s.inFlight, err = tx.InFlight(key, now); err != nil {
-		return s, err
-	}
-	for _, r := range c.Key.Reserves {
-		ok, err := tx.Claimed(key, r.Caller, now)
-		if err != nil {
+	if inFlight {
+		if s.inFlight, err = tx.InFlight(key, now); err != nil {
 			return s, err
 		}
-		if ok {
-			if s.claimed == nil {
-				s.claimed = map[string]bool{}
-			}
-			s.claimed[r.Caller] = true
+	}
+	if len(c.Key.Reserves) > 0 {
+		if s.claimed, err = tx.Claimed(key, now); err != nil {
+			return s, err
 		}
 	}
 	return s, nil
 }
 
-// txLog reads the sliding-window log of one key inside a transaction.
+// txLog reads the sliding-window log of one key inside a transaction,
+// remembering what it read: a decision asks about the same windows more
+// than once (a documented policy and the upstream's twin of it).
 type txLog struct {
-	tx  *state.Tx
-	key string
+	tx       *state.Tx
+	key      string
+	byCaller bool // count per caller too (the key has reservations)
+	counts   map[time.Time]int
+	windows  map[time.Time]state.Window
 }
 
-func (l txLog) Count(since time.Time) (int, error) { return l.tx.Count(l.key, since) }
-func (l txLog) CountBy(caller string, since time.Time) (int, error) {
-	return l.tx.CountBy(l.key, caller, since)
+func newTxLog(tx *state.Tx, k *keystore.Key) *txLog {
+	return &txLog{tx: tx, key: k.Name, byCaller: len(k.Reserves) > 0,
+		counts: map[time.Time]int{}, windows: map[time.Time]state.Window{}}
 }
-func (l txLog) Nth(since time.Time, n int) (time.Time, error) { return l.tx.Nth(l.key, since, n) }
+
+// Count is log.Count.
+func (l *txLog) Count(since time.Time) (int, error) {
+	if n, ok := l.counts[since]; ok {
+		return n, nil
+	}
+	if w, ok := l.windows[since]; ok {
+		return w.Count, nil
+	}
+	n, err := l.tx.Count(l.key, since)
+	if err == nil {
+		l.counts[since] = n
+	}
+	return n, err
+}
+
+// Window is log.Window.
+func (l *txLog) Window(since time.Time) (state.Window, error) {
+	if w, ok := l.windows[since]; ok {
+		return w, nil
+	}
+	read := l.tx.Window
+	if l.byCaller {
+		read = l.tx.WindowByCaller
+	}
+	w, err := read(l.key, since)
+	if err == nil {
+		l.windows[since] = w
+	}
+	return w, err
+}
+
+// Nth is log.Nth.
+func (l *txLog) Nth(since time.Time, n int) (time.Time, error) { return l.tx.Nth(l.key, since, n) }
 
 // waker returns a channel closed when a call of key next finishes in this
 // process, so waiters re-check at once instead of at their next poll.
@@ -348,12 +393,4 @@ func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// ceilSeconds rounds d up to whole seconds, at least 1 when d > 0.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64(math.Ceil(d.Seconds()))
 }

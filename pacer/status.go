@@ -9,14 +9,14 @@ import (
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
-// advise evaluates a next call by c's caller at now, ignoring the spacing
-// of the call just made: the budgets that hold, the tightest, and advice.
-func (p *Pacer) advise(tx *state.Tx, c Call, now time.Time) ([]Budget, *Budget, Advice, error) {
-	snap, err := p.load(tx, c, now)
+// advise evaluates a next call by c's caller at now, given the key's
+// pacing state ks, ignoring the spacing of the call just made and the
+// calls in flight: the budgets that hold, the tightest, and advice.
+func (p *Pacer) advise(tx *state.Tx, c Call, now time.Time, ks state.KeyState) ([]Budget, *Budget, Advice, error) {
+	snap, err := p.load(tx, c, now, &ks, false)
 	if err != nil {
 		return nil, nil, Advice{}, err
 	}
-	snap.inFlight = 0
 	snap.ks.LastAdmitAt, snap.ks.Interval = time.Time{}, 0
 	d, err := decide(snap)
 	if err != nil {
@@ -25,33 +25,40 @@ func (p *Pacer) advise(tx *state.Tx, c Call, now time.Time) ([]Budget, *Budget, 
 	return d.budgets, d.binding, adviceFor(d), nil
 }
 
-// adviceFor turns a decision about a next call into advice.
+// adviceFor turns a decision about a next call into advice: one plain
+// sentence a caller can act on.
 func adviceFor(d decision) Advice {
 	b := d.binding
 	switch {
 	case !d.admit && d.exhaust && d.wait >= time.Second:
-		return Advice{Action: Pause, RetryAfter: d.wait, Reason: sentence(d.reason) + fmt.Sprintf(" Call again after %s, or use quota_status.", seconds(d.wait))}
+		return Advice{Action: Pause, RetryAfter: d.wait,
+			Reason: fmt.Sprintf("Wait %s before the next call: %s.", seconds(d.wait), d.reason)}
 	case d.slow || (!d.admit && d.exhaust):
-		return Advice{Action: SlowDown, Reason: slowReason(b, d)}
+		if b != nil && b.Remaining > 0 {
+			return Advice{Action: SlowDown, Reason: fmt.Sprintf("You can make %s in the next %s; spread them out, about one every %s.",
+				calls(b.Remaining), seconds(budgetReset(b)), seconds(budgetReset(b)/time.Duration(b.Remaining)))}
+		}
+		return Advice{Action: SlowDown, Reason: sentence(d.reason)}
 	case b != nil && b.Remaining >= 0:
-		return Advice{Action: Continue, Reason: fmt.Sprintf("You can make %d more calls in the next %s under policy '%s'.",
-			b.Remaining, seconds(b.Reset), b.Policy)}
+		return Advice{Action: Continue, Reason: fmt.Sprintf("You can make %s in the next %s.", calls(b.Remaining), seconds(budgetReset(b)))}
 	}
-	return Advice{Action: Continue, Reason: "No limit is known to bind this key right now."}
+	return Advice{Action: Continue, Reason: "No limit is known to bind this key right now; go ahead at a steady pace."}
 }
 
-func slowReason(b *Budget, d decision) string {
-	if b != nil && b.Remaining >= 0 && b.Limit > 0 {
-		r := fmt.Sprintf("Only %d of %d calls are left under policy '%s'", b.Remaining, b.Limit, b.Policy)
-		if b.Reset > 0 {
-			r += fmt.Sprintf(" for the next %s", seconds(b.Reset))
-		}
-		if b.Remaining > 0 && b.Reset > 0 {
-			r += fmt.Sprintf("; spread them out, about one every %s", seconds(b.Reset/time.Duration(b.Remaining)))
-		}
-		return r + "."
+// budgetReset is how long what b says is left holds: its reset, or its
+// whole window when nothing in it has been spent yet.
+func budgetReset(b *Budget) time.Duration {
+	if b.Reset > 0 {
+		return b.Reset
 	}
-	return sentence(d.reason)
+	return b.Window
+}
+
+func calls(n int64) string {
+	if n == 1 {
+		return "1 more call"
+	}
+	return fmt.Sprintf("%d more calls", n)
 }
 
 // sentence capitalises s and ends it with a full stop.
@@ -68,17 +75,18 @@ func sentence(s string) string {
 	return s
 }
 
-// A KeyStatus is everything known about one key's budget, for planning.
+// A KeyStatus is everything known about one key's budget, for planning,
+// as one caller would meet it.
 type KeyStatus struct {
-	Key      string
-	Local    []Budget // the documented policies, counted over every caller and process
-	Upstream []Budget // every policy the upstream announced or a refusal revealed
-	Gates    []state.Gate
-	Warnings []state.Warning // raised in the last hour
-	InFlight int
-	Reserves []keystore.Reserve
-	Binding  *Budget
-	Advice   Advice
+	Key      string             // the key's name
+	Local    []Budget           // the documented policies, counted over every caller and process
+	Upstream []Budget           // every policy the upstream announced or a refusal revealed
+	Gates    []state.Gate       // closed gates, the latest to open first
+	Warnings []state.Warning    // raised in the last hour
+	InFlight int                // calls admitted and not yet answered, in every process
+	Reserves []keystore.Reserve // the key's reservations
+	Binding  *Budget            // the tightest budget; nil when none is known
+	Advice   Advice             // what the caller should do next
 }
 
 // Status reports k's budget as caller would meet it now. It reads the
@@ -87,7 +95,7 @@ func (p *Pacer) Status(ctx context.Context, k *keystore.Key, caller string) (Key
 	st := KeyStatus{Key: k.Name, Reserves: k.Reserves}
 	now := p.now()
 	err := p.db.View(ctx, func(tx *state.Tx) error {
-		snap, err := p.load(tx, Call{Key: k, Caller: caller}, now)
+		snap, err := p.load(tx, Call{Key: k, Caller: caller}, now, nil, true)
 		if err != nil {
 			return err
 		}
@@ -102,11 +110,13 @@ func (p *Pacer) Status(ctx context.Context, k *keystore.Key, caller string) (Key
 			return err
 		}
 		for _, b := range d.budgets {
-			if b.Source == "local" {
+			switch {
+			case b.Source == "local":
 				st.Local = append(st.Local, b)
-			} else if b.Observed.IsZero() {
-				continue // the sliding-window twin of an upstream policy: shown through its observation
-			} else {
+			case b.Observed.IsZero():
+				// The sliding-window twin of an upstream policy: shown through
+				// its observation, which it completed when r was unknown.
+			default:
 				st.Upstream = append(st.Upstream, b)
 			}
 		}

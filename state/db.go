@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -24,18 +25,28 @@ import (
 	"strings"
 	"time"
 
-	_ "modernc.org/sqlite" // the "sqlite" driver
+	"modernc.org/sqlite" // the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// BusyTimeout bounds how long Update waits for another process's write
+// transaction to end before it gives up with an error wrapping ErrBusy.
+const BusyTimeout = 10 * time.Second
+
+// ErrBusy reports a state file that stayed locked by another process's
+// writer for longer than BusyTimeout.
+var ErrBusy = errors.New("state file busy")
+
 // A DB is an open state file. It is safe for concurrent use, by several
 // goroutines and by several processes opening the same file.
 type DB struct {
-	w    *sql.DB // one connection: writers queue in Go, not in SQLite's busy loop
-	r    *sql.DB // readers; WAL lets them run beside the writer
-	path string
+	w      *sql.DB     // one connection: writers queue in Go, not in SQLite's busy loop
+	r      *sql.DB     // readers; WAL lets them run beside the writer
+	ws, rs []*sql.Stmt // every statement of the package, prepared on w and on r
+	path   string
 }
 
 // Open opens (creating if needed) the state file at path and brings its
@@ -48,16 +59,19 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	}
 	// Pragmas go in the DSN: database/sql opens several connections and
 	// each must carry them (modernc.org/sqlite has no default busy timeout).
-	dsn := "file:" + (&url.URL{Path: path}).EscapedPath() +
-		"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate"
-	w, err := sql.Open("sqlite", dsn)
+	// The writer waits for other processes' write locks in Update's own
+	// loop rather than in SQLite's busy handler, whose sleeps grow to
+	// 100 ms and let one busy process starve another.
+	file := "file:" + (&url.URL{Path: path}).EscapedPath()
+	const pragmas = "&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)"
+	w, err := sql.Open("sqlite", file+"?_pragma=busy_timeout(0)"+pragmas+"&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("state: open %s: %w", path, err)
 	}
 	w.SetMaxOpenConns(1)
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
-	r, err := sql.Open("sqlite", dsn+"&_pragma=query_only(1)")
+	r, err := sql.Open("sqlite", file+"?_pragma=busy_timeout(10000)"+pragmas+"&_pragma=query_only(1)")
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("state: open %s: %w", path, err)
@@ -65,6 +79,10 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	r.SetMaxOpenConns(4)
 	db := &DB{w: w, r: r, path: path}
 	if err := db.migrate(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("state: %s: %w", path, err)
+	}
+	if err := db.prepare(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("state: %s: %w", path, err)
 	}
@@ -80,7 +98,39 @@ func (db *DB) Path() string { return db.path }
 
 // Close closes the file.
 func (db *DB) Close() error {
-	return errors.Join(db.r.Close(), db.w.Close())
+	var errs []error
+	for _, s := range append(db.ws, db.rs...) {
+		errs = append(errs, s.Close())
+	}
+	return errors.Join(append(errs, db.r.Close(), db.w.Close())...)
+}
+
+// A query is one of the package's SQL statements, prepared once per
+// connection when the file is opened (parsing a statement costs more than
+// running most of them).
+type query int
+
+var queries []string
+
+// newQuery registers text as a statement to prepare.
+func newQuery(text string) query {
+	queries = append(queries, text)
+	return query(len(queries) - 1)
+}
+
+func (db *DB) prepare(ctx context.Context) error {
+	for _, text := range queries {
+		s, err := db.w.PrepareContext(ctx, text)
+		if err != nil {
+			return fmt.Errorf("prepare %q: %w", text, err)
+		}
+		db.ws = append(db.ws, s)
+		if s, err = db.r.PrepareContext(ctx, text); err != nil {
+			return fmt.Errorf("prepare %q: %w", text, err)
+		}
+		db.rs = append(db.rs, s)
+	}
+	return nil
 }
 
 // migrate applies, in order, each embedded migration newer than the
@@ -106,16 +156,16 @@ func (db *DB) migrate(ctx context.Context) error {
 		}
 		err = db.Update(ctx, func(tx *Tx) error {
 			var current int
-			if err := tx.q.QueryRowContext(ctx, "PRAGMA user_version").Scan(&current); err != nil {
+			if err := tx.tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&current); err != nil {
 				return err
 			}
 			if current >= version {
 				return nil
 			}
-			if _, err := tx.q.ExecContext(ctx, string(body)); err != nil {
+			if _, err := tx.tx.ExecContext(ctx, string(body)); err != nil {
 				return fmt.Errorf("migration %s: %w", name, err)
 			}
-			_, err := tx.q.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", version))
+			_, err := tx.tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", version))
 			return err
 		})
 		if err != nil {
@@ -128,14 +178,16 @@ func (db *DB) migrate(ctx context.Context) error {
 // Update runs fn in one write transaction (BEGIN IMMEDIATE: it holds the
 // file's write lock from its first statement, so a decision read inside it
 // cannot be invalidated by another process). fn's error rolls it back.
-// Keep fn short: every process's writers wait for it.
+// Keep fn short: every process's writers wait for it. While another
+// process writes, Update retries every few hundred microseconds, for at
+// most BusyTimeout or until ctx ends.
 func (db *DB) Update(ctx context.Context, fn func(*Tx) error) error {
-	tx, err := db.w.BeginTx(ctx, nil)
+	tx, err := db.begin(ctx)
 	if err != nil {
 		return fmt.Errorf("state: begin: %w", err)
 	}
 	defer tx.Rollback()
-	if err := fn(&Tx{q: tx, ctx: ctx}); err != nil {
+	if err := fn(&Tx{tx: tx, stmts: db.ws, ctx: ctx}); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
@@ -144,19 +196,51 @@ func (db *DB) Update(ctx context.Context, fn func(*Tx) error) error {
 	return nil
 }
 
+// begin starts a write transaction, waiting out other processes' writers
+// with short jittered sleeps: each waiter looks again often, so none is
+// starved while another process writes back to back.
+func (db *DB) begin(ctx context.Context) (*sql.Tx, error) {
+	var deadline time.Time
+	delay := 50 * time.Microsecond
+	for {
+		tx, err := db.w.BeginTx(ctx, nil)
+		if err == nil || !busy(err) {
+			return tx, err
+		}
+		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(BusyTimeout)
+		} else if now.After(deadline) {
+			return nil, fmt.Errorf("%w for %s: %w", ErrBusy, BusyTimeout, err)
+		}
+		d := delay/2 + rand.N(delay/2+1)
+		delay = min(2*delay, 2*time.Millisecond)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// busy reports SQLite's SQLITE_BUSY, in any of its extended forms.
+func busy(err error) bool {
+	var e *sqlite.Error
+	return errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_BUSY
+}
+
 // View runs fn in a read-only snapshot of the file.
 func (db *DB) View(ctx context.Context, fn func(*Tx) error) error {
-	conn, err := db.r.Conn(ctx)
+	// A read-only transaction is a deferred one: readers never take the
+	// write lock.
+	tx, err := db.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
-		return fmt.Errorf("state: %w", err)
-	}
-	defer conn.Close()
-	// A deferred transaction, so readers never take the write lock.
-	if _, err := conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
 		return fmt.Errorf("state: begin: %w", err)
 	}
-	defer conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
-	return fn(&Tx{q: conn, ctx: ctx})
+	defer tx.Rollback()
+	return fn(&Tx{tx: tx, stmts: db.rs, ctx: ctx})
 }
 
 // IntegrityCheck runs PRAGMA integrity_check and returns its findings; an

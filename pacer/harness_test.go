@@ -1,0 +1,190 @@
+package pacer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/state"
+)
+
+// start is where every test clock starts.
+var start = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+
+// A clock is a test's time; a Pacer reads it through Now.
+type clock struct{ now time.Time }
+
+func (c *clock) Now() time.Time          { return c.now }
+func (c *clock) advance(d time.Duration) { c.now = c.now.Add(d) }
+
+// env is one state file with a Pacer on a test clock. Every call it makes
+// goes through a real SQLite file in t.TempDir().
+type env struct {
+	t    *testing.T
+	path string
+	db   *state.DB
+	p    *pacer.Pacer
+	clk  *clock
+	n    atomic.Int64 // calls made, for call IDs
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{t: t, path: filepath.Join(t.TempDir(), "state.db"), clk: &clock{now: start}}
+	e.db, e.p = e.open()
+	return e
+}
+
+// open opens the env's state file again: another process sharing it,
+// on the same clock.
+func (e *env) open() (*state.DB, *pacer.Pacer) {
+	e.t.Helper()
+	db, err := state.Open(context.Background(), e.path)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { db.Close() })
+	p := pacer.New(db)
+	p.Now, p.Rand = e.clk.Now, func() float64 { return 0.5 }
+	return db, p
+}
+
+// newKey returns a key with the given documented policies, no smoothing
+// and generous safety limits, so that each test turns on what it tests.
+func newKey(policies ...keystore.Policy) *keystore.Key {
+	return &keystore.Key{Name: "k", MaxRate: 1000, MaxConcurrency: 100, LowWater: 0, Policies: policies}
+}
+
+func policy(name string, q int64, w time.Duration) keystore.Policy {
+	return keystore.Policy{Name: name, Quota: q, Window: w, Unit: ratelimit.Requests}
+}
+
+// call is a call of k by caller on GET path, that will not wait.
+func (e *env) call(k *keystore.Key, caller, path string) pacer.Call {
+	return pacer.Call{Key: k, Caller: caller, Transport: "rest", Method: "GET", Target: path,
+		CallID: fmt.Sprintf("call-%d", e.n.Add(1)), Attempt: 1}
+}
+
+// admit asks p to admit c at the clock's time, without waiting.
+func (e *env) admitWith(p *pacer.Pacer, c pacer.Call) (pacer.Ticket, error) {
+	e.t.Helper()
+	return p.Admit(context.Background(), c)
+}
+
+// mustAdmit admits a call of k by caller on path, failing the test if it
+// has to wait.
+func (e *env) mustAdmit(k *keystore.Key, caller, path string) pacer.Ticket {
+	e.t.Helper()
+	t, err := e.admitWith(e.p, e.call(k, caller, path))
+	if err != nil {
+		e.t.Fatalf("%s: admit %s: got %v, want admitted", e.clk.now.Sub(start), caller, err)
+	}
+	return t
+}
+
+// mustPause asks for a call of k by caller that must be refused, and
+// returns the refusal.
+func (e *env) mustPause(k *keystore.Key, caller, path string) *pacer.PauseError {
+	e.t.Helper()
+	return mustPause(e.t, e.clk, e.p, e.call(k, caller, path))
+}
+
+func mustPause(t *testing.T, clk *clock, p *pacer.Pacer, c pacer.Call) *pacer.PauseError {
+	t.Helper()
+	_, err := p.Admit(context.Background(), c)
+	var pe *pacer.PauseError
+	if !errors.As(err, &pe) {
+		t.Fatalf("%s: admit %s: got %v, want a pause", clk.now.Sub(start), c.Caller, err)
+	}
+	return pe
+}
+
+// answer reports t's answer, given at the clock's time.
+func (e *env) answer(t pacer.Ticket, status int, rd *ratelimit.Reading) pacer.Result {
+	e.t.Helper()
+	return answerWith(e.t, e.p, e.clk, t, status, rd)
+}
+
+func answerWith(t *testing.T, p *pacer.Pacer, clk *clock, tk pacer.Ticket, status int, rd *ratelimit.Reading) pacer.Result {
+	t.Helper()
+	if rd != nil {
+		rd.ReceivedAt = clk.now
+	}
+	res, err := p.Done(context.Background(), tk, pacer.Outcome{SentAt: tk.AdmittedAt, AnsweredAt: clk.now, Status: status, Reading: rd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// send admits a call and answers it at once with status and rd.
+func (e *env) send(k *keystore.Key, caller string, status int, rd *ratelimit.Reading) pacer.Result {
+	e.t.Helper()
+	return e.answer(e.mustAdmit(k, caller, "/items"), status, rd)
+}
+
+// reading is an answer's signals: obs, and Retry-After when ra > 0.
+func reading(ra time.Duration, obs ...ratelimit.Observation) *ratelimit.Reading {
+	return &ratelimit.Reading{Observations: obs, RetryAfter: ra, HasRetryAfter: ra > 0}
+}
+
+// shown is an observation of a policy the answer showed in RateLimit (and
+// listed in RateLimit-Policy with q and w, when q > 0).
+func shown(name string, q int64, w time.Duration, r int64, t time.Duration) ratelimit.Observation {
+	return ratelimit.Observation{Policy: name, Unit: ratelimit.Requests, Quota: q, HasQuota: q > 0, Window: w,
+		Remaining: r, HasRemaining: true, Reset: t, HasReset: true, Shape: ratelimit.ShapeDraft}
+}
+
+// listed is a policy the answer listed in RateLimit-Policy only.
+func listed(name string, q int64, w time.Duration) ratelimit.Observation {
+	return ratelimit.Observation{Policy: name, Unit: ratelimit.Requests, Quota: q, HasQuota: true, Window: w,
+		Shape: ratelimit.ShapeDraft}
+}
+
+// activity returns the state file's attempts, oldest first.
+func (e *env) activity() []state.Attempt {
+	e.t.Helper()
+	var list []state.Attempt
+	err := e.db.View(context.Background(), func(tx *state.Tx) error {
+		var err error
+		list, err = tx.Activity(state.ActivityFilter{Limit: 10000})
+		return err
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for i, j := 0, len(list)-1; i < j; i, j = i+1, j-1 {
+		list[i], list[j] = list[j], list[i]
+	}
+	return list
+}
+
+// status is k's status for caller.
+func (e *env) status(k *keystore.Key, caller string) pacer.KeyStatus {
+	e.t.Helper()
+	st, err := e.p.Status(context.Background(), k, caller)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return st
+}
+
+// upstream returns the status's upstream budget of policy, failing the
+// test when there is none.
+func upstreamBudget(t *testing.T, st pacer.KeyStatus, policy string) pacer.Budget {
+	t.Helper()
+	for _, b := range st.Upstream {
+		if b.Policy == policy {
+			return b
+		}
+	}
+	t.Fatalf("status shows no upstream policy %q: %+v", policy, st.Upstream)
+	return pacer.Budget{}
+}

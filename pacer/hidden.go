@@ -1,0 +1,231 @@
+package pacer
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/state"
+)
+
+// Hidden-limit inference settings.
+const (
+	// DefaultHiddenWindow is the least window inferred for a limit whose
+	// refusal did not say when to come back: most limits count per minute
+	// or longer, and a window guessed too short costs a second refusal.
+	DefaultHiddenWindow = time.Minute
+	// MaxHiddenWindow bounds the window of an inferred limit, and how far
+	// back the log is read to infer it.
+	MaxHiddenWindow = 24 * time.Hour
+	// maxInferSends bounds the sends an inference replays.
+	maxInferSends = 4096
+	// sameLimit is how far apart (as a ratio) two inferred windows may be
+	// and still be taken for the same limit, the later one correcting the
+	// earlier. Limits of one API differ by more (a minute, an hour, a day).
+	sameLimit = 2
+)
+
+// A limit is a quota inferred from a refusal: at most quota sends per
+// window, the window starting with the send at start.
+type limit struct {
+	quota  int64
+	window time.Duration
+	start  time.Time
+}
+
+// inferLimit returns the limit a refusal reveals, a pure function of the
+// times of the sends the upstream accepted before it (sends, oldest
+// first), when the refusal came (at), and its Retry-After (ra, when hasRA).
+//
+// The refusing limit's window began with one of the sends, s[i]: then it
+// holds the len(sends)-i sends from s[i] on, and it ends (it admits again)
+// when s[i] leaves it, at+ra, so it is at+ra-s[i] long. Each i is a
+// hypothesis. The one chosen is the most recent that the accepted sends
+// do not contradict: a sliding window of that quota and length would have
+// admitted every one of them (checked a second shorter, as Retry-After is
+// rounded up to whole seconds). The first send always fits: every send is
+// then in the window, as when the key was fresh, or when the upstream
+// counts fixed windows that began with it.
+//
+// Without a Retry-After the window's end is unknown: windows are taken to
+// be at least DefaultHiddenWindow.
+func inferLimit(sends []time.Time, at time.Time, ra time.Duration, hasRA bool) (limit, bool) {
+	n := len(sends)
+	if n == 0 {
+		return limit{}, false
+	}
+	end := at
+	tolerance := time.Duration(0)
+	if hasRA {
+		end, tolerance = at.Add(ra), time.Second
+	}
+	hyp := func(i int) limit {
+		h := limit{quota: int64(n - i), window: end.Sub(sends[i]), start: sends[i]}
+		if !hasRA {
+			h.window = max(h.window, DefaultHiddenWindow)
+		}
+		h.window = min(h.window, MaxHiddenWindow)
+		return h
+	}
+	for i := n - 1; i > 0; i-- {
+		h := hyp(i)
+		if w := h.window - tolerance; w > 0 && maxBefore(sends, w) < h.quota {
+			return h, true
+		}
+	}
+	return hyp(0), true
+}
+
+// maxBefore returns the most sends that preceded any one send within w:
+// the most a sliding window of length w held when a send was admitted.
+func maxBefore(sends []time.Time, w time.Duration) int64 {
+	var most int64
+	lo := 0
+	for j, t := range sends {
+		for !sends[lo].After(t.Add(-w)) {
+			lo++
+		}
+		most = max(most, int64(j-lo))
+	}
+	return most
+}
+
+// hiddenLimit records the limit a refusal revealed when nothing the
+// pacer knew explains it, and returns the warning to show (empty when the
+// refusal was explained). The limit is named by the problem's
+// violated-policies when it names a policy nobody announced, else
+// "hidden" (or "hidden-2"…, for a second limit of a different window).
+//
+// A refusal of a call admitted before a hidden limit was recorded is part
+// of that discovery. A later one, with calls accepted since the latest
+// discovery, is inferred from those calls: it corrects the limit of about
+// the same window, or reveals another. A later one with no call accepted
+// since means the latest limit's window is longer than it seemed: it is
+// stretched to reach past the refusal (by Retry-After, or, without one,
+// to at least twice its length).
+func (p *Pacer) hiddenLimit(tx *state.Tx, t Ticket, rd *ratelimit.Reading, now time.Time) (string, error) {
+	c := t.Call
+	key := c.Key.Name
+	known, err := tx.Known(key)
+	if err != nil {
+		return "", err
+	}
+	var hidden []state.Known
+	var latest *state.Known
+	for i, k := range known {
+		if k.Hidden {
+			if !k.ReceivedAt.Before(t.AdmittedAt) {
+				return "", nil // discovered while this call was in flight
+			}
+			hidden = append(hidden, k)
+			if latest == nil || k.ReceivedAt.After(latest.ReceivedAt) {
+				latest = &known[i]
+			}
+		}
+	}
+	name := ""
+	if rd.Problem != nil && len(rd.Problem.ViolatedPolicies) > 0 {
+		announced := func(v string) bool {
+			return slices.ContainsFunc(known, func(k state.Known) bool { return k.Policy == v && !k.Hidden }) ||
+				slices.ContainsFunc(c.Key.Policies, func(pol keystore.Policy) bool { return pol.Name == v })
+		}
+		for _, v := range rd.Problem.ViolatedPolicies {
+			if !announced(v) {
+				name = v
+				break
+			}
+		}
+		if name == "" {
+			return "", nil // it names limits we know: our count of them was behind
+		}
+	}
+
+	// Sends before the latest discovery belong to windows its Retry-After
+	// waited out: a later refusal is inferred from the sends since.
+	since := now.Add(-MaxHiddenWindow)
+	if latest != nil {
+		since = maxTime(since, latest.ReceivedAt)
+	}
+	log, err := tx.Sends(key, since, maxInferSends)
+	if err != nil {
+		return "", err
+	}
+	var sends []time.Time
+	for _, s := range log {
+		if s.ID != t.ID && s.At.Before(t.AdmittedAt) && s.Status != http.StatusTooManyRequests {
+			sends = append(sends, s.At)
+		}
+	}
+	lim, ok := inferLimit(sends, now, rd.RetryAfter, rd.HasRetryAfter)
+	stretched := false
+	switch {
+	case ok:
+		if name == "" {
+			name = hiddenName(hidden, lim.window)
+		}
+	case latest != nil && (name == "" || name == latest.Policy):
+		// Refused again before anything got through: the latest limit
+		// reaches further back than it seemed.
+		if !latest.HasQuota {
+			return "", tx.PutKnown(state.Known{Key: key, ReceivedAt: now, BasisAt: latest.BasisAt, Hidden: true,
+				Route: latest.Route, Observation: latest.Observation})
+		}
+		name, stretched = latest.Policy, true
+		lim = limit{quota: latest.Quota, window: max(2*latest.Window, now.Sub(latest.BasisAt)), start: latest.BasisAt}
+		if rd.HasRetryAfter {
+			lim.window = max(latest.Window, now.Add(rd.RetryAfter).Sub(latest.BasisAt))
+		}
+		lim.window = min(lim.window, MaxHiddenWindow)
+	default:
+		lim = limit{window: max(DefaultHiddenWindow, rd.RetryAfter), start: now}
+		if name == "" {
+			name = hiddenName(hidden, lim.window)
+		}
+	}
+	// For a hidden limit (which has no r) BasisAt keeps the start of the
+	// window that revealed it.
+	k := state.Known{Key: key, ReceivedAt: now, BasisAt: lim.start, Hidden: true, Route: c.route(),
+		Observation: ratelimit.Observation{Policy: name, Unit: ratelimit.Requests, Quota: lim.quota, HasQuota: lim.quota > 0,
+			Window: lim.window, Shape: ratelimit.ShapeInferred}}
+	if err := tx.PutKnown(k); err != nil {
+		return "", err
+	}
+	var msg string
+	switch {
+	case stretched:
+		msg = fmt.Sprintf("key '%s' was refused again by the limit the upstream never announced ('%s'); its window is longer than it seemed, and it is now enforced locally as %d calls per %s",
+			key, name, lim.quota, seconds(lim.window))
+	case ok:
+		msg = fmt.Sprintf("key '%s' hit a limit the upstream never announced ('%s'); it is now enforced locally as %d calls per %s",
+			key, name, lim.quota, seconds(lim.window))
+	default:
+		msg = fmt.Sprintf("key '%s' was refused by a limit the upstream never announced ('%s') before any call of it was accepted; calls wait for the upstream's Retry-After or back off",
+			key, name)
+	}
+	return msg, tx.AddWarning(state.Warning{Key: key, At: now, Kind: "hidden-limit", Message: msg})
+}
+
+// hiddenName names a newly inferred limit of window w: the hidden limit
+// of about the same window it corrects, else the first free name.
+func hiddenName(hidden []state.Known, w time.Duration) string {
+	for _, k := range hidden {
+		if k.Window > 0 && float64(max(w, k.Window)) <= sameLimit*float64(min(w, k.Window)) {
+			return k.Policy
+		}
+	}
+	name := "hidden"
+	for i := 2; slices.ContainsFunc(hidden, func(k state.Known) bool { return k.Policy == name }); i++ {
+		name = fmt.Sprintf("hidden-%d", i)
+	}
+	return name
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

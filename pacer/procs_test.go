@@ -1,0 +1,163 @@
+package pacer_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/state"
+)
+
+// sends returns every admitted attempt of the shared key in the file at
+// path, oldest first.
+func sends(t *testing.T, db *state.DB) []state.Send {
+	t.Helper()
+	var out []state.Send
+	err := db.View(context.Background(), func(tx *state.Tx) error {
+		var err error
+		out, err = tx.Sends("shared", time.Time{}, 1<<30)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func openState(t *testing.T, path string) *state.DB {
+	t.Helper()
+	db, err := state.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// Three processes hammering one key on one state file share its budget
+// exactly: no rolling window ever holds more than the quota, and the
+// quota is used.
+func TestProcessesShareOneBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	const (
+		quota  = 25
+		window = 300 * time.Millisecond
+		run    = 1500 * time.Millisecond
+	)
+	path := filepath.Join(t.TempDir(), "state.db")
+	db := openState(t, path)
+	var hs []*helper
+	for i := range 3 {
+		h, _ := startHelper(t, helperConfig{Path: path, Caller: fmt.Sprintf("p%d", i), Quota: quota, Window: window,
+			Run: run, Lease: time.Minute, Quiet: true})
+		hs = append(hs, h)
+	}
+	made := 0
+	for _, h := range hs {
+		made += h.wait(t)
+	}
+	list := sends(t, db)
+	if len(list) != made {
+		t.Errorf("the state file holds %d admissions, the processes report %d", len(list), made)
+	}
+	times := make([]time.Time, len(list))
+	for i, s := range list {
+		times[i] = s.At
+	}
+	if got := mostIn(times, window); got > quota {
+		t.Errorf("got %d admissions in one rolling window of %v, want at most %d", got, window, quota)
+	}
+	if got := mostIn(times, window); got < quota {
+		t.Errorf("got at most %d admissions in any window of %v, want the quota of %d used", got, window, quota)
+	}
+	t.Logf("%d admissions by 3 processes in %v", len(list), run)
+}
+
+// One of two processes is killed with SIGKILL in the middle of a load:
+// the other keeps serving, the file stays sound, every attempt recorded
+// before the kill is still there, and the killed process's calls in
+// flight are marked interrupted once their lease runs out.
+func TestProcessKilledMidLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	const lease = 10 * time.Second
+	path := filepath.Join(t.TempDir(), "state.db")
+	db := openState(t, path)
+	cfg := helperConfig{Path: path, Quota: 1 << 30, Window: time.Second, Lease: lease, Stuck: true}
+	cfg.Caller = "victim"
+	victim, stuck := startHelper(t, cfg)
+	cfg.Caller = "survivor"
+	survivor, _ := startHelper(t, cfg)
+
+	var printed []int64 // committed by the victim, as it said
+	for len(printed) < 100 {
+		id, ok := victim.admitted()
+		if !ok {
+			t.Fatal("the victim ended early")
+		}
+		printed = append(printed, id)
+	}
+	before := sends(t, db)
+	if err := victim.cmd.Process.Kill(); err != nil { // SIGKILL
+		t.Fatal(err)
+	}
+	victim.cmd.Wait()
+	killedAt := time.Now()
+	for range 50 { // the survivor keeps serving
+		if _, ok := survivor.admitted(); !ok {
+			t.Fatal("the survivor stopped after the kill")
+		}
+	}
+	survivor.stop(t)
+
+	if problems, err := db.IntegrityCheck(context.Background()); err != nil || len(problems) > 0 {
+		t.Fatalf("integrity check: %v %q", err, problems)
+	}
+	after := map[int64]state.Send{}
+	for _, s := range sends(t, db) {
+		after[s.ID] = s
+	}
+	for _, s := range before {
+		if _, ok := after[s.ID]; !ok {
+			t.Errorf("attempt %d, recorded before the kill, is gone", s.ID)
+		}
+	}
+	for _, id := range append(printed, stuck) {
+		if _, ok := after[id]; !ok {
+			t.Errorf("attempt %d, committed by the victim, is gone", id)
+		}
+	}
+	if s := after[stuck]; s.State != state.Admitted {
+		t.Errorf("the victim's call in flight: got %q before its lease ran out, want admitted", s.State)
+	}
+
+	// Once the leases have run out, a sweep marks the victim's calls in
+	// flight as interrupted.
+	err := db.Update(context.Background(), func(tx *state.Tx) error {
+		return tx.Sweep(killedAt.Add(lease), time.Time{})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inFlight []int64
+	for _, s := range sends(t, db) {
+		switch {
+		case s.State == state.Admitted:
+			inFlight = append(inFlight, s.ID)
+		case s.ID == stuck && s.State != state.Interrupted:
+			t.Errorf("the victim's call in flight: got %q after the sweep, want interrupted", s.State)
+		}
+	}
+	if len(inFlight) > 0 {
+		t.Errorf("attempts %v are still in flight after the sweep", inFlight)
+	}
+	if !slices.ContainsFunc(sends(t, db), func(s state.Send) bool { return s.ID == stuck && s.State == state.Interrupted }) {
+		t.Error("the victim's stuck call was not marked interrupted")
+	}
+}

@@ -1,0 +1,130 @@
+package pacer_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+)
+
+// The advice after an answer is one plain sentence a caller can act on.
+func TestAdvice(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(e *env) pacer.Result
+		want  pacer.Advice
+	}{
+		{
+			name: "nothing known",
+			setup: func(e *env) pacer.Result {
+				return e.send(newKey(), "agent", 200, nil)
+			},
+			want: pacer.Advice{Action: pacer.Continue, Reason: "No limit is known to bind this key right now; go ahead at a steady pace."},
+		},
+		{
+			name: "continue",
+			setup: func(e *env) pacer.Result {
+				return e.send(newKey(), "agent", 200, reading(0, shown("default", 120, time.Minute, 117, 42*time.Second)))
+			},
+			want: pacer.Advice{Action: pacer.Continue, Reason: "You can make 117 more calls in the next 42 s."},
+		},
+		{
+			name: "continue, a documented policy never used",
+			setup: func(e *env) pacer.Result {
+				return e.send(newKey(policy("default", 100, time.Minute), policy("hour", 1000, time.Hour)), "agent", 200, nil)
+			},
+			want: pacer.Advice{Action: pacer.Continue, Reason: "You can make 99 more calls in the next 60 s."},
+		},
+		{
+			name: "slow down",
+			setup: func(e *env) pacer.Result {
+				k := newKey()
+				k.LowWater = 0.1
+				return e.send(k, "agent", 200, reading(0, shown("default", 120, time.Minute, 12, 40*time.Second)))
+			},
+			want: pacer.Advice{Action: pacer.SlowDown, Reason: "You can make 12 more calls in the next 40 s; spread them out, about one every 3.4 s."},
+		},
+		{
+			name: "pause, quota spent",
+			setup: func(e *env) pacer.Result {
+				return e.send(newKey(), "agent", 200, reading(0, shown("default", 120, time.Minute, 0, 18*time.Second)))
+			},
+			want: pacer.Advice{Action: pacer.Pause, RetryAfter: 18 * time.Second,
+				Reason: "Wait 18 s before the next call: the upstream says 0 of 120 calls are left under policy 'default' for the next 18 s."},
+		},
+		{
+			name: "pause, Retry-After",
+			setup: func(e *env) pacer.Result {
+				return e.send(newKey(), "agent", 503, reading(18*time.Second))
+			},
+			want: pacer.Advice{Action: pacer.Pause, RetryAfter: 18*time.Second + 900*time.Millisecond,
+				Reason: "Wait 19 s before the next call: the upstream answered 503 and asked to wait 18 s (Retry-After)."},
+		},
+		{
+			name: "pause, documented policy spent",
+			setup: func(e *env) pacer.Result {
+				k := newKey(policy("default", 1, time.Minute))
+				return e.send(k, "agent", 200, nil)
+			},
+			want: pacer.Advice{Action: pacer.Pause, RetryAfter: time.Minute,
+				Reason: "Wait 60 s before the next call: all 1 calls per 60 s allowed by policy 'default' are used."},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.p.Rand = func() float64 { return 0.9 }
+			got := tt.setup(e).Advice
+			if diff := cmp.Diff(got, tt.want); diff != "" {
+				t.Errorf("advice (-got +want):\n%s", diff)
+			}
+		})
+	}
+}
+
+// Status shows every policy: the documented ones counted over every
+// caller, and the upstream's, completed from the local log when their r
+// is unknown or expired.
+func TestStatus(t *testing.T) {
+	e := newEnv(t)
+	k := newKey(policy("default", 120, time.Minute))
+	e.send(k, "sync", 200, reading(0,
+		shown("minute", 100, time.Minute, 90, 30*time.Second), listed("hour", 1000, time.Hour)))
+	e.clk.advance(10 * time.Second)
+	e.send(k, "agent", 200, reading(0, shown("minute", 100, time.Minute, 88, 20*time.Second)))
+	e.clk.advance(5 * time.Second)
+	tk := e.mustAdmit(k, "agent", "/items") // in flight
+
+	st := e.status(k, "agent")
+	if st.InFlight != 1 {
+		t.Errorf("in flight: got %d, want 1", st.InFlight)
+	}
+	wantLocal := []pacer.Budget{{Policy: "default", Unit: ratelimit.Requests, Limit: 120, Used: 3, Remaining: 117,
+		Reset: 45 * time.Second, Window: time.Minute, Source: "local"}}
+	if diff := cmp.Diff(st.Local, wantLocal); diff != "" {
+		t.Errorf("local (-got +want):\n%s", diff)
+	}
+	wantUpstream := []pacer.Budget{
+		{Policy: "hour", Unit: ratelimit.Requests, Limit: 1000, Used: 3, Remaining: 997, Reset: time.Hour - 15*time.Second,
+			Window: time.Hour, Source: "draft-11", Observed: start, Counted: true},
+		{Policy: "minute", Unit: ratelimit.Requests, Limit: 100, Remaining: 87, Reset: 15 * time.Second,
+			Window: time.Minute, Source: "draft-11", Observed: start.Add(10 * time.Second)},
+	}
+	if diff := cmp.Diff(st.Upstream, wantUpstream); diff != "" {
+		t.Errorf("upstream (-got +want):\n%s", diff)
+	}
+	if st.Binding == nil || st.Binding.Policy != "minute" {
+		t.Errorf("binding: got %+v, want 'minute'", st.Binding)
+	}
+
+	// Once the minute's r expires, the log fills it in.
+	e.answer(tk, 200, nil)
+	e.clk.advance(30 * time.Second)
+	b := upstreamBudget(t, e.status(k, "agent"), "minute")
+	if !b.Expired || !b.Counted || b.Remaining != 97 || b.Used != 3 || b.Reset != 15*time.Second {
+		t.Errorf("expired minute: got %+v, want expired, counted: 3 calls in the last minute, 97 left, the first leaving in 15s", b)
+	}
+}

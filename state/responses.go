@@ -1,0 +1,122 @@
+package state
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// A StoredResponse is the last answer to a GET of one URL of a key, for
+// conditional requests and the loop guard.
+type StoredResponse struct {
+	Key          string    // the key it was fetched with
+	Target       string    // path and query below the key's base URL
+	ETag         string    // the answer's ETag, for If-None-Match
+	LastModified string    // its Last-Modified, for If-Modified-Since
+	Status       int       // its HTTP status
+	ContentType  string    // its Content-Type
+	Body         []byte    // its body
+	Digest       string    // identifies the body, to tell an unchanged answer
+	StoredAt     time.Time // when it was stored
+	Unchanged    int       // how many answers in a row were the same as the one before
+}
+
+var qResponse = newQuery(`SELECT etag, last_modified, status, content_type, body, digest, stored_at, unchanged
+	FROM responses WHERE key = ? AND target = ?`)
+
+// Response returns the stored answer for key and target, if any.
+func (tx *Tx) Response(key, target string) (StoredResponse, bool, error) {
+	r := StoredResponse{Key: key, Target: target}
+	var at int64
+	err := tx.queryRow(qResponse, key, target).
+		Scan(&r.ETag, &r.LastModified, &r.Status, &r.ContentType, &r.Body, &r.Digest, &at, &r.Unchanged)
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, false, nil
+	}
+	if err != nil {
+		return r, false, fmt.Errorf("state: stored response: %w", err)
+	}
+	r.StoredAt = fromMicros(at)
+	return r, true, nil
+}
+
+var (
+	qPutResponse = newQuery(`INSERT INTO responses
+	(key, target, etag, last_modified, status, content_type, body, digest, stored_at, unchanged)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	ON CONFLICT (key, target) DO UPDATE SET etag = excluded.etag, last_modified = excluded.last_modified,
+		status = excluded.status, content_type = excluded.content_type, body = excluded.body,
+		digest = excluded.digest, stored_at = excluded.stored_at, unchanged = excluded.unchanged`)
+	qTrimResponses = newQuery(`DELETE FROM responses WHERE key = ? AND target NOT IN
+	(SELECT target FROM responses WHERE key = ? ORDER BY stored_at DESC LIMIT ?)`)
+)
+
+// PutResponse stores r, keeping at most keep answers per key (the oldest
+// go first).
+func (tx *Tx) PutResponse(r StoredResponse, keep int) error {
+	_, err := tx.exec(qPutResponse,
+		r.Key, r.Target, r.ETag, r.LastModified, r.Status, r.ContentType, r.Body, r.Digest, micros(r.StoredAt), r.Unchanged)
+	if err != nil {
+		return fmt.Errorf("state: store response: %w", err)
+	}
+	if _, err = tx.exec(qTrimResponses, r.Key, r.Key, keep); err != nil {
+		return fmt.Errorf("state: store response: %w", err)
+	}
+	return nil
+}
+
+var qKeys = newQuery(`SELECT key FROM key_state UNION SELECT key FROM policies ORDER BY 1`)
+
+// Keys returns every key the file has state for.
+func (tx *Tx) Keys() ([]string, error) {
+	rows, err := tx.query(qKeys)
+	if err != nil {
+		return nil, fmt.Errorf("state: keys: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+var qClaimed = newQuery(`SELECT caller FROM claims WHERE key = ? AND until > ?`)
+
+// Claimed returns the callers with a claim on key open at now: they are
+// waiting for admission, so their reservations are not lent.
+func (tx *Tx) Claimed(key string, now time.Time) (map[string]bool, error) {
+	rows, err := tx.query(qClaimed, key, micros(now))
+	if err != nil {
+		return nil, fmt.Errorf("state: claims: %w", err)
+	}
+	defer rows.Close()
+	var out map[string]bool
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			return nil, err
+		}
+		if out == nil {
+			out = map[string]bool{}
+		}
+		out[c] = true
+	}
+	return out, rows.Err()
+}
+
+var qClaim = newQuery(`INSERT INTO claims (key, caller, until) VALUES (?, ?, ?)
+	ON CONFLICT (key, caller) DO UPDATE SET until = max(until, excluded.until)`)
+
+// Claim opens (or extends) caller's claim on key until until.
+func (tx *Tx) Claim(key, caller string, until time.Time) error {
+	if _, err := tx.exec(qClaim, key, caller, micros(until)); err != nil {
+		return fmt.Errorf("state: claim: %w", err)
+	}
+	return nil
+}

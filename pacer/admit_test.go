@@ -332,3 +332,31 @@ func TestZeroSafetyLimitsMeanDefaults(t *testing.T) {
 		t.Errorf("got %s for %v, want pace for %v", pe.Source, pe.RetryAfter, want)
 	}
 }
+
+// TestCallerAbortIsNotTheUpstreamsFault: an attempt that failed on the
+// caller's side (its body too large, it went away) sets no backoff gate
+// and does not count towards the circuit breaker; the same failure from
+// the network does.
+func TestCallerAbortIsNotTheUpstreamsFault(t *testing.T) {
+	for _, abort := range []bool{true, false} {
+		e := newEnv(t)
+		k := newKey()
+		tk := e.mustAdmit(k, "sync", "/upload")
+		if _, err := e.p.Done(context.Background(), tk, pacer.Outcome{SentAt: e.clk.now, Err: errors.New("body too large"), CallerAbort: abort}); err != nil {
+			t.Fatal(err)
+		}
+		var gates []state.Gate
+		var ks state.KeyState
+		e.db.View(context.Background(), func(tx *state.Tx) error {
+			gates, _ = tx.Gates(k.Name, e.clk.now)
+			ks, _ = tx.KeyState(k.Name)
+			return nil
+		})
+		if abort && (len(gates) != 0 || ks.Failures != 0) {
+			t.Errorf("caller abort: gates %v, failures %d; want none", gates, ks.Failures)
+		}
+		if !abort && ks.Failures != 1 {
+			t.Errorf("network failure: failures %d, want 1", ks.Failures)
+		}
+	}
+}

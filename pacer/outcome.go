@@ -31,6 +31,10 @@ type Outcome struct {
 	Status     int                // 0 when no answer came
 	Err        error              // the transport error, when no answer came
 	Reading    *ratelimit.Reading // the answer's rate-limit signals; nil when none were read
+	// CallerAbort says the attempt failed on the caller's side (its body
+	// was too large, it went away): the upstream is not to blame, so no
+	// backoff and no count towards the circuit breaker.
+	CallerAbort bool
 }
 
 // Advice tells a caller what to do next. The zero Advice says nothing.
@@ -131,7 +135,7 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 	}
 
 	guided := rd.HasRetryAfter || exhausted
-	failure := rd.Throttled || o.Status == http.StatusTooManyRequests || serverTrouble(o.Status) || o.Err != nil
+	failure := rd.Throttled || o.Status == http.StatusTooManyRequests || serverTrouble(o.Status) || (o.Err != nil && !o.CallerAbort)
 
 	// Retry-After is the server's decision: nothing goes before it. Jitter
 	// only adds, so callers released together do not return together.
@@ -212,6 +216,8 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 		ks.Interval = max(ks.Interval, slowStart(c.Key, nil))
 	case failure:
 		ks.Interval = max(ks.Interval, slowStart(c.Key, nil))
+	case o.CallerAbort && o.Status == 0:
+		// No answer, and the upstream is not to blame: nothing learned.
 	default:
 		ks.Failures, ks.Opens, ks.HalfOpen = 0, 0, false
 	}

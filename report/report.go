@@ -97,7 +97,8 @@ type Upstream struct {
 	Partition  string `json:"partition,omitempty"`
 	Q          int64  `json:"q" jsonschema:"quota per window; 0 when unknown"`
 	W          int64  `json:"w" jsonschema:"window in seconds; 0 when unknown"`
-	R          int64  `json:"r" jsonschema:"available now, after every send since it was observed; -1 when unknown or expired"`
+	R          int64  `json:"r" jsonschema:"available now: the upstream's r minus every send since it was observed; when that r is unknown or expired, what mcp-quota's own count of q per w leaves (counted_locally); -1 when neither is known"`
+	Counted    bool   `json:"counted_locally" jsonschema:"r and t come from mcp-quota's count of every caller's sends, not from a fresh upstream r"`
 	T          int64  `json:"t" jsonschema:"seconds left of the effective window"`
 	ObservedAt string `json:"observed_at"`
 	AgeS       int64  `json:"age_s"`
@@ -172,7 +173,7 @@ func newKeyStatus(k *keystore.Key, st pacer.KeyStatus, now time.Time) KeyStatus 
 		ks.Upstream = append(ks.Upstream, Upstream{Policy: b.Policy, Unit: string(b.Unit), Partition: b.Partition,
 			Q: b.Limit, W: Seconds(b.Window), R: b.Remaining, T: Seconds(b.Reset),
 			ObservedAt: b.Observed.UTC().Format(time.RFC3339), AgeS: int64(now.Sub(b.Observed).Seconds()),
-			Expired: b.Expired, Hidden: b.Hidden, Source: b.Source})
+			Expired: b.Expired, Hidden: b.Hidden, Source: b.Source, Counted: b.Counted})
 	}
 	if len(st.Gates) > 0 {
 		g := st.Gates[0] // the latest to open

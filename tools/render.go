@@ -99,10 +99,7 @@ func render(r fetchResult, isError bool) *mcp.CallToolResult {
 	var b strings.Builder
 	switch pacer.Action(r.Advice.Action) {
 	case pacer.Pause:
-		if !strings.HasPrefix(r.Advice.Reason, "Paused") {
-			b.WriteString("Paused: ")
-		}
-		b.WriteString(r.Advice.Reason + "\n")
+		b.WriteString(r.Advice.Reason + "\n") // "Paused: …" or "Wait 18 s before the next call: …"
 	case pacer.SlowDown:
 		b.WriteString("Slow down: " + r.Advice.Reason + "\n")
 	}

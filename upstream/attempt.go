@@ -52,7 +52,10 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 	sentAt := c.now()
 	resp, err := a.transport(k).RoundTrip(out)
 	if err != nil {
-		c.done(req.Context(), cs, t, pacer.Outcome{SentAt: sentAt, Err: err}, nil)
+		// The caller's body being too large, or the caller going away, is
+		// not the upstream's failure: it must not make the key back off.
+		abort := errors.As(err, new(*http.MaxBytesError)) || req.Context().Err() != nil
+		c.done(req.Context(), cs, t, pacer.Outcome{SentAt: sentAt, Err: err, CallerAbort: abort}, nil)
 		cs.lastErr = err
 		return nil, err
 	}

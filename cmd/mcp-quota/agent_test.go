@@ -321,15 +321,31 @@ func TestWarningsReachTheAgent(t *testing.T) {
 	}
 	defer func() { in.Close(); cmd.Wait() }()
 	send := func(msg string) { io.WriteString(in, msg+"\n") }
-	lines := bufio.NewScanner(out)
-	lines.Buffer(nil, 1<<20)
-	next := func() map[string]any {
-		if !lines.Scan() {
-			t.Fatalf("stdout ended; stderr:\n%s", stderr.String())
+	// Messages are read in the background: a notification may arrive
+	// before or after the result it belongs to.
+	msgs := make(chan map[string]any, 100)
+	go func() {
+		lines := bufio.NewScanner(out)
+		lines.Buffer(nil, 1<<20)
+		for lines.Scan() {
+			var m map[string]any
+			json.Unmarshal(lines.Bytes(), &m)
+			msgs <- m
 		}
-		var m map[string]any
-		json.Unmarshal(lines.Bytes(), &m)
-		return m
+		close(msgs)
+	}()
+	timeout := time.After(30 * time.Second)
+	next := func() map[string]any {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				t.Fatalf("stdout ended; stderr:\n%s", stderr.String())
+			}
+			return m
+		case <-timeout:
+			t.Fatalf("no message in time; stderr:\n%s", stderr.String())
+		}
+		return nil
 	}
 	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
 	next()
@@ -340,7 +356,7 @@ func TestWarningsReachTheAgent(t *testing.T) {
 	next()
 	send(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"fetch","arguments":{"path":"/v1/participants/p-000002","max_wait_s":0}}}`)
 	var notified, answered bool
-	for !answered {
+	for !answered || !notified {
 		m := next()
 		switch {
 		case m["method"] == "notifications/message":

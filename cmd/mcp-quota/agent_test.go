@@ -431,3 +431,40 @@ func TestStatusCommand(t *testing.T) {
 		t.Errorf("status --json = %s (%v); want 3 used", out.String(), err)
 	}
 }
+
+// TestLegacyHandshakeOverHTTP drives the legacy initialize handshake by
+// hand: a session ID is issued, and tool calls within the session work,
+// next to the stateless 2026-07-28 protocol the go-sdk client uses.
+func TestLegacyHandshakeOverHTTP(t *testing.T) {
+	_, url := upstreamAPI(t, demo.Config{})
+	s := newSetup(t, url, defaultPolicy, "")
+	base, _ := s.serve(t)
+	post := func(session, body string) (*http.Response, string) {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+agentToken)
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	resp, body := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"legacy","version":"1"}}}`)
+	session := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != http.StatusOK || session == "" || !strings.Contains(body, `"protocolVersion":"2025-06-18"`) {
+		t.Fatalf("initialize: %d, session %q, %s", resp.StatusCode, session, body)
+	}
+	if resp, _ := post(session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); resp.StatusCode >= 300 {
+		t.Fatalf("initialized: %d", resp.StatusCode)
+	}
+	resp, body = post(session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fetch","arguments":{"path":"/v1/participants/p-000001"}}}`)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `p-000001`) || !strings.Contains(body, `"remaining":119`) {
+		t.Errorf("tools/call in the session: %d %s", resp.StatusCode, body)
+	}
+}

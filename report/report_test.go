@@ -1,0 +1,78 @@
+package report
+
+import (
+	"context"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/state"
+)
+
+// statuses is a fake statuser: a fixed status per key.
+type statuses map[string]pacer.KeyStatus
+
+func (s statuses) Status(_ context.Context, k *keystore.Key, _ string) (pacer.KeyStatus, error) {
+	return s[k.Name], nil
+}
+
+func key(name string) *keystore.Key {
+	u, _ := url.Parse("https://api.example/")
+	return &keystore.Key{Name: name, BaseURL: u}
+}
+
+func TestBuild(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	observed := now.Add(-18 * time.Second)
+	local := pacer.Budget{Policy: "default", Unit: ratelimit.Requests, Limit: 120, Used: 3, Remaining: 117, Reset: 41500 * time.Millisecond, Window: time.Minute, Source: "local"}
+	up := pacer.Budget{Policy: "day", Unit: ratelimit.Requests, Limit: 5000, Remaining: 0, Reset: 90 * time.Second, Window: 24 * time.Hour, Source: "draft-11", Observed: observed}
+	st := statuses{
+		"calm": {Key: "calm", Local: []pacer.Budget{local}, Binding: &local,
+			Advice: pacer.Advice{Action: pacer.Continue, Reason: "You can make 117 more calls in the next 42 s."}},
+		"spent": {Key: "spent", Upstream: []pacer.Budget{up}, Binding: &up,
+			Gates:  []state.Gate{{Scope: "", Until: now.Add(90 * time.Second), Source: "retry-after", Reason: "the upstream asked to wait"}},
+			Advice: pacer.Advice{Action: pacer.Pause, RetryAfter: 90 * time.Second, Reason: "Wait 90 s before the next call."}},
+	}
+	got, err := Build(context.Background(), st, []*keystore.Key{key("calm"), key("spent")}, "agent", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Status{
+		Keys: []KeyStatus{
+			{Key: "calm", Credential: "ok", Upstream: []Upstream{},
+				Local: []Local{{Policy: "default", Limit: 120, Used: 3, Remaining: 117, ResetS: 42, WindowS: 60}},
+				Quota: Quota{Key: "calm", Policy: "default", Limit: 120, Remaining: 117, ResetS: 42, WindowS: 60, Source: "local"},
+				Advice: Advice{Action: "continue", Reason: "You can make 117 more calls in the next 42 s."}},
+			{Key: "spent", Credential: "ok", Local: []Local{},
+				Upstream: []Upstream{{Policy: "day", Unit: "requests", Q: 5000, W: 86400, R: 0, T: 90,
+					ObservedAt: "2026-11-30T11:59:42Z", AgeS: 18, Source: "draft-11"}},
+				RetryAfter: &Gate{Until: "2026-11-30T12:01:30Z", RetryAfterS: 90, Source: "retry-after", Reason: "the upstream asked to wait"},
+				Quota:      Quota{Key: "spent", Policy: "day", Limit: 5000, Remaining: 0, ResetS: 90, WindowS: 86400, Source: "draft-11", ObservedAt: "2026-11-30T11:59:42Z"},
+				Advice:     Advice{Action: "pause", RetryAfterS: 90, Reason: "Wait 90 s before the next call."}},
+		},
+		Advice: Advice{Action: "pause", RetryAfterS: 90, Reason: "Key 'spent': Wait 90 s before the next call."},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Build mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestBuildWithNoKeys(t *testing.T) {
+	got, err := Build(context.Background(), statuses{}, nil, "agent", time.Now())
+	if err != nil || len(got.Keys) != 0 || got.Keys == nil || got.Advice.Action != "continue" {
+		t.Errorf("Build(no keys) = %+v, %v; want an empty list and continue", got, err)
+	}
+}
+
+func TestSeconds(t *testing.T) {
+	for d, want := range map[time.Duration]int64{-time.Second: 0, 0: 0, time.Nanosecond: 1, time.Second: 1, 1500 * time.Millisecond: 2} {
+		if got := Seconds(d); got != want {
+			t.Errorf("Seconds(%v) = %d, want %d", d, got, want)
+		}
+	}
+}

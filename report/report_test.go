@@ -45,8 +45,8 @@ func TestBuild(t *testing.T) {
 	want := Status{
 		Keys: []KeyStatus{
 			{Key: "calm", Credential: "ok", Upstream: []Upstream{},
-				Local: []Local{{Policy: "default", Limit: 120, Used: 3, Remaining: 117, ResetS: 42, WindowS: 60}},
-				Quota: Quota{Key: "calm", Policy: "default", Limit: 120, Remaining: 117, ResetS: 42, WindowS: 60, Source: "local"},
+				Local:  []Local{{Policy: "default", Limit: 120, Used: 3, Remaining: 117, ResetS: 42, WindowS: 60}},
+				Quota:  Quota{Key: "calm", Policy: "default", Limit: 120, Remaining: 117, ResetS: 42, WindowS: 60, Source: "local"},
 				Advice: Advice{Action: "continue", Reason: "You can make 117 more calls in the next 42 s."}},
 			{Key: "spent", Credential: "ok", Local: []Local{},
 				Upstream: []Upstream{{Policy: "day", Unit: "requests", Q: 5000, W: 86400, R: 0, T: 90,

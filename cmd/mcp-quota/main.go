@@ -45,6 +45,7 @@ Usage:
   mcp-quota status [--json] [--key K] [--config F] [--state F]
   mcp-quota activity [--key K] [--limit N] [--json] [--config F] [--state F]
   mcp-quota demo-upstream [--listen 127.0.0.1:8788] [--mode seed] [--token T]
+  mcp-quota bench quota [-quick] [-windows N] [-window 4s] [-behaviours a,b] [-clients a,b] [-callers 1,2]
   mcp-quota version
 
 Configuration: --config or MCP_QUOTA_CONFIG (default: the user config dir, mcp-quota/config.toml).
@@ -71,6 +72,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return env.activity(ctx, args[1:])
 	case "demo-upstream":
 		return env.demoUpstream(ctx, args[1:])
+	case "bench":
+		return env.bench(ctx, args[1:])
 	case "version":
 		fmt.Fprintln(stdout, "mcp-quota", version)
 		return nil

@@ -322,6 +322,23 @@ func TestClockSteppingBack(t *testing.T) {
 	}
 }
 
+// A full window stays full up to the microsecond its oldest call leaves
+// it: an admission a fraction of a microsecond before that, which the
+// file records at the microsecond before, is refused.
+func TestWindowFullToTheMicrosecond(t *testing.T) {
+	e := newEnv(t)
+	k := newKey(policy("default", 2, time.Second))
+	e.mustAdmit(k, "agent", "/items")
+	e.clk.advance(time.Millisecond)
+	e.mustAdmit(k, "agent", "/items")
+	e.clk.advance(time.Second - time.Millisecond - 500*time.Nanosecond) // the first leaves in 0.5 µs
+	if pe := e.mustPause(k, "agent", "/items"); pe.RetryAfter != time.Microsecond {
+		t.Errorf("got retry after %v, want 1µs, until the first call leaves the window", pe.RetryAfter)
+	}
+	e.clk.advance(500 * time.Nanosecond)
+	e.mustAdmit(k, "agent", "/items")
+}
+
 // A key built in code with its safety limits left zero gets the defaults.
 func TestZeroSafetyLimitsMeanDefaults(t *testing.T) {
 	e := newEnv(t)

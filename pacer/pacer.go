@@ -158,8 +158,11 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 		var now time.Time
 		err := p.db.Update(ctx, func(tx *state.Tx) error {
 			// The time is read with the file's write lock held: a call
-			// admitted after another is never recorded before it.
-			snap, err := p.load(tx, c, p.now(), nil, true)
+			// admitted after another is never recorded before it. It is
+			// taken to the microsecond, as the file keeps it: a decision
+			// made a fraction of a microsecond after the time it is
+			// recorded at could let one call too many into a window.
+			snap, err := p.load(tx, c, p.now().Truncate(time.Microsecond), nil, true)
 			if err != nil {
 				return err
 			}

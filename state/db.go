@@ -6,7 +6,9 @@
 //
 // Several processes on one host may open the same file at once: every
 // read-modify-write runs in one short BEGIN IMMEDIATE transaction, so a
-// budget shared through the file is shared exactly.
+// budget shared through the file is shared exactly. Within a process,
+// read-modify-writes made at the same time share a transaction and its
+// commit, one after another.
 package state
 
 import (
@@ -16,17 +18,16 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/rand/v2"
 	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
-	"modernc.org/sqlite" // the "sqlite" driver
-	sqlite3 "modernc.org/sqlite/lib"
+	_ "modernc.org/sqlite" // the "sqlite" driver
 )
 
 //go:embed migrations/*.sql
@@ -43,10 +44,20 @@ var ErrBusy = errors.New("state file busy")
 // A DB is an open state file. It is safe for concurrent use, by several
 // goroutines and by several processes opening the same file.
 type DB struct {
-	w      *sql.DB     // one connection: writers queue in Go, not in SQLite's busy loop
-	r      *sql.DB     // readers; WAL lets them run beside the writer
-	ws, rs []*sql.Stmt // every statement of the package, prepared on w and on r
+	w *sql.DB // one connection: writers queue in Go, not in SQLite's busy loop
+	// wc is w's connection, held for the DB's life: Update runs its
+	// transactions on it with statements of its own (BEGIN IMMEDIATE …
+	// COMMIT), which spares database/sql's per-transaction and per-query
+	// goroutines.
+	wc     *sql.Conn
+	ctl    [nControl]*sql.Stmt // transaction control, prepared on wc
+	r      *sql.DB             // readers; WAL lets them run beside the writer
+	ws, rs []*sql.Stmt         // every statement of the package, prepared on wc and on r
 	path   string
+
+	mu      sync.Mutex
+	queue   []*write // Update calls waiting for a transaction
+	writing bool     // a goroutine runs transactions for the queue
 }
 
 // Open opens (creating if needed) the state file at path and brings its
@@ -64,7 +75,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	// 100 ms and let one busy process starve another.
 	file := "file:" + (&url.URL{Path: path}).EscapedPath()
 	const pragmas = "&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)"
-	w, err := sql.Open("sqlite", file+"?_pragma=busy_timeout(0)"+pragmas+"&_txlock=immediate")
+	w, err := sql.Open("sqlite", file+"?_pragma=busy_timeout(0)"+pragmas)
 	if err != nil {
 		return nil, fmt.Errorf("state: open %s: %w", path, err)
 	}
@@ -78,6 +89,10 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	}
 	r.SetMaxOpenConns(4)
 	db := &DB{w: w, r: r, path: path}
+	if err := db.prepareControl(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("state: open %s: %w", path, err)
+	}
 	if err := db.migrate(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("state: %s: %w", path, err)
@@ -99,8 +114,13 @@ func (db *DB) Path() string { return db.path }
 // Close closes the file.
 func (db *DB) Close() error {
 	var errs []error
-	for _, s := range append(db.ws, db.rs...) {
-		errs = append(errs, s.Close())
+	for _, s := range append(append(db.ws, db.rs...), db.ctl[:]...) {
+		if s != nil {
+			errs = append(errs, s.Close())
+		}
+	}
+	if db.wc != nil {
+		errs = append(errs, db.wc.Close())
 	}
 	return errors.Join(append(errs, db.r.Close(), db.w.Close())...)
 }
@@ -120,7 +140,7 @@ func newQuery(text string) query {
 
 func (db *DB) prepare(ctx context.Context) error {
 	for _, text := range queries {
-		s, err := db.w.PrepareContext(ctx, text)
+		s, err := db.wc.PrepareContext(ctx, text)
 		if err != nil {
 			return fmt.Errorf("prepare %q: %w", text, err)
 		}
@@ -156,16 +176,16 @@ func (db *DB) migrate(ctx context.Context) error {
 		}
 		err = db.Update(ctx, func(tx *Tx) error {
 			var current int
-			if err := tx.tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&current); err != nil {
+			if err := db.wc.QueryRowContext(ctx, "PRAGMA user_version").Scan(&current); err != nil {
 				return err
 			}
 			if current >= version {
 				return nil
 			}
-			if _, err := tx.tx.ExecContext(ctx, string(body)); err != nil {
+			if _, err := db.wc.ExecContext(ctx, string(body)); err != nil {
 				return fmt.Errorf("migration %s: %w", name, err)
 			}
-			_, err := tx.tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", version))
+			_, err := db.wc.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", version))
 			return err
 		})
 		if err != nil {
@@ -173,62 +193,6 @@ func (db *DB) migrate(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// Update runs fn in one write transaction (BEGIN IMMEDIATE: it holds the
-// file's write lock from its first statement, so a decision read inside it
-// cannot be invalidated by another process). fn's error rolls it back.
-// Keep fn short: every process's writers wait for it. While another
-// process writes, Update retries every few hundred microseconds, for at
-// most BusyTimeout or until ctx ends.
-func (db *DB) Update(ctx context.Context, fn func(*Tx) error) error {
-	tx, err := db.begin(ctx)
-	if err != nil {
-		return fmt.Errorf("state: begin: %w", err)
-	}
-	defer tx.Rollback()
-	if err := fn(&Tx{tx: tx, stmts: db.ws, ctx: ctx}); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("state: commit: %w", err)
-	}
-	return nil
-}
-
-// begin starts a write transaction, waiting out other processes' writers
-// with short jittered sleeps: each waiter looks again often, so none is
-// starved while another process writes back to back.
-func (db *DB) begin(ctx context.Context) (*sql.Tx, error) {
-	var deadline time.Time
-	delay := 50 * time.Microsecond
-	for {
-		tx, err := db.w.BeginTx(ctx, nil)
-		if err == nil || !busy(err) {
-			return tx, err
-		}
-		now := time.Now()
-		if deadline.IsZero() {
-			deadline = now.Add(BusyTimeout)
-		} else if now.After(deadline) {
-			return nil, fmt.Errorf("%w for %s: %w", ErrBusy, BusyTimeout, err)
-		}
-		d := delay/2 + rand.N(delay/2+1)
-		delay = min(2*delay, 2*time.Millisecond)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
-		}
-	}
-}
-
-// busy reports SQLite's SQLITE_BUSY, in any of its extended forms.
-func busy(err error) bool {
-	var e *sqlite.Error
-	return errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
 // View runs fn in a read-only snapshot of the file.

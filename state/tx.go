@@ -13,13 +13,18 @@ import (
 // or DB.View (read-only). It is not safe for concurrent use and must not
 // be kept after the function it was passed to returns.
 type Tx struct {
-	tx    *sql.Tx
-	stmts []*sql.Stmt // the DB's prepared statements, for the handle tx runs on
+	tx    *sql.Tx     // a View's transaction; nil in an Update, which runs on the writer's connection
+	stmts []*sql.Stmt // the DB's prepared statements, on the readers or on the writer's connection
 	ctx   context.Context
 }
 
 // stmt returns the prepared statement q, bound to the transaction.
-func (tx *Tx) stmt(q query) *sql.Stmt { return tx.tx.StmtContext(tx.ctx, tx.stmts[q]) }
+func (tx *Tx) stmt(q query) *sql.Stmt {
+	if tx.tx == nil {
+		return tx.stmts[q]
+	}
+	return tx.tx.StmtContext(tx.ctx, tx.stmts[q])
+}
 
 func (tx *Tx) exec(q query, args ...any) (sql.Result, error) {
 	return tx.stmt(q).ExecContext(tx.ctx, args...)
@@ -70,24 +75,56 @@ type Attempt struct {
 	LeaseUntil time.Time     // in flight until then; zero once finished
 }
 
-var qInsertAttempt = newQuery(`INSERT INTO attempts
-	(call_id, attempt, key, caller, transport, method, target, digest, state, reason, probe, counted, at, wait_us, lease_until)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+var (
+	qInsertAttempt = newQuery(`INSERT INTO attempts
+	(call_id, attempt, key, caller, transport, method, target, digest, state, reason, probe, counted, at, wait_us, lease_until, seq)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	qLastSend = newQuery(`SELECT seq, at FROM attempts WHERE key = ? AND counted = 1 ORDER BY at DESC, seq DESC LIMIT 1`)
+	qRenumber = newQuery(`UPDATE attempts SET seq = o.n
+	FROM (SELECT id, row_number() OVER (ORDER BY at, id) AS n FROM attempts WHERE key = ? AND counted = 1) AS o
+	WHERE attempts.id = o.id`)
+)
 
 // InsertAttempt records a and returns its ID. An attempt recorded as
 // Admitted counts against its key's budget from then on, whatever its end.
+//
+// The key's admitted attempts are numbered in the order of their times
+// (seq; see Window). An admission recorded after a later one (the pacer
+// never does this: it records admissions in order) renumbers the key's
+// log, at a cost that grows with it.
 func (tx *Tx) InsertAttempt(a Attempt) (int64, error) {
-	var lease any
+	var lease, seq any
 	if !a.LeaseUntil.IsZero() {
 		lease = micros(a.LeaseUntil)
 	}
+	renumber := false
+	if a.State == Admitted {
+		var last, lastAt int64
+		err := tx.queryRow(qLastSend, a.Key).Scan(&last, &lastAt)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return 0, fmt.Errorf("state: record attempt: %w", err)
+		}
+		seq, renumber = last+1, micros(a.At) < lastAt
+	}
 	res, err := tx.exec(qInsertAttempt,
 		a.CallID, a.Attempt, a.Key, a.Caller, a.Transport, a.Method, a.Target, a.Digest, a.State, a.Reason,
-		a.Probe, a.State == Admitted, micros(a.At), a.Wait.Microseconds(), lease)
+		a.Probe, a.State == Admitted, micros(a.At), a.Wait.Microseconds(), lease, seq)
 	if err != nil {
 		return 0, fmt.Errorf("state: record attempt: %w", err)
 	}
+	if renumber {
+		if err := tx.renumber(a.Key); err != nil {
+			return 0, fmt.Errorf("state: record attempt: %w", err)
+		}
+	}
 	return res.LastInsertId()
+}
+
+// renumber numbers key's admitted attempts 1, 2, … again, in the order of
+// (at, id).
+func (tx *Tx) renumber(key string) error {
+	_, err := tx.exec(qRenumber, key)
+	return err
 }
 
 var qFinishAttempt = newQuery(`UPDATE attempts
@@ -102,14 +139,35 @@ func (tx *Tx) FinishAttempt(id int64, state, reason string, status int, sentAt, 
 	return nil
 }
 
-var qCount = newQuery(`SELECT count(*) FROM attempts WHERE key = ? AND at > ? AND counted = 1`)
+// The sliding-window log is read through the numbers of a key's admitted
+// attempts: seq runs 1, 2, … without gaps in the order of (at, id), so the
+// attempts admitted after a time are those from the first of them to the
+// key's last, and their count is the difference of two numbers, each found
+// by one seek in the log's index, however long the window. qFirstSend
+// reads the first attempt of key (?1) after a time (?2), with the key's
+// last number.
+var qFirstSend = newQuery(`SELECT f.seq, f.at,
+		(SELECT seq FROM attempts WHERE key = ?1 AND counted = 1 ORDER BY at DESC, seq DESC LIMIT 1)
+	FROM attempts AS f WHERE f.key = ?1 AND f.counted = 1 AND f.at > ?2 ORDER BY f.at, f.seq LIMIT 1`)
+
+// firstSend returns the number and time of key's first attempt admitted
+// after since and the number of its last; ok is false when there is none.
+func (tx *Tx) firstSend(key string, since time.Time) (seq, at, last int64, ok bool, err error) {
+	err = tx.queryRow(qFirstSend, key, micros(since)).Scan(&seq, &at, &last)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, 0, 0, false, nil
+	}
+	return seq, at, last, err == nil, err
+}
 
 // Count returns how many attempts of key were admitted after since (the
-// sliding-window log).
+// sliding-window log). Its cost does not grow with the count.
 func (tx *Tx) Count(key string, since time.Time) (int, error) {
-	var n int
-	err := tx.queryRow(qCount, key, micros(since)).Scan(&n)
-	return n, err
+	seq, _, last, ok, err := tx.firstSend(key, since)
+	if !ok {
+		return 0, err
+	}
+	return int(last - seq + 1), nil
 }
 
 var qCountBy = newQuery(`SELECT count(*) FROM attempts WHERE key = ? AND at > ? AND counted = 1 AND caller = ?`)
@@ -129,18 +187,18 @@ type Window struct {
 	ByCaller map[string]int // Count per caller; nil when Count is 0
 }
 
-var qWindow = newQuery(`SELECT count(*), coalesce(min(at), 0) FROM attempts WHERE key = ? AND at > ? AND counted = 1`)
-
 // Window returns how many attempts of key were admitted after since and
-// the oldest of them (leaving ByCaller nil), in one read.
+// the oldest of them (leaving ByCaller nil), in one read whose cost does
+// not grow with the count.
 func (tx *Tx) Window(key string, since time.Time) (Window, error) {
-	var w Window
-	var oldest int64
-	if err := tx.queryRow(qWindow, key, micros(since)).Scan(&w.Count, &oldest); err != nil {
-		return w, fmt.Errorf("state: window: %w", err)
+	seq, at, last, ok, err := tx.firstSend(key, since)
+	if !ok {
+		if err != nil {
+			err = fmt.Errorf("state: window: %w", err)
+		}
+		return Window{}, err
 	}
-	w.Oldest = fromMicros(oldest)
-	return w, nil
+	return Window{Count: int(last - seq + 1), Oldest: fromMicros(at)}, nil
 }
 
 var qWindowByCaller = newQuery(`SELECT caller, count(*), min(at) FROM attempts
@@ -176,7 +234,9 @@ func (tx *Tx) WindowByCaller(key string, since time.Time) (Window, error) {
 var qNth = newQuery(`SELECT at FROM attempts WHERE key = ? AND at > ? AND counted = 1 ORDER BY at LIMIT 1 OFFSET ?`)
 
 // Nth returns the admission time of the n-th (1-based) oldest attempt of
-// key admitted after since, or the zero time when there are fewer.
+// key admitted after since, or the zero time when there are fewer. Its
+// cost grows with n (a decision asks for the first few, those that must
+// leave a full window before a call may go), not with the window.
 func (tx *Tx) Nth(key string, since time.Time, n int) (time.Time, error) {
 	if n < 1 {
 		return time.Time{}, nil
@@ -198,7 +258,7 @@ type Send struct {
 }
 
 var qSends = newQuery(`SELECT id, at, state, coalesce(status, 0) FROM attempts
-	WHERE key = ? AND at > ? AND counted = 1 ORDER BY at DESC, id DESC LIMIT ?`)
+	WHERE key = ? AND at > ? AND counted = 1 ORDER BY at DESC, seq DESC LIMIT ?`)
 
 // Sends returns the latest limit attempts of key admitted after since,
 // oldest first.
@@ -302,18 +362,58 @@ var (
 	qSweepAttempts     = newQuery(`DELETE FROM attempts WHERE at < ? AND lease_until IS NULL`)
 	qSweepObservations = newQuery(`DELETE FROM observations WHERE received_at < ?`)
 	qSweepWarnings     = newQuery(`DELETE FROM warnings WHERE at < ?`)
+	qSweptAround       = newQuery(`SELECT DISTINCT key FROM attempts WHERE counted = 1 AND at < ?`)
 )
 
 // Sweep marks attempts whose lease ran out before now as interrupted (their
 // process ended mid-call), and deletes attempts, observations and warnings
-// older than before.
+// older than before. Attempts still in flight are kept, however old; the
+// logs they stay in are numbered again.
 func (tx *Tx) Sweep(now, before time.Time) error {
 	if _, err := tx.exec(qSweepInterrupted, micros(now)); err != nil {
 		return fmt.Errorf("state: sweep: %w", err)
 	}
-	for _, q := range []query{qSweepAttempts, qSweepObservations, qSweepWarnings} {
+	res, err := tx.exec(qSweepAttempts, micros(before))
+	if err != nil {
+		return fmt.Errorf("state: sweep: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n > 0 {
+		if err := tx.renumberSwept(before); err != nil {
+			return fmt.Errorf("state: sweep: %w", err)
+		}
+	}
+	for _, q := range []query{qSweepObservations, qSweepWarnings} {
 		if _, err := tx.exec(q, micros(before)); err != nil {
 			return fmt.Errorf("state: sweep: %w", err)
+		}
+	}
+	return nil
+}
+
+// renumberSwept numbers again the log of every key that kept an admitted
+// attempt older than before: the sweep may have deleted attempts after it,
+// leaving gaps.
+func (tx *Tx) renumberSwept(before time.Time) error {
+	rows, err := tx.query(qSweptAround, micros(before))
+	if err != nil {
+		return err
+	}
+	var keys []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			rows.Close()
+			return err
+		}
+		keys = append(keys, k)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := tx.renumber(k); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -1,0 +1,169 @@
+package state_test
+
+import (
+	"context"
+	"database/sql"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/state"
+)
+
+// scanLog answers what Window, Count and Nth answer, the slow way: by
+// scanning the attempts table itself (the definition of the sliding-window
+// log).
+type scanLog struct {
+	t  *testing.T
+	db *sql.DB
+}
+
+func openScan(t *testing.T, path string) scanLog {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return scanLog{t, db}
+}
+
+func (s scanLog) window(key string, since time.Time) state.Window {
+	s.t.Helper()
+	var n int
+	var oldest int64
+	err := s.db.QueryRow(`SELECT count(*), coalesce(min(at), 0) FROM attempts WHERE key = ? AND at > ? AND counted = 1`,
+		key, since.UnixMicro()).Scan(&n, &oldest)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if n == 0 {
+		return state.Window{}
+	}
+	return state.Window{Count: n, Oldest: time.UnixMicro(oldest)}
+}
+
+func (s scanLog) nth(key string, since time.Time, n int) time.Time {
+	s.t.Helper()
+	var us int64
+	err := s.db.QueryRow(`SELECT at FROM attempts WHERE key = ? AND at > ? AND counted = 1 ORDER BY at LIMIT 1 OFFSET ?`,
+		key, since.UnixMicro(), n-1).Scan(&us)
+	if err == sql.ErrNoRows {
+		return time.Time{}
+	}
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return time.UnixMicro(us)
+}
+
+// check compares the log as db reads it with the scan, for every key and
+// many windows.
+func (s scanLog) check(db *state.DB, keys []string, from, to time.Time) {
+	s.t.Helper()
+	view(s.t, db, func(tx *state.Tx) error {
+		for _, key := range keys {
+			for since := from.Add(-time.Second); !since.After(to); since = since.Add(2300 * time.Millisecond) {
+				want := s.window(key, since)
+				got, err := tx.Window(key, since)
+				if err != nil {
+					return err
+				}
+				if got.Count != want.Count || !got.Oldest.Equal(want.Oldest) {
+					s.t.Errorf("Window(%s, %v): got %d from %v, want %d from %v", key, since.Sub(from), got.Count, got.Oldest, want.Count, want.Oldest)
+				}
+				if n, err := tx.Count(key, since); err != nil || n != want.Count {
+					s.t.Errorf("Count(%s, %v): got %d, %v; want %d", key, since.Sub(from), n, err, want.Count)
+				}
+				for _, n := range []int{1, 2, want.Count / 2, want.Count, want.Count + 1} {
+					if n < 1 {
+						continue
+					}
+					got, err := tx.Nth(key, since, n)
+					if want := s.nth(key, since, n); err != nil || !got.Equal(want) {
+						s.t.Errorf("Nth(%s, %v, %d): got %v, %v; want %v", key, since.Sub(from), n, got, err, want)
+					}
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// The log read by the attempts' numbers says what a scan of the attempts
+// says: with several keys, attempts that do not count, admissions recorded
+// out of order, and sweeps that keep attempts still in flight.
+func TestLogReadsLikeAScan(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	db := open(t, path)
+	scan := openScan(t, path)
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := []string{"a", "b", "c"}
+	now := t0
+	states := []string{state.Admitted, state.Admitted, state.Admitted, state.RejectedLocal, state.Cached}
+	for round := range 4 {
+		update(t, db, func(tx *state.Tx) error {
+			for range 60 {
+				now = now.Add(time.Duration(rng.IntN(400)) * time.Millisecond) // ties too
+				a := state.Attempt{CallID: "c", Attempt: 1, Key: keys[rng.IntN(len(keys))], State: states[rng.IntN(len(states))], At: now}
+				if rng.IntN(10) == 0 {
+					a.At = now.Add(-time.Duration(rng.IntN(5000)) * time.Millisecond) // recorded late
+				}
+				if a.State == state.Admitted && rng.IntN(4) == 0 {
+					a.LeaseUntil = now.Add(time.Duration(rng.IntN(20)) * time.Second)
+				}
+				if _, err := tx.InsertAttempt(a); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		scan.check(db, keys, t0, now)
+		if round%2 == 1 {
+			before := t0.Add(now.Sub(t0) / 2)
+			update(t, db, func(tx *state.Tx) error { return tx.Sweep(before, before) })
+			scan.check(db, keys, t0, now)
+		}
+	}
+}
+
+// A file written before attempts were numbered has its log numbered when
+// opened; an admission recorded by a process that does not number them is
+// numbered too.
+func TestLogOfAnOlderFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	init, err := os.ReadFile("migrations/0001_init.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scan := openScan(t, path)
+	insert := func(key string, at time.Time, counted bool) {
+		t.Helper()
+		_, err := scan.db.Exec(`INSERT INTO attempts (call_id, attempt, key, caller, transport, method, target, state, counted, at)
+			VALUES ('c', 1, ?, 'x', 'rest', 'GET', '/', 'confirmed', ?, ?)`, key, counted, at.UnixMicro())
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := scan.db.Exec(string(init) + ";PRAGMA user_version = 1"); err != nil {
+		t.Fatal(err)
+	}
+	for i, sec := range []int{5, 1, 3, 3, 9, 2} { // recorded in any order
+		insert("a", t0.Add(time.Duration(sec)*time.Second), i != 2)
+		insert("b", t0.Add(time.Duration(10-sec)*time.Second), true)
+	}
+	db := open(t, path)
+	scan.check(db, []string{"a", "b"}, t0, t0.Add(10*time.Second))
+
+	insert("a", t0.Add(11*time.Second), true) // by a process of the older version
+	update(t, db, func(tx *state.Tx) error {
+		_, err := tx.InsertAttempt(state.Attempt{CallID: "d", Key: "a", State: state.Admitted, At: t0.Add(12 * time.Second)})
+		return err
+	})
+	scan.check(db, []string{"a", "b"}, t0, t0.Add(13*time.Second))
+	if problems, err := db.IntegrityCheck(context.Background()); err != nil || len(problems) > 0 {
+		t.Errorf("IntegrityCheck: %v %q", err, problems)
+	}
+}

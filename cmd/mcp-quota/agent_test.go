@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -466,5 +467,21 @@ func TestLegacyHandshakeOverHTTP(t *testing.T) {
 	resp, body = post(session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fetch","arguments":{"path":"/v1/participants/p-000001"}}}`)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `p-000001`) || !strings.Contains(body, `"remaining":119`) {
 		t.Errorf("tools/call in the session: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestNonLoopbackNeedsCallers: serve refuses to listen beyond loopback
+// when no caller tokens are configured, and says what to do.
+func TestNonLoopbackNeedsCallers(t *testing.T) {
+	dir := t.TempDir()
+	config := dir + "/config.toml"
+	if err := os.WriteFile(config, []byte("[[keys]]\nname = \"open\"\nbase_url = \"https://api.example\"\nauth = \"none\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut strings.Builder
+	err := run(t.Context(), []string{"serve", "--listen", "0.0.0.0:0", "--config", config, "--state", dir + "/state.db"},
+		nil, &out, &errOut, func(string) string { return "" })
+	if err == nil || !strings.Contains(err.Error(), "without caller tokens") || !strings.Contains(err.Error(), "[[callers]]") {
+		t.Errorf("serve on 0.0.0.0 without callers: %v; want a refusal naming [[callers]]", err)
 	}
 }

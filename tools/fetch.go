@@ -256,7 +256,7 @@ func (f *fetchCall) fromKept(ctx context.Context, header http.Header) (*mcp.Call
 // that in the activity.
 func (f *fetchCall) keptResult(ctx context.Context, now time.Time, digest, why string) (*mcp.CallToolResult, error) {
 	err := f.d.DB.Update(ctx, func(tx *state.Tx) error {
-		_, err := tx.InsertAttempt(state.Attempt{CallID: "kept", Attempt: 1, Key: f.k.Name, Caller: f.caller.Name,
+		_, err := tx.InsertAttempt(state.Attempt{CallID: upstream.NewCallID(), Attempt: 1, Key: f.k.Name, Caller: f.caller.Name,
 			Transport: f.d.Transport, Method: f.method, Target: f.target, Digest: digest, State: state.Cached, Reason: why, At: now})
 		return err
 	})

@@ -129,7 +129,7 @@ func (c *Client) Do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 	if err != nil {
 		return nil, err
 	}
-	cs := &call{client: c, key: k, req: r, method: method, id: newCallID(), start: c.now(), target: Target(k.BaseURL, u)}
+	cs := &call{client: c, key: k, req: r, method: method, id: NewCallID(), start: c.now(), target: Target(k.BaseURL, u)}
 	var body any
 	var stream io.Reader
 	switch b := r.Body.(type) {
@@ -324,7 +324,8 @@ func Digest(method, target string, body any) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-func newCallID() string {
+// NewCallID returns a new random call ID for the activity.
+func NewCallID() string {
 	var b [8]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])

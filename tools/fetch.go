@@ -30,7 +30,8 @@ type FetchLimits struct {
 	MaxBody          int64         // 8 MiB read from the upstream; the rest is cut
 	LoopWindow       time.Duration // 10 min: identical requests within it are noticed
 	LoopLimit        int           // 5: from the 6th identical unchanged request on, answer from the last answer
-	KeepResponses    int           // 64 answers kept per key for conditional requests
+	KeepResponses    int           // 32 answers kept per key for conditional requests, paging and the loop guard
+	KeepBody         int64         // 2 MiB: larger answers are not kept (each page is then fetched again)
 	PageTTL          time.Duration // 10 min: start_index > 0 pages through a kept answer this young
 }
 
@@ -57,7 +58,10 @@ func (l FetchLimits) withDefaults() FetchLimits {
 		l.LoopLimit = 5
 	}
 	if l.KeepResponses <= 0 {
-		l.KeepResponses = 64
+		l.KeepResponses = 32
+	}
+	if l.KeepBody <= 0 {
+		l.KeepBody = 2 << 20
 	}
 	return l
 }
@@ -290,7 +294,7 @@ func (f *fetchCall) answered(ctx context.Context, resp *upstream.Response) (*mcp
 		raw, ct, complete = f.kept.Body, f.kept.ContentType, true
 	}
 	unchanged := false
-	if f.method == http.MethodGet && complete && (resp.StatusCode == http.StatusOK || notModified) {
+	if f.method == http.MethodGet && complete && int64(len(raw)) <= f.lim.KeepBody && (resp.StatusCode == http.StatusOK || notModified) {
 		sum := upstream.Digest("", "", raw)
 		kept := state.StoredResponse{Key: f.k.Name, Target: f.target, ETag: resp.Header.Get("ETag"),
 			LastModified: resp.Header.Get("Last-Modified"), Status: http.StatusOK, ContentType: ct, Body: raw,

@@ -3,6 +3,7 @@ package state_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -163,6 +164,48 @@ func TestLogOfAnOlderFile(t *testing.T) {
 		return err
 	})
 	scan.check(db, []string{"a", "b"}, t0, t0.Add(13*time.Second))
+	if problems, err := db.IntegrityCheck(context.Background()); err != nil || len(problems) > 0 {
+		t.Errorf("IntegrityCheck: %v %q", err, problems)
+	}
+}
+
+// A file written before the latency margin was kept keeps its keys'
+// pacing state when opened, with no latency known yet, and its calls in
+// flight are still found.
+func TestKeyStateOfAnOlderFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	scan := openScan(t, path)
+	for i, name := range []string{"migrations/0001_init.sql", "migrations/0002_attempt_seq.sql"} {
+		body, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := scan.db.Exec(string(body) + fmt.Sprintf(";PRAGMA user_version = %d", i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := scan.db.Exec(`INSERT INTO key_state (key, last_admit_at, failures) VALUES ('k', ?, 2)`, t0.UnixMicro())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = scan.db.Exec(`INSERT INTO attempts (call_id, attempt, key, caller, transport, method, target, state, counted, at, lease_until)
+		VALUES ('c', 1, 'k', 'x', 'rest', 'GET', '/', 'admitted', 1, ?, ?)`, t0.UnixMicro(), t0.Add(time.Minute).UnixMicro())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := open(t, path)
+	view(t, db, func(tx *state.Tx) error {
+		ks, err := tx.KeyState("k")
+		if want := (state.KeyState{Key: "k", LastAdmitAt: t0, Failures: 2}); err != nil || !ks.LastAdmitAt.Equal(t0) ||
+			ks.Failures != 2 || ks.Latency != 0 || ks.PrevLatency != 0 || !ks.LatencySince.IsZero() {
+			t.Errorf("KeyState: got %+v, %v, want %+v", ks, err, want)
+		}
+		f, err := tx.Flight("k", t0)
+		if err != nil || f.Count != 1 || !f.Oldest.Equal(t0) {
+			t.Errorf("Flight: got %+v, %v, want the one call admitted at t0", f, err)
+		}
+		return nil
+	})
 	if problems, err := db.IntegrityCheck(context.Background()); err != nil || len(problems) > 0 {
 		t.Errorf("IntegrityCheck: %v %q", err, problems)
 	}

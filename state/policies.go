@@ -211,17 +211,24 @@ type KeyState struct {
 	HalfOpen       bool          // the next call is a probe
 	ProbeAttempt   int64         // the probe in flight; 0 when none
 	ProbeUntil     time.Time     // the probe's lease
+	// Latency is the longest time from admission to answer of the key's
+	// calls answered since LatencySince, and PrevLatency the longest of
+	// the period before: a send may reach the upstream that long after
+	// its admission.
+	Latency      time.Duration
+	PrevLatency  time.Duration
+	LatencySince time.Time
 }
 
 var qKeyState = newQuery(`SELECT last_admit_at, interval_us, last_response_at, failures, opens,
-	half_open, probe_attempt, probe_until FROM key_state WHERE key = ?`)
+	half_open, probe_attempt, probe_until, latency_us, prev_latency_us, latency_since FROM key_state WHERE key = ?`)
 
 // KeyState returns key's pacing state; a key never used has the zero state.
 func (tx *Tx) KeyState(key string) (KeyState, error) {
 	s := KeyState{Key: key}
-	var last, interval, resp, probeUntil int64
+	var last, interval, resp, probeUntil, lat, prevLat, latSince int64
 	err := tx.queryRow(qKeyState, key).
-		Scan(&last, &interval, &resp, &s.Failures, &s.Opens, &s.HalfOpen, &s.ProbeAttempt, &probeUntil)
+		Scan(&last, &interval, &resp, &s.Failures, &s.Opens, &s.HalfOpen, &s.ProbeAttempt, &probeUntil, &lat, &prevLat, &latSince)
 	if errors.Is(err, sql.ErrNoRows) {
 		return s, nil
 	}
@@ -230,21 +237,26 @@ func (tx *Tx) KeyState(key string) (KeyState, error) {
 	}
 	s.LastAdmitAt, s.LastResponseAt, s.ProbeUntil = fromMicros(last), fromMicros(resp), fromMicros(probeUntil)
 	s.Interval = time.Duration(interval) * time.Microsecond
+	s.Latency, s.PrevLatency = time.Duration(lat)*time.Microsecond, time.Duration(prevLat)*time.Microsecond
+	s.LatencySince = fromMicros(latSince)
 	return s, nil
 }
 
 var qPutKeyState = newQuery(`INSERT INTO key_state
-	(key, last_admit_at, interval_us, last_response_at, failures, opens, half_open, probe_attempt, probe_until)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+	(key, last_admit_at, interval_us, last_response_at, failures, opens, half_open, probe_attempt, probe_until,
+	 latency_us, prev_latency_us, latency_since)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 	ON CONFLICT (key) DO UPDATE SET last_admit_at = excluded.last_admit_at, interval_us = excluded.interval_us,
 		last_response_at = excluded.last_response_at, failures = excluded.failures, opens = excluded.opens,
-		half_open = excluded.half_open, probe_attempt = excluded.probe_attempt, probe_until = excluded.probe_until`)
+		half_open = excluded.half_open, probe_attempt = excluded.probe_attempt, probe_until = excluded.probe_until,
+		latency_us = excluded.latency_us, prev_latency_us = excluded.prev_latency_us, latency_since = excluded.latency_since`)
 
 // PutKeyState records s.
 func (tx *Tx) PutKeyState(s KeyState) error {
 	_, err := tx.exec(qPutKeyState,
 		s.Key, micros(s.LastAdmitAt), s.Interval.Microseconds(), micros(s.LastResponseAt), s.Failures, s.Opens,
-		s.HalfOpen, s.ProbeAttempt, micros(s.ProbeUntil))
+		s.HalfOpen, s.ProbeAttempt, micros(s.ProbeUntil), s.Latency.Microseconds(), s.PrevLatency.Microseconds(),
+		micros(s.LatencySince))
 	if err != nil {
 		return fmt.Errorf("state: record key state: %w", err)
 	}

@@ -134,6 +134,16 @@ func TestLog(t *testing.T) {
 		if n, _ := tx.InFlight("k", t0.Add(30*time.Second)); n != 1 {
 			t.Errorf("InFlight: got %d, want 1 (the other lease ran out)", n)
 		}
+		for now, want := range map[time.Time]state.Flight{
+			t0:                       {Count: 2, Oldest: t0.Add(time.Second)},
+			t0.Add(30 * time.Second): {Count: 1, Oldest: t0.Add(time.Second)},
+			t0.Add(time.Hour):        {},
+		} {
+			got, err := tx.Flight("k", now)
+			if diff := cmp.Diff(got, want); err != nil || diff != "" {
+				t.Errorf("Flight at %v (-got +want):\n%s%v", now.Sub(t0), diff, err)
+			}
+		}
 		sends, err := tx.Sends("k", time.Time{}, 2)
 		if err != nil {
 			return err
@@ -311,7 +321,8 @@ func TestGates(t *testing.T) {
 func TestKeyStateAndWarnings(t *testing.T) {
 	db := newDB(t)
 	ks := state.KeyState{Key: "k", LastAdmitAt: t0, Interval: 250 * time.Millisecond, LastResponseAt: t0.Add(time.Second),
-		Failures: 2, Opens: 1, HalfOpen: true, ProbeAttempt: 9, ProbeUntil: t0.Add(time.Minute)}
+		Failures: 2, Opens: 1, HalfOpen: true, ProbeAttempt: 9, ProbeUntil: t0.Add(time.Minute),
+		Latency: 1500 * time.Microsecond, PrevLatency: 12 * time.Millisecond, LatencySince: t0.Add(-time.Second)}
 	update(t, db, func(tx *state.Tx) error {
 		if err := tx.PutKeyState(ks); err != nil {
 			return err

@@ -251,13 +251,14 @@ func (tx *Tx) Nth(key string, since time.Time, n int) (time.Time, error) {
 
 // A Send is one admitted attempt in a key's log, as Sends reports it.
 type Send struct {
-	ID     int64     // the attempt's ID
-	At     time.Time // admitted at
-	State  string    // its state now
-	Status int       // the upstream's answer; 0 while in flight or when none came
+	ID         int64     // the attempt's ID
+	At         time.Time // admitted at
+	State      string    // its state now
+	Status     int       // the upstream's answer; 0 while in flight or when none came
+	AnsweredAt time.Time // when the answer came; zero while in flight or when none came
 }
 
-var qSends = newQuery(`SELECT id, at, state, coalesce(status, 0) FROM attempts
+var qSends = newQuery(`SELECT id, at, state, coalesce(status, 0), coalesce(answered_at, 0) FROM attempts
 	WHERE key = ? AND at > ? AND counted = 1 ORDER BY at DESC, seq DESC LIMIT ?`)
 
 // Sends returns the latest limit attempts of key admitted after since,
@@ -271,25 +272,44 @@ func (tx *Tx) Sends(key string, since time.Time, limit int) ([]Send, error) {
 	var out []Send
 	for rows.Next() {
 		var s Send
-		var at int64
-		if err := rows.Scan(&s.ID, &at, &s.State, &s.Status); err != nil {
+		var at, answered int64
+		if err := rows.Scan(&s.ID, &at, &s.State, &s.Status, &answered); err != nil {
 			return nil, err
 		}
-		s.At = fromMicros(at)
+		s.At, s.AnsweredAt = fromMicros(at), fromMicros(answered)
 		out = append(out, s)
 	}
 	slices.Reverse(out)
 	return out, rows.Err()
 }
 
-var qInFlight = newQuery(`SELECT count(*) FROM attempts WHERE key = ? AND lease_until IS NOT NULL AND lease_until > ?`)
+var qInFlight = newQuery(`SELECT count(*), coalesce(min(at), 0) FROM attempts
+	WHERE key = ? AND lease_until IS NOT NULL AND lease_until > ?`)
 
 // InFlight returns how many attempts of key are admitted and unfinished,
 // with a lease that has not run out by now.
 func (tx *Tx) InFlight(key string, now time.Time) (int, error) {
-	var n int
-	err := tx.queryRow(qInFlight, key, micros(now)).Scan(&n)
-	return n, err
+	f, err := tx.Flight(key, now)
+	return f.Count, err
+}
+
+// A Flight is what a key has in flight: admitted attempts not yet
+// finished, whose lease has not run out. The zero Flight is nothing.
+type Flight struct {
+	Count  int       // attempts in flight
+	Oldest time.Time // the earliest admission among them; zero when Count is 0
+}
+
+// Flight returns what key has in flight at now, in one read of an index
+// whose cost grows with the calls in flight only.
+func (tx *Tx) Flight(key string, now time.Time) (Flight, error) {
+	var f Flight
+	var oldest int64
+	if err := tx.queryRow(qInFlight, key, micros(now)).Scan(&f.Count, &oldest); err != nil {
+		return Flight{}, fmt.Errorf("state: in flight: %w", err)
+	}
+	f.Oldest = fromMicros(oldest)
+	return f, nil
 }
 
 var qLatest = newQuery(`SELECT max(at) FROM attempts WHERE key = ? AND counted = 1`)

@@ -31,7 +31,10 @@
 //     -06 (not under GitLab, whose fields reuse these names). A malformed
 //     field is ignored as a whole; an invalid item within a valid field is
 //     ignored alone.
-//   - The profile's vendor fields; see Profile and README-table.md.
+//   - The profile's vendor fields; see Profile and README-table.md. A
+//     reset sent as an instant (an epoch, a date) is measured from the
+//     receive time when it agrees with Date to within a second (Date is
+//     floored to the second), else from Date.
 //   - Problem details, and GraphQL errors where the profile says so.
 //   - Age and X-From-Cache: such a Reading is FromCache.
 //

@@ -268,7 +268,7 @@ func (rd *reader) readOldDraft() {
 		l.remaining, l.hasRemaining = n, ok
 	}
 	if lines := rd.lines("RateLimit-Reset"); len(lines) > 0 {
-		d, guessed, warn, ok := parseLegacyReset("RateLimit-Reset", lines, rd.ref)
+		d, guessed, warn, ok := parseLegacyReset("RateLimit-Reset", lines, rd.resetRef)
 		if warn != "" {
 			rd.warnf("%s", warn)
 		}

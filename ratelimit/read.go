@@ -70,7 +70,11 @@ type reader struct {
 	body []byte
 	resp Response
 	now  time.Time
-	ref  time.Time // the response's Date when valid, else now: epochs and dates are measured from it
+	ref  time.Time // the response's Date when valid, else now: Retry-After's dates and epochs are measured from it
+	// resetRef is what the instants of reset fields (epochs, dates) are
+	// measured from: now when it agrees with the response's Date, else
+	// Date (see readDate).
+	resetRef time.Time
 
 	r       Reading
 	entries []entry
@@ -81,7 +85,7 @@ type reader struct {
 }
 
 func newReader(p Profile, resp Response, now time.Time) *reader {
-	rd := &reader{p: p, resp: resp, now: now, ref: now}
+	rd := &reader{p: p, resp: resp, now: now, ref: now, resetRef: now}
 	rd.r.ReceivedAt = now
 	if p == "" {
 		rd.p = Generic
@@ -148,7 +152,15 @@ func (rd *reader) scalar(name string) (string, bool) {
 	return vs[0], true
 }
 
-// readDate reads the Date field, the reference for every date and epoch.
+// readDate reads the Date field, the reference for the instants a
+// response names. Retry-After's are measured from Date, so that a skewed
+// local clock cannot shorten the wait. A reset's instant (an epoch, a
+// date) is measured from the receive time when that agrees with Date to
+// within the second Date resolves: Date is floored to the second and an
+// epoch reset rounded up to one, so a t measured from Date could run up
+// to two seconds past the window's end, and one from the receive time up
+// to one. When the clocks disagree by more, Date is the reference for
+// both, as the server's clock is the one its instants are on.
 func (rd *reader) readDate() {
 	v, ok := rd.scalar("Date")
 	if !ok {
@@ -161,6 +173,9 @@ func (rd *reader) readDate() {
 	}
 	rd.r.ServerDate = t
 	rd.ref = t
+	if d := rd.now.Sub(t); d <= -time.Second || d >= time.Second {
+		rd.resetRef = t
+	}
 }
 
 // readCache marks a response served from a cache: Age > 0 (RFC 9111 §5.1,

@@ -80,7 +80,7 @@ func (rd *reader) deltaReset(name, v string) (time.Duration, bool, bool) {
 }
 
 // epochReset reads Unix epoch seconds, possibly fractional (Discord),
-// measured against the response's Date:
+// measured against the response's Date or the receive time (readDate):
 //
 //	reset = 1*DIGIT [ "." 1*DIGIT ]
 func (rd *reader) epochReset(name, v string) (time.Duration, bool, bool) {
@@ -94,7 +94,8 @@ func (rd *reader) epochReset(name, v string) (time.Duration, bool, bool) {
 }
 
 // timestampReset reads an RFC 3339 timestamp (Anthropic) or Jira's
-// minute-precision ISO 8601 form, measured against the response's Date.
+// minute-precision ISO 8601 form, measured against the response's Date or
+// the receive time (readDate).
 func (rd *reader) timestampReset(name, v string) (time.Duration, bool, bool) {
 	t, ok := parseTimestamp(v)
 	if !ok {
@@ -107,7 +108,7 @@ func (rd *reader) timestampReset(name, v string) (time.Duration, bool, bool) {
 // untilInstant returns the time from the response's Date to t; an instant
 // in the past reads as 0s, with a warning.
 func (rd *reader) untilInstant(name, v string, t time.Time) time.Duration {
-	d, past, clamped := until(t, rd.ref)
+	d, past, clamped := until(t, rd.resetRef)
 	switch {
 	case past:
 		rd.warnf("%s: %s is in the past, read as 0s", name, quote(v))
@@ -123,7 +124,7 @@ func (rd *reader) untilInstant(name, v string, t time.Time) time.Duration {
 // 1e14 epoch milliseconds; an epoch more than 7 days from the response's
 // Date is not plausible and is ignored. A guess is marked and warned.
 func (rd *reader) guessedReset(name, v string) (time.Duration, bool, bool) {
-	d, guessed, warn, ok := parseGuessedReset(name, v, rd.ref)
+	d, guessed, warn, ok := parseGuessedReset(name, v, rd.resetRef)
 	if warn != "" {
 		rd.warnf("%s", warn)
 	}

@@ -140,14 +140,18 @@ func TestWaitOrPause(t *testing.T) {
 			e.p.Now = nil
 			k := newKey(policy("default", 1, 10*time.Second))
 			first := time.Now()
-			if _, err := e.p.Admit(t.Context(), e.call(k, "agent", "/items")); err != nil {
+			tk, err := e.p.Admit(t.Context(), e.call(k, "agent", "/items"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.p.Done(t.Context(), tk, pacer.Outcome{SentAt: first, AnsweredAt: first, Status: 200}); err != nil {
 				t.Fatal(err)
 			}
 			var progress []pacer.Progress
 			c := e.call(k, "agent", "/items")
 			c.MaxWait = 15 * time.Second
 			c.Progress = func(p pacer.Progress) { progress = append(progress, p) }
-			tk, err := e.p.Admit(t.Context(), c)
+			tk, err = e.p.Admit(t.Context(), c)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -162,7 +166,7 @@ func TestWaitOrPause(t *testing.T) {
 	t.Run("pause", func(t *testing.T) {
 		e := newEnv(t)
 		k := newKey(policy("default", 1, 10*time.Second))
-		e.mustAdmit(k, "agent", "/items")
+		e.send(k, "agent", 200, nil)
 		e.clk.advance(time.Second)
 		c := e.call(k, "sync", "/items?page=2")
 		c.MaxWait = 8 * time.Second
@@ -307,16 +311,16 @@ func TestEachRetryCounts(t *testing.T) {
 func TestClockSteppingBack(t *testing.T) {
 	e := newEnv(t)
 	k := newKey(policy("default", 3, time.Minute))
-	e.mustAdmit(k, "agent", "/items")
+	e.send(k, "agent", 200, nil)
 	e.clk.advance(time.Second)
-	e.mustAdmit(k, "agent", "/items")
+	e.send(k, "agent", 200, nil)
 	e.clk.advance(-2 * time.Minute) // the clock steps back
 	pe := e.mustPause(k, "agent", "/items")
 	if want := 2*time.Minute + time.Millisecond; pe.RetryAfter != want {
 		t.Errorf("behind the latest admission: got retry after %v, want %v", pe.RetryAfter, want)
 	}
 	e.clk.advance(2*time.Minute + 30*time.Second) // …and is set right
-	e.mustAdmit(k, "agent", "/items")
+	e.send(k, "agent", 200, nil)
 	if pe := e.mustPause(k, "agent", "/items"); pe.RetryAfter != 29*time.Second {
 		t.Errorf("got retry after %v, want 29s, until the first call leaves the window", pe.RetryAfter)
 	}
@@ -328,9 +332,9 @@ func TestClockSteppingBack(t *testing.T) {
 func TestWindowFullToTheMicrosecond(t *testing.T) {
 	e := newEnv(t)
 	k := newKey(policy("default", 2, time.Second))
-	e.mustAdmit(k, "agent", "/items")
+	e.send(k, "agent", 200, nil) // answered at once: no margin
 	e.clk.advance(time.Millisecond)
-	e.mustAdmit(k, "agent", "/items")
+	e.send(k, "agent", 200, nil)
 	e.clk.advance(time.Second - time.Millisecond - 500*time.Nanosecond) // the first leaves in 0.5 µs
 	if pe := e.mustPause(k, "agent", "/items"); pe.RetryAfter != time.Microsecond {
 		t.Errorf("got retry after %v, want 1µs, until the first call leaves the window", pe.RetryAfter)

@@ -20,8 +20,13 @@ const (
 	// is believed.
 	DefaultValidity = 60 * time.Second
 	// ProbeJitter bounds the delay added to a probe after an observation
-	// expires, so that the clients of one API do not probe together.
+	// expires, so that the clients of one API do not probe together. In a
+	// window shorter than probeJitterShare seconds, the bound is that
+	// share of the window.
 	ProbeJitter = time.Second
+	// probeJitterShare is the share of its window (1/40) that a probe's
+	// jitter stays under.
+	probeJitterShare = 40
 	// Poll is how often a waiting call re-checks when it waits for
 	// something with no known end (a probe's answer, a free slot).
 	Poll = 50 * time.Millisecond
@@ -75,16 +80,16 @@ type log interface {
 
 // snapshot is what a decision is made from.
 type snapshot struct {
-	now      time.Time
-	key      *keystore.Key
-	caller   string
-	route    string // method and path of the request, to pick partitions
-	known    []state.Known
-	gates    []state.Gate
-	ks       state.KeyState
-	inFlight int
-	claimed  map[string]bool // reserve callers with an open claim
-	log      log
+	now     time.Time
+	key     *keystore.Key
+	caller  string
+	route   string // method and path of the request, to pick partitions
+	known   []state.Known
+	gates   []state.Gate
+	ks      state.KeyState
+	flight  state.Flight    // calls in flight, when counted
+	claimed map[string]bool // reserve callers with an open claim
+	log     log
 }
 
 // A decision says whether a call may go now, and if not, for how long it
@@ -172,9 +177,14 @@ func decide(s snapshot) (decision, error) {
 			add(c)
 		} else if !b.Expired && b.Remaining > 0 && b.Reset > 0 && low(b.Remaining, b.Limit, s.key.LowWater) {
 			// Below the low-water mark, what is left is spread over what is
-			// left of the effective window.
+			// left of the effective window, less what t may have been
+			// rounded up by: the window may end that much earlier, and what
+			// is left is there to spend now (a little early is still
+			// smooth; a little late is lost). The r calls go one share of
+			// r+1 apart, so the last goes a share before the end, not at
+			// it.
 			d.slow = true
-			spacing := b.Reset / time.Duration(b.Remaining)
+			spacing := max(b.Reset-rounding(k.Reset), 0) / time.Duration(b.Remaining+1)
 			add(constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: b.Policy,
 				reason: fmt.Sprintf("the upstream says %d %s are left for %s under policy '%s', so calls are spread %s apart",
 					b.Remaining, unitWord(b.Unit), seconds(b.Reset), b.Policy, seconds(spacing))})
@@ -198,9 +208,9 @@ func decide(s snapshot) (decision, error) {
 			maxConc = max(int(k.Quota), 1)
 		}
 	}
-	if s.inFlight >= maxConc {
+	if s.flight.Count >= maxConc {
 		add(constraint{wait: Poll, poll: true, source: "concurrency",
-			reason: fmt.Sprintf("%d calls are in flight, the most allowed at once for this key", s.inFlight)})
+			reason: fmt.Sprintf("%d calls are in flight, the most allowed at once for this key", s.flight.Count)})
 	}
 	spacing := max(minSpacing(s.key), s.ks.Interval)
 	if !s.ks.LastAdmitAt.IsZero() {
@@ -274,7 +284,10 @@ func (s snapshot) windowedBudgets() ([]windowed, error) {
 	}
 	var out []windowed
 	for _, p := range ps {
-		since := s.now.Add(-p.w)
+		// A send stays in the window a margin beyond w: the upstream
+		// counts it from when it received it (see margin).
+		m := s.margin(p.w)
+		since := s.now.Add(-p.w - m)
 		win, err := s.log.Window(since)
 		if err != nil {
 			return nil, err
@@ -290,7 +303,7 @@ func (s snapshot) windowedBudgets() ([]windowed, error) {
 		wb.avail = limit - n
 		wb.Remaining = max(wb.avail, 0)
 		if !win.Oldest.IsZero() {
-			wb.Reset = win.Oldest.Add(p.w).Sub(s.now)
+			wb.Reset = win.Oldest.Add(p.w + m).Sub(s.now)
 		}
 		if wb.avail <= 0 {
 			// The call needs this many of the window's sends to leave it.
@@ -301,7 +314,7 @@ func (s snapshot) windowedBudgets() ([]windowed, error) {
 			if e.IsZero() { // reservations alone exhaust it: wait a window
 				e = s.now
 			}
-			wb.freeAt = e.Add(p.w)
+			wb.freeAt = e.Add(p.w + m)
 		}
 		out = append(out, wb)
 	}
@@ -377,7 +390,7 @@ func (s snapshot) observed(k state.Known) (b Budget, c constraint, probe bool, e
 			return b, c, false, nil // answered since: a fresh word came, or the policy was not shown
 		}
 		// Expired and unanswered since: one jittered probe, then a fresh answer.
-		at := end.Add(jitter(s.key.Name+"\x00"+k.Policy+"\x00"+k.Partition, end, ProbeJitter))
+		at := end.Add(jitter(s.key.Name+"\x00"+k.Policy+"\x00"+k.Partition, end, probeJitter(k)))
 		if s.now.Before(at) {
 			c = constraint{wait: at.Sub(s.now), source: k.Policy, exhaust: k.Remaining <= 0, keyWide: k.Remaining <= 0,
 				reason: fmt.Sprintf("the upstream's last word on policy '%s' has expired, and one probe goes in %s to get a fresh one",
@@ -424,6 +437,28 @@ func fillFromLog(b Budget, windows []windowed) Budget {
 		}
 	}
 	return b
+}
+
+// probeJitter bounds the jitter of the probe after k expires: ProbeJitter,
+// or less in a short window (a share of it, so that the probe costs the
+// same share of any window).
+func probeJitter(k state.Known) time.Duration {
+	w := k.Window
+	if w <= 0 {
+		w = validity(k)
+	}
+	return max(min(ProbeJitter, w/probeJitterShare), time.Microsecond)
+}
+
+// rounding is how much sooner than an effective window t of d its window
+// may end: t is sent in whole seconds and rounded up, so a whole number
+// of seconds may be up to a second long (a t that is not, was not read
+// rounded: it was measured, or settled from other evidence).
+func rounding(d time.Duration) time.Duration {
+	if d > 0 && d%time.Second == 0 {
+		return time.Second
+	}
+	return 0
 }
 
 // validity is how long an observation holds: its effective window t, else

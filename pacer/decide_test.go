@@ -132,11 +132,13 @@ func TestSeveralLimitsAtOnce(t *testing.T) {
 		e := newEnv(t)
 		_, other := e.open()
 		k := newKey(policy("default", 2, time.Minute))
-		e.mustAdmit(k, "agent", "/a")
+		e.send(k, "agent", 200, nil)
 		e.clk.advance(20 * time.Second)
-		if _, err := e.admitWith(other, e.call(k, "sync", "/b")); err != nil {
+		tk, err := e.admitWith(other, e.call(k, "sync", "/b"))
+		if err != nil {
 			t.Fatal(err)
 		}
+		answerWith(t, other, e.clk, tk, 200, nil)
 		e.clk.advance(20 * time.Second)
 		if pe := mustPause(t, e.clk, other, e.call(k, "sync", "/c")); pe.RetryAfter != 20*time.Second {
 			t.Errorf("pause: got %v, want 20s (until the first call leaves the minute)", pe.RetryAfter)
@@ -230,8 +232,10 @@ func TestLowWaterSpreadsCalls(t *testing.T) {
 			t.Errorf("advice: got %s, want slow_down", res.Advice.Action)
 		}
 		e.clk.advance(time.Second)
-		pe := e.mustPause(k, "agent", "/items") // 49 s left for 5 calls: one every 9.8 s
-		if got, want := pe.RetryAfter, 8800*time.Millisecond; got != want {
+		// 49 s left of a t that may have been rounded up by a second: 48 s
+		// for 5 calls, one every 8 s (the last a share before the end).
+		pe := e.mustPause(k, "agent", "/items")
+		if got, want := pe.RetryAfter, 7*time.Second; got != want {
 			t.Errorf("pause: got %v, want %v", got, want)
 		}
 		e.clk.advance(pe.RetryAfter)

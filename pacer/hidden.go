@@ -142,6 +142,16 @@ func (p *Pacer) hiddenLimit(tx *state.Tx, t Ticket, rd *ratelimit.Reading, now t
 			return "", nil // it names limits we know: our count of them was behind
 		}
 	}
+	if name == "" {
+		// A call admitted as a known policy's window freed a slot can
+		// reach the upstream a moment before its own window frees it:
+		// that policy's timing explains the refusal, which reveals no
+		// new limit. Its Retry-After (or backoff) gate is all it sets.
+		edge, err := windowEdge(tx, t, rd, now, known, p.lease())
+		if err != nil || edge != "" {
+			return edge, err
+		}
+	}
 
 	// Sends before the latest discovery belong to windows its Retry-After
 	// waited out: a later refusal is inferred from the sends since.
@@ -229,3 +239,84 @@ func maxTime(a, b time.Time) time.Time {
 	}
 	return b
 }
+
+// windowEdge returns the warning for a refusal of t that a known policy's
+// window explains, or "" when none does: the key's documented policies
+// and those the upstream announced with q and w. A policy explains it
+// when its whole quota of other sends (by every caller, not refused) can
+// still have been in its window when t reached the upstream: each was
+// admitted before t and answered (or is still unanswered) less than w
+// before t was admitted, as an upstream counts a send at the latest when
+// it answers it. Then t took a slot the log had freed (a send took longer
+// to reach the upstream than the log's margin allowed for) and the
+// upstream had not. The refusal's Retry-After, if any, must also ask to
+// wait no longer than until the oldest of them leaves that window (and
+// the rounding of Retry-After up to the second). A second such refusal
+// within two of the policy's windows is no race at a window's edge: then
+// nothing explains it.
+func windowEdge(tx *state.Tx, t Ticket, rd *ratelimit.Reading, now time.Time, known []state.Known, lease time.Duration) (string, error) {
+	c := t.Call
+	type policy struct {
+		name string
+		q    int64
+		w    time.Duration
+	}
+	var ps []policy
+	for _, p := range c.Key.Policies {
+		if (p.Unit == "" || p.Unit == ratelimit.Requests) && p.Quota > 0 && p.Window > 0 {
+			ps = append(ps, policy{p.Name, p.Quota, p.Window})
+		}
+	}
+	for _, k := range known {
+		if !k.Hidden && k.Unit == ratelimit.Requests && k.HasQuota && k.Quota > 0 && k.Window > 0 {
+			ps = append(ps, policy{k.Policy, k.Quota, k.Window})
+		}
+	}
+	for _, p := range ps {
+		ws, err := tx.Warnings(c.Key.Name, now.Add(-2*p.w))
+		if err != nil {
+			return "", err
+		}
+		if slices.ContainsFunc(ws, func(w state.Warning) bool { return w.Kind == windowEdgeKind }) {
+			continue
+		}
+		// A send admitted a lease before the window is answered or given up.
+		sends, err := tx.Sends(c.Key.Name, t.AdmittedAt.Add(-p.w-lease), maxInferSends)
+		if err != nil {
+			return "", err
+		}
+		if len(sends) == maxInferSends {
+			continue // too many to tell
+		}
+		// The latest time each send can have been counted at.
+		var counted []time.Time
+		for _, s := range sends {
+			if s.ID == t.ID || !s.At.Before(t.AdmittedAt) || s.Status == http.StatusTooManyRequests || s.State == state.RejectedUpstream {
+				continue
+			}
+			at := s.AnsweredAt
+			if at.IsZero() {
+				at = t.AdmittedAt // unanswered then
+			}
+			if at.After(t.AdmittedAt.Add(-p.w)) {
+				counted = append(counted, at)
+			}
+		}
+		if int64(len(counted)) < p.q {
+			continue
+		}
+		slices.SortFunc(counted, time.Time.Compare)
+		oldest := counted[len(counted)-int(p.q)] // the send whose slot t took
+		if rd.HasRetryAfter && now.Add(rd.RetryAfter).After(oldest.Add(p.w+time.Second)) {
+			continue
+		}
+		msg := fmt.Sprintf("key '%s' was refused by the upstream for a call sent as policy '%s' (%d calls per %s) freed a slot; it reached the upstream a moment before the upstream's own window freed it, and calls wait as the refusal asks",
+			c.Key.Name, p.name, p.q, seconds(p.w))
+		return msg, tx.AddWarning(state.Warning{Key: c.Key.Name, At: now, Kind: windowEdgeKind, Message: msg})
+	}
+	return "", nil
+}
+
+// windowEdgeKind is the kind of warning a refusal at a window's edge
+// raises.
+const windowEdgeKind = "window-edge"

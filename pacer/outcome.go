@@ -100,6 +100,18 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 		rd = &ratelimit.Reading{ReceivedAt: now}
 	}
 	res := Result{State: classify(o, rd)}
+	known, err := tx.Known(key)
+	if err != nil {
+		return res, ks, err
+	}
+	// How long after its admission this call was answered: a send may
+	// reach the upstream that long after it is admitted (see margin).
+	switch {
+	case !o.AnsweredAt.IsZero():
+		noteLatency(&ks, o.AnsweredAt.Sub(t.AdmittedAt), now, latencyPeriod(c.Key, known))
+	case o.Err != nil && !o.CallerAbort:
+		noteLatency(&ks, now.Sub(t.AdmittedAt), now, latencyPeriod(c.Key, known))
+	}
 	reason := ""
 	switch {
 	case o.Err != nil:
@@ -127,6 +139,15 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 		}
 		if rd.FromCache {
 			continue
+		}
+		var prev *state.Known
+		for i, k := range known {
+			if k.Policy == ob.Policy && k.Unit == ob.Unit && k.Partition == ob.Partition {
+				prev = &known[i]
+			}
+		}
+		if ob, err = settle(tx, c.Key, ob, rd.ReceivedAt, t.AdmittedAt, basis, prev, ks); err != nil {
+			return res, ks, err
 		}
 		if err := tx.PutKnown(state.Known{Key: key, Observation: ob, ReceivedAt: rd.ReceivedAt, BasisAt: basis,
 			Route: c.route()}); err != nil {

@@ -300,7 +300,7 @@ func (p *Pacer) load(tx *state.Tx, c Call, now time.Time, ks *state.KeyState, in
 		return s, err
 	}
 	if inFlight {
-		if s.inFlight, err = tx.InFlight(key, now); err != nil {
+		if s.flight, err = tx.Flight(key, now); err != nil {
 			return s, err
 		}
 	}

@@ -99,11 +99,11 @@ func (p *Pacer) Status(ctx context.Context, k *keystore.Key, caller string) (Key
 		if err != nil {
 			return err
 		}
-		st.Gates, st.InFlight = snap.gates, snap.inFlight
+		st.Gates, st.InFlight = snap.gates, snap.flight.Count
 		if st.Warnings, err = tx.Warnings(k.Name, now.Add(-time.Hour)); err != nil {
 			return err
 		}
-		snap.inFlight = 0
+		snap.flight.Count = 0 // its oldest call still holds its sends in the log
 		snap.ks.LastAdmitAt, snap.ks.Interval = time.Time{}, 0
 		d, err := decide(snap)
 		if err != nil {

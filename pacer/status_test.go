@@ -45,7 +45,7 @@ func TestAdvice(t *testing.T) {
 				k.LowWater = 0.1
 				return e.send(k, "agent", 200, reading(0, shown("default", 120, time.Minute, 12, 40*time.Second)))
 			},
-			want: pacer.Advice{Action: pacer.SlowDown, Reason: "You can make 12 more calls in the next 40 s; spread them out, about one every 3.4 s."},
+			want: pacer.Advice{Action: pacer.SlowDown, Reason: "You can make 12 more calls in the next 40 s; spread them out, about one every 3.1 s."},
 		},
 		{
 			name: "pause, quota spent",

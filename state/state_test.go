@@ -176,8 +176,11 @@ func TestAttemptLifecycle(t *testing.T) {
 		if diff := cmp.Diff(list, want); diff != "" {
 			t.Errorf("Activity (-got +want):\n%s", diff)
 		}
-		if n, _ := tx.Repeats("k", "d", t0.Add(-time.Second)); n != 1 {
-			t.Errorf("Repeats: got %d, want 1", n)
+		if n, err := tx.Repeats("k", "agent", "d", t0.Add(-time.Second)); n != 1 || err != nil {
+			t.Errorf("Repeats: got %d, %v, want 1", n, err)
+		}
+		if n, err := tx.Repeats("k", "sync", "d", t0.Add(-time.Second)); n != 0 || err != nil {
+			t.Errorf("Repeats of another caller: got %d, %v, want 0", n, err)
 		}
 		return err
 	})

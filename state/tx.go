@@ -364,15 +364,18 @@ func (tx *Tx) Activity(f ActivityFilter) ([]Attempt, error) {
 	return out, rows.Err()
 }
 
-var qRepeats = newQuery(`SELECT count(*) FROM attempts WHERE key = ? AND digest = ? AND at > ? AND attempt <= 1`)
+var qRepeats = newQuery(`SELECT count(*) FROM attempts
+	WHERE key = ? AND caller = ? AND digest = ? AND digest != '' AND at > ? AND attempt <= 1`)
 
-// Repeats returns how many calls of key with digest were made after since
-// (first attempts, whether sent, refused or answered from the cache): the
-// loop guard's count of identical requests.
-func (tx *Tx) Repeats(key, digest string, since time.Time) (int, error) {
+// Repeats returns how many calls of key with digest caller made after
+// since (first attempts, whether sent, refused or answered from the
+// cache): the loop guard's count of one caller's identical requests.
+func (tx *Tx) Repeats(key, caller, digest string, since time.Time) (int, error) {
 	var n int
-	err := tx.queryRow(qRepeats, key, digest, micros(since)).Scan(&n)
-	return n, err
+	if err := tx.queryRow(qRepeats, key, caller, digest, micros(since)).Scan(&n); err != nil {
+		return 0, fmt.Errorf("state: count repeats: %w", err)
+	}
+	return n, nil
 }
 
 var (

@@ -229,7 +229,7 @@ func (f *fetchCall) fromKept(ctx context.Context, header http.Header) (*mcp.Call
 		if f.kept, f.hasKept, err = tx.Response(f.k.Name, f.target); err != nil {
 			return err
 		}
-		f.repeats, err = tx.Repeats(f.k.Name, f.digest, now.Add(-f.lim.LoopWindow))
+		f.repeats, err = tx.Repeats(f.k.Name, f.caller.Name, f.digest, now.Add(-f.lim.LoopWindow))
 		return err
 	})
 	if err != nil {

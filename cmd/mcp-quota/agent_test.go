@@ -199,6 +199,36 @@ func TestLoopGuard(t *testing.T) {
 	}
 }
 
+// TestLoopGuardIsPerCaller: a sync job that polls a page over REST is not
+// the agent repeating itself. The agent's own fetches of that page go
+// upstream until it has repeated itself past the limit, and the advice
+// counts its own repeats only.
+func TestLoopGuardIsPerCaller(t *testing.T) {
+	api, url := upstreamAPI(t, demo.Config{})
+	s := newSetup(t, url, defaultPolicy, "")
+	base, _ := s.serve(t)
+	for range 10 {
+		resp := get(t, base+"/k/demo/v1/participants?limit=10", syncToken)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("REST: got %s", resp.Status)
+		}
+	}
+	sess := httpSession(t, base, agentToken, nil)
+	for i := 1; i <= 3; i++ {
+		before := api.Stats(upstreamSecret).Requests
+		res, out := call(t, sess, "fetch", map[string]any{"path": "/v1/participants?limit=10"})
+		if after := api.Stats(upstreamSecret).Requests; res.IsError || out["from_cache"] == true || after != before+1 {
+			t.Errorf("agent fetch %d: from_cache=%v, upstream requests %d→%d; want it sent: the sync job's polls are not its repeats",
+				i, out["from_cache"], before, after)
+		}
+		reason := out["advice"].(map[string]any)["reason"].(string)
+		if strings.Contains(reason, "same request") && !strings.Contains(reason, fmt.Sprintf("same request %d times", i)) {
+			t.Errorf("agent fetch %d: advice %q counts the sync job's requests as the agent's", i, reason)
+		}
+	}
+}
+
 // TestConditionalRequest: the second fetch of a URL sends If-None-Match,
 // gets a 304 (which counts), and shows the kept body.
 func TestConditionalRequest(t *testing.T) {

@@ -104,6 +104,8 @@ type decision struct {
 	exhaust bool          // the wait is for quota or a gate, not for spacing
 	keyWide bool          // the key itself is paused (not this caller alone): slow start follows
 	slow    bool          // a budget is below its low-water mark
+	spread  string        // when slow: the advice for the widest spread, as a sentence
+	spacing time.Duration // when slow: that spread
 	binding *Budget       // the tightest budget
 	budgets []Budget
 }
@@ -156,6 +158,8 @@ func decide(s snapshot) (decision, error) {
 			// pace: what leaves the window is what may enter it.
 			d.slow = true
 			spacing := wb.Window / time.Duration(wb.Limit)
+			d.spreadBy(spacing, fmt.Sprintf("Only %d of %d calls are left under policy '%s'; spread them out, about one every %s.",
+				wb.avail, wb.Limit, wb.Policy, seconds(spacing)))
 			add(constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: wb.Policy,
 				reason: fmt.Sprintf("only %d of %d calls are left under policy '%s', so calls are spread %s apart",
 					wb.avail, wb.Limit, wb.Policy, seconds(spacing))})
@@ -185,6 +189,8 @@ func decide(s snapshot) (decision, error) {
 			// it.
 			d.slow = true
 			spacing := max(b.Reset-rounding(k.Reset), 0) / time.Duration(b.Remaining+1)
+			d.spreadBy(spacing, fmt.Sprintf("You can make %s in the next %s; spread them out, about one every %s.",
+				calls(b.Remaining), seconds(b.Reset), seconds(spacing)))
 			add(constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: b.Policy,
 				reason: fmt.Sprintf("the upstream says %d %s are left for %s under policy '%s', so calls are spread %s apart",
 					b.Remaining, unitWord(b.Unit), seconds(b.Reset), b.Policy, seconds(spacing))})
@@ -232,6 +238,14 @@ func decide(s snapshot) (decision, error) {
 	d.probe = false
 	d.wait, d.reason, d.source, d.poll, d.exhaust, d.keyWide = worst.wait, worst.reason, worst.source, worst.poll, worst.exhaust, worst.keyWide
 	return d, nil
+}
+
+// spreadBy notes that calls are spread spacing apart, as advice says: the
+// widest spread is the one a caller meets.
+func (d *decision) spreadBy(spacing time.Duration, advice string) {
+	if d.spread == "" || spacing > d.spacing {
+		d.spread, d.spacing = advice, spacing
+	}
 }
 
 // maxConcurrency is k's limit on calls in flight; zero means the default.

@@ -33,12 +33,9 @@ func adviceFor(d decision) Advice {
 	case !d.admit && d.exhaust && d.wait >= time.Second:
 		return Advice{Action: Pause, RetryAfter: d.wait,
 			Reason: fmt.Sprintf("Wait %s before the next call: %s.", seconds(d.wait), d.reason)}
-	case d.slow || (!d.admit && d.exhaust):
-		// r calls are spread one share of r+1 apart, as decide spreads them.
-		if b != nil && b.Remaining > 0 {
-			return Advice{Action: SlowDown, Reason: fmt.Sprintf("You can make %s in the next %s; spread them out, about one every %s.",
-				calls(b.Remaining), seconds(budgetReset(b)), seconds(budgetReset(b)/time.Duration(b.Remaining+1)))}
-		}
+	case d.slow:
+		return Advice{Action: SlowDown, Reason: d.spread}
+	case !d.admit && d.exhaust:
 		return Advice{Action: SlowDown, Reason: sentence(d.reason)}
 	case b != nil && b.Remaining >= 0:
 		return Advice{Action: Continue, Reason: fmt.Sprintf("You can make %s in the next %s.", calls(b.Remaining), seconds(budgetReset(b)))}

@@ -45,7 +45,26 @@ func TestAdvice(t *testing.T) {
 				k.LowWater = 0.1
 				return e.send(k, "agent", 200, reading(0, shown("default", 120, time.Minute, 12, 40*time.Second)))
 			},
-			want: pacer.Advice{Action: pacer.SlowDown, Reason: "You can make 12 more calls in the next 40 s; spread them out, about one every 3.1 s."},
+			want: pacer.Advice{Action: pacer.SlowDown, Reason: "You can make 12 more calls in the next 40 s; spread them out, about one every 3 s."},
+		},
+		{
+			// The local count binds, its oldest call leaves in a moment: the
+			// advice is the spread the pacer applies, not a rush for what
+			// is left before that moment.
+			name: "slow down, documented policy",
+			setup: func(e *env) pacer.Result {
+				k := newKey(policy("default", 20, time.Minute))
+				k.LowWater = 0.1
+				e.send(k, "agent", 200, nil)
+				e.clk.advance(56 * time.Second)
+				for range 17 {
+					e.send(k, "agent", 200, nil)
+					e.clk.advance(time.Millisecond)
+				}
+				e.clk.advance(3 * time.Second) // 2 left: spread 3 s apart
+				return e.send(k, "agent", 200, nil)
+			},
+			want: pacer.Advice{Action: pacer.SlowDown, Reason: "Only 1 of 20 calls are left under policy 'default'; spread them out, about one every 3 s."},
 		},
 		{
 			name: "pause, quota spent",

@@ -8,6 +8,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"net"
@@ -121,7 +122,7 @@ func newGate(c Config) *gate {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	return &gate{c: c, failures: map[string][]time.Time{}, inFlight: map[string]int{}}
+	return &gate{c: c, failures: map[string][]failure{}, inFlight: map[string]int{}}
 }
 
 // walls puts next behind every wall, in order: the size of the request's
@@ -155,13 +156,17 @@ func (g *gate) headerSize(next http.Handler) http.Handler {
 type gate struct {
 	c        Config
 	mu       sync.Mutex
-	failures map[string][]time.Time // remote IP → recent bad tokens
-	inFlight map[string]int         // caller → calls in flight
+	failures map[string][]failure // remote IP → recent bad tokens
+	inFlight map[string]int       // caller → calls in flight
 }
 
-// Bad-token throttling: after this many bad tokens from one address in a
-// minute, the address is refused for the rest of that minute, good tokens
-// included (checking them would tell a guesser when it guessed right).
+// Bad-token throttling, per remote address over a minute: after this many
+// different bad tokens, the address is refused for the rest of that
+// minute, good tokens included (checking them would tell a guesser when
+// it guessed right); after this many tries of one bad token, that token
+// alone is refused. So a client stuck on a stale token, or on none, does
+// not lock out the other clients of its address, which on a loopback
+// listener is every local client.
 const (
 	badTokenLimit  = 20
 	badTokenWindow = time.Minute
@@ -175,8 +180,8 @@ func (g *gate) authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		ip := remoteIP(r)
-		if wait := g.throttled(ip); wait > 0 {
+		ip, presented := remoteIP(r), tokenPrint(r)
+		if wait := g.throttled(ip, presented); wait > 0 {
 			ratelimit.SetRetryAfter(w.Header(), wait)
 			rest.WriteProblem(w, http.StatusTooManyRequests, rest.CodeRateLimited,
 				"Too many requests with bad caller tokens came from this address; wait before trying again.", nil)
@@ -184,7 +189,7 @@ func (g *gate) authenticate(next http.Handler) http.Handler {
 		}
 		caller, ok := g.caller(r)
 		if !ok {
-			g.fail(ip)
+			g.fail(ip, presented)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="mcp-quota"`)
 			detail := "A caller token is required: send Authorization: Bearer <token> (a [[callers]] token from mcp-quota's configuration)."
 			if r.Header.Get("Authorization") != "" {
@@ -217,37 +222,78 @@ func (g *gate) caller(r *http.Request) (*keystore.Caller, bool) {
 	return g.c.Keys.Authenticate(strings.TrimSpace(token))
 }
 
-func (g *gate) throttled(ip string) time.Duration {
+// A failure is one bad token from an address: when, and a print of the
+// token (a hash prefix, kept in memory only) to tell tokens apart.
+type failure struct {
+	at    time.Time
+	token [8]byte
+}
+
+// tokenPrint is the print of the Authorization field r presents.
+func tokenPrint(r *http.Request) [8]byte {
+	sum := sha256.Sum256([]byte(r.Header.Get("Authorization")))
+	return [8]byte(sum[:8])
+}
+
+// throttled returns how long requests from ip presenting token are
+// refused for bad tokens; 0 when they are not.
+func (g *gate) throttled(ip string, token [8]byte) time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.c.Now()
 	recent := g.failures[ip][:0]
-	for _, t := range g.failures[ip] {
-		if now.Sub(t) < badTokenWindow {
-			recent = append(recent, t)
+	for _, f := range g.failures[ip] {
+		if now.Sub(f.at) < badTokenWindow {
+			recent = append(recent, f)
 		}
 	}
 	g.failures[ip] = recent
 	if len(recent) == 0 {
 		delete(g.failures, ip)
+		return 0
 	}
-	if len(recent) >= badTokenLimit {
-		return recent[0].Add(badTokenWindow).Sub(now)
+	// The address: once badTokenLimit different tokens failed, until the
+	// oldest of the latest failure of each leaves the window.
+	latest := map[[8]byte]time.Time{}
+	for _, f := range recent {
+		latest[f.token] = f.at
 	}
-	return 0
+	var wait time.Duration
+	if len(latest) >= badTokenLimit {
+		ends := make([]time.Time, 0, len(latest))
+		for _, at := range latest {
+			ends = append(ends, at)
+		}
+		slices.SortFunc(ends, time.Time.Compare)
+		wait = ends[len(ends)-badTokenLimit].Add(badTokenWindow).Sub(now)
+	}
+	// The token: once it failed badTokenLimit times.
+	var same []time.Time
+	for _, f := range recent {
+		if f.token == token {
+			same = append(same, f.at)
+		}
+	}
+	if len(same) >= badTokenLimit {
+		wait = max(wait, same[len(same)-badTokenLimit].Add(badTokenWindow).Sub(now))
+	}
+	return wait
 }
 
 // maxFailureAddrs bounds the addresses whose bad tokens are remembered;
 // past it, addresses with no bad token in the window are forgotten.
 const maxFailureAddrs = 4096
 
-func (g *gate) fail(ip string) {
+// maxFailures bounds the bad tokens remembered per address.
+const maxFailures = 4 * badTokenLimit
+
+func (g *gate) fail(ip string, token [8]byte) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.c.Now()
 	if _, ok := g.failures[ip]; !ok && len(g.failures) >= maxFailureAddrs {
-		for a, ts := range g.failures {
-			if len(ts) == 0 || now.Sub(ts[len(ts)-1]) >= badTokenWindow {
+		for a, fs := range g.failures {
+			if len(fs) == 0 || now.Sub(fs[len(fs)-1].at) >= badTokenWindow {
 				delete(g.failures, a)
 			}
 		}
@@ -258,9 +304,9 @@ func (g *gate) fail(ip string) {
 			delete(g.failures, a)
 		}
 	}
-	g.failures[ip] = append(g.failures[ip], now)
-	if n := len(g.failures[ip]); n > badTokenLimit {
-		g.failures[ip] = g.failures[ip][n-badTokenLimit:] // the oldest no longer matter
+	g.failures[ip] = append(g.failures[ip], failure{at: now, token: token})
+	if n := len(g.failures[ip]); n > maxFailures {
+		g.failures[ip] = g.failures[ip][n-maxFailures:] // the oldest no longer matter
 	}
 }
 

@@ -165,6 +165,21 @@ func TestBadTokenThrottle(t *testing.T) {
 	if w := call("127.0.0.1", tokenA); w.Code != 200 {
 		t.Errorf("once the oldest bad token is a minute old: %d, want 200", w.Code)
 	}
+	// A client stuck on one stale token (or none) is refused alone: the
+	// other clients of its address, every local one on loopback, go on.
+	for _, stale := range []string{"stale", ""} {
+		for i := range badTokenLimit {
+			if w := call("127.0.0.2", stale); w.Code != 401 {
+				t.Fatalf("stale token %q, try %d: %d, want 401", stale, i+1, w.Code)
+			}
+		}
+		if w := call("127.0.0.2", stale); w.Code != 429 || w.Header().Get("Retry-After") != "60" {
+			t.Errorf("stale token %q after %d tries: %d, Retry-After %q; want 429, 60", stale, badTokenLimit, w.Code, w.Header().Get("Retry-After"))
+		}
+		if w := call("127.0.0.2", tokenA); w.Code != 200 {
+			t.Errorf("a good token beside stale token %q: %d, want 200", stale, w.Code)
+		}
+	}
 	// Many addresses with one bad token each are forgotten once old.
 	for i := range maxFailureAddrs + 10 {
 		call(fmt.Sprintf("10.%d.%d.1", i/256, i%256), "guess")

@@ -274,28 +274,40 @@ type windowed struct {
 	heldNote string
 }
 
-// windowedBudgets returns the key's budgets with a known quota and window:
-// its documented policies and every upstream policy that announced q and w
-// (or was inferred from a refusal), all counted over the local log.
-func (s snapshot) windowedBudgets() ([]windowed, error) {
-	type pw struct {
-		name, partition string
-		q               int64
-		w               time.Duration
-		source          string
-		hidden          bool
-	}
-	var ps []pw
-	for _, p := range s.key.Policies {
+// A policyWindow is a policy of requests with a known quota and window,
+// which the log can count: a documented one, or one the upstream
+// announced with q and w (or that was inferred from a refusal).
+type policyWindow struct {
+	name, partition string
+	q               int64
+	w               time.Duration
+	source          string
+	hidden          bool
+}
+
+// policyWindows returns k's documented policies of requests and those of
+// known that announced q and w in requests.
+func policyWindows(k *keystore.Key, known []state.Known) []policyWindow {
+	var ps []policyWindow
+	for _, p := range k.Policies {
 		if p.Unit == "" || p.Unit == ratelimit.Requests {
-			ps = append(ps, pw{p.Name, "", p.Quota, p.Window, "local", false})
+			ps = append(ps, policyWindow{p.Name, "", p.Quota, p.Window, "local", false})
 		}
 	}
-	for _, k := range s.applicable() {
-		if k.Unit == ratelimit.Requests && k.HasQuota && k.Window > 0 {
-			ps = append(ps, pw{k.Policy, k.Partition, k.Quota, k.Window, string(k.Shape), k.Hidden})
+	for _, kn := range known {
+		if kn.Unit == ratelimit.Requests && kn.HasQuota && kn.Window > 0 {
+			ps = append(ps, policyWindow{kn.Policy, kn.Partition, kn.Quota, kn.Window, string(kn.Shape), kn.Hidden})
 		}
 	}
+	return ps
+}
+
+// windowedBudgets returns the key's budgets with a known quota and window:
+// its documented policies and every applicable upstream policy that
+// announced q and w (or was inferred from a refusal), all counted over the
+// local log.
+func (s snapshot) windowedBudgets() ([]windowed, error) {
+	ps := policyWindows(s.key, s.applicable())
 	var out []windowed
 	for _, p := range ps {
 		// A send stays in the window a margin beyond w: the upstream

@@ -256,23 +256,10 @@ func maxTime(a, b time.Time) time.Time {
 // nothing explains it.
 func windowEdge(tx *state.Tx, t Ticket, rd *ratelimit.Reading, now time.Time, known []state.Known, lease time.Duration) (string, error) {
 	c := t.Call
-	type policy struct {
-		name string
-		q    int64
-		w    time.Duration
-	}
-	var ps []policy
-	for _, p := range c.Key.Policies {
-		if (p.Unit == "" || p.Unit == ratelimit.Requests) && p.Quota > 0 && p.Window > 0 {
-			ps = append(ps, policy{p.Name, p.Quota, p.Window})
+	for _, p := range policyWindows(c.Key, known) {
+		if p.hidden || p.q <= 0 {
+			continue // an inferred limit's timing explains nothing; q = 0 has no slot to take
 		}
-	}
-	for _, k := range known {
-		if !k.Hidden && k.Unit == ratelimit.Requests && k.HasQuota && k.Quota > 0 && k.Window > 0 {
-			ps = append(ps, policy{k.Policy, k.Quota, k.Window})
-		}
-	}
-	for _, p := range ps {
 		ws, err := tx.Warnings(c.Key.Name, now.Add(-2*p.w))
 		if err != nil {
 			return "", err

@@ -33,11 +33,17 @@ func marginCap(w time.Duration) time.Duration {
 // key's recent admission-to-answer latency, or the age of its oldest call
 // in flight when that is longer, within marginCap(w).
 func (s snapshot) margin(w time.Duration) time.Duration {
-	m := max(s.ks.Latency, s.ks.PrevLatency)
+	m := latencyMargin(s.ks, w)
 	if !s.flight.Oldest.IsZero() {
-		m = max(m, s.now.Sub(s.flight.Oldest))
+		m = max(m, min(s.now.Sub(s.flight.Oldest), marginCap(w)))
 	}
-	return min(m, marginCap(w))
+	return m
+}
+
+// latencyMargin is how long beyond w a send stays in a window of w for
+// the latencies ks has seen: the longest recent one, within marginCap(w).
+func latencyMargin(ks state.KeyState, w time.Duration) time.Duration {
+	return min(max(ks.Latency, ks.PrevLatency), marginCap(w))
 }
 
 // noteLatency records in ks that a call answered at now took lat from its

@@ -58,7 +58,7 @@ func settle(tx *state.Tx, k *keystore.Key, ob ratelimit.Observation, receivedAt,
 		}
 	}
 	if q, w, ok := quotaWindow(k, ob); ok && ob.Remaining < q {
-		m := min(max(ks.Latency, ks.PrevLatency), marginCap(w))
+		m := latencyMargin(ks, w)
 		since := basis.Add(-w - m)
 		n, err := sendsSince(since)
 		if err != nil {

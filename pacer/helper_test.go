@@ -129,14 +129,12 @@ func runHelper() error {
 	out.Flush()
 	n := 0 // admissions
 	for i := 1; ; i++ {
-		select {
-		case <-stop:
+		if ended(stop, deadline) {
+			if err := p.Close(ctx); err != nil { // its leases' unused slots
+				return err
+			}
 			fmt.Fprintf(out, "done %d\n", n)
 			return out.Flush()
-		case <-deadline:
-			fmt.Fprintf(out, "done %d\n", n)
-			return out.Flush()
-		default:
 		}
 		t, err := call(i)
 		if errors.Is(err, pacer.ErrPaused) {
@@ -157,6 +155,18 @@ func runHelper() error {
 		if _, err := p.Done(ctx, t, pacer.Outcome{SentAt: now, AnsweredAt: now, Status: 200}); err != nil {
 			return err
 		}
+	}
+}
+
+// ended reports whether stop is closed or deadline has passed.
+func ended(stop <-chan struct{}, deadline <-chan time.Time) bool {
+	select {
+	case <-stop:
+		return true
+	case <-deadline:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -69,6 +69,17 @@ func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 		if res, ks, err = p.record(tx, t, o); err != nil {
 			return err
 		}
+		if t.lease != nil {
+			if r, ok := p.leaseResult(t, o, res, p.now()); ok {
+				res = r
+				return nil
+			}
+			if l := p.breakLease(t.lease); l != nil {
+				if err := l.release(tx); err != nil {
+					return err
+				}
+			}
+		}
 		res.Budgets, res.Binding, res.Advice, err = p.advise(tx, t.Call, p.now(), ks)
 		return err
 	})
@@ -250,6 +261,11 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 	}
 	if err := tx.PutKeyState(ks); err != nil {
 		return res, ks, err
+	}
+	if t.Leased {
+		return res, ks, tx.FinishReserved(state.Attempt{ID: t.ID, CallID: c.CallID, Attempt: c.Attempt, Caller: c.Caller,
+			Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest, State: res.State, Reason: reason,
+			Status: o.Status, SentAt: o.SentAt, AnsweredAt: o.AnsweredAt})
 	}
 	return res, ks, tx.FinishAttempt(t.ID, res.State, reason, o.Status, o.SentAt, o.AnsweredAt)
 }

@@ -49,13 +49,17 @@ type Pacer struct {
 	// an answer; zero means DefaultLease.
 	Lease time.Duration
 
-	mu   sync.Mutex
-	wake map[string]chan struct{} // closed when a call of the key finishes here
+	mu       sync.Mutex
+	wake     map[string]chan struct{} // closed when a call of the key finishes here
+	leases   map[string]*lease        // the current lease of each key (see lease.go)
+	granting map[string]chan struct{} // keys whose lease is being reserved: closed once it is, or is not
+	recent   map[string]*admissions   // each key's latest admissions here
 }
 
 // New returns a Pacer keeping its state in db.
 func New(db *state.DB) *Pacer {
-	return &Pacer{db: db, wake: map[string]chan struct{}{}}
+	return &Pacer{db: db, wake: map[string]chan struct{}{}, leases: map[string]*lease{},
+		granting: map[string]chan struct{}{}, recent: map[string]*admissions{}}
 }
 
 func (p *Pacer) now() time.Time {
@@ -120,6 +124,11 @@ type Ticket struct {
 	Waited     time.Duration // how long it waited for admission
 	SlowDown   bool          // admitted while a budget runs low
 	Reason     string        // why it waited or slows down
+	// Leased says it was admitted from its process's lease on a batch of
+	// reserved slots (see lease.go): its ID is the slot's, AdmittedAt the
+	// time the slots were admitted.
+	Leased bool
+	lease  *lease
 }
 
 // A PauseError reports a call that cannot be admitted within the caller's
@@ -148,6 +157,24 @@ func (e *PauseError) Is(target error) bool { return target == ErrPaused }
 // refusal is recorded), or ctx's error when ctx ends first.
 func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 	start := p.now()
+	for {
+		if t, ok := p.fromLease(c, p.now()); ok {
+			return t, nil
+		}
+		// A lease being reserved serves this call too, once it is.
+		p.mu.Lock()
+		reserving := p.granting[c.Key.Name]
+		p.mu.Unlock()
+		if reserving == nil {
+			break
+		}
+		select {
+		case <-reserving:
+		case <-ctx.Done():
+			return Ticket{}, ctx.Err()
+		}
+	}
+	spent := p.spentLease(c.Key.Name, start) // this call renews it, when leaseSize allows
 	deadline := start.Add(c.MaxWait)
 	lastProgress := start
 	for {
@@ -156,7 +183,14 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 		var t Ticket
 		var pause *PauseError
 		var now time.Time
+		var granted *lease
+		renewing := spent != nil
 		err := p.db.Update(ctx, func(tx *state.Tx) error {
+			if spent != nil {
+				if err := spent.release(tx); err != nil {
+					return err
+				}
+			}
 			// The time is read with the file's write lock held: a call
 			// admitted after another is never recorded before it. It is
 			// taken to the microsecond, as the file keeps it: a decision
@@ -192,7 +226,11 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 					ks.ProbeAttempt, ks.ProbeUntil = id, now.Add(p.lease())
 				}
 				t = Ticket{ID: id, Call: c, Probe: d.probe, AdmittedAt: now, Waited: waited, SlowDown: d.slow, Reason: d.reason}
-				return tx.PutKeyState(ks)
+				if err := tx.PutKeyState(ks); err != nil {
+					return err
+				}
+				granted, err = p.grant(tx, c, snap, d, ks)
+				return err
 			}
 			if d.keyWide && d.wait >= time.Second {
 				// After a pause of the key the pace rises gradually.
@@ -219,10 +257,18 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 			}
 			return nil
 		})
+		switch {
+		case granted != nil && err == nil:
+			p.install(granted)
+		case granted != nil || renewing:
+			p.notGranted(c.Key.Name) // the calls waiting for a lease go their own way
+		}
 		if err != nil {
 			return Ticket{}, fmt.Errorf("pacer: admit %s: %w", c.Key.Name, err)
 		}
+		spent = nil
 		if d.admit {
+			p.noteAdmission(c.Key.Name, now)
 			return t, nil
 		}
 		if pause != nil {

@@ -37,18 +37,11 @@ func openState(t *testing.T, path string) *state.DB {
 	return db
 }
 
-// Three processes hammering one key on one state file share its budget
-// exactly: no rolling window ever holds more than the quota, and the
-// quota is used.
-func TestProcessesShareOneBudget(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes")
-	}
-	const (
-		quota  = 25
-		window = 300 * time.Millisecond
-		run    = 1500 * time.Millisecond
-	)
+// hammer runs three helper processes on one key of a new state file with
+// a documented quota per window, for run, and returns the key's log with
+// how many calls the processes report.
+func hammer(t *testing.T, quota int64, window, run time.Duration) ([]state.Send, int) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "state.db")
 	db := openState(t, path)
 	var hs []*helper
@@ -61,7 +54,22 @@ func TestProcessesShareOneBudget(t *testing.T) {
 	for _, h := range hs {
 		made += h.wait(t)
 	}
-	list := sends(t, db)
+	return sends(t, db), made
+}
+
+// Three processes hammering one key on one state file share its budget
+// exactly: no rolling window ever holds more than the quota, and the
+// quota is used.
+func TestProcessesShareOneBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	const (
+		quota  = 25
+		window = 300 * time.Millisecond
+		run    = 1500 * time.Millisecond
+	)
+	list, made := hammer(t, quota, window, run)
 	if len(list) != made {
 		t.Errorf("the state file holds %d admissions, the processes report %d", len(list), made)
 	}
@@ -160,4 +168,39 @@ func TestProcessKilledMidLoad(t *testing.T) {
 	if !slices.ContainsFunc(sends(t, db), func(s state.Send) bool { return s.ID == stuck && s.State == state.Interrupted }) {
 		t.Error("the victim's stuck call was not marked interrupted")
 	}
+}
+
+// Three processes hammering a key with a quota large enough to lease
+// share it exactly too: every process counts the slots the others hold,
+// so no rolling window of the log ever holds more than the quota.
+func TestProcessesShareOneLeasedBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	const (
+		quota  = 3000
+		window = time.Second
+		run    = 1500 * time.Millisecond
+	)
+	list, made := hammer(t, quota, window, run)
+	var times []time.Time
+	calls, unused := 0, 0
+	for _, s := range list {
+		times = append(times, s.At)
+		switch s.State {
+		case state.Reserved:
+			t.Errorf("slot %d is still reserved after every process closed", s.ID)
+		case state.Released:
+			unused++
+		default:
+			calls++
+		}
+	}
+	if calls != made {
+		t.Errorf("the state file holds %d calls, the processes report %d", calls, made)
+	}
+	if got := mostIn(times, window); got > quota {
+		t.Errorf("got %d admissions in one rolling window of %v, want at most %d", got, window, quota)
+	}
+	t.Logf("%d calls by 3 processes in %v, %d slots released unused", calls, run, unused)
 }

@@ -48,6 +48,8 @@ const (
 	RejectedLocal    = "rejected_local"    // refused by mcp-quota; nothing was sent
 	Cached           = "cached"            // answered by mcp-quota from its last answer; nothing was sent
 	Interrupted      = "interrupted"       // its process ended before it finished
+	Reserved         = "reserved"          // a slot of a lease: counted and in flight, not yet reported (see Reserve)
+	Released         = "released"          // a slot of a lease that was never reported: counted, nothing known of it
 )
 
 // An Attempt is one try to reach an upstream, or a call refused before
@@ -333,9 +335,10 @@ type ActivityFilter struct {
 var qActivity = newQuery(`SELECT id, call_id, attempt, key, caller, transport, method, target,
 	digest, state, reason, probe, at, wait_us, coalesce(sent_at, 0), coalesce(answered_at, 0), coalesce(status, 0),
 	coalesce(lease_until, 0)
-	FROM attempts WHERE (? = '' OR key = ?) AND at >= ? AND id < ? ORDER BY id DESC LIMIT ?`)
+	FROM attempts WHERE (? = '' OR key = ?) AND at >= ? AND id < ? AND state != 'reserved' ORDER BY id DESC LIMIT ?`)
 
-// Activity returns attempts matching f, newest first.
+// Activity returns attempts matching f, newest first. Reserved slots are
+// not attempts yet: they appear once reported (or released).
 func (tx *Tx) Activity(f ActivityFilter) ([]Attempt, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
@@ -379,8 +382,10 @@ func (tx *Tx) Repeats(key, caller, digest string, since time.Time) (int, error) 
 }
 
 var (
-	qSweepInterrupted = newQuery(`UPDATE attempts SET state = 'interrupted', lease_until = NULL,
-	reason = 'the process handling it ended before an answer was recorded'
+	qSweepInterrupted = newQuery(`UPDATE attempts SET
+	state = CASE state WHEN 'reserved' THEN 'released' ELSE 'interrupted' END, lease_until = NULL,
+	reason = CASE state WHEN 'reserved' THEN '` + releasedByEnd + `'
+		ELSE 'the process handling it ended before an answer was recorded' END
 	WHERE lease_until IS NOT NULL AND lease_until <= ?`)
 	qSweepAttempts     = newQuery(`DELETE FROM attempts WHERE at < ? AND lease_until IS NULL`)
 	qSweepObservations = newQuery(`DELETE FROM observations WHERE received_at < ?`)
@@ -389,7 +394,8 @@ var (
 )
 
 // Sweep marks attempts whose lease ran out before now as interrupted (their
-// process ended mid-call), and deletes attempts, observations and warnings
+// process ended mid-call) — and the reserved slots of such a process as
+// released — and deletes attempts, observations and warnings
 // older than before. Attempts still in flight are kept, however old; the
 // logs they stay in are numbered again.
 func (tx *Tx) Sweep(now, before time.Time) error {

@@ -141,7 +141,16 @@ func (e environment) open(ctx context.Context, c common, keys *keystore.Store, l
 	return &app{keys: keys, db: db, pacer: p, client: upstream.New(p, log), log: log}, nil
 }
 
-func (a *app) close() { a.db.Close() }
+// close gives back the slots of the pacer's leases, then closes the state
+// file. Slots it cannot give back in time stay counted until the sweep.
+func (a *app) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.pacer.Close(ctx); err != nil {
+		a.log.Warn("giving back leased slots failed; they stay counted until their lease ends", "error", err)
+	}
+	a.db.Close()
+}
 
 func (a *app) tools(transport, localCaller string) *tools.Deps {
 	return &tools.Deps{Keys: a.keys, Client: a.client, Pacer: a.pacer, DB: a.db, Log: a.log, Transport: transport, LocalCaller: localCaller}

@@ -1,0 +1,383 @@
+package pacer
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/state"
+)
+
+// A key called often, far from every limit it knows, is admitted from a
+// lease: one admission's transaction also reserves a batch of slots (each
+// recorded as an attempt admitted then, counted against every budget and
+// in flight for every process), and the next calls of this process take
+// them in memory, without a transaction of their own, until the batch is
+// spent or the lease runs out. Each call's outcome is still recorded
+// before its caller hears it; only the admission is batched. A lease:
+//
+//   - is granted only when the decision admits at once, with no probe, no
+//     gate, no slow start and no budget near its low-water mark, for a key
+//     without reservations, to a process that admitted the key's last
+//     leaseRecent calls at a pace that would use it;
+//   - holds at most LeaseMax slots and 1/leaseShare of what any known
+//     budget has left (its low-water share kept back), a quarter of the
+//     calls the key may still have in flight, and no more than its
+//     maximum rate allows in the lease's time;
+//   - lasts LeaseTime at most, 1/leaseWindowShare of the shortest window
+//     and a quarter of what the freshest upstream word has left to hold —
+//     a slot's send may reach the upstream that long after its recorded
+//     admission, and the latency margin measures it (see margin);
+//   - ends at the first answer it did not foresee: a refusal, a failure,
+//     a gate, a warning, a policy it did not know, or a budget with less
+//     left than the lease holds, or below its low-water mark. That answer is recorded and
+//     advised as any other, and the slots not handed out are given back.
+//
+// What another process learns (a Retry-After, an exhausted budget) reaches
+// a lease holder when its lease ends: within LeaseTime.
+const (
+	// LeaseMax is the most slots one lease holds.
+	LeaseMax = 64
+	// LeaseTime is the longest a lease lasts.
+	LeaseTime = 250 * time.Millisecond
+
+	leaseMin         = 16                    // fewer slots are not worth a lease
+	leaseShortest    = 10 * time.Millisecond // nor a shorter time
+	leaseShare       = 16                    // a lease takes at most 1/16 of what a budget has left
+	leaseWindowShare = 40                    // and lasts at most 1/40 of the shortest window
+	leaseRecent      = 8                     // admissions the pace of a process is measured over
+)
+
+// A lease is a batch of reserved slots this process hands out in memory.
+type lease struct {
+	key               string
+	first, next, last int64         // slot IDs: next is the next to hand out; next > last when spent
+	at                time.Time     // when its slots are recorded as admitted
+	grantedAt         time.Time     // by the Pacer's clock
+	until             time.Time     // no slot is handed out from then on
+	spacing           time.Duration // the key's least spacing between admissions
+	lastOut           time.Time     // when the last slot was handed out
+	budgets           []Budget      // the key's budgets at the grant, every slot counted as spent
+	broken            bool          // an answer it did not foresee ended it (under Pacer.mu)
+	timer             *time.Timer   // gives back the unused slots when the lease runs out
+}
+
+// fromLease hands c a slot of its key's lease when the key has one that
+// is current and the key's pace allows a call at now.
+func (p *Pacer) fromLease(c Call, now time.Time) (Ticket, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.leases[c.Key.Name]
+	if l == nil || l.next > l.last || !now.Before(l.until) || now.Before(l.lastOut.Add(l.spacing)) {
+		return Ticket{}, false
+	}
+	id := l.next
+	l.next++
+	l.lastOut = now
+	p.recent[c.Key.Name].note(now)
+	return Ticket{ID: id, Call: c, AdmittedAt: l.at, Leased: true, lease: l}, true
+}
+
+// spentLease takes the key's lease from the Pacer when it can hand out
+// nothing more (spent, or run out by now), for its unused slots to be
+// given back; nil when there is none such.
+func (p *Pacer) spentLease(key string, now time.Time) *lease {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.leases[key]
+	if l == nil || (l.next <= l.last && now.Before(l.until)) {
+		return nil
+	}
+	if p.granting[key] == nil {
+		// The caller renews it: the key's next calls wait for the
+		// renewal instead of each taking a transaction of its own.
+		p.granting[key] = make(chan struct{})
+	}
+	return p.dropLease(l)
+}
+
+// breakLease ends l at an answer it did not foresee: the answers still to
+// come of its slots are advised as any other. It returns l when the Pacer
+// held it, for its unused slots to be given back; nil otherwise.
+func (p *Pacer) breakLease(l *lease) *lease {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l.broken = true
+	return p.dropLease(l)
+}
+
+// dropLease removes l from the Pacer. p.mu is held.
+func (p *Pacer) dropLease(l *lease) *lease {
+	if p.leases[l.key] != l {
+		return nil // taken already
+	}
+	delete(p.leases, l.key)
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	return l
+}
+
+// release gives back the slots of l never handed out; l is no longer the
+// Pacer's, so none will be.
+func (l *lease) release(tx *state.Tx) error {
+	return tx.Release(l.key, l.next, l.last)
+}
+
+// install makes l the key's lease once the transaction reserving it has
+// committed, and gives back its unused slots when it runs out.
+func (p *Pacer) install(l *lease) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ch := p.granting[l.key]; ch != nil {
+		close(ch)
+		delete(p.granting, l.key)
+	}
+	if old := p.leases[l.key]; old != nil {
+		// Granted while another was current (their transactions raced):
+		// the older one ends now.
+		p.dropLease(old)
+		go p.giveBack(old)
+	}
+	p.leases[l.key] = l
+	l.timer = time.AfterFunc(l.until.Sub(l.grantedAt), func() {
+		p.mu.Lock()
+		mine := p.dropLease(l)
+		p.mu.Unlock()
+		if mine != nil {
+			p.giveBack(l)
+		}
+	})
+}
+
+// notGranted says the lease being reserved for key was not: its
+// transaction failed.
+func (p *Pacer) notGranted(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ch := p.granting[key]; ch != nil {
+		close(ch)
+		delete(p.granting, key)
+	}
+}
+
+// giveBack releases the unused slots of l, which the Pacer no longer
+// holds, in a transaction of its own.
+func (p *Pacer) giveBack(l *lease) {
+	// A failure leaves them reserved: counted as sent until the sweep
+	// releases them, which spends budget but never overspends it.
+	_ = p.db.Update(context.Background(), l.release)
+}
+
+// Close gives back the unused slots of every lease the Pacer holds. Call
+// it when the process ends; slots not given back are released by the
+// next sweep after their lease, counted as sent.
+func (p *Pacer) Close(ctx context.Context) error {
+	p.mu.Lock()
+	var ls []*lease
+	for _, l := range p.leases {
+		ls = append(ls, p.dropLease(l))
+	}
+	p.mu.Unlock()
+	if len(ls) == 0 {
+		return nil
+	}
+	return p.db.Update(ctx, func(tx *state.Tx) error {
+		for _, l := range ls {
+			if err := l.release(tx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// admissions are the times of a key's latest admissions in this process.
+type admissions struct {
+	at [leaseRecent]time.Time // a ring: at[n%leaseRecent] is the oldest once full
+	n  int
+}
+
+func (a *admissions) note(t time.Time) {
+	a.at[a.n%leaseRecent] = t
+	a.n++
+}
+
+// noteAdmission remembers when this process admitted a call of key, to
+// measure its pace.
+func (p *Pacer) noteAdmission(key string, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	a := p.recent[key]
+	if a == nil {
+		a = &admissions{}
+		p.recent[key] = a
+	}
+	a.note(at)
+}
+
+// pace returns how many calls of key a second this process admitted over
+// its last leaseRecent admissions, up to now; 0 when it made fewer.
+func (p *Pacer) pace(key string, now time.Time) float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	a := p.recent[key]
+	if a == nil || a.n < leaseRecent {
+		return 0
+	}
+	span := max(now.Sub(a.at[a.n%leaseRecent]), time.Microsecond)
+	return leaseRecent / span.Seconds()
+}
+
+// leaseSize returns how many slots a lease granted with the admission d
+// of snap's call may hold, and for how long: zero when the key should not
+// be leased now. The call itself is admitted already, but not in d.
+func (p *Pacer) leaseSize(snap snapshot, d decision) (int, time.Duration) {
+	k := snap.key
+	if !d.admit || d.probe || d.slow || len(k.Reserves) > 0 || snap.ks.Interval > 0 || snap.ks.HalfOpen {
+		return 0, 0
+	}
+	p.mu.Lock()
+	busy := p.leases[k.Name] != nil
+	p.mu.Unlock()
+	if busy {
+		return 0, 0
+	}
+	rate := p.pace(k.Name, snap.now)
+	if rate <= 0 {
+		return 0, 0
+	}
+	life := LeaseTime
+	n := int64(LeaseMax)
+	for _, b := range d.budgets {
+		if b.Window > 0 {
+			life = min(life, b.Window/leaseWindowShare)
+		}
+		if b.Remaining < 0 {
+			continue
+		}
+		if !b.Observed.IsZero() {
+			if b.Expired || b.Reset <= 0 {
+				return 0, 0
+			}
+			life = min(life, b.Reset/4)
+		}
+		keep := int64(math.Ceil(k.LowWater * float64(b.Limit)))
+		n = min(n, (b.Remaining-1-keep)/leaseShare)
+	}
+	maxConc := maxConcurrency(k)
+	for _, kn := range snap.known {
+		if kn.Unit == ratelimit.ConcurrentRequests && kn.HasQuota {
+			maxConc = min(maxConc, int(kn.Quota))
+		}
+	}
+	n = min(n, int64(maxConc-snap.flight.Count-1)/4)
+	// What this process would use in the lease's time at its pace: a lease
+	// that runs out before it is spent wastes what it holds when others'
+	// admissions follow it.
+	n = min(n, int64(rate*life.Seconds()))
+	if s := minSpacing(k); s > 0 {
+		n = min(n, int64(life/s))
+	}
+	if n < leaseMin || life < leaseShortest {
+		return 0, 0
+	}
+	return int(n), life
+}
+
+// leaseResult is what Done tells the caller of a call admitted from a
+// lease whose answer res brought nothing the lease did not foresee: the
+// budgets of its grant, aged to now, each tightened by what the answer
+// says of its policy. ok is false when the answer ends the lease.
+func (p *Pacer) leaseResult(t Ticket, o Outcome, res Result, now time.Time) (Result, bool) {
+	l := t.lease
+	p.mu.Lock()
+	broken := l.broken
+	p.mu.Unlock()
+	if broken || o.Err != nil || o.Status == 0 || o.Status == 429 || o.Status >= 500 || res.State == state.RejectedUpstream ||
+		len(res.Warnings) > 0 || res.RetryIn > 0 || res.DoNotRetry {
+		return res, false
+	}
+	rd := o.Reading
+	if rd != nil && (rd.HasRetryAfter || rd.Throttled || rd.Abnormal || rd.DoNotRetry) {
+		return res, false
+	}
+	budgets := make([]Budget, len(l.budgets))
+	age := now.Sub(l.grantedAt)
+	for i, b := range l.budgets {
+		if b.Reset > 0 {
+			b.Reset = max(b.Reset-age, time.Microsecond)
+		}
+		budgets[i] = b
+	}
+	if rd != nil && !rd.FromCache {
+		for _, ob := range rd.Observations {
+			if ob.Policy == "" {
+				ob.Policy = unnamedPolicy
+			}
+			if ob.Unit == "" {
+				ob.Unit = ratelimit.Requests
+			}
+			found := false
+			for i := range budgets {
+				b := &budgets[i]
+				if b.Observed.IsZero() || b.Policy != ob.Policy || b.Unit != ob.Unit || b.Partition != ob.Partition {
+					continue
+				}
+				found = true
+				if ob.HasRemaining && ob.Remaining < b.Remaining {
+					b.Remaining = ob.Remaining
+				}
+				if ob.HasReset {
+					b.Reset = ob.Reset
+				}
+				b.Observed = rd.ReceivedAt
+			}
+			if !found {
+				return res, false // a policy the lease did not know of
+			}
+		}
+	}
+	// The grant left every budget leaseShare-1 leases' worth: an answer
+	// that leaves less than one has news the lease did not foresee.
+	slots := l.last - l.first + 1
+	for _, b := range budgets {
+		if b.Remaining >= 0 && (b.Remaining < slots || low(b.Remaining, b.Limit, t.Call.Key.LowWater)) {
+			return res, false
+		}
+	}
+	res.Budgets = budgets
+	res.Binding = tightest(budgets)
+	res.Advice = adviceFor(decision{admit: true, binding: res.Binding})
+	return res, true
+}
+
+// grant reserves a lease for the key of c, admitted in tx at snap.now by
+// d, when leaseSize allows one; ks is the key's pacing state as recorded.
+// The lease is the Pacer's once tx commits (see install).
+func (p *Pacer) grant(tx *state.Tx, c Call, snap snapshot, d decision, ks state.KeyState) (*lease, error) {
+	n, life := p.leaseSize(snap, d)
+	if n == 0 {
+		return nil, nil
+	}
+	now := snap.now
+	p.mu.Lock()
+	if p.granting[c.Key.Name] == nil {
+		p.granting[c.Key.Name] = make(chan struct{})
+	}
+	p.mu.Unlock()
+	first, last, err := tx.Reserve(c.Key.Name, n, now, now.Add(life+p.lease()),
+		"reserved for a batch of calls of one process, taken without a transaction each")
+	if err != nil {
+		return nil, err
+	}
+	l := &lease{key: c.Key.Name, first: first, next: first, last: last, at: now, grantedAt: now,
+		until: now.Add(life), spacing: minSpacing(c.Key), lastOut: now}
+	// What a caller is told while the lease lasts: the budgets with all
+	// its slots spent.
+	if l.budgets, _, _, err = p.advise(tx, c, now, ks); err != nil {
+		return nil, err
+	}
+	return l, nil
+}

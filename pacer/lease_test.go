@@ -1,0 +1,250 @@
+package pacer_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/state"
+)
+
+// busyKey is a key far from its limits: a documented policy of q calls a
+// minute, and safety limits that let a busy process lease.
+func busyKey(q int64) *keystore.Key {
+	k := newKey(policy("default", q, time.Minute))
+	k.MaxRate, k.MaxConcurrency = 1e6, 10_000
+	return k
+}
+
+// warmUp makes calls of k, 1 ms apart, until one is admitted from a
+// lease, and returns that one; it fails the test after 20 calls.
+func (e *env) warmUp(p *pacer.Pacer, k *keystore.Key) pacer.Ticket {
+	e.t.Helper()
+	for range 20 {
+		t, err := e.admitWith(p, e.call(k, "sync", "/items"))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if t.Leased {
+			return t
+		}
+		answerWith(e.t, p, e.clk, t, 200, nil)
+		e.clk.advance(time.Millisecond)
+	}
+	e.t.Fatal("no call was admitted from a lease after 20 calls 1 ms apart")
+	return pacer.Ticket{}
+}
+
+// countReserved returns how many of k's attempts are reserved slots.
+func (e *env) countReserved(k *keystore.Key) (reserved, released int) {
+	e.t.Helper()
+	err := e.db.View(context.Background(), func(tx *state.Tx) error {
+		sends, err := tx.Sends(k.Name, time.Time{}, 1<<20)
+		for _, s := range sends {
+			switch s.State {
+			case state.Reserved:
+				reserved++
+			case state.Released:
+				released++
+			}
+		}
+		return err
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return reserved, released
+}
+
+// A busy process is admitted from a lease: its slots count against the
+// budget for every process from the moment they are reserved, each
+// leased call is recorded with its caller, target and outcome when it
+// ends, and the slots not handed out are given back.
+func TestLeaseCountsForEveryProcess(t *testing.T) {
+	e := newEnv(t)
+	k := busyKey(100_000)
+	first := e.warmUp(e.p, k)
+	if first.AdmittedAt.After(e.clk.now) {
+		t.Errorf("a leased call's admission is recorded at %v, after now (%v)", first.AdmittedAt, e.clk.now)
+	}
+	reserved, _ := e.countReserved(k)
+	if reserved < 16 {
+		t.Fatalf("got %d reserved slots after the grant, want at least 16", reserved)
+	}
+
+	// Another process sees every reserved slot as sent and in flight.
+	_, other := e.open()
+	st, err := other.Status(context.Background(), k, "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var used int64
+	for _, b := range st.Local {
+		used = b.Used
+	}
+	made := int64(countAdmitted(e.activity())) + 1 // the warm-up calls and first, still reserved
+	if want := made - 1 + int64(reserved); used != want {
+		t.Errorf("the other process counts %d sent, want %d: %d calls recorded and %d reserved slots", used, want, made-1, reserved)
+	}
+	if st.InFlight != reserved {
+		t.Errorf("the other process counts %d in flight, want the %d reserved slots", st.InFlight, reserved)
+	}
+
+	// Leased calls are recorded as they end.
+	res := answerWith(t, e.p, e.clk, first, 200, nil)
+	if res.State != state.Confirmed || res.Advice.Action != pacer.Continue {
+		t.Errorf("a leased call's result: state %s, advice %s; want confirmed, continue", res.State, res.Advice.Action)
+	}
+	var found bool
+	for _, a := range e.activity() {
+		if a.ID == first.ID {
+			found = true
+			if a.Caller != "sync" || a.Target != "/items" || a.State != state.Confirmed || a.Status != 200 || !a.LeaseUntil.IsZero() {
+				t.Errorf("the leased call is recorded as %+v, want caller sync, /items, confirmed 200, out of flight", a)
+			}
+		}
+	}
+	if !found {
+		t.Error("the leased call is not in the activity")
+	}
+
+	// Closing gives back what was never handed out: the slots were the
+	// latest of the log, so they go as if never reserved.
+	if err := e.p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if reserved, released := e.countReserved(k); reserved != 0 || released != 0 {
+		t.Errorf("after Close: %d slots still reserved and %d released, want none", reserved, released)
+	}
+	st, err = other.Status(context.Background(), k, "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Local[0].Used != made || st.InFlight != 0 {
+		t.Errorf("after Close the other process counts %d sent and %d in flight, want %d and 0", st.Local[0].Used, st.InFlight, made)
+	}
+}
+
+func countAdmitted(list []state.Attempt) int {
+	n := 0
+	for _, a := range list {
+		if a.State != state.RejectedLocal && a.State != state.Cached {
+			n++
+		}
+	}
+	return n
+}
+
+// Two processes leasing one key never admit more than its quota: each
+// counts the other's reserved slots, and a lease never takes the last of
+// a budget.
+func TestLeasesNeverOverspend(t *testing.T) {
+	const quota = 2000
+	e := newEnv(t)
+	k := busyKey(quota)
+	_, other := e.open()
+	admitted, leased := 0, 0
+	open := map[*pacer.Pacer]bool{e.p: true, other: true}
+	for len(open) > 0 {
+		for _, p := range []*pacer.Pacer{e.p, other} {
+			if !open[p] {
+				continue
+			}
+			tk, err := e.admitWith(p, e.call(k, "sync", "/items"))
+			if errors.Is(err, pacer.ErrPaused) {
+				delete(open, p)
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			admitted++
+			if tk.Leased {
+				leased++
+			}
+			answerWith(t, p, e.clk, tk, 200, nil)
+			e.clk.advance(100 * time.Microsecond)
+		}
+	}
+	if admitted > quota {
+		t.Errorf("two processes admitted %d calls under a quota of %d", admitted, quota)
+	}
+	if leased < quota/2 {
+		t.Errorf("only %d of %d calls came from leases, want most", leased, admitted)
+	}
+	// Slots given back when later admissions followed them stay counted:
+	// that is all that may go unused.
+	_, released := e.countReserved(k)
+	if admitted+released != quota {
+		t.Errorf("%d admitted and %d released slots, want the quota of %d between them", admitted, released, quota)
+	}
+	t.Logf("%d admitted (%d from leases), %d slots released unused", admitted, leased, released)
+}
+
+// An answer a lease did not foresee ends it: the answer is advised as any
+// other, the next call goes through a transaction of its own and meets
+// the gate, and the slots not handed out are given back.
+func TestLeaseEndsAtARefusal(t *testing.T) {
+	e := newEnv(t)
+	k := busyKey(100_000)
+	first := e.warmUp(e.p, k)
+	res := answerWith(t, e.p, e.clk, first, 429, reading(30*time.Second))
+	if res.Advice.Action != pacer.Pause {
+		t.Errorf("advice after a 429 with Retry-After on a leased call: got %s, want pause", res.Advice.Action)
+	}
+	if reserved, _ := e.countReserved(k); reserved != 0 {
+		t.Errorf("%d slots still reserved after the lease ended, want none", reserved)
+	}
+	if pe := e.mustPause(k, "sync", "/items"); pe.Source != "retry-after" {
+		t.Errorf("the next call: got a pause for %s, want the Retry-After gate", pe.Source)
+	}
+}
+
+// A process that dies holding a lease has spent no more than it held: its
+// slots stay counted as sent, and the sweep after their lease marks them
+// released.
+func TestLeaseOfADeadProcess(t *testing.T) {
+	e := newEnv(t)
+	k := busyKey(100_000)
+	e.p.Lease = time.Minute
+	e.warmUp(e.p, k) // never answered, never closed: the process "dies"
+	reserved, _ := e.countReserved(k)
+	if reserved == 0 {
+		t.Fatal("no slot reserved")
+	}
+	later := e.clk.now.Add(2 * time.Minute)
+	err := e.db.Update(context.Background(), func(tx *state.Tx) error { return tx.Sweep(later, start.Add(-time.Hour)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, released := e.countReserved(k)
+	if left != 0 || released != reserved {
+		t.Errorf("after the sweep: %d reserved and %d released, want 0 and %d", left, released, reserved)
+	}
+	for _, a := range e.activity() {
+		if a.State == state.Released && a.Reason == "" {
+			t.Errorf("released slot %d has no reason", a.ID)
+		}
+	}
+}
+
+// A key called now and then is never leased: each call is admitted in a
+// transaction of its own.
+func TestNoLeaseAtAnAgentsPace(t *testing.T) {
+	e := newEnv(t)
+	k := busyKey(100_000)
+	for range 40 {
+		if tk := e.mustAdmit(k, "agent", "/items"); tk.Leased {
+			t.Fatal("a call 2 s after the last came from a lease")
+		} else {
+			e.answer(tk, 200, nil)
+		}
+		e.clk.advance(2 * time.Second)
+	}
+	if reserved, released := e.countReserved(k); reserved+released != 0 {
+		t.Errorf("%d slots reserved at an agent's pace, want none", reserved+released)
+	}
+}

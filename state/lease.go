@@ -1,0 +1,114 @@
+package state
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// A lease lets one process admit a batch of calls without a transaction
+// each: Reserve records its slots as attempts admitted at once, counted
+// against the key's budgets and in flight for every process from then
+// on; the process hands them out in memory, reports each one's call and
+// outcome with FinishReserved, and gives back the slots it never handed
+// out with Release. A slot stays counted as sent whatever its end, so
+// a process that dies with a lease has spent no more than it held.
+
+// releasedByEnd is the reason of a slot whose process ended holding it.
+const releasedByEnd = "reserved by a process that ended before reporting it: counted as sent, whether or not it was"
+
+var (
+	qReserve = newQuery(`WITH RECURSIVE slot(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM slot WHERE i < ?1)
+	INSERT INTO attempts (call_id, attempt, key, caller, transport, method, target, digest, state, reason,
+		probe, counted, at, wait_us, lease_until, seq)
+	SELECT '', 0, ?2, '', '', '', '', '', ?3, ?4, 0, 1, ?5, 0, ?6, ?7 + i FROM slot ORDER BY i`)
+	qReservedCount = newQuery(`SELECT count(*) FROM attempts WHERE key = ? AND id BETWEEN ? AND ? AND state = 'reserved'`)
+)
+
+// Reserve records n slots of key admitted at at, each in flight until
+// leaseUntil, with reason, and returns the first and last of their IDs
+// (consecutive). They must not be recorded before the key's latest
+// admission: the pacer reserves in order of time.
+func (tx *Tx) Reserve(key string, n int, at, leaseUntil time.Time, reason string) (first, last int64, err error) {
+	var seq, lastAt int64
+	err = tx.queryRow(qLastSend, key).Scan(&seq, &lastAt)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, 0, fmt.Errorf("state: reserve: %w", err)
+	}
+	if micros(at) < lastAt {
+		return 0, 0, fmt.Errorf("state: reserve: slots at %v would precede the key's latest admission", at)
+	}
+	res, err := tx.exec(qReserve, n, key, Reserved, reason, micros(at), micros(leaseUntil), seq)
+	if err != nil {
+		return 0, 0, fmt.Errorf("state: reserve: %w", err)
+	}
+	if last, err = res.LastInsertId(); err != nil {
+		return 0, 0, fmt.Errorf("state: reserve: %w", err)
+	}
+	first = last - int64(n) + 1
+	var got int64
+	if err := tx.queryRow(qReservedCount, key, first, last).Scan(&got); err != nil || got != int64(n) {
+		return 0, 0, fmt.Errorf("state: reserve: slots %d…%d are not the %d just recorded (%v)", first, last, n, err)
+	}
+	return first, last, nil
+}
+
+var qFinishReserved = newQuery(`UPDATE attempts SET call_id = ?, attempt = ?, caller = ?, transport = ?, method = ?,
+	target = ?, digest = ?, state = ?, reason = ?, wait_us = ?, status = ?, sent_at = ?, answered_at = ?, lease_until = NULL
+	WHERE id = ? AND counted = 1`)
+
+// FinishReserved records the call a reserved slot was handed to and how
+// it ended (a's ID, call, state, reason, status and times), and ends its
+// lease.
+func (tx *Tx) FinishReserved(a Attempt) error {
+	res, err := tx.exec(qFinishReserved, a.CallID, a.Attempt, a.Caller, a.Transport, a.Method, a.Target, a.Digest,
+		a.State, a.Reason, a.Wait.Microseconds(), nullInt(int64(a.Status)), nullInt(micros(a.SentAt)),
+		nullInt(micros(a.AnsweredAt)), a.ID)
+	if err == nil {
+		var n int64
+		if n, err = res.RowsAffected(); err == nil && n != 1 {
+			err = fmt.Errorf("slot %d is not recorded", a.ID)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("state: finish reserved slot: %w", err)
+	}
+	return nil
+}
+
+var (
+	qDropReserved = newQuery(`DELETE FROM attempts WHERE key = ? AND id BETWEEN ? AND ? AND state = 'reserved'`)
+	qLastReserved = newQuery(`SELECT coalesce(max(seq), 0) FROM attempts
+	WHERE key = ? AND id BETWEEN ? AND ? AND counted = 1`)
+	qReleaseReserved = newQuery(`UPDATE attempts SET state = 'released', lease_until = NULL, reason = ?
+	WHERE key = ? AND id BETWEEN ? AND ? AND state = 'reserved'`)
+)
+
+// Release gives back key's reserved slots first…last, none of which was
+// handed out. When they are the latest of the key's log they are deleted,
+// as if never reserved; otherwise (another admission came after them) they
+// stay counted, as released: the log's numbering has no gaps.
+func (tx *Tx) Release(key string, first, last int64) error {
+	if first > last {
+		return nil
+	}
+	var top, topAt, mine int64
+	if err := tx.queryRow(qLastSend, key).Scan(&top, &topAt); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("state: release: %w", err)
+	}
+	if err := tx.queryRow(qLastReserved, key, first, last).Scan(&mine); err != nil {
+		return fmt.Errorf("state: release: %w", err)
+	}
+	var err error
+	if mine == top {
+		_, err = tx.exec(qDropReserved, key, first, last)
+	} else {
+		_, err = tx.exec(qReleaseReserved, "reserved for a batch of calls and not needed; counted, since later admissions follow it",
+			key, first, last)
+	}
+	if err != nil {
+		return fmt.Errorf("state: release: %w", err)
+	}
+	return nil
+}

@@ -64,19 +64,23 @@ type lease struct {
 }
 
 // fromLease hands c a slot of its key's lease when the key has one that
-// is current and the key's pace allows a call at now.
-func (p *Pacer) fromLease(c Call, now time.Time) (Ticket, bool) {
+// is current and the key's pace allows a call at now. When only the pace
+// holds it back, wait says for how long.
+func (p *Pacer) fromLease(c Call, now time.Time) (t Ticket, ok bool, wait time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	l := p.leases[c.Key.Name]
-	if l == nil || l.next > l.last || !now.Before(l.until) || now.Before(l.lastOut.Add(l.spacing)) {
-		return Ticket{}, false
+	if l == nil || l.next > l.last || !now.Before(l.until) {
+		return Ticket{}, false, 0
+	}
+	if next := l.lastOut.Add(l.spacing); now.Before(next) {
+		return Ticket{}, false, next.Sub(now)
 	}
 	id := l.next
 	l.next++
 	l.lastOut = now
 	p.recent[c.Key.Name].note(now)
-	return Ticket{ID: id, Call: c, AdmittedAt: l.at, Leased: true, lease: l}, true
+	return Ticket{ID: id, Call: c, AdmittedAt: l.at, Leased: true, lease: l}, true, 0
 }
 
 // spentLease takes the key's lease from the Pacer when it can hand out
@@ -354,9 +358,13 @@ func (p *Pacer) leaseResult(t Ticket, o Outcome, res Result, now time.Time) (Res
 }
 
 // grant reserves a lease for the key of c, admitted in tx at snap.now by
-// d, when leaseSize allows one; ks is the key's pacing state as recorded.
-// The lease is the Pacer's once tx commits (see install).
-func (p *Pacer) grant(tx *state.Tx, c Call, snap snapshot, d decision, ks state.KeyState) (*lease, error) {
+// d, when leaseSize allows one; ks is the key's pacing state, to be
+// recorded. The lease is the Pacer's once tx commits (see install).
+//
+// The lease takes the key's pace for its slots: the key's latest
+// admission is moved to when the last of them could go at the key's
+// maximum rate, so another process's next call is spaced after it.
+func (p *Pacer) grant(tx *state.Tx, c Call, snap snapshot, d decision, ks *state.KeyState) (*lease, error) {
 	n, life := p.leaseSize(snap, d)
 	if n == 0 {
 		return nil, nil
@@ -376,8 +384,9 @@ func (p *Pacer) grant(tx *state.Tx, c Call, snap snapshot, d decision, ks state.
 		until: now.Add(life), spacing: minSpacing(c.Key), lastOut: now}
 	// What a caller is told while the lease lasts: the budgets with all
 	// its slots spent.
-	if l.budgets, _, _, err = p.advise(tx, c, now, ks); err != nil {
+	if l.budgets, _, _, err = p.advise(tx, c, now, *ks); err != nil {
 		return nil, err
 	}
+	ks.LastAdmitAt = now.Add(time.Duration(n-1) * l.spacing)
 	return l, nil
 }

@@ -248,3 +248,33 @@ func TestNoLeaseAtAnAgentsPace(t *testing.T) {
 		t.Errorf("%d slots reserved at an agent's pace, want none", reserved+released)
 	}
 }
+
+// A lease takes the key's pace for its slots: another process's next
+// call is spaced after the last of them could go at the key's maximum
+// rate, and the holder hands them out no faster.
+func TestLeaseKeepsTheMaximumRate(t *testing.T) {
+	e := newEnv(t)
+	k := busyKey(100_000)
+	k.MaxRate = 1000 // one call a millisecond
+	first := e.warmUp(e.p, k)
+	reserved, _ := e.countReserved(k)
+	// warmUp advanced the clock 1 ms after the grant; the first slot went then.
+	grantedAt := e.clk.now.Add(-time.Millisecond)
+	if !first.AdmittedAt.Equal(grantedAt) {
+		t.Fatalf("the first leased call is recorded at %v, want the grant at %v", first.AdmittedAt, grantedAt)
+	}
+	_, other := e.open()
+	pe := mustPause(t, e.clk, other, e.call(k, "agent", "/items"))
+	want := grantedAt.Add(time.Duration(reserved) * time.Millisecond).Sub(e.clk.now)
+	if pe.Source != "pace" || pe.RetryAfter != want {
+		t.Errorf("another process right after a lease of %d slots: got %s for %v, want pace for %v", reserved, pe.Source, pe.RetryAfter, want)
+	}
+	// The holder: not two slots in the same millisecond.
+	if _, err := e.admitWith(e.p, e.call(k, "sync", "/items")); err == nil {
+		t.Error("a second leased call in the same millisecond: admitted, want spaced")
+	}
+	e.clk.advance(time.Millisecond)
+	if tk := e.mustAdmit(k, "sync", "/items"); !tk.Leased {
+		t.Error("a millisecond later: not from the lease")
+	}
+}

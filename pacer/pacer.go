@@ -158,23 +158,31 @@ func (e *PauseError) Is(target error) bool { return target == ErrPaused }
 func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 	start := p.now()
 	for {
-		if t, ok := p.fromLease(c, p.now()); ok {
+		now := p.now()
+		t, ok, wait := p.fromLease(c, now)
+		if ok {
+			t.Waited = now.Sub(start)
 			return t, nil
 		}
-		// A lease being reserved serves this call too, once it is.
+		// A lease being reserved serves this call too, once it is; one
+		// held back by the key's pace serves it a moment later.
 		p.mu.Lock()
 		reserving := p.granting[c.Key.Name]
 		p.mu.Unlock()
-		if reserving == nil {
+		if reserving == nil && (wait <= 0 || now.Add(wait).After(start.Add(c.MaxWait))) {
 			break
 		}
-		select {
-		case <-reserving:
-		case <-ctx.Done():
-			return Ticket{}, ctx.Err()
+		if reserving == nil {
+			reserving = make(chan struct{}) // never closed: the pace's wait alone
+		}
+		if wait <= 0 {
+			wait = Poll // the reservation's end wakes it sooner
+		}
+		if err := sleep(ctx, wait, reserving); err != nil {
+			return Ticket{}, err
 		}
 	}
-	spent := p.spentLease(c.Key.Name, start) // this call renews it, when leaseSize allows
+	spent := p.spentLease(c.Key.Name, p.now()) // this call renews it, when leaseSize allows
 	deadline := start.Add(c.MaxWait)
 	lastProgress := start
 	for {
@@ -226,11 +234,10 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 					ks.ProbeAttempt, ks.ProbeUntil = id, now.Add(p.lease())
 				}
 				t = Ticket{ID: id, Call: c, Probe: d.probe, AdmittedAt: now, Waited: waited, SlowDown: d.slow, Reason: d.reason}
-				if err := tx.PutKeyState(ks); err != nil {
+				if granted, err = p.grant(tx, c, snap, d, &ks); err != nil {
 					return err
 				}
-				granted, err = p.grant(tx, c, snap, d, ks)
-				return err
+				return tx.PutKeyState(ks)
 			}
 			if d.keyWide && d.wait >= time.Second {
 				// After a pause of the key the pace rises gradually.

@@ -3,6 +3,7 @@ package pacer
 import (
 	"context"
 	"math"
+	"net/http"
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/ratelimit"
@@ -60,7 +61,7 @@ type lease struct {
 	lastOut           time.Time     // when the last slot was handed out
 	budgets           []Budget      // the key's budgets at the grant, every slot counted as spent
 	broken            bool          // an answer it did not foresee ended it (under Pacer.mu)
-	timer             *time.Timer   // gives back the unused slots when the lease runs out
+	stop              func() bool   // stops the timer that gives back the unused slots when the lease runs out
 }
 
 // fromLease hands c a slot of its key's lease when the key has one that
@@ -101,14 +102,28 @@ func (p *Pacer) spentLease(key string, now time.Time) *lease {
 	return p.dropLease(l)
 }
 
-// breakLease ends l at an answer it did not foresee: the answers still to
-// come of its slots are advised as any other. It returns l when the Pacer
-// held it, for its unused slots to be given back; nil otherwise.
-func (p *Pacer) breakLease(l *lease) *lease {
+// breakLease ends l (when not nil) at an answer it did not foresee: the
+// answers still to come of its slots are advised as any other, and its
+// slots not handed out are given back in tx.
+func (p *Pacer) breakLease(tx *state.Tx, l *lease) error {
+	if l == nil {
+		return nil
+	}
+	p.mu.Lock()
+	l.broken = true
+	mine := p.dropLease(l)
+	p.mu.Unlock()
+	if mine == nil {
+		return nil // given back already
+	}
+	return l.release(tx)
+}
+
+// currentLease returns the key's lease; nil when there is none.
+func (p *Pacer) currentLease(key string) *lease {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	l.broken = true
-	return p.dropLease(l)
+	return p.leases[key]
 }
 
 // dropLease removes l from the Pacer. p.mu is held.
@@ -117,8 +132,8 @@ func (p *Pacer) dropLease(l *lease) *lease {
 		return nil // taken already
 	}
 	delete(p.leases, l.key)
-	if l.timer != nil {
-		l.timer.Stop()
+	if l.stop != nil {
+		l.stop()
 	}
 	return l
 }
@@ -144,8 +159,12 @@ func (p *Pacer) install(l *lease) {
 		p.dropLease(old)
 		go p.giveBack(old)
 	}
+	if p.closed {
+		go p.giveBack(l) // granted while the Pacer closed: nothing hands it out
+		return
+	}
 	p.leases[l.key] = l
-	l.timer = time.AfterFunc(l.until.Sub(l.grantedAt), func() {
+	l.stop = p.afterFunc()(l.until.Sub(l.grantedAt), func() {
 		p.mu.Lock()
 		mine := p.dropLease(l)
 		p.mu.Unlock()
@@ -153,6 +172,14 @@ func (p *Pacer) install(l *lease) {
 			p.giveBack(l)
 		}
 	})
+}
+
+// afterFunc is AfterFunc, or time.AfterFunc.
+func (p *Pacer) afterFunc() func(time.Duration, func()) func() bool {
+	if p.AfterFunc != nil {
+		return p.AfterFunc
+	}
+	return func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
 }
 
 // notGranted says the lease being reserved for key was not: its
@@ -179,6 +206,7 @@ func (p *Pacer) giveBack(l *lease) {
 // next sweep after their lease, counted as sent.
 func (p *Pacer) Close(ctx context.Context) error {
 	p.mu.Lock()
+	p.closed = true
 	var ls []*lease
 	for _, l := range p.leases {
 		ls = append(ls, p.dropLease(l))
@@ -272,6 +300,9 @@ func (p *Pacer) leaseSize(snap snapshot, d decision) (int, time.Duration) {
 	}
 	maxConc := maxConcurrency(k)
 	for _, kn := range snap.known {
+		if kn.Partition != "" {
+			return 0, 0 // its budgets depend on the route; a lease serves every route
+		}
 		if kn.Unit == ratelimit.ConcurrentRequests && kn.HasQuota {
 			maxConc = min(maxConc, int(kn.Quota))
 		}
@@ -290,6 +321,17 @@ func (p *Pacer) leaseSize(snap snapshot, d decision) (int, time.Duration) {
 	return int(n), life
 }
 
+// unforeseen reports an answer no lease foresees: a refusal, a failure, a
+// gate or a warning.
+func unforeseen(o Outcome, res Result) bool {
+	if o.Err != nil || o.Status == 0 || o.Status == http.StatusTooManyRequests || o.Status >= 500 ||
+		res.State == state.RejectedUpstream || len(res.Warnings) > 0 || res.RetryIn > 0 || res.DoNotRetry {
+		return true
+	}
+	rd := o.Reading
+	return rd != nil && (rd.HasRetryAfter || rd.Throttled || rd.Abnormal || rd.DoNotRetry)
+}
+
 // leaseResult is what Done tells the caller of a call admitted from a
 // lease whose answer res brought nothing the lease did not foresee: the
 // budgets of its grant, aged to now, each tightened by what the answer
@@ -299,14 +341,10 @@ func (p *Pacer) leaseResult(t Ticket, o Outcome, res Result, now time.Time) (Res
 	p.mu.Lock()
 	broken := l.broken
 	p.mu.Unlock()
-	if broken || o.Err != nil || o.Status == 0 || o.Status == 429 || o.Status >= 500 || res.State == state.RejectedUpstream ||
-		len(res.Warnings) > 0 || res.RetryIn > 0 || res.DoNotRetry {
+	if broken || unforeseen(o, res) {
 		return res, false
 	}
 	rd := o.Reading
-	if rd != nil && (rd.HasRetryAfter || rd.Throttled || rd.Abnormal || rd.DoNotRetry) {
-		return res, false
-	}
 	budgets := make([]Budget, len(l.budgets))
 	age := now.Sub(l.grantedAt)
 	for i, b := range l.budgets {
@@ -330,7 +368,7 @@ func (p *Pacer) leaseResult(t Ticket, o Outcome, res Result, now time.Time) (Res
 					continue
 				}
 				found = true
-				if ob.HasRemaining && ob.Remaining < b.Remaining {
+				if ob.HasRemaining && (b.Remaining < 0 || ob.Remaining < b.Remaining) {
 					b.Remaining = ob.Remaining
 				}
 				if ob.HasReset {
@@ -357,24 +395,21 @@ func (p *Pacer) leaseResult(t Ticket, o Outcome, res Result, now time.Time) (Res
 	return res, true
 }
 
-// grant reserves a lease for the key of c, admitted in tx at snap.now by
-// d, when leaseSize allows one; ks is the key's pacing state, to be
+// grant reserves a lease for the key of c, admitted in tx at now by d,
+// when leaseSize allows one; ks is the key's pacing state, to be
 // recorded. The lease is the Pacer's once tx commits (see install).
 //
 // The lease takes the key's pace for its slots: the key's latest
-// admission is moved to when the last of them could go at the key's
-// maximum rate, so another process's next call is spaced after it.
-func (p *Pacer) grant(tx *state.Tx, c Call, snap snapshot, d decision, ks *state.KeyState) (*lease, error) {
+// admission is moved to when all of them could have gone at the key's
+// maximum rate, so another process's next call is spaced after that. A
+// holder slower than that rate still hands slots out until the lease
+// ends: while it does, its calls and another process's are each spaced
+// by max_rate, not together.
+func (p *Pacer) grant(tx *state.Tx, c Call, snap snapshot, d decision, ks *state.KeyState, now time.Time) (*lease, error) {
 	n, life := p.leaseSize(snap, d)
 	if n == 0 {
 		return nil, nil
 	}
-	now := snap.now
-	p.mu.Lock()
-	if p.granting[c.Key.Name] == nil {
-		p.granting[c.Key.Name] = make(chan struct{})
-	}
-	p.mu.Unlock()
 	first, last, err := tx.Reserve(c.Key.Name, n, now, now.Add(life+p.lease()),
 		"reserved for a batch of calls of one process, taken without a transaction each")
 	if err != nil {
@@ -387,6 +422,13 @@ func (p *Pacer) grant(tx *state.Tx, c Call, snap snapshot, d decision, ks *state
 	if l.budgets, _, _, err = p.advise(tx, c, now, *ks); err != nil {
 		return nil, err
 	}
-	ks.LastAdmitAt = now.Add(time.Duration(n-1) * l.spacing)
+	ks.LastAdmitAt = now.Add(time.Duration(n) * l.spacing)
+	// The key's next calls wait for it rather than each taking a
+	// transaction (the caller installs it, or says it was not granted).
+	p.mu.Lock()
+	if p.granting[c.Key.Name] == nil {
+		p.granting[c.Key.Name] = make(chan struct{})
+	}
+	p.mu.Unlock()
 	return l, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -19,9 +20,10 @@ func busyKey(q int64) *keystore.Key {
 	return k
 }
 
-// warmUp makes calls of k, 1 ms apart, until one is admitted from a
-// lease, and returns that one; it fails the test after 20 calls.
-func (e *env) warmUp(p *pacer.Pacer, k *keystore.Key) pacer.Ticket {
+// warmUp makes calls of k, 1 ms apart, each answered 200 with rd (when
+// not nil), until one is admitted from a lease, and returns that one; it
+// fails the test after 20 calls.
+func (e *env) warmUp(p *pacer.Pacer, k *keystore.Key, rd func() *ratelimit.Reading) pacer.Ticket {
 	e.t.Helper()
 	for range 20 {
 		t, err := e.admitWith(p, e.call(k, "sync", "/items"))
@@ -31,7 +33,11 @@ func (e *env) warmUp(p *pacer.Pacer, k *keystore.Key) pacer.Ticket {
 		if t.Leased {
 			return t
 		}
-		answerWith(e.t, p, e.clk, t, 200, nil)
+		var r *ratelimit.Reading
+		if rd != nil {
+			r = rd()
+		}
+		answerWith(e.t, p, e.clk, t, 200, r)
 		e.clk.advance(time.Millisecond)
 	}
 	e.t.Fatal("no call was admitted from a lease after 20 calls 1 ms apart")
@@ -66,10 +72,7 @@ func (e *env) countReserved(k *keystore.Key) (reserved, released int) {
 func TestLeaseCountsForEveryProcess(t *testing.T) {
 	e := newEnv(t)
 	k := busyKey(100_000)
-	first := e.warmUp(e.p, k)
-	if first.AdmittedAt.After(e.clk.now) {
-		t.Errorf("a leased call's admission is recorded at %v, after now (%v)", first.AdmittedAt, e.clk.now)
-	}
+	first := e.warmUp(e.p, k, nil)
 	reserved, _ := e.countReserved(k)
 	if reserved < 16 {
 		t.Fatalf("got %d reserved slots after the grant, want at least 16", reserved)
@@ -190,7 +193,7 @@ func TestLeasesNeverOverspend(t *testing.T) {
 func TestLeaseEndsAtARefusal(t *testing.T) {
 	e := newEnv(t)
 	k := busyKey(100_000)
-	first := e.warmUp(e.p, k)
+	first := e.warmUp(e.p, k, nil)
 	res := answerWith(t, e.p, e.clk, first, 429, reading(30*time.Second))
 	if res.Advice.Action != pacer.Pause {
 		t.Errorf("advice after a 429 with Retry-After on a leased call: got %s, want pause", res.Advice.Action)
@@ -210,7 +213,7 @@ func TestLeaseOfADeadProcess(t *testing.T) {
 	e := newEnv(t)
 	k := busyKey(100_000)
 	e.p.Lease = time.Minute
-	e.warmUp(e.p, k) // never answered, never closed: the process "dies"
+	e.warmUp(e.p, k, nil) // never answered, never closed: the process "dies"
 	reserved, _ := e.countReserved(k)
 	if reserved == 0 {
 		t.Fatal("no slot reserved")
@@ -250,13 +253,13 @@ func TestNoLeaseAtAnAgentsPace(t *testing.T) {
 }
 
 // A lease takes the key's pace for its slots: another process's next
-// call is spaced after the last of them could go at the key's maximum
+// call is spaced after all of them could have gone at the key's maximum
 // rate, and the holder hands them out no faster.
 func TestLeaseKeepsTheMaximumRate(t *testing.T) {
 	e := newEnv(t)
 	k := busyKey(100_000)
 	k.MaxRate = 1000 // one call a millisecond
-	first := e.warmUp(e.p, k)
+	first := e.warmUp(e.p, k, nil)
 	reserved, _ := e.countReserved(k)
 	// warmUp advanced the clock 1 ms after the grant; the first slot went then.
 	grantedAt := e.clk.now.Add(-time.Millisecond)
@@ -265,7 +268,9 @@ func TestLeaseKeepsTheMaximumRate(t *testing.T) {
 	}
 	_, other := e.open()
 	pe := mustPause(t, e.clk, other, e.call(k, "agent", "/items"))
-	want := grantedAt.Add(time.Duration(reserved) * time.Millisecond).Sub(e.clk.now)
+	// The granting call went at the grant and the slots may go a
+	// millisecond apart after it: the last at the grant + 64 ms.
+	want := grantedAt.Add(time.Duration(reserved+1) * time.Millisecond).Sub(e.clk.now)
 	if pe.Source != "pace" || pe.RetryAfter != want {
 		t.Errorf("another process right after a lease of %d slots: got %s for %v, want pace for %v", reserved, pe.Source, pe.RetryAfter, want)
 	}
@@ -276,5 +281,79 @@ func TestLeaseKeepsTheMaximumRate(t *testing.T) {
 	e.clk.advance(time.Millisecond)
 	if tk := e.mustAdmit(k, "sync", "/items"); !tk.Leased {
 		t.Error("a millisecond later: not from the lease")
+	}
+}
+
+// A refusal of any call of the key ends its lease, not only of a leased
+// one: here the call whose admission granted it.
+func TestRefusalOfTheGrantingCallEndsTheLease(t *testing.T) {
+	e := newEnv(t)
+	k := busyKey(100_000)
+	for range 20 {
+		tk := e.mustAdmit(k, "sync", "/items")
+		if tk.Leased {
+			t.Fatal("a call came from a lease before the one that granted it was found")
+		}
+		if reserved, _ := e.countReserved(k); reserved > 0 {
+			e.answer(tk, 429, reading(30*time.Second))
+			if reserved, _ := e.countReserved(k); reserved != 0 {
+				t.Errorf("%d slots still reserved after the granting call's 429, want none", reserved)
+			}
+			e.clk.advance(time.Millisecond)
+			if pe := e.mustPause(k, "sync", "/items"); pe.Source != "retry-after" {
+				t.Errorf("the next call: got a pause for %s, want the Retry-After gate", pe.Source)
+			}
+			return
+		}
+		e.answer(tk, 200, nil)
+		e.clk.advance(time.Millisecond)
+	}
+	t.Fatal("no lease was granted after 20 calls 1 ms apart")
+}
+
+// A key whose upstream policies are partitioned by route is never leased:
+// a lease serves every route.
+func TestNoLeaseForPartitionedPolicies(t *testing.T) {
+	e := newEnv(t)
+	k := busyKey(100_000)
+	part := func() *ratelimit.Reading {
+		ob := shown("search", 100_000, time.Hour, 90_000, time.Hour)
+		ob.Partition = "items"
+		return reading(0, ob)
+	}
+	for range 40 {
+		tk := e.mustAdmit(k, "sync", "/items")
+		if tk.Leased {
+			t.Fatal("a call came from a lease while the key's upstream policy is partitioned")
+		}
+		e.answer(tk, 200, part())
+		e.clk.advance(time.Millisecond)
+	}
+}
+
+// What an upstream says in answer to a leased call is projected with
+// every slot of the lease counted after it: another process never counts
+// on a slot sent after the answer as if the upstream had counted it.
+func TestLeasedAnswerCountsTheLeasesSlots(t *testing.T) {
+	e := newEnv(t)
+	k := busyKey(100_000)
+	up := func(r int64) *ratelimit.Reading {
+		return reading(0, shown("upstream", 100_000, time.Hour, r, time.Hour))
+	}
+	first := e.warmUp(e.p, k, func() *ratelimit.Reading { return up(90_000) })
+	reserved, _ := e.countReserved(k)
+	res := answerWith(t, e.p, e.clk, first, 200, up(80_000))
+	if res.Advice.Action != pacer.Continue {
+		t.Fatalf("advice: %s, want continue", res.Advice.Action)
+	}
+	_, other := e.open()
+	st, err := other.Status(context.Background(), k, "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unsent := int64(reserved - 1)
+	if b := upstreamBudget(t, st, "upstream"); b.Remaining > 80_000-unsent {
+		t.Errorf("another process counts %d left under the upstream's policy; with %d slots still to go after the answer saying 80000, want at most %d",
+			b.Remaining, unsent, 80_000-unsent)
 	}
 }

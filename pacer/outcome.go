@@ -74,10 +74,13 @@ func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 				res = r
 				return nil
 			}
-			if l := p.breakLease(t.lease); l != nil {
-				if err := l.release(tx); err != nil {
-					return err
-				}
+			if err := p.breakLease(tx, t.lease); err != nil {
+				return err
+			}
+		} else if unforeseen(o, res) {
+			// Whatever call brought it, the key's lease does not foresee it.
+			if err := p.breakLease(tx, p.currentLease(t.Call.Key.Name)); err != nil {
+				return err
 			}
 		}
 		res.Budgets, res.Binding, res.Advice, err = p.advise(tx, t.Call, p.now(), ks)
@@ -101,6 +104,12 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 	basis := o.SentAt // later sends are subtracted from what the answer says
 	if basis.IsZero() {
 		basis = t.AdmittedAt
+	}
+	if t.Leased {
+		// The lease's slots are all recorded at its grant, whenever they
+		// go: the answer is taken to precede every one of them, lest one
+		// sent after it go uncounted.
+		basis = t.AdmittedAt.Add(-time.Microsecond)
 	}
 	ks, err := tx.KeyState(key)
 	if err != nil {

@@ -48,12 +48,17 @@ type Pacer struct {
 	// Lease is how long an admitted attempt counts as in flight without
 	// an answer; zero means DefaultLease.
 	Lease time.Duration
+	// AfterFunc calls f after d, unless the function it returns is
+	// called first (and returns true); nil means time.AfterFunc. It gives
+	// back a lease's unused slots when the lease runs out.
+	AfterFunc func(d time.Duration, f func()) (stop func() bool)
 
 	mu       sync.Mutex
 	wake     map[string]chan struct{} // closed when a call of the key finishes here
 	leases   map[string]*lease        // the current lease of each key (see lease.go)
 	granting map[string]chan struct{} // keys whose lease is being reserved: closed once it is, or is not
 	recent   map[string]*admissions   // each key's latest admissions here
+	closed   bool                     // Close was called: no lease is held from then on
 }
 
 // New returns a Pacer keeping its state in db.
@@ -157,7 +162,7 @@ func (e *PauseError) Is(target error) bool { return target == ErrPaused }
 // refusal is recorded), or ctx's error when ctx ends first.
 func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 	start := p.now()
-	for {
+	for polls := 0; ; polls++ {
 		now := p.now()
 		t, ok, wait := p.fromLease(c, now)
 		if ok {
@@ -171,6 +176,9 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 		p.mu.Unlock()
 		if reserving == nil && (wait <= 0 || now.Add(wait).After(start.Add(c.MaxWait))) {
 			break
+		}
+		if polls >= int(time.Second/Poll) {
+			break // a reservation that takes this long is stuck: go alone
 		}
 		if reserving == nil {
 			reserving = make(chan struct{}) // never closed: the pace's wait alone
@@ -234,7 +242,7 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 					ks.ProbeAttempt, ks.ProbeUntil = id, now.Add(p.lease())
 				}
 				t = Ticket{ID: id, Call: c, Probe: d.probe, AdmittedAt: now, Waited: waited, SlowDown: d.slow, Reason: d.reason}
-				if granted, err = p.grant(tx, c, snap, d, &ks); err != nil {
+				if granted, err = p.grant(tx, c, snap, d, &ks, now); err != nil {
 					return err
 				}
 				return tx.PutKeyState(ks)

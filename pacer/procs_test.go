@@ -202,5 +202,14 @@ func TestProcessesShareOneLeasedBudget(t *testing.T) {
 	if got := mostIn(times, window); got > quota {
 		t.Errorf("got %d admissions in one rolling window of %v, want at most %d", got, window, quota)
 	}
+	// Slots of a lease share its grant's time. While the quota binds,
+	// calls are admitted one at a time; before that, from leases.
+	at := map[time.Time]bool{}
+	for _, t := range times {
+		at[t] = true
+	}
+	if len(at) > len(times)/2 {
+		t.Errorf("%d admissions at %d different times: want many from leases", len(times), len(at))
+	}
 	t.Logf("%d calls by 3 processes in %v, %d slots released unused", calls, run, unused)
 }

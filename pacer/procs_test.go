@@ -179,7 +179,7 @@ func TestProcessesShareOneLeasedBudget(t *testing.T) {
 	}
 	const (
 		quota  = 3000
-		window = time.Second
+		window = 10 * time.Second // leases of 250 ms: a pace of 64 calls a second leases, even under -race
 		run    = 1500 * time.Millisecond
 	)
 	list, made := hammer(t, quota, window, run)

@@ -20,8 +20,9 @@ import (
 //
 //   - is granted only when the decision admits at once, with no probe, no
 //     gate, no slow start and no budget near its low-water mark, for a key
-//     without reservations, to a process that admitted the key's last
-//     leaseRecent calls at a pace that would use it;
+//     without reservations or upstream policies partitioned by route, to
+//     a process that admitted the key's last leaseRecent calls at a pace
+//     that would use it;
 //   - holds at most LeaseMax slots and 1/leaseShare of what any known
 //     budget has left (its low-water share kept back), a quarter of the
 //     calls the key may still have in flight, and no more than its
@@ -30,10 +31,11 @@ import (
 //     and a quarter of what the freshest upstream word has left to hold —
 //     a slot's send may reach the upstream that long after its recorded
 //     admission, and the latency margin measures it (see margin);
-//   - ends at the first answer it did not foresee: a refusal, a failure,
-//     a gate, a warning, a policy it did not know, or a budget with less
-//     left than the lease holds, or below its low-water mark. That answer is recorded and
-//     advised as any other, and the slots not handed out are given back.
+//   - ends at the first answer it did not foresee, to any call of the key
+//     in this process: a refusal, a failure, a gate, a warning, a policy
+//     it did not know, or a budget with less left than the lease holds or
+//     below its low-water mark. That answer is recorded and advised as
+//     any other, and the slots not handed out are given back.
 //
 // What another process learns (a Retry-After, an exhausted budget) reaches
 // a lease holder when its lease ends: within LeaseTime.
@@ -80,7 +82,7 @@ func (p *Pacer) fromLease(c Call, now time.Time) (t Ticket, ok bool, wait time.D
 	id := l.next
 	l.next++
 	l.lastOut = now
-	p.recent[c.Key.Name].note(now)
+	p.recent[c.Key.Name].note(now) // there is one: a lease is granted on a measured pace
 	return Ticket{ID: id, Call: c, AdmittedAt: l.at, Leased: true, lease: l}, true, 0
 }
 

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"regexp"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,31 +38,7 @@ func TestTwoProcessesShareOneBudget(t *testing.T) {
   window = "4s"`, "max_rate = 1000\nmax_concurrency = 8")
 
 	// The serve process.
-	cmd, stderr := s.command(t, "serve", "--listen", "127.0.0.1:0")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	base := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		re := regexp.MustCompile(`(http://127\.0\.0\.1:\d+)/mcp`)
-		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				base <- m[1]
-			}
-		}
-	}()
-	var rest string
-	select {
-	case rest = <-base:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("serve did not start:\n%s", stderr.String())
-	}
+	_, rest, _ := s.serveProcess(t)
 
 	// The stdio agent process.
 	agent := s.stdioSession(t, nil)
@@ -171,4 +149,93 @@ func TestTwoProcessesShareOneBudget(t *testing.T) {
 	if byCaller["sync"] != refusedREST.Load() || byCaller["agent"] != refusedMCP.Load() {
 		t.Errorf("activity has refusals %v; callers saw sync %d, agent %d", byCaller, refusedREST.Load(), refusedMCP.Load())
 	}
+}
+
+// TestServeGivesBackLeasedSlots drives a busy sync job through a `serve`
+// process, which admits it from leases, then stops the process with
+// SIGTERM at once: every call is recorded with its outcome, and no slot
+// the process held is left reserved (counted and in flight for every
+// other process until the sweep).
+func TestServeGivesBackLeasedSlots(t *testing.T) {
+	const calls = 300
+	_, url := upstreamAPI(t, demo.Config{Quota: 1_000_000, Window: time.Hour})
+	s := newSetup(t, url, `name = "default"
+  quota = 1000000
+  window = "1h"`, "max_rate = 1000000\nmax_concurrency = 1000")
+	cmd, rest, stderr := s.serveProcess(t)
+	for n := range calls {
+		resp := get(t, fmt.Sprintf("%s/k/demo/v1/participants/p-%06d", rest, n+1), syncToken)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("call %d: %d", n, resp.StatusCode)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("serve after SIGTERM: %v\n%s", err, stderr.String())
+	}
+
+	db, err := state.Open(t.Context(), s.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var sends []state.Send
+	if err := db.View(t.Context(), func(tx *state.Tx) error {
+		var err error
+		sends, err = tx.Sends("demo", time.Time{}, 10*calls)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	byState := map[string]int{}
+	at := map[time.Time]bool{}
+	for _, s := range sends {
+		byState[s.State]++
+		at[s.At] = true
+	}
+	if byState[state.Reserved] != 0 {
+		t.Errorf("%d slots left reserved after serve stopped", byState[state.Reserved])
+	}
+	if byState[state.Confirmed] != calls {
+		t.Errorf("the log holds %v, want %d confirmed calls", byState, calls)
+	}
+	if len(at) > calls/4 {
+		t.Errorf("%d calls were admitted at %d different times: want most from leases", calls, len(at))
+	}
+}
+
+// serveProcess starts `mcp-quota serve` on a free loopback port as a
+// process of its own and returns it, its base URL and its stderr.
+func (s *setup) serveProcess(t *testing.T) (*exec.Cmd, string, *lockedBuffer) {
+	t.Helper()
+	cmd, stderr := s.command(t, "serve", "--listen", "127.0.0.1:0")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	base := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		re := regexp.MustCompile(`(http://127\.0\.0\.1:\d+)/mcp`)
+		for sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				base <- m[1]
+			}
+		}
+	}()
+	select {
+	case u := <-base:
+		return cmd, u, stderr
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve did not start:\n%s", stderr.String())
+	}
+	return nil, "", nil
 }

@@ -56,8 +56,7 @@ const (
 type lease struct {
 	key               string
 	first, next, last int64         // slot IDs: next is the next to hand out; next > last when spent
-	at                time.Time     // when its slots are recorded as admitted
-	grantedAt         time.Time     // by the Pacer's clock
+	at                time.Time     // when it was granted, by the Pacer's clock: when its slots are recorded as admitted
 	until             time.Time     // no slot is handed out from then on
 	spacing           time.Duration // the key's least spacing between admissions
 	lastOut           time.Time     // when the last slot was handed out
@@ -83,7 +82,7 @@ func (p *Pacer) fromLease(c Call, now time.Time) (t Ticket, ok bool, wait time.D
 	l.next++
 	l.lastOut = now
 	p.recent[c.Key.Name].note(now) // there is one: a lease is granted on a measured pace
-	return Ticket{ID: id, Call: c, AdmittedAt: l.at, Leased: true, lease: l}, true, 0
+	return Ticket{ID: id, Call: c, AdmittedAt: l.at, lease: l}, true, 0
 }
 
 // spentLease takes the key's lease from the Pacer when it can hand out
@@ -151,10 +150,7 @@ func (l *lease) release(tx *state.Tx) error {
 func (p *Pacer) install(l *lease) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if ch := p.granting[l.key]; ch != nil {
-		close(ch)
-		delete(p.granting, l.key)
-	}
+	p.endGranting(l.key)
 	if old := p.leases[l.key]; old != nil {
 		// Granted while another was current (their transactions raced):
 		// the older one ends now.
@@ -166,7 +162,7 @@ func (p *Pacer) install(l *lease) {
 		return
 	}
 	p.leases[l.key] = l
-	l.stop = p.afterFunc()(l.until.Sub(l.grantedAt), func() {
+	l.stop = p.afterFunc()(l.until.Sub(l.at), func() {
 		p.mu.Lock()
 		mine := p.dropLease(l)
 		p.mu.Unlock()
@@ -189,6 +185,12 @@ func (p *Pacer) afterFunc() func(time.Duration, func()) func() bool {
 func (p *Pacer) notGranted(key string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.endGranting(key)
+}
+
+// endGranting wakes the calls waiting for key's lease to be reserved.
+// p.mu is held.
+func (p *Pacer) endGranting(key string) {
 	if ch := p.granting[key]; ch != nil {
 		close(ch)
 		delete(p.granting, key)
@@ -348,7 +350,7 @@ func (p *Pacer) leaseResult(t Ticket, o Outcome, res Result, now time.Time) (Res
 	}
 	rd := o.Reading
 	budgets := make([]Budget, len(l.budgets))
-	age := now.Sub(l.grantedAt)
+	age := now.Sub(l.at)
 	for i, b := range l.budgets {
 		if b.Reset > 0 {
 			b.Reset = max(b.Reset-age, time.Microsecond)
@@ -417,7 +419,7 @@ func (p *Pacer) grant(tx *state.Tx, c Call, snap snapshot, d decision, ks *state
 	if err != nil {
 		return nil, err
 	}
-	l := &lease{key: c.Key.Name, first: first, next: first, last: last, at: now, grantedAt: now,
+	l := &lease{key: c.Key.Name, first: first, next: first, last: last, at: now,
 		until: now.Add(life), spacing: minSpacing(c.Key), lastOut: now}
 	// What a caller is told while the lease lasts: the budgets with all
 	// its slots spent.

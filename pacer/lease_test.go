@@ -30,7 +30,7 @@ func (e *env) warmUp(p *pacer.Pacer, k *keystore.Key, rd func() *ratelimit.Readi
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		if t.Leased {
+		if t.Leased() {
 			return t
 		}
 		var r *ratelimit.Reading
@@ -165,7 +165,7 @@ func TestLeasesNeverOverspend(t *testing.T) {
 				t.Fatal(err)
 			}
 			admitted++
-			if tk.Leased {
+			if tk.Leased() {
 				leased++
 			}
 			answerWith(t, p, e.clk, tk, 200, nil)
@@ -240,7 +240,7 @@ func TestNoLeaseAtAnAgentsPace(t *testing.T) {
 	e := newEnv(t)
 	k := busyKey(100_000)
 	for range 40 {
-		if tk := e.mustAdmit(k, "agent", "/items"); tk.Leased {
+		if tk := e.mustAdmit(k, "agent", "/items"); tk.Leased() {
 			t.Fatal("a call 2 s after the last came from a lease")
 		} else {
 			e.answer(tk, 200, nil)
@@ -279,7 +279,7 @@ func TestLeaseKeepsTheMaximumRate(t *testing.T) {
 		t.Error("a second leased call in the same millisecond: admitted, want spaced")
 	}
 	e.clk.advance(time.Millisecond)
-	if tk := e.mustAdmit(k, "sync", "/items"); !tk.Leased {
+	if tk := e.mustAdmit(k, "sync", "/items"); !tk.Leased() {
 		t.Error("a millisecond later: not from the lease")
 	}
 }
@@ -291,7 +291,7 @@ func TestRefusalOfTheGrantingCallEndsTheLease(t *testing.T) {
 	k := busyKey(100_000)
 	for range 20 {
 		tk := e.mustAdmit(k, "sync", "/items")
-		if tk.Leased {
+		if tk.Leased() {
 			t.Fatal("a call came from a lease before the one that granted it was found")
 		}
 		if reserved, _ := e.countReserved(k); reserved > 0 {
@@ -323,7 +323,7 @@ func TestNoLeaseForPartitionedPolicies(t *testing.T) {
 	}
 	for range 40 {
 		tk := e.mustAdmit(k, "sync", "/items")
-		if tk.Leased {
+		if tk.Leased() {
 			t.Fatal("a call came from a lease while the key's upstream policy is partitioned")
 		}
 		e.answer(tk, 200, part())

@@ -105,7 +105,7 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 	if basis.IsZero() {
 		basis = t.AdmittedAt
 	}
-	if t.Leased {
+	if t.Leased() {
 		// The lease's slots are all recorded at its grant, whenever they
 		// go: the answer is taken to precede every one of them, lest one
 		// sent after it go uncounted.
@@ -271,7 +271,7 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 	if err := tx.PutKeyState(ks); err != nil {
 		return res, ks, err
 	}
-	if t.Leased {
+	if t.Leased() {
 		return res, ks, tx.FinishReserved(state.Attempt{ID: t.ID, CallID: c.CallID, Attempt: c.Attempt, Caller: c.Caller,
 			Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest, State: res.State, Reason: reason,
 			Status: o.Status, SentAt: o.SentAt, AnsweredAt: o.AnsweredAt})

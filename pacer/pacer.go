@@ -129,12 +129,13 @@ type Ticket struct {
 	Waited     time.Duration // how long it waited for admission
 	SlowDown   bool          // admitted while a budget runs low
 	Reason     string        // why it waited or slows down
-	// Leased says it was admitted from its process's lease on a batch of
-	// reserved slots (see lease.go): its ID is the slot's, AdmittedAt the
-	// time the slots were admitted.
-	Leased bool
-	lease  *lease
+	lease      *lease        // the lease it was admitted from; nil when none
 }
+
+// Leased says t was admitted from its process's lease on a batch of
+// reserved slots (see lease.go): its ID is the slot's, AdmittedAt the time
+// the slots were admitted.
+func (t Ticket) Leased() bool { return t.lease != nil }
 
 // A PauseError reports a call that cannot be admitted within the caller's
 // MaxWait. Nothing was sent; the refusal is in the key's activity.

@@ -202,12 +202,22 @@ func (p *Pacer) endGranting(key string) {
 func (p *Pacer) giveBack(l *lease) {
 	// A failure leaves them reserved: counted as sent until the sweep
 	// releases them, which spends budget but never overspends it.
-	_ = p.db.Update(context.Background(), l.release)
+	var taken *learned
+	err := p.db.Update(context.Background(), func(tx *state.Tx) (err error) {
+		if taken, err = p.writeLearned(tx, l.key); err != nil {
+			return err
+		}
+		return l.release(tx)
+	})
+	if err != nil {
+		p.relearn(taken)
+	}
 }
 
-// Close gives back the unused slots of every lease the Pacer holds. Call
-// it when the process ends; slots not given back are released by the
-// next sweep after their lease, counted as sent.
+// Close gives back the unused slots of every lease the Pacer holds, and
+// writes what foreseen answers taught (see learned). Call it when the
+// process ends; slots not given back are released by the next sweep after
+// their lease, counted as sent.
 func (p *Pacer) Close(ctx context.Context) error {
 	p.mu.Lock()
 	p.closed = true
@@ -215,11 +225,23 @@ func (p *Pacer) Close(ctx context.Context) error {
 	for _, l := range p.leases {
 		ls = append(ls, p.dropLease(l))
 	}
+	var keys []string
+	for key := range p.learned {
+		keys = append(keys, key)
+	}
 	p.mu.Unlock()
-	if len(ls) == 0 {
+	if len(ls) == 0 && len(keys) == 0 {
 		return nil
 	}
-	return p.db.Update(ctx, func(tx *state.Tx) error {
+	var taken []*learned
+	err := p.db.Update(ctx, func(tx *state.Tx) error {
+		for _, key := range keys {
+			l, err := p.writeLearned(tx, key)
+			taken = append(taken, l)
+			if err != nil {
+				return err
+			}
+		}
 		for _, l := range ls {
 			if err := l.release(tx); err != nil {
 				return err
@@ -227,6 +249,12 @@ func (p *Pacer) Close(ctx context.Context) error {
 		}
 		return nil
 	})
+	if err != nil {
+		for _, l := range taken {
+			p.relearn(l)
+		}
+	}
+	return err
 }
 
 // admissions are the times of a key's latest admissions in this process.
@@ -271,7 +299,7 @@ func (p *Pacer) pace(key string, now time.Time) float64 {
 // be leased now. The call itself is admitted already, but not in d.
 func (p *Pacer) leaseSize(snap snapshot, d decision) (int, time.Duration) {
 	k := snap.key
-	if !d.admit || d.probe || d.slow || len(k.Reserves) > 0 || snap.ks.Interval > 0 || snap.ks.HalfOpen {
+	if !d.admit || d.probe || d.slow || len(k.Reserves) > 0 || snap.ks.Interval > 0 || snap.ks.HalfOpen || snap.ks.Failures > 0 {
 		return 0, 0
 	}
 	p.mu.Lock()

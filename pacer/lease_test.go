@@ -331,9 +331,12 @@ func TestNoLeaseForPartitionedPolicies(t *testing.T) {
 	}
 }
 
-// What an upstream says in answer to a leased call is projected with
-// every slot of the lease counted after it: another process never counts
-// on a slot sent after the answer as if the upstream had counted it.
+// What an upstream says in answer to a leased call, or to the call whose
+// admission granted the lease, is projected with every slot of the lease
+// counted after it: another process never counts on a slot sent after
+// the answer as if the upstream had counted it. The leased answer's word
+// reaches the file with the holder's next transaction; until then the
+// granting call's word holds.
 func TestLeasedAnswerCountsTheLeasesSlots(t *testing.T) {
 	e := newEnv(t)
 	k := busyKey(100_000)
@@ -341,19 +344,34 @@ func TestLeasedAnswerCountsTheLeasesSlots(t *testing.T) {
 		return reading(0, shown("upstream", 100_000, time.Hour, r, time.Hour))
 	}
 	first := e.warmUp(e.p, k, func() *ratelimit.Reading { return up(90_000) })
-	reserved, _ := e.countReserved(k)
+	n, _ := e.countReserved(k)
+	reserved := int64(n)
+	_, other := e.open()
+	remaining := func() int64 {
+		t.Helper()
+		st, err := other.Status(context.Background(), k, "agent")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return upstreamBudget(t, st, "upstream").Remaining
+	}
+	if r := remaining(); r > 90_000-reserved {
+		t.Errorf("before any leased answer another process counts %d left; with the %d slots reserved after the granting call's answer saying 90000, want at most %d",
+			r, reserved, 90_000-reserved)
+	}
 	res := answerWith(t, e.p, e.clk, first, 200, up(80_000))
 	if res.Advice.Action != pacer.Continue {
 		t.Fatalf("advice: %s, want continue", res.Advice.Action)
 	}
-	_, other := e.open()
-	st, err := other.Status(context.Background(), k, "agent")
-	if err != nil {
+	if r := remaining(); r > 90_000-reserved {
+		t.Errorf("before the holder's next transaction another process counts %d left, want at most %d", r, 90_000-reserved)
+	}
+	if _, err := e.p.Status(context.Background(), k, "sync"); err != nil {
 		t.Fatal(err)
 	}
-	unsent := int64(reserved - 1)
-	if b := upstreamBudget(t, st, "upstream"); b.Remaining > 80_000-unsent {
+	unsent := reserved - 1
+	if r := remaining(); r > 80_000-unsent {
 		t.Errorf("another process counts %d left under the upstream's policy; with %d slots still to go after the answer saying 80000, want at most %d",
-			b.Remaining, unsent, 80_000-unsent)
+			r, unsent, 80_000-unsent)
 	}
 }

@@ -62,10 +62,30 @@ type Result struct {
 // end of a probe. It returns the quota that now holds and the advice.
 func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 	defer p.signal(t.Call.Key.Name)
+	if res, ok := p.foreseen(t, o); ok {
+		// Only the call and its answer's observations are written now;
+		// what they teach waits for the key's next transaction (see
+		// learned).
+		err := p.db.Update(ctx, func(tx *state.Tx) error {
+			if err := addObservations(tx, t, o); err != nil {
+				return err
+			}
+			return finish(tx, t, o, res.State)
+		})
+		if err != nil {
+			return res, fmt.Errorf("pacer: record %s: %w", t.Call.Key.Name, err)
+		}
+		p.learn(t, o)
+		return res, nil
+	}
 	var res Result
+	var taken *learned
 	err := p.db.Update(ctx, func(tx *state.Tx) error {
 		var ks state.KeyState
 		var err error
+		if taken, err = p.writeLearned(tx, t.Call.Key.Name); err != nil {
+			return err
+		}
 		if res, ks, err = p.record(tx, t, o); err != nil {
 			return err
 		}
@@ -87,9 +107,76 @@ func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 		return err
 	})
 	if err != nil {
+		p.relearn(taken)
 		return res, fmt.Errorf("pacer: record %s: %w", t.Call.Key.Name, err)
 	}
 	return res, nil
+}
+
+// foreseen returns what Done tells the caller of t when t came from a
+// lease, not broken, that foresaw the answer o (see leaseResult).
+func (p *Pacer) foreseen(t Ticket, o Outcome) (Result, bool) {
+	if t.lease == nil {
+		return Result{}, false
+	}
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return Result{}, false // nothing would write what it teaches
+	}
+	rd := o.Reading
+	if rd == nil {
+		rd = &ratelimit.Reading{}
+	}
+	return p.leaseResult(t, o, Result{State: classify(o, rd)}, p.now())
+}
+
+// addObservations records every observation of the answer to t, with its
+// context.
+func addObservations(tx *state.Tx, t Ticket, o Outcome) error {
+	rd := o.Reading
+	if rd == nil {
+		return nil
+	}
+	c := t.Call
+	for _, ob := range rd.Observations {
+		if err := tx.AddObservation(state.ObservationRecord{Key: c.Key.Name, AttemptID: t.ID, Observation: normalized(ob),
+			Status: o.Status, ReceivedAt: rd.ReceivedAt, ServerDate: rd.ServerDate, FromCache: rd.FromCache,
+			Method: c.Method, Target: c.Target}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// normalized names the policy and unit of an observation that did not.
+func normalized(ob ratelimit.Observation) ratelimit.Observation {
+	if ob.Policy == "" {
+		ob.Policy = unnamedPolicy
+	}
+	if ob.Unit == "" {
+		ob.Unit = ratelimit.Requests
+	}
+	return ob
+}
+
+// finish records how t's attempt ended: in state st.
+func finish(tx *state.Tx, t Ticket, o Outcome, st string) error {
+	reason := ""
+	switch {
+	case o.Err != nil:
+		reason = o.Err.Error()
+	case o.Status > 0:
+		reason = fmt.Sprintf("HTTP %d %s", o.Status, http.StatusText(o.Status))
+	}
+	c := t.Call
+	if t.Leased() {
+		return tx.FinishReserved(state.Attempt{ID: t.ID, CallID: c.CallID, Attempt: c.Attempt, Caller: c.Caller,
+			Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest, State: st, Reason: reason,
+			Status: o.Status, SentAt: o.SentAt, AnsweredAt: o.AnsweredAt})
+	}
+	return tx.FinishAttempt(t.ID, st, reason, o.Status, o.SentAt, o.AnsweredAt)
 }
 
 // record is Done's work in tx: it returns what was learnt and the key's
@@ -105,9 +192,10 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 	if basis.IsZero() {
 		basis = t.AdmittedAt
 	}
-	if t.Leased() {
+	if t.Leased() || t.granted {
 		// The lease's slots are all recorded at its grant, whenever they
-		// go: the answer is taken to precede every one of them, lest one
+		// go: the answer to one of them, or to the call whose admission
+		// granted them, is taken to precede every one of them, lest one
 		// sent after it go uncounted.
 		basis = t.AdmittedAt.Add(-time.Microsecond)
 	}
@@ -132,28 +220,14 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 	case o.Err != nil && !o.CallerAbort:
 		noteLatency(&ks, now.Sub(t.AdmittedAt), now, latencyPeriod(c.Key, known))
 	}
-	reason := ""
-	switch {
-	case o.Err != nil:
-		reason = o.Err.Error()
-	case o.Status > 0:
-		reason = fmt.Sprintf("HTTP %d %s", o.Status, http.StatusText(o.Status))
-	}
-
 	// Every observation is kept with its context; fresh ones become the
 	// latest word on their policy.
+	if err := addObservations(tx, t, o); err != nil {
+		return res, ks, err
+	}
 	exhausted := false
 	for _, ob := range rd.Observations {
-		if ob.Policy == "" {
-			ob.Policy = unnamedPolicy
-		}
-		if ob.Unit == "" {
-			ob.Unit = ratelimit.Requests
-		}
-		if err := tx.AddObservation(state.ObservationRecord{Key: key, AttemptID: t.ID, Observation: ob, Status: o.Status,
-			ReceivedAt: rd.ReceivedAt, ServerDate: rd.ServerDate, FromCache: rd.FromCache, Method: c.Method, Target: c.Target}); err != nil {
-			return res, ks, err
-		}
+		ob = normalized(ob)
 		if ob.HasRemaining && ob.Remaining <= 0 {
 			exhausted = true
 		}
@@ -271,12 +345,7 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 	if err := tx.PutKeyState(ks); err != nil {
 		return res, ks, err
 	}
-	if t.Leased() {
-		return res, ks, tx.FinishReserved(state.Attempt{ID: t.ID, CallID: c.CallID, Attempt: c.Attempt, Caller: c.Caller,
-			Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest, State: res.State, Reason: reason,
-			Status: o.Status, SentAt: o.SentAt, AnsweredAt: o.AnsweredAt})
-	}
-	return res, ks, tx.FinishAttempt(t.ID, res.State, reason, o.Status, o.SentAt, o.AnsweredAt)
+	return res, ks, finish(tx, t, o, res.State)
 }
 
 // backoff is the wait after the n-th refusal or failure in a row without

@@ -58,13 +58,14 @@ type Pacer struct {
 	leases   map[string]*lease        // the current lease of each key (see lease.go)
 	granting map[string]chan struct{} // keys whose lease is being reserved: closed once it is, or is not
 	recent   map[string]*admissions   // each key's latest admissions here
+	learned  map[string]*learned      // what foreseen answers taught each key, not yet written (see learned.go)
 	closed   bool                     // Close was called: no lease is held from then on
 }
 
 // New returns a Pacer keeping its state in db.
 func New(db *state.DB) *Pacer {
 	return &Pacer{db: db, wake: map[string]chan struct{}{}, leases: map[string]*lease{},
-		granting: map[string]chan struct{}{}, recent: map[string]*admissions{}}
+		granting: map[string]chan struct{}{}, recent: map[string]*admissions{}, learned: map[string]*learned{}}
 }
 
 func (p *Pacer) now() time.Time {
@@ -130,6 +131,7 @@ type Ticket struct {
 	SlowDown   bool          // admitted while a budget runs low
 	Reason     string        // why it waited or slows down
 	lease      *lease        // the lease it was admitted from; nil when none
+	granted    bool          // its admission granted a lease, whose slots are recorded with it
 }
 
 // Leased says t was admitted from its process's lease on a batch of
@@ -202,7 +204,12 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 		var now time.Time
 		var granted *lease
 		renewing := spent != nil
+		var taken *learned
 		err := p.db.Update(ctx, func(tx *state.Tx) error {
+			var err error
+			if taken, err = p.writeLearned(tx, c.Key.Name); err != nil {
+				return err
+			}
 			if spent != nil {
 				if err := spent.release(tx); err != nil {
 					return err
@@ -246,6 +253,7 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 				if granted, err = p.grant(tx, c, snap, d, &ks, now); err != nil {
 					return err
 				}
+				t.granted = granted != nil
 				return tx.PutKeyState(ks)
 			}
 			if d.keyWide && d.wait >= time.Second {
@@ -280,6 +288,7 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 			p.notGranted(c.Key.Name) // the calls waiting for a lease go their own way
 		}
 		if err != nil {
+			p.relearn(taken)
 			return Ticket{}, fmt.Errorf("pacer: admit %s: %w", c.Key.Name, err)
 		}
 		spent = nil

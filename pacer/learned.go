@@ -1,0 +1,183 @@
+package pacer
+
+import (
+	"context"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/state"
+)
+
+// An answer a lease foresaw (see lease.go) is recorded at once with what
+// it said: the call's state and every observation of its answer, before
+// its caller hears it. What it teaches the key's pacing state and the
+// latest word on each of its policies waits, in memory, for the key's
+// next transaction in this process — an admission, an answer the lease
+// did not foresee, the lease's end, a status — or LeaseTime at most: on a
+// busy key, many answers are written there as one.
+//
+// Nothing the lease did not foresee waits: a foreseen answer leaves every
+// budget far from its limits, resets no failure count (a key with failures
+// is not leased) and sets no gate. What waits is written in any order:
+// a latest word only replaces an older one, a latency only lengthens the
+// one kept, an answer's time only moves the last answer's later. Another
+// process meanwhile counts the lease's slots as spent, and reads a latest
+// word up to LeaseTime older, which projects no more than the newer would:
+// every send since its basis is subtracted from it. A process that ends
+// before writing it leaves the same older word.
+type learned struct {
+	key        *keystore.Key
+	words      []word        // the latest observation of each policy
+	timed      bool          // an answer came with its time: latency is one
+	latency    time.Duration // the longest from an admission to its answer
+	answeredAt time.Time     // the latest answer
+	stop       func() bool   // stops the timer that writes it
+}
+
+// A word is an observation as a latest word: what an answer said of one
+// policy, when, and to which call.
+type word struct {
+	ob                          ratelimit.Observation
+	receivedAt, admitted, basis time.Time
+	route                       string
+}
+
+// learn keeps what the foreseen answer o to t teaches, for the key's next
+// transaction to write.
+func (p *Pacer) learn(t Ticket, o Outcome) {
+	l := &learned{key: t.Call.Key, answeredAt: o.AnsweredAt}
+	if l.timed = !o.AnsweredAt.IsZero(); l.timed {
+		l.latency = o.AnsweredAt.Sub(t.AdmittedAt)
+	} else {
+		l.answeredAt = p.now()
+	}
+	if rd := o.Reading; rd != nil && !rd.FromCache {
+		for _, ob := range rd.Observations {
+			l.words = append(l.words, word{ob: normalized(ob), receivedAt: rd.ReceivedAt, admitted: t.AdmittedAt,
+				basis: t.AdmittedAt.Add(-time.Microsecond), route: t.Call.route()})
+		}
+	}
+	p.keep(l)
+}
+
+// keep adds l to what the Pacer keeps for l's key, and makes sure a timer
+// writes it within LeaseTime.
+func (p *Pacer) keep(l *learned) {
+	name := l.key.Name
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	kept := p.learned[name]
+	if kept == nil {
+		kept = &learned{key: l.key}
+		p.learned[name] = kept
+		kept.stop = p.afterFunc()(LeaseTime, func() { p.writeLearnedAlone(name) })
+	}
+	kept.merge(l)
+}
+
+// merge adds what l learned to k: the later word of each policy, the
+// longer latency, the later answer.
+func (k *learned) merge(l *learned) {
+	if l.timed {
+		k.latency = max(k.latency, l.latency)
+		k.timed = true
+	}
+	k.answeredAt = maxTime(k.answeredAt, l.answeredAt)
+	for _, w := range l.words {
+		i := 0
+		for i < len(k.words) && !samePolicy(k.words[i].ob, w.ob) {
+			i++
+		}
+		switch {
+		case i == len(k.words):
+			k.words = append(k.words, w)
+		case !w.receivedAt.Before(k.words[i].receivedAt):
+			k.words[i] = w
+		}
+	}
+}
+
+func samePolicy(a, b ratelimit.Observation) bool {
+	return a.Policy == b.Policy && a.Unit == b.Unit && a.Partition == b.Partition
+}
+
+// writeLearned writes in tx what the Pacer keeps for key, and returns it,
+// to be kept again (see relearn) if tx does not commit; nil when there was
+// nothing.
+func (p *Pacer) writeLearned(tx *state.Tx, key string) (*learned, error) {
+	p.mu.Lock()
+	l := p.learned[key]
+	delete(p.learned, key)
+	p.mu.Unlock()
+	if l == nil {
+		return nil, nil
+	}
+	l.stop()
+	ks, err := tx.KeyState(key)
+	if err != nil {
+		return l, err
+	}
+	known, err := tx.Known(key)
+	if err != nil {
+		return l, err
+	}
+	for _, w := range l.words {
+		var prev *state.Known
+		for i, k := range known {
+			if k.Policy == w.ob.Policy && k.Unit == w.ob.Unit && k.Partition == w.ob.Partition {
+				prev = &known[i]
+			}
+		}
+		if prev != nil && prev.ReceivedAt.After(w.receivedAt) {
+			continue // a later answer spoke already
+		}
+		ob, err := settle(tx, l.key, w.ob, w.receivedAt, w.admitted, w.basis, prev, ks)
+		if err != nil {
+			return l, err
+		}
+		if err := tx.PutKnown(state.Known{Key: key, Observation: ob, ReceivedAt: w.receivedAt, BasisAt: w.basis,
+			Route: w.route}); err != nil {
+			return l, err
+		}
+	}
+	if l.timed {
+		noteLatency(&ks, l.latency, l.answeredAt, latencyPeriod(l.key, known))
+	}
+	ks.LastResponseAt = maxTime(ks.LastResponseAt, l.answeredAt)
+	return l, tx.PutKeyState(ks)
+}
+
+// relearn keeps again what a transaction that did not commit took to
+// write.
+func (p *Pacer) relearn(l *learned) {
+	if l != nil {
+		p.keep(l)
+	}
+}
+
+// writeLearnedAlone writes what the Pacer keeps for key in a transaction
+// of its own, when its timer says so.
+func (p *Pacer) writeLearnedAlone(key string) {
+	_ = p.writeLearnedNow(context.Background(), key) // kept again when it fails, with a new timer
+}
+
+// writeLearnedNow writes what the Pacer keeps for key, when it keeps
+// anything, in a transaction of its own.
+func (p *Pacer) writeLearnedNow(ctx context.Context, key string) error {
+	p.mu.Lock()
+	none := p.learned[key] == nil
+	p.mu.Unlock()
+	if none {
+		return nil
+	}
+	var l *learned
+	err := p.db.Update(ctx, func(tx *state.Tx) (err error) {
+		l, err = p.writeLearned(tx, key)
+		return err
+	})
+	if err != nil {
+		p.relearn(l)
+	}
+	return err
+}

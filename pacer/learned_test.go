@@ -1,0 +1,182 @@
+package pacer_test
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/state"
+)
+
+// upstreamSays is an answer of an upstream announcing a policy of 100,000
+// calls an hour with r left.
+func upstreamSays(r int64) *ratelimit.Reading {
+	return reading(0, shown("upstream", 100_000, time.Hour, r, time.Hour))
+}
+
+// word returns the latest word on k's policy "upstream" in the file, and
+// the key's pacing state.
+func (e *env) word(k *keystore.Key) (state.Known, state.KeyState) {
+	e.t.Helper()
+	var w state.Known
+	var ks state.KeyState
+	err := e.db.View(context.Background(), func(tx *state.Tx) error {
+		known, err := tx.Known(k.Name)
+		if err != nil {
+			return err
+		}
+		for _, kn := range known {
+			if kn.Policy == "upstream" {
+				w = kn
+			}
+		}
+		ks, err = tx.KeyState(k.Name)
+		return err
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return w, ks
+}
+
+// timers makes p's timers wait for the test: it returns the functions
+// they would call, in the order they were set.
+func timers(p *pacer.Pacer) *[]func() {
+	var fs []func()
+	p.AfterFunc = func(_ time.Duration, f func()) func() bool {
+		fs = append(fs, f)
+		return func() bool { return true }
+	}
+	return &fs
+}
+
+// An answer a lease foresaw is recorded at once — the call's state and
+// the answer's observation — and what it teaches the key's latest word
+// and pacing state is written by the key's next transaction, or by a
+// timer, many answers as one.
+func TestForeseenAnswersAreWrittenTogether(t *testing.T) {
+	e := newEnv(t)
+	k := busyKey(100_000)
+	first := e.warmUp(e.p, k, func() *ratelimit.Reading { return upstreamSays(90_000) })
+	fired := timers(e.p)
+
+	e.clk.advance(5 * time.Millisecond)
+	if res := e.answer(first, 200, upstreamSays(80_000)); res.State != state.Confirmed {
+		t.Fatalf("a foreseen answer's state: %s, want confirmed", res.State)
+	}
+	for _, a := range e.activity() {
+		if a.ID == first.ID && (a.State != state.Confirmed || a.Status != 200) {
+			t.Errorf("the leased call is recorded as %s %d, want confirmed 200", a.State, a.Status)
+		}
+	}
+	var obs []state.ObservationRecord
+	if err := e.db.View(context.Background(), func(tx *state.Tx) (err error) {
+		obs, err = tx.Observations(k.Name, 1)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(obs) != 1 || obs[0].AttemptID != first.ID || obs[0].Remaining != 80_000 {
+		t.Errorf("the latest observation recorded: %+v, want the leased call's r=80000", obs)
+	}
+	if w, _ := e.word(k); w.Remaining != 90_000 {
+		t.Errorf("the latest word before the key's next transaction says r=%d, want the granting call's 90000", w.Remaining)
+	}
+
+	second := e.mustAdmit(k, "sync", "/items")
+	if !second.Leased() {
+		t.Fatal("the second call did not come from the lease")
+	}
+	e.clk.advance(7 * time.Millisecond)
+	e.answer(second, 200, upstreamSays(79_990))
+	if len(*fired) != 1 {
+		t.Fatalf("%d timers set for two answers, want one", len(*fired))
+	}
+	(*fired)[0]()
+	w, ks := e.word(k)
+	if w.Remaining != 79_990 || !w.ReceivedAt.Equal(e.clk.now) {
+		t.Errorf("after the timer the latest word says r=%d received at %s, want the second answer's 79990 at %s",
+			w.Remaining, w.ReceivedAt.Sub(start), e.clk.now.Sub(start))
+	}
+	if want := e.clk.now.Sub(first.AdmittedAt); ks.Latency < want {
+		t.Errorf("the key's latency is %s, want at least the second answer's %s", ks.Latency, want)
+	}
+	if !ks.LastResponseAt.Equal(e.clk.now) {
+		t.Errorf("the key's last answer is at %s, want %s", ks.LastResponseAt.Sub(start), e.clk.now.Sub(start))
+	}
+
+	// Close writes what is left.
+	third := e.mustAdmit(k, "sync", "/items")
+	e.clk.advance(time.Millisecond)
+	e.answer(third, 200, upstreamSays(79_980))
+	if err := e.p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if w, _ := e.word(k); w.Remaining != 79_980 {
+		t.Errorf("after Close the latest word says r=%d, want 79980", w.Remaining)
+	}
+}
+
+// What a foreseen answer taught never replaces a later word another
+// process wrote meanwhile.
+func TestLearnedWordNeverReplacesALaterOne(t *testing.T) {
+	e := newEnv(t)
+	k := busyKey(100_000)
+	first := e.warmUp(e.p, k, func() *ratelimit.Reading { return upstreamSays(90_000) })
+	e.answer(first, 200, upstreamSays(80_000))
+
+	_, other := e.open()
+	e.clk.advance(time.Millisecond)
+	tk, err := e.admitWith(other, e.call(k, "agent", "/items"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clk.advance(time.Millisecond)
+	answerWith(t, other, e.clk, tk, 200, upstreamSays(70_000))
+
+	if _, err := e.p.Status(context.Background(), k, "sync"); err != nil {
+		t.Fatal(err)
+	}
+	if w, _ := e.word(k); w.Remaining != 70_000 {
+		t.Errorf("the latest word says r=%d, want the other process's later 70000", w.Remaining)
+	}
+}
+
+// What a transaction that failed took to write is kept for the next one.
+func TestLearnedKeptWhenItsTransactionFails(t *testing.T) {
+	e := newEnv(t)
+	k := busyKey(100_000)
+	first := e.warmUp(e.p, k, func() *ratelimit.Reading { return upstreamSays(90_000) })
+	e.answer(first, 200, upstreamSays(80_000))
+
+	// A trigger makes every write of a key's pacing state fail: the
+	// transaction writing what was learned fails after it took it.
+	raw, err := sql.Open("sqlite", e.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if _, err := raw.Exec(`CREATE TRIGGER fail_key_state BEFORE UPDATE ON key_state BEGIN SELECT RAISE(ABORT, 'injected'); END`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.p.Status(context.Background(), k, "sync"); err == nil || !strings.Contains(err.Error(), "injected") {
+		t.Fatalf("a status whose write fails: got %v, want the injected failure", err)
+	}
+	if w, _ := e.word(k); w.Remaining != 90_000 {
+		t.Fatalf("the latest word says r=%d after a failed write, want 90000 still", w.Remaining)
+	}
+	if _, err := raw.Exec(`DROP TRIGGER fail_key_state`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.p.Status(context.Background(), k, "sync"); err != nil {
+		t.Fatal(err)
+	}
+	if w, _ := e.word(k); w.Remaining != 80_000 {
+		t.Errorf("the latest word says r=%d after the next transaction, want the leased answer's 80000", w.Remaining)
+	}
+}

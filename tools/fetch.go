@@ -194,7 +194,8 @@ func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 		}
 	}
 	resp, err := d.Client.Do(ctx, k, upstream.Request{Caller: caller.Name, Transport: d.Transport, Method: method,
-		Path: a.Path, Query: query, Header: header, Body: body, MaxWait: maxWait, Progress: progressSender(ctx, req, k.Name)})
+		Path: a.Path, Query: query, Header: header, Body: body, MaxWait: maxWait, Progress: progressSender(ctx, req, k.Name),
+		Digest: digest})
 	if err != nil {
 		return f.failed(err), nil
 	}

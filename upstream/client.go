@@ -95,6 +95,9 @@ type Request struct {
 	// AllMethods lets the call use any method; otherwise the key's
 	// Methods (those open to MCP callers) apply.
 	AllMethods bool
+	// Digest identifies the request (see Digest) for a caller whose
+	// repeats are counted (the fetch tool's loop guard); "" for none.
+	Digest string
 }
 
 // A Response is the upstream's answer, with what mcp-quota learned from
@@ -145,7 +148,7 @@ func (c *Client) Do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 	default:
 		return nil, fmt.Errorf("upstream: unsupported body type %T", r.Body)
 	}
-	cs.digest = Digest(method, cs.target, r.Body)
+	cs.digest = r.Digest
 	req, err := retryablehttp.NewRequestWithContext(context.WithValue(ctx, callKey{}, cs), method, u.String(), body)
 	if err != nil {
 		return nil, fmt.Errorf("upstream: %w", err)

@@ -168,7 +168,9 @@ func classify(f float64) magnitude {
 // in all three forms, case-sensitively, as net/http.ParseTime does.
 func parseHTTPDate(s string) (time.Time, bool) {
 	s = strings.TrimSpace(s)
-	if s == "" || len(s) > maxScalarLen {
+	if s == "" || len(s) > maxScalarLen || !isLetter(s[0]) {
+		// Every HTTP-date form begins with the day's name: a number is
+		// not one, and failing three layouts to learn it is not free.
 		return time.Time{}, false
 	}
 	t, err := http.ParseTime(s)
@@ -239,3 +241,5 @@ func quote(s string) string {
 	}
 	return strconv.Quote(s)
 }
+
+func isLetter(c byte) bool { return 'a' <= c|0x20 && c|0x20 <= 'z' }

@@ -63,17 +63,23 @@ type Result struct {
 func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 	defer p.signal(t.Call.Key.Name)
 	if res, ok := p.foreseen(t, o); ok {
-		// Only the call and its answer's observations are written now;
-		// what they teach waits for the key's next transaction (see
-		// learned).
-		err := p.db.Update(ctx, func(tx *state.Tx) error {
-			if err := addObservations(tx, t, o); err != nil {
-				return err
+		// Only the call and its answer's observations are recorded now,
+		// through the process's journal where it has one (see
+		// state.FinishLater); what they teach waits for the key's next
+		// transaction (see learned).
+		fin := state.Finished{Attempt: finished(t, o, res.State), Observations: observations(t, o)}
+		if err := p.db.FinishLater(fin); err != nil {
+			err = p.db.Update(ctx, func(tx *state.Tx) error {
+				for _, ob := range fin.Observations {
+					if err := tx.AddObservation(ob); err != nil {
+						return err
+					}
+				}
+				return tx.FinishReserved(fin.Attempt)
+			})
+			if err != nil {
+				return res, fmt.Errorf("pacer: record %s: %w", t.Call.Key.Name, err)
 			}
-			return finish(tx, t, o, res.State)
-		})
-		if err != nil {
-			return res, fmt.Errorf("pacer: record %s: %w", t.Call.Key.Name, err)
 		}
 		p.learn(t, o)
 		return res, nil
@@ -132,22 +138,21 @@ func (p *Pacer) foreseen(t Ticket, o Outcome) (Result, bool) {
 	return p.leaseResult(t, o, Result{State: classify(o, rd)}, p.now())
 }
 
-// addObservations records every observation of the answer to t, with its
-// context.
-func addObservations(tx *state.Tx, t Ticket, o Outcome) error {
+// observations are the observations of the answer to t, with their
+// context, as recorded.
+func observations(t Ticket, o Outcome) []state.ObservationRecord {
 	rd := o.Reading
 	if rd == nil {
 		return nil
 	}
 	c := t.Call
-	for _, ob := range rd.Observations {
-		if err := tx.AddObservation(state.ObservationRecord{Key: c.Key.Name, AttemptID: t.ID, Observation: normalized(ob),
+	obs := make([]state.ObservationRecord, len(rd.Observations))
+	for i, ob := range rd.Observations {
+		obs[i] = state.ObservationRecord{Key: c.Key.Name, AttemptID: t.ID, Observation: normalized(ob),
 			Status: o.Status, ReceivedAt: rd.ReceivedAt, ServerDate: rd.ServerDate, FromCache: rd.FromCache,
-			Method: c.Method, Target: c.Target}); err != nil {
-			return err
-		}
+			Method: c.Method, Target: c.Target}
 	}
-	return nil
+	return obs
 }
 
 // normalized names the policy and unit of an observation that did not.
@@ -161,8 +166,8 @@ func normalized(ob ratelimit.Observation) ratelimit.Observation {
 	return ob
 }
 
-// finish records how t's attempt ended: in state st.
-func finish(tx *state.Tx, t Ticket, o Outcome, st string) error {
+// finished is t's attempt as it ended with o, in state st.
+func finished(t Ticket, o Outcome, st string) state.Attempt {
 	reason := ""
 	switch {
 	case o.Err != nil:
@@ -171,12 +176,18 @@ func finish(tx *state.Tx, t Ticket, o Outcome, st string) error {
 		reason = fmt.Sprintf("HTTP %d %s", o.Status, http.StatusText(o.Status))
 	}
 	c := t.Call
+	return state.Attempt{ID: t.ID, Key: c.Key.Name, CallID: c.CallID, Attempt: c.Attempt, Caller: c.Caller,
+		Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest, State: st, Reason: reason,
+		Status: o.Status, SentAt: o.SentAt, AnsweredAt: o.AnsweredAt}
+}
+
+// finish records how t's attempt ended: in state st.
+func finish(tx *state.Tx, t Ticket, o Outcome, st string) error {
+	a := finished(t, o, st)
 	if t.Leased() {
-		return tx.FinishReserved(state.Attempt{ID: t.ID, CallID: c.CallID, Attempt: c.Attempt, Caller: c.Caller,
-			Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest, State: st, Reason: reason,
-			Status: o.Status, SentAt: o.SentAt, AnsweredAt: o.AnsweredAt})
+		return tx.FinishReserved(a)
 	}
-	return tx.FinishAttempt(t.ID, st, reason, o.Status, o.SentAt, o.AnsweredAt)
+	return tx.FinishAttempt(a.ID, a.State, a.Reason, a.Status, a.SentAt, a.AnsweredAt)
 }
 
 // record is Done's work in tx: it returns what was learnt and the key's
@@ -222,8 +233,10 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 	}
 	// Every observation is kept with its context; fresh ones become the
 	// latest word on their policy.
-	if err := addObservations(tx, t, o); err != nil {
-		return res, ks, err
+	for _, ob := range observations(t, o) {
+		if err := tx.AddObservation(ob); err != nil {
+			return res, ks, err
+		}
 	}
 	exhausted := false
 	for _, ob := range rd.Observations {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -161,6 +162,11 @@ max_rate = 1000.0
 			t.Fatalf("reading the state file: %v", err)
 		}
 		channels["state file"+suffix] = string(b)
+	}
+	journals, _ := filepath.Glob(s.DBPath + ".outcomes/*") // a leased call's outcome goes through one
+	for _, name := range journals {
+		b, _ := os.ReadFile(name)
+		channels["journal "+filepath.Base(name)] = string(b)
 	}
 	// The channels hold what the calls left: the scan is not of empty files.
 	if !strings.Contains(channels["log"], "no answer from the upstream") || !strings.Contains(channels["state file"]+channels["state file-wal"], "/v1/participants") {

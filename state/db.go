@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // the "sqlite" driver
@@ -68,6 +69,10 @@ type DB struct {
 	mu      sync.Mutex
 	queue   []*write // Update calls waiting for a transaction
 	writing bool     // a goroutine runs transactions for the queue
+
+	journalOnce sync.Once
+	jr          atomic.Pointer[journal] // the process's journal, once opened (see FinishLater)
+	journalErr  error                   // why it could not be
 }
 
 // Open opens (creating if needed) the state file at path and brings its
@@ -115,15 +120,23 @@ func Open(ctx context.Context, path string) (*DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("state: %w", err)
 	}
+	if _, err := db.Recover(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
 	return db, nil
 }
 
 // Path returns the file the DB was opened from.
 func (db *DB) Path() string { return db.path }
 
-// Close closes the file.
+// Close records what the process's journal holds (see FinishLater) and
+// closes the file.
 func (db *DB) Close() error {
 	var errs []error
+	if j := db.jr.Load(); j != nil {
+		errs = append(errs, j.close())
+	}
 	for _, s := range append(append(db.ws, db.rs...), db.ctl[:]...) {
 		if s != nil {
 			errs = append(errs, s.Close())
@@ -205,8 +218,13 @@ func (db *DB) migrate(ctx context.Context) error {
 	return nil
 }
 
-// View runs fn in a read-only snapshot of the file.
+// View runs fn in a read-only snapshot of the file, once every outcome
+// this process gave FinishLater is in it.
 func (db *DB) View(ctx context.Context, fn func(*Tx) error) error {
+	// What this process finished is read as finished.
+	if err := db.flushJournal(ctx); err != nil {
+		return err
+	}
 	// A read-only transaction is a deferred one: readers never take the
 	// write lock.
 	tx, err := db.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})

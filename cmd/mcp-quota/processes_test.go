@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"sync"
 	"sync/atomic"
@@ -206,6 +207,71 @@ func TestServeGivesBackLeasedSlots(t *testing.T) {
 	if len(at) > calls/4 {
 		t.Errorf("%d calls were admitted at %d different times: want most from leases", calls, len(at))
 	}
+}
+
+// TestServeKilledLosesNoOutcome drives a busy sync job through a `serve`
+// process, which admits it from leases and records their outcomes
+// through its journal, then kills it with SIGKILL the moment the last
+// answer arrives: the next process to open the state file finds every
+// call the job was answered, confirmed, with its answer's observation.
+func TestServeKilledLosesNoOutcome(t *testing.T) {
+	const calls = 300
+	_, url := upstreamAPI(t, demo.Config{Quota: 1_000_000, Window: time.Hour})
+	s := newSetup(t, url, `name = "default"
+  quota = 1000000
+  window = "1h"`, "max_rate = 1000000\nmax_concurrency = 1000")
+	cmd, rest, _ := s.serveProcess(t)
+	for n := range calls {
+		resp := get(t, fmt.Sprintf("%s/k/demo/v1/participants/p-%06d", rest, n+1), syncToken)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("call %d: %d", n, resp.StatusCode)
+		}
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	journals, _ := filepath.Glob(s.state + ".outcomes/*.log")
+
+	db, err := state.Open(t.Context(), s.state) // it records what the journal holds
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var sends []state.Send
+	var obs []state.ObservationRecord
+	if err := db.View(t.Context(), func(tx *state.Tx) error {
+		var err error
+		if sends, err = tx.Sends("demo", time.Time{}, 10*calls); err != nil {
+			return err
+		}
+		obs, err = tx.Observations("demo", 10*calls)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	observed := map[int64]bool{}
+	for _, o := range obs {
+		observed[o.AttemptID] = true
+	}
+	byState := map[string]int{}
+	unobserved := 0
+	for _, s := range sends {
+		byState[s.State]++
+		if s.State == state.Confirmed && !observed[s.ID] {
+			unobserved++
+		}
+	}
+	if byState[state.Confirmed] != calls || unobserved > 0 {
+		t.Errorf("after SIGKILL the log holds %v with %d confirmed calls lacking their observation; want %d confirmed, each observed",
+			byState, unobserved, calls)
+	}
+	if left, _ := filepath.Glob(s.state + ".outcomes/*.log"); len(left) > 0 {
+		t.Errorf("journals left after recovery: %v", left)
+	}
+	t.Logf("%d journal file(s) left by the killed process; the log after recovery: %v", len(journals), byState)
 }
 
 // serveProcess starts `mcp-quota serve` on a free loopback port as a

@@ -149,7 +149,9 @@ func (a *app) close() {
 	if err := a.pacer.Close(ctx); err != nil {
 		a.log.Warn("giving back leased slots failed; they stay counted until their lease ends", "error", err)
 	}
-	a.db.Close()
+	if err := a.db.Close(); err != nil {
+		a.log.Warn("closing the state file failed; what its journal holds is recorded by the next process to open it", "error", err)
+	}
 }
 
 func (a *app) tools(transport, localCaller string) *tools.Deps {
@@ -163,10 +165,14 @@ func (a *app) rest() *rest.Handler {
 // Retention of the activity and observations.
 const retention = 7 * 24 * time.Hour
 
-// sweep marks attempts of processes that died as interrupted and drops
-// old history, now and every ten minutes until ctx ends.
+// sweep records what the journals of processes that died hold, marks
+// their attempts as interrupted and drops old history, now and every ten
+// minutes until ctx ends.
 func (a *app) sweep(ctx context.Context) {
 	for {
+		if _, err := a.db.Recover(ctx); err != nil && ctx.Err() == nil {
+			a.log.Warn("recording the journal of a process that ended failed", "error", err)
+		}
 		now := time.Now()
 		if err := a.db.Update(ctx, func(tx *state.Tx) error { return tx.Sweep(now, now.Add(-retention)) }); err != nil && ctx.Err() == nil {
 			a.log.Warn("sweeping the state file failed", "error", err)

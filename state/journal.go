@@ -1,0 +1,443 @@
+package state
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// How a reserved slot's call ended reaches the state file through the
+// process's journal: FinishLater appends it to a file of the process's
+// own, with one write, and returns; the journal's applier records it in
+// the state file a moment later, with every other outcome that came in
+// the meantime, in one transaction. Once FinishLater returns, a crash of
+// the process loses nothing: the next process to open the state file (or
+// to run Recover) finds the journal of a process that ended — its lock is
+// gone — and records what it holds that the state file does not.
+//
+// Until it is applied, the slot stays reserved: counted as sent and in
+// flight for every process, as it was before its call ended. A View of
+// this process waits for the applier first, so the process reads what it
+// wrote.
+
+// A Finished is how the call of a reserved slot ended: the attempt as
+// FinishReserved records it, and the observations of its answer.
+type Finished struct {
+	Attempt      Attempt             `json:"attempt"`
+	Observations []ObservationRecord `json:"observations,omitempty"`
+}
+
+// finish records f in tx. Replayed, it is skipped when its slot is no
+// longer reserved (recorded already, or swept away); a slot the sweep
+// released meanwhile is recorded as its call ended.
+func (tx *Tx) finish(f Finished, replay bool) (bool, error) {
+	if replay {
+		var st string
+		err := tx.queryRow(qSlotState, f.Attempt.ID, f.Attempt.Key).Scan(&st)
+		if errors.Is(err, sql.ErrNoRows) || err == nil && st != Reserved && st != Released {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+	if err := tx.FinishReserved(f.Attempt); err != nil {
+		return false, err
+	}
+	for _, o := range f.Observations {
+		if err := tx.AddObservation(o); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+var qSlotState = newQuery(`SELECT state FROM attempts WHERE id = ? AND key = ? AND call_id = ''`)
+
+// journalSegment is the size after which the journal goes on in a new
+// file; a file is removed once all it holds is applied.
+const journalSegment = 4 << 20
+
+// A journal is the process's file of outcomes not yet in the state file.
+type journal struct {
+	db  *DB
+	dir string
+
+	mu       sync.Mutex
+	cur      *segment
+	old      []*segment    // earlier files, with outcomes still to apply
+	queue    []queued      // written, not yet applied
+	written  uint64        // outcomes written so far…
+	applied  uint64        // …and applied
+	progress chan struct{} // closed and replaced whenever applied grows
+	broken   error         // a write failed: nothing more is written
+
+	wake  chan struct{} // tells the applier there is work…
+	hurry chan struct{} // …and that it should not wait for more
+	stop  chan struct{} // closed by close
+	done  chan struct{} // closed when the applier has stopped
+}
+
+// A segment is one of the journal's files.
+type segment struct {
+	f       *os.File
+	path    string // where f is now (f.Name is where it was created)
+	size    int64
+	pending int // outcomes written to it, not yet applied
+}
+
+type queued struct {
+	f   Finished
+	seg *segment
+}
+
+// errNoJournal says this system cannot lock a journal's file: outcomes
+// are recorded at once instead.
+var errNoJournal = errors.New("state: no journal on this system")
+
+// journalDir is where the journals of the state file at path live.
+func journalDir(path string) string { return path + ".outcomes" }
+
+// FinishLater records f (the end of a reserved slot's call, see
+// Finished) in the process's journal, and in the state file shortly
+// after. When it returns an error, f is recorded nowhere: record it with
+// FinishReserved and AddObservation in an Update instead.
+func (db *DB) FinishLater(f Finished) error {
+	j, err := db.journal()
+	if err != nil {
+		return err
+	}
+	return j.write(f)
+}
+
+// journal returns the process's journal, opened at its first use.
+func (db *DB) journal() (*journal, error) {
+	db.journalOnce.Do(func() {
+		j, err := openJournal(db)
+		db.journalErr = err
+		if err == nil {
+			db.jr.Store(j)
+		}
+	})
+	return db.jr.Load(), db.journalErr
+}
+
+func openJournal(db *DB) (*journal, error) {
+	if !journaling {
+		return nil, errNoJournal
+	}
+	j := &journal{db: db, dir: journalDir(db.path), progress: make(chan struct{}),
+		wake: make(chan struct{}, 1), hurry: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	if err := os.MkdirAll(j.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state: journal: %w", err)
+	}
+	seg, err := j.newSegment()
+	if err != nil {
+		return nil, err
+	}
+	j.cur = seg
+	go j.apply()
+	return j, nil
+}
+
+// newSegment creates the journal's next file, locked for as long as the
+// process lives. It is created under a temporary name and renamed once
+// locked: Recover never takes the file of a live process for the file of
+// one that ended.
+func (j *journal) newSegment() (*segment, error) {
+	var id [8]byte
+	rand.Read(id[:])
+	base := fmt.Sprintf("%d-%s", os.Getpid(), hex.EncodeToString(id[:]))
+	f, err := os.OpenFile(filepath.Join(j.dir, "new-"+base), os.O_RDWR|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("state: journal: %w", err)
+	}
+	if err := lockFile(f); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, err
+	}
+	name := filepath.Join(j.dir, base+".log")
+	if err := os.Rename(f.Name(), name); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, fmt.Errorf("state: journal: %w", err)
+	}
+	return &segment{f: f, path: name}, nil
+}
+
+// write appends f to the journal, in one write, and queues it for the
+// applier.
+func (j *journal) write(f Finished) error {
+	line, err := json.Marshal(f)
+	if err != nil {
+		return fmt.Errorf("state: journal: %w", err)
+	}
+	line = append(line, '\n')
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.broken != nil {
+		return j.broken
+	}
+	if j.cur.size >= journalSegment {
+		seg, err := j.newSegment()
+		if err != nil {
+			return err // the current file goes on
+		}
+		j.old = append(j.old, j.cur)
+		j.cur = seg
+	}
+	n, err := j.cur.f.Write(line)
+	j.cur.size += int64(n)
+	if err != nil {
+		// What it wrote of the line may garble the next one: no more
+		// lines, and Recover skips a line it cannot read.
+		j.broken = fmt.Errorf("state: journal: %w", err)
+		return j.broken
+	}
+	j.cur.pending++
+	j.queue = append(j.queue, queued{f: f, seg: j.cur})
+	j.written++
+	signal(j.wake)
+	if len(j.queue) >= journalBatch {
+		signal(j.hurry)
+	}
+	return nil
+}
+
+// signal sends on ch unless a send is waiting there already.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// The applier waits up to journalLinger after an outcome comes for more
+// to come, up to journalBatch, and applies them in one transaction: what
+// a transaction costs is mostly its commit, whatever it holds.
+const (
+	journalBatch  = 256
+	journalLinger = 2 * time.Millisecond
+)
+
+// apply records the queued outcomes in the state file, many in each
+// transaction, until close. A transaction that fails is tried again
+// later: its outcomes stay queued, and in the journal.
+func (j *journal) apply() {
+	defer close(j.done)
+	retry := time.Duration(0)
+	for {
+		var wait <-chan time.Time
+		if retry > 0 {
+			wait = time.After(retry)
+		}
+		select {
+		case <-j.wake:
+		case <-wait:
+		case <-j.stop:
+			return
+		}
+		linger := time.NewTimer(journalLinger)
+		select {
+		case <-linger.C:
+		case <-j.hurry:
+			linger.Stop()
+		case <-j.stop:
+			linger.Stop()
+			return
+		}
+		for {
+			j.mu.Lock()
+			batch := j.queue[:min(len(j.queue), journalBatch)]
+			j.mu.Unlock()
+			if len(batch) == 0 {
+				retry = 0
+				break
+			}
+			err := j.db.Update(context.Background(), func(tx *Tx) error {
+				for _, q := range batch {
+					if _, err := tx.finish(q.f, false); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				retry = min(max(2*retry, 10*time.Millisecond), 5*time.Second)
+				break
+			}
+			j.settled(len(batch))
+		}
+	}
+}
+
+// settled takes the first n queued outcomes, now in the state file, off
+// the queue and out of the journal.
+func (j *journal) settled(n int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, q := range j.queue[:n] {
+		q.seg.pending--
+	}
+	clear(j.queue[:n])
+	j.queue = j.queue[n:]
+	j.applied += uint64(n)
+	close(j.progress)
+	j.progress = make(chan struct{})
+	kept := j.old[:0]
+	for _, s := range j.old {
+		if s.pending > 0 {
+			kept = append(kept, s)
+			continue
+		}
+		os.Remove(s.path)
+		s.f.Close()
+	}
+	clear(j.old[len(kept):])
+	j.old = kept
+	if j.cur.pending == 0 && j.cur.size > 0 && j.broken == nil {
+		if err := j.cur.f.Truncate(0); err == nil {
+			j.cur.size = 0
+		}
+	}
+}
+
+// flush waits until every outcome written before it was called is in the
+// state file, or ctx ends.
+func (j *journal) flush(ctx context.Context) error {
+	j.mu.Lock()
+	target := j.written
+	j.mu.Unlock()
+	signal(j.hurry)
+	for {
+		j.mu.Lock()
+		applied, progress := j.applied, j.progress
+		j.mu.Unlock()
+		if applied >= target {
+			return nil
+		}
+		select {
+		case <-progress:
+		case <-ctx.Done():
+			return fmt.Errorf("state: journal: %w", ctx.Err())
+		}
+	}
+}
+
+// close applies what it can within BusyTimeout, stops the applier and
+// closes the journal's files, removing those with nothing left to apply.
+func (j *journal) close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), BusyTimeout)
+	defer cancel()
+	err := j.flush(ctx)
+	close(j.stop)
+	<-j.done
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, s := range append(j.old, j.cur) {
+		if s.pending == 0 {
+			os.Remove(s.path)
+		}
+		s.f.Close()
+	}
+	return err
+}
+
+// flushJournal waits for the process's journal, when it has one.
+func (db *DB) flushJournal(ctx context.Context) error {
+	if j := db.jr.Load(); j != nil {
+		return j.flush(ctx)
+	}
+	return nil
+}
+
+// Recover records what the journals of ended processes hold that the
+// state file does not, and removes them. Open runs it; a long-lived
+// process runs it from time to time, for the processes that end beside
+// it. It returns how many outcomes it recorded.
+func (db *DB) Recover(ctx context.Context) (int, error) {
+	dir := journalDir(db.path)
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("state: recover: %w", err)
+	}
+	n := 0
+	for _, e := range entries {
+		name := filepath.Join(dir, e.Name())
+		if !strings.HasSuffix(name, ".log") && !strings.HasPrefix(e.Name(), "new-") {
+			continue
+		}
+		m, err := db.recoverFile(ctx, name)
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// recoverFile records what the journal file at name holds, unless its
+// process is alive (it holds the file's lock), and removes it.
+func (db *DB) recoverFile(ctx context.Context, name string) (int, error) {
+	f, err := os.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return 0, nil // another process recovered it
+		}
+		return 0, fmt.Errorf("state: recover: %w", err)
+	}
+	defer f.Close()
+	if err := lockFile(f); err != nil {
+		return 0, nil // its process is alive, or nothing can tell
+	}
+	var fs []Finished
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var fin Finished
+		if line := bytes.TrimSpace(sc.Bytes()); json.Unmarshal(line, &fin) == nil && fin.Attempt.ID != 0 {
+			fs = append(fs, fin) // a line cut short by a crash is skipped
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("state: recover %s: %w", filepath.Base(name), err)
+	}
+	n := 0
+	if len(fs) > 0 {
+		err = db.Update(ctx, func(tx *Tx) error {
+			n = 0
+			for _, fin := range fs {
+				recorded, err := tx.finish(fin, true)
+				if err != nil {
+					return err
+				}
+				if recorded {
+					n++
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("state: recover %s: %w", filepath.Base(name), err)
+		}
+	}
+	if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return n, fmt.Errorf("state: recover: %w", err)
+	}
+	return n, nil
+}

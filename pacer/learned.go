@@ -69,9 +69,11 @@ func (p *Pacer) keep(l *learned) {
 	defer p.mu.Unlock()
 	kept := p.learned[name]
 	if kept == nil {
-		kept = &learned{key: l.key}
+		kept = &learned{key: l.key, stop: func() bool { return false }}
 		p.learned[name] = kept
-		kept.stop = p.afterFunc()(LeaseTime, func() { p.writeLearnedAlone(name) })
+		if !p.closed { // after Close, nothing more is written
+			kept.stop = p.afterFunc()(LeaseTime, func() { p.writeLearnedAlone(name) })
+		}
 	}
 	kept.merge(l)
 }
@@ -157,9 +159,18 @@ func (p *Pacer) relearn(l *learned) {
 }
 
 // writeLearnedAlone writes what the Pacer keeps for key in a transaction
-// of its own, when its timer says so.
+// of its own, when its timer says so. When that fails, what is kept is
+// tried again LeaseTime later.
 func (p *Pacer) writeLearnedAlone(key string) {
-	_ = p.writeLearnedNow(context.Background(), key) // kept again when it fails, with a new timer
+	if p.writeLearnedNow(context.Background(), key) == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if l := p.learned[key]; l != nil && !p.closed {
+		l.stop()
+		l.stop = p.afterFunc()(LeaseTime, func() { p.writeLearnedAlone(key) })
+	}
 }
 
 // writeLearnedNow writes what the Pacer keeps for key, when it keeps

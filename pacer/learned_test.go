@@ -3,7 +3,6 @@ package pacer_test
 import (
 	"context"
 	"database/sql"
-	"strings"
 	"testing"
 	"time"
 
@@ -164,8 +163,8 @@ func TestLearnedKeptWhenItsTransactionFails(t *testing.T) {
 	if _, err := raw.Exec(`CREATE TRIGGER fail_key_state BEFORE UPDATE ON key_state BEGIN SELECT RAISE(ABORT, 'injected'); END`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.p.Status(context.Background(), k, "sync"); err == nil || !strings.Contains(err.Error(), "injected") {
-		t.Fatalf("a status whose write fails: got %v, want the injected failure", err)
+	if _, err := e.p.Status(context.Background(), k, "sync"); err != nil {
+		t.Fatalf("a status whose write fails: %v, want what the file holds", err)
 	}
 	if w, _ := e.word(k); w.Remaining != 90_000 {
 		t.Fatalf("the latest word says r=%d after a failed write, want 90000 still", w.Remaining)

@@ -70,9 +70,9 @@ type DB struct {
 	queue   []*write // Update calls waiting for a transaction
 	writing bool     // a goroutine runs transactions for the queue
 
-	journalOnce sync.Once
-	jr          atomic.Pointer[journal] // the process's journal, once opened (see FinishLater)
-	journalErr  error                   // why it could not be
+	journalMu sync.Mutex              // held while the journal is opened, and while the DB closes
+	jr        atomic.Pointer[journal] // the process's journal, once opened (see FinishLater)
+	closed    bool                    // under journalMu: Close was called
 }
 
 // Open opens (creating if needed) the state file at path and brings its
@@ -133,6 +133,13 @@ func (db *DB) Path() string { return db.path }
 // Close records what the process's journal holds (see FinishLater) and
 // closes the file.
 func (db *DB) Close() error {
+	db.journalMu.Lock()
+	if db.closed {
+		db.journalMu.Unlock()
+		return nil
+	}
+	db.closed = true
+	db.journalMu.Unlock()
 	var errs []error
 	if j := db.jr.Load(); j != nil {
 		errs = append(errs, j.close())

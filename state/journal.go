@@ -38,19 +38,18 @@ type Finished struct {
 	Observations []ObservationRecord `json:"observations,omitempty"`
 }
 
-// finish records f in tx. Replayed, it is skipped when its slot is no
-// longer reserved (recorded already, or swept away); a slot the sweep
-// released meanwhile is recorded as its call ended.
-func (tx *Tx) finish(f Finished, replay bool) (bool, error) {
-	if replay {
-		var st string
-		err := tx.queryRow(qSlotState, f.Attempt.ID, f.Attempt.Key).Scan(&st)
-		if errors.Is(err, sql.ErrNoRows) || err == nil && st != Reserved && st != Released {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
+// finish records f in tx, unless its slot is no longer reserved: it was
+// recorded already (a journal is replayed after its process recorded some
+// of it), or swept away. A slot the sweep released meanwhile is recorded
+// as its call ended.
+func (tx *Tx) finish(f Finished) (bool, error) {
+	var st string
+	err := tx.queryRow(qSlotState, f.Attempt.ID, f.Attempt.Key).Scan(&st)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && st != Reserved && st != Released {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
 	}
 	if err := tx.FinishReserved(f.Attempt); err != nil {
 		return false, err
@@ -80,8 +79,10 @@ type journal struct {
 	queue    []queued      // written, not yet applied
 	written  uint64        // outcomes written so far…
 	applied  uint64        // …and applied
-	progress chan struct{} // closed and replaced whenever applied grows
+	progress chan struct{} // closed and replaced whenever applied or failing changes
 	broken   error         // a write failed: nothing more is written
+	failing  bool          // the applier's last transaction failed
+	closed   bool          // close was called
 
 	wake  chan struct{} // tells the applier there is work…
 	hurry chan struct{} // …and that it should not wait for more
@@ -121,16 +122,29 @@ func (db *DB) FinishLater(f Finished) error {
 	return j.write(f)
 }
 
-// journal returns the process's journal, opened at its first use.
+// errClosed reports a use of a closed DB.
+var errClosed = errors.New("state: closed")
+
+// journal returns the process's journal, opened at its first use. When it
+// cannot be opened, the next call tries again.
 func (db *DB) journal() (*journal, error) {
-	db.journalOnce.Do(func() {
-		j, err := openJournal(db)
-		db.journalErr = err
-		if err == nil {
-			db.jr.Store(j)
-		}
-	})
-	return db.jr.Load(), db.journalErr
+	if j := db.jr.Load(); j != nil {
+		return j, nil
+	}
+	db.journalMu.Lock()
+	defer db.journalMu.Unlock()
+	if db.closed {
+		return nil, errClosed
+	}
+	if j := db.jr.Load(); j != nil {
+		return j, nil
+	}
+	j, err := openJournal(db)
+	if err != nil {
+		return nil, err
+	}
+	db.jr.Store(j)
+	return j, nil
 }
 
 func openJournal(db *DB) (*journal, error) {
@@ -187,6 +201,9 @@ func (j *journal) write(f Finished) error {
 	line = append(line, '\n')
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if j.closed {
+		return errClosed
+	}
 	if j.broken != nil {
 		return j.broken
 	}
@@ -233,8 +250,11 @@ const (
 )
 
 // apply records the queued outcomes in the state file, many in each
-// transaction, until close. A transaction that fails is tried again
-// later: its outcomes stay queued, and in the journal.
+// transaction, until close. When a transaction fails, its outcomes are
+// tried one by one: one that fails while others go through is one the
+// state file refuses (see recordEach), and is set aside; when all fail,
+// the file is at fault (busy, full), and they stay queued, and in the
+// journal, to be tried again later.
 func (j *journal) apply() {
 	defer close(j.done)
 	retry := time.Duration(0)
@@ -245,18 +265,21 @@ func (j *journal) apply() {
 		}
 		select {
 		case <-j.wake:
+		case <-j.hurry:
 		case <-wait:
 		case <-j.stop:
 			return
 		}
-		linger := time.NewTimer(journalLinger)
-		select {
-		case <-linger.C:
-		case <-j.hurry:
-			linger.Stop()
-		case <-j.stop:
-			linger.Stop()
-			return
+		if retry == 0 {
+			linger := time.NewTimer(journalLinger)
+			select {
+			case <-linger.C:
+			case <-j.hurry:
+				linger.Stop()
+			case <-j.stop:
+				linger.Stop()
+				return
+			}
 		}
 		for {
 			j.mu.Lock()
@@ -264,23 +287,88 @@ func (j *journal) apply() {
 			j.mu.Unlock()
 			if len(batch) == 0 {
 				retry = 0
+				j.setFailing(false)
 				break
 			}
+			fs := make([]Finished, len(batch))
+			for i, q := range batch {
+				fs[i] = q.f
+			}
 			err := j.db.Update(context.Background(), func(tx *Tx) error {
-				for _, q := range batch {
-					if _, err := tx.finish(q.f, false); err != nil {
-						return err
-					}
-				}
-				return nil
+				_, err := tx.recordAll(fs)
+				return err
 			})
+			if err != nil && oneByOne(err, len(fs)) {
+				if _, failed := j.db.recordEach(context.Background(), fs); failed < len(fs) {
+					err = nil // the ones that went through are in; the others are refused
+				}
+			}
 			if err != nil {
 				retry = min(max(2*retry, 10*time.Millisecond), 5*time.Second)
+				j.setFailing(true)
 				break
 			}
 			j.settled(len(batch))
 		}
 	}
+}
+
+// setFailing says whether the applier's last transaction failed: while
+// it does, a View reads the state file as it is rather than wait.
+func (j *journal) setFailing(failing bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.failing != failing {
+		j.failing = failing
+		j.changed()
+	}
+}
+
+// changed wakes the flushes waiting for the applier. j.mu is held.
+func (j *journal) changed() {
+	close(j.progress)
+	j.progress = make(chan struct{})
+}
+
+// recordAll records fs in tx, each unless its slot is no longer reserved
+// (see finish), and returns how many it recorded.
+func (tx *Tx) recordAll(fs []Finished) (int, error) {
+	n := 0
+	for _, f := range fs {
+		recorded, err := tx.finish(f)
+		if err != nil {
+			return n, err
+		}
+		if recorded {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// recordEach records each of fs in a transaction of its own (see
+// recordAll) and returns how many it recorded, and how many failed: when
+// some went through, those the state file refuses.
+func (db *DB) recordEach(ctx context.Context, fs []Finished) (recorded, failed int) {
+	for _, f := range fs {
+		var n int
+		err := db.Update(ctx, func(tx *Tx) (err error) {
+			n, err = tx.recordAll([]Finished{f})
+			return err
+		})
+		recorded += n
+		if err != nil {
+			failed++
+		}
+	}
+	return recorded, failed
+}
+
+// oneByOne says whether the outcomes of a transaction that failed with
+// err are worth trying one by one: not when the file was busy, which
+// each would wait for again.
+func oneByOne(err error, n int) bool {
+	return n > 1 && !errors.Is(err, ErrBusy) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
 }
 
 // settled takes the first n queued outcomes, now in the state file, off
@@ -294,8 +382,7 @@ func (j *journal) settled(n int) {
 	clear(j.queue[:n])
 	j.queue = j.queue[n:]
 	j.applied += uint64(n)
-	close(j.progress)
-	j.progress = make(chan struct{})
+	j.changed()
 	kept := j.old[:0]
 	for _, s := range j.old {
 		if s.pending > 0 {
@@ -323,9 +410,11 @@ func (j *journal) flush(ctx context.Context) error {
 	signal(j.hurry)
 	for {
 		j.mu.Lock()
-		applied, progress := j.applied, j.progress
+		applied, progress, failing, closed := j.applied, j.progress, j.failing, j.closed
 		j.mu.Unlock()
-		if applied >= target {
+		if applied >= target || failing || closed {
+			// A journal that cannot be applied now is not waited for: what
+			// it holds stays counted in the state file, as reserved slots.
 			return nil
 		}
 		select {
@@ -342,17 +431,29 @@ func (j *journal) close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), BusyTimeout)
 	defer cancel()
 	err := j.flush(ctx)
+	if err == nil && j.pending() > 0 {
+		err = fmt.Errorf("state: journal: %d outcomes not recorded; the next process to open the state file records them", j.pending())
+	}
 	close(j.stop)
 	<-j.done
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	j.closed = true
 	for _, s := range append(j.old, j.cur) {
 		if s.pending == 0 {
 			os.Remove(s.path)
 		}
 		s.f.Close()
 	}
+	os.Remove(j.dir) // when no other process keeps a journal there
 	return err
+}
+
+// pending returns how many outcomes are written and not yet applied.
+func (j *journal) pending() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.queue)
 }
 
 // flushJournal waits for the process's journal, when it has one.
@@ -379,7 +480,15 @@ func (db *DB) Recover(ctx context.Context) (int, error) {
 	n := 0
 	for _, e := range entries {
 		name := filepath.Join(dir, e.Name())
-		if !strings.HasSuffix(name, ".log") && !strings.HasPrefix(e.Name(), "new-") {
+		switch {
+		case strings.HasSuffix(name, ".log"):
+		case strings.HasPrefix(e.Name(), "new-"):
+			// A journal being created: locked and renamed in a moment. Left
+			// by a process that ended, it is empty; it goes after a minute.
+			if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) < time.Minute {
+				continue
+			}
+		default:
 			continue
 		}
 		m, err := db.recoverFile(ctx, name)
@@ -419,19 +528,18 @@ func (db *DB) recoverFile(ctx context.Context, name string) (int, error) {
 	}
 	n := 0
 	if len(fs) > 0 {
-		err = db.Update(ctx, func(tx *Tx) error {
-			n = 0
-			for _, fin := range fs {
-				recorded, err := tx.finish(fin, true)
-				if err != nil {
-					return err
-				}
-				if recorded {
-					n++
-				}
-			}
-			return nil
+		err = db.Update(ctx, func(tx *Tx) (err error) {
+			n, err = tx.recordAll(fs)
+			return err
 		})
+		if err != nil && oneByOne(err, len(fs)) {
+			// Some may go through one by one: the others are refused by
+			// the state file, and would be at every try.
+			recorded, failed := db.recordEach(ctx, fs)
+			if failed < len(fs) {
+				n, err = recorded, nil
+			}
+		}
 		if err != nil {
 			return 0, fmt.Errorf("state: recover %s: %w", filepath.Base(name), err)
 		}

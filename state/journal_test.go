@@ -2,6 +2,7 @@ package state_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -190,5 +191,69 @@ func TestRecoverLeavesALiveJournal(t *testing.T) {
 	}
 	if states, _ := ended(t, db, ids); states[state.Confirmed] != 2 {
 		t.Errorf("the live process's outcomes: %v, want 2 confirmed", states)
+	}
+}
+
+// Close is safe to call twice, and FinishLater after it records nothing
+// and says so.
+func TestJournalAfterClose(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	db, err := state.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := reserve(t, db, 2)
+	if err := db.FinishLater(finishedSlot(ids[0], 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Errorf("a second Close: %v", err)
+	}
+	if err := db.FinishLater(finishedSlot(ids[1], 0)); err == nil {
+		t.Error("FinishLater after Close succeeded")
+	}
+	if files := journalFiles(t, path); len(files) != 0 {
+		t.Errorf("journal files after Close: %v, want none", files)
+	}
+}
+
+// An outcome the state file refuses holds back none of the others, and
+// no View waits for it.
+func TestJournalSetsARefusedOutcomeAside(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	db := open(t, path)
+	ids := reserve(t, db, 4)
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if _, err := raw.Exec(fmt.Sprintf(`CREATE TRIGGER refuse BEFORE UPDATE ON attempts WHEN OLD.id = %d
+		BEGIN SELECT RAISE(ABORT, 'refused'); END`, ids[1])); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids[:3] {
+		if err := db.FinishLater(finishedSlot(id, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var states map[string]int
+	if err := db.View(ctx, func(tx *state.Tx) error {
+		sends, err := tx.Sends("k", time.Time{}, 100)
+		states = map[string]int{}
+		for _, s := range sends {
+			states[s.State]++
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if states[state.Confirmed] != 2 || states[state.Reserved] != 2 {
+		t.Errorf("with one of three outcomes refused: %v, want 2 confirmed and 2 reserved", states)
 	}
 }

@@ -39,10 +39,10 @@ max_concurrency = 100000
 // BenchmarkProxy measures, in one run on loopback, what the REST side
 // adds to a call: latency (p50, p99, one call at a time) and throughput
 // (8 calls in parallel, each caller calling again as soon as answered),
-// against a bare httputil.ReverseProxy in front of
-// the same demo upstream. State persistence is on — a real state file;
-// every call is admitted and recorded in SQLite — and the budget never
-// binds. Two configurations of the key:
+// against a bare httputil.ReverseProxy in front of the same demo
+// upstream. State persistence is on — a real state file; every call is
+// admitted and recorded in SQLite — and the budget never binds. Two
+// configurations of the key:
 //
 //   - mcp-quota: the seed's upstream (it announces its policy) and a
 //     documented policy of 10⁹ calls a minute, so every admission counts
@@ -52,7 +52,7 @@ max_concurrency = 100000
 //
 // Run it as
 //
-//	go test ./rest/ -run '^$' -bench BenchmarkProxy -benchtime 3000x -v
+//	go test ./rest/ -run '^$' -bench BenchmarkProxy -benchtime 20000x -v
 func BenchmarkProxy(b *testing.B) {
 	gw := func(c *gateway.Config) { c.MaxConcurrent = 100000 }
 	windowed := newStack(b, stackConfig{Demo: demo.Config{Quota: 1 << 30, Window: time.Hour}, Keys: benchKeys(true), Gateway: gw, QuietLog: true})

@@ -10,8 +10,9 @@ import (
 )
 
 // An answer a lease foresaw (see lease.go) is recorded at once with what
-// it said: the call's state and every observation of its answer, before
-// its caller hears it. What it teaches the key's pacing state and the
+// it said — the call's state and every observation of its answer — before
+// its caller hears it, through the process's journal where it has one
+// (see state.FinishLater). What it teaches the key's pacing state and the
 // latest word on each of its policies waits, in memory, for the key's
 // next transaction in this process — an admission, an answer the lease
 // did not foresee, the lease's end, a status — or LeaseTime at most: on a

@@ -16,7 +16,8 @@ import (
 // in flight for every process), and the next calls of this process take
 // them in memory, without a transaction of their own, until the batch is
 // spent or the lease runs out. Each call's outcome is still recorded
-// before its caller hears it; only the admission is batched. A lease:
+// before its caller hears it (an answer the lease foresaw, through the
+// process's journal: see learned.go). A lease:
 //
 //   - is granted only when the decision admits at once, with no probe, no
 //     gate, no slow start and no budget near its low-water mark, for a key

@@ -12,9 +12,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // How a reserved slot's call ended reaches the state file through the
@@ -82,7 +86,11 @@ type journal struct {
 	progress chan struct{} // closed and replaced whenever applied or failing changes
 	broken   error         // a write failed: nothing more is written
 	failing  bool          // the applier's last transaction failed
-	closed   bool          // close was called
+	closing  bool          // close was called: no more outcomes are taken
+	stopped  bool          // the applier has stopped
+
+	ctx    context.Context // the applier's transactions; cancelled by close
+	cancel context.CancelFunc
 
 	wake  chan struct{} // tells the applier there is work…
 	hurry chan struct{} // …and that it should not wait for more
@@ -161,6 +169,7 @@ func openJournal(db *DB) (*journal, error) {
 		return nil, err
 	}
 	j.cur = seg
+	j.ctx, j.cancel = context.WithCancel(context.Background())
 	go j.apply()
 	return j, nil
 }
@@ -201,7 +210,7 @@ func (j *journal) write(f Finished) error {
 	line = append(line, '\n')
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.closed {
+	if j.closing {
 		return errClosed
 	}
 	if j.broken != nil {
@@ -250,67 +259,107 @@ const (
 )
 
 // apply records the queued outcomes in the state file, many in each
-// transaction, until close. When a transaction fails, its outcomes are
-// tried one by one: one that fails while others go through is one the
-// state file refuses (see recordEach), and is set aside; when all fail,
-// the file is at fault (busy, full), and they stay queued, and in the
-// journal, to be tried again later.
+// transaction, until close. An outcome the state file refuses (see
+// refused) is set aside, so that it holds back no other. When the file
+// itself fails (busy, full, an I/O error), the outcomes stay queued, and
+// in the journal, and are tried again after a backoff.
 func (j *journal) apply() {
 	defer close(j.done)
 	retry := time.Duration(0)
 	for {
-		var wait <-chan time.Time
 		if retry > 0 {
-			wait = time.After(retry)
-		}
-		select {
-		case <-j.wake:
-		case <-j.hurry:
-		case <-wait:
-		case <-j.stop:
-			return
-		}
-		if retry == 0 {
-			linger := time.NewTimer(journalLinger)
+			t := time.NewTimer(retry)
 			select {
-			case <-linger.C:
-			case <-j.hurry:
-				linger.Stop()
+			case <-t.C:
 			case <-j.stop:
-				linger.Stop()
+				t.Stop()
+				return
+			}
+		} else {
+			select {
+			case <-j.wake:
+			case <-j.hurry:
+			case <-j.stop:
+				return
+			}
+			t := time.NewTimer(journalLinger)
+			select {
+			case <-t.C:
+			case <-j.hurry:
+				t.Stop()
+			case <-j.stop:
+				t.Stop()
 				return
 			}
 		}
 		for {
 			j.mu.Lock()
-			batch := j.queue[:min(len(j.queue), journalBatch)]
+			batch := slices.Clone(j.queue[:min(len(j.queue), journalBatch)])
 			j.mu.Unlock()
 			if len(batch) == 0 {
 				retry = 0
-				j.setFailing(false)
 				break
 			}
-			fs := make([]Finished, len(batch))
-			for i, q := range batch {
-				fs[i] = q.f
-			}
-			err := j.db.Update(context.Background(), func(tx *Tx) error {
-				_, err := tx.recordAll(fs)
-				return err
-			})
-			if err != nil && oneByOne(err, len(fs)) {
-				if _, failed := j.db.recordEach(context.Background(), fs); failed < len(fs) {
-					err = nil // the ones that went through are in; the others are refused
-				}
-			}
+			done, err := j.record(batch)
+			j.settle(batch, done)
 			if err != nil {
 				retry = min(max(2*retry, 10*time.Millisecond), 5*time.Second)
 				j.setFailing(true)
 				break
 			}
-			j.settled(len(batch))
+			retry = 0
+			j.setFailing(false)
 		}
 	}
+}
+
+// record records batch in the state file, in one transaction, or one by
+// one when the state file refuses one of them, and says which of them
+// are done with: recorded, or refused. Its error is the state file's
+// failure, which left the others undone.
+func (j *journal) record(batch []queued) ([]bool, error) {
+	done := make([]bool, len(batch))
+	err := j.db.Update(j.ctx, func(tx *Tx) error {
+		for _, q := range batch {
+			if _, err := tx.finish(q.f); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		for i := range done {
+			done[i] = true
+		}
+		return done, nil
+	}
+	if !refused(err) {
+		return done, err
+	}
+	for i, q := range batch {
+		err := j.db.Update(j.ctx, func(tx *Tx) error { _, err := tx.finish(q.f); return err })
+		if err != nil && !refused(err) {
+			return done, err
+		}
+		done[i] = true // recorded, or refused: set aside
+	}
+	return done, nil
+}
+
+// refused says the state file refused what a statement would write — a
+// constraint, a value too big, of the wrong type or out of range — and
+// would refuse it at every try; not that the file is busy, full or
+// failing, nor that a context ended.
+func refused(err error) bool {
+	var e *sqlite.Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	switch e.Code() & 0xff {
+	case sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_MISMATCH, sqlite3.SQLITE_RANGE:
+		return true
+	}
+	return false
 }
 
 // setFailing says whether the applier's last transaction failed: while
@@ -330,70 +379,39 @@ func (j *journal) changed() {
 	j.progress = make(chan struct{})
 }
 
-// recordAll records fs in tx, each unless its slot is no longer reserved
-// (see finish), and returns how many it recorded.
-func (tx *Tx) recordAll(fs []Finished) (int, error) {
-	n := 0
-	for _, f := range fs {
-		recorded, err := tx.finish(f)
-		if err != nil {
-			return n, err
-		}
-		if recorded {
-			n++
-		}
-	}
-	return n, nil
-}
-
-// recordEach records each of fs in a transaction of its own (see
-// recordAll) and returns how many it recorded, and how many failed: when
-// some went through, those the state file refuses.
-func (db *DB) recordEach(ctx context.Context, fs []Finished) (recorded, failed int) {
-	for _, f := range fs {
-		var n int
-		err := db.Update(ctx, func(tx *Tx) (err error) {
-			n, err = tx.recordAll([]Finished{f})
-			return err
-		})
-		recorded += n
-		if err != nil {
-			failed++
-		}
-	}
-	return recorded, failed
-}
-
-// oneByOne says whether the outcomes of a transaction that failed with
-// err are worth trying one by one: not when the file was busy, which
-// each would wait for again.
-func oneByOne(err error, n int) bool {
-	return n > 1 && !errors.Is(err, ErrBusy) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
-}
-
-// settled takes the first n queued outcomes, now in the state file, off
-// the queue and out of the journal.
-func (j *journal) settled(n int) {
+// settle takes the outcomes of batch (the queue's first ones) that are
+// done with off the queue and out of the journal; the others stay first
+// in the queue, in order.
+func (j *journal) settle(batch []queued, done []bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	for _, q := range j.queue[:n] {
-		q.seg.pending--
+	var kept []queued
+	n := 0
+	for i, q := range batch {
+		if done[i] {
+			q.seg.pending--
+			n++
+		} else {
+			kept = append(kept, q)
+		}
 	}
-	clear(j.queue[:n])
-	j.queue = j.queue[n:]
+	if n == 0 {
+		return
+	}
+	j.queue = append(kept, j.queue[len(batch):]...)
 	j.applied += uint64(n)
 	j.changed()
-	kept := j.old[:0]
+	old := j.old[:0]
 	for _, s := range j.old {
 		if s.pending > 0 {
-			kept = append(kept, s)
+			old = append(old, s)
 			continue
 		}
 		os.Remove(s.path)
 		s.f.Close()
 	}
-	clear(j.old[len(kept):])
-	j.old = kept
+	clear(j.old[len(old):])
+	j.old = old
 	if j.cur.pending == 0 && j.cur.size > 0 && j.broken == nil {
 		if err := j.cur.f.Truncate(0); err == nil {
 			j.cur.size = 0
@@ -402,19 +420,22 @@ func (j *journal) settled(n int) {
 }
 
 // flush waits until every outcome written before it was called is in the
-// state file, or ctx ends.
+// state file (or set aside), or ctx ends. It does not wait for an applier
+// that is failing or stopped: what the journal holds stays counted in the
+// state file meanwhile, as reserved slots.
 func (j *journal) flush(ctx context.Context) error {
 	j.mu.Lock()
 	target := j.written
+	failing := j.failing
 	j.mu.Unlock()
-	signal(j.hurry)
+	if !failing {
+		signal(j.hurry)
+	}
 	for {
 		j.mu.Lock()
-		applied, progress, failing, closed := j.applied, j.progress, j.failing, j.closed
+		applied, progress, failing, stopped := j.applied, j.progress, j.failing, j.stopped
 		j.mu.Unlock()
-		if applied >= target || failing || closed {
-			// A journal that cannot be applied now is not waited for: what
-			// it holds stays counted in the state file, as reserved slots.
+		if applied >= target || failing || stopped {
 			return nil
 		}
 		select {
@@ -425,20 +446,26 @@ func (j *journal) flush(ctx context.Context) error {
 	}
 }
 
-// close applies what it can within BusyTimeout, stops the applier and
-// closes the journal's files, removing those with nothing left to apply.
+// close takes no more outcomes, applies what it can within BusyTimeout,
+// stops the applier and closes the journal's files, removing those with
+// nothing left to apply: what is left is the next process's to record.
 func (j *journal) close() error {
+	j.mu.Lock()
+	j.closing = true
+	j.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), BusyTimeout)
 	defer cancel()
 	err := j.flush(ctx)
-	if err == nil && j.pending() > 0 {
-		err = fmt.Errorf("state: journal: %d outcomes not recorded; the next process to open the state file records them", j.pending())
-	}
+	j.cancel() // a transaction the applier waits for is not waited for
 	close(j.stop)
 	<-j.done
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.closed = true
+	j.stopped = true
+	j.changed()
+	if n := len(j.queue); n > 0 && err == nil {
+		err = fmt.Errorf("state: journal: %d outcomes not recorded; the next process to open the state file records them", n)
+	}
 	for _, s := range append(j.old, j.cur) {
 		if s.pending == 0 {
 			os.Remove(s.path)
@@ -447,13 +474,6 @@ func (j *journal) close() error {
 	}
 	os.Remove(j.dir) // when no other process keeps a journal there
 	return err
-}
-
-// pending returns how many outcomes are written and not yet applied.
-func (j *journal) pending() int {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return len(j.queue)
 }
 
 // flushJournal waits for the process's journal, when it has one.
@@ -527,21 +547,32 @@ func (db *DB) recoverFile(ctx context.Context, name string) (int, error) {
 		return 0, fmt.Errorf("state: recover %s: %w", filepath.Base(name), err)
 	}
 	n := 0
-	if len(fs) > 0 {
-		err = db.Update(ctx, func(tx *Tx) (err error) {
-			n, err = tx.recordAll(fs)
-			return err
-		})
-		if err != nil && oneByOne(err, len(fs)) {
-			// Some may go through one by one: the others are refused by
-			// the state file, and would be at every try.
-			recorded, failed := db.recordEach(ctx, fs)
-			if failed < len(fs) {
-				n, err = recorded, nil
+	replay := func(fs []Finished) error {
+		return db.Update(ctx, func(tx *Tx) error {
+			for _, fin := range fs {
+				recorded, err := tx.finish(fin)
+				if err != nil {
+					return err
+				}
+				if recorded {
+					n++
+				}
 			}
-		}
-		if err != nil {
-			return 0, fmt.Errorf("state: recover %s: %w", filepath.Base(name), err)
+			return nil
+		})
+	}
+	if len(fs) > 0 {
+		if err := replay(fs); err != nil {
+			if !refused(err) {
+				return 0, fmt.Errorf("state: recover %s: %w", filepath.Base(name), err)
+			}
+			// One by one: an outcome the state file refuses is set aside.
+			n = 0
+			for _, fin := range fs {
+				if err := replay([]Finished{fin}); err != nil && !refused(err) {
+					return n, fmt.Errorf("state: recover %s: %w", filepath.Base(name), err)
+				}
+			}
 		}
 	}
 	if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {

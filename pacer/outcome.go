@@ -64,22 +64,11 @@ func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 	defer p.signal(t.Call.Key.Name)
 	if res, ok := p.foreseen(t, o); ok {
 		// Only the call and its answer's observations are recorded now,
-		// through the process's journal where it has one (see
-		// state.FinishLater); what they teach waits for the key's next
-		// transaction (see learned).
+		// through the process's journal (see state.FinishLater); what they
+		// teach waits for the key's next transaction (see learned).
 		fin := state.Finished{Attempt: finished(t, o, res.State), Observations: observations(t, o)}
-		if err := p.db.FinishLater(fin); err != nil {
-			err = p.db.Update(ctx, func(tx *state.Tx) error {
-				for _, ob := range fin.Observations {
-					if err := tx.AddObservation(ob); err != nil {
-						return err
-					}
-				}
-				return tx.FinishReserved(fin.Attempt)
-			})
-			if err != nil {
-				return res, fmt.Errorf("pacer: record %s: %w", t.Call.Key.Name, err)
-			}
+		if err := p.db.FinishLater(ctx, fin); err != nil {
+			return res, fmt.Errorf("pacer: record %s: %w", t.Call.Key.Name, err)
 		}
 		p.learn(t, o)
 		return res, nil

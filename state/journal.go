@@ -55,15 +55,20 @@ func (tx *Tx) finish(f Finished) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	return true, tx.record(f)
+}
+
+// record records f in tx: the slot's call and its answer's observations.
+func (tx *Tx) record(f Finished) error {
 	if err := tx.FinishReserved(f.Attempt); err != nil {
-		return false, err
+		return err
 	}
 	for _, o := range f.Observations {
 		if err := tx.AddObservation(o); err != nil {
-			return false, err
+			return err
 		}
 	}
-	return true, nil
+	return nil
 }
 
 var qSlotState = newQuery(`SELECT state FROM attempts WHERE id = ? AND key = ? AND call_id = ''`)
@@ -120,14 +125,18 @@ func journalDir(path string) string { return path + ".outcomes" }
 
 // FinishLater records f (the end of a reserved slot's call, see
 // Finished) in the process's journal, and in the state file shortly
-// after. When it returns an error, f is recorded nowhere: record it with
-// FinishReserved and AddObservation in an Update instead.
-func (db *DB) FinishLater(f Finished) error {
+// after. Where the process has no journal (the system cannot lock its
+// file, or a write to it failed), f is recorded in the state file at once,
+// in a transaction that ctx bounds.
+func (db *DB) FinishLater(ctx context.Context, f Finished) error {
 	j, err := db.journal()
-	if err != nil {
+	if err == nil {
+		err = j.write(f)
+	}
+	if err == nil || errors.Is(err, errClosed) {
 		return err
 	}
-	return j.write(f)
+	return db.Update(ctx, func(tx *Tx) error { return tx.record(f) })
 }
 
 // errClosed reports a use of a closed DB.
@@ -313,37 +322,59 @@ func (j *journal) apply() {
 	}
 }
 
-// record records batch in the state file, in one transaction, or one by
-// one when the state file refuses one of them, and says which of them
-// are done with: recorded, or refused. Its error is the state file's
-// failure, which left the others undone.
+// record records batch in the state file (see recordAll) and says which
+// of its outcomes are done with. Its error is the state file's failure,
+// which left the others undone.
 func (j *journal) record(batch []queued) ([]bool, error) {
-	done := make([]bool, len(batch))
-	err := j.db.Update(j.ctx, func(tx *Tx) error {
-		for _, q := range batch {
-			if _, err := tx.finish(q.f); err != nil {
-				return err
+	fs := make([]Finished, len(batch))
+	for i, q := range batch {
+		fs[i] = q.f
+	}
+	done, _, err := j.db.recordAll(j.ctx, fs)
+	return done, err
+}
+
+// recordAll records fs in the state file: in one transaction, or one by
+// one when the state file refuses one of them. It says which of them are
+// done with (recorded, skipped as recorded already, or refused and set
+// aside) and how many it recorded. It stops at the state file's first
+// failure (busy, full, an I/O error): the others are undone.
+func (db *DB) recordAll(ctx context.Context, fs []Finished) (done []bool, recorded int, err error) {
+	done = make([]bool, len(fs))
+	record := func(fs []Finished) (n int, err error) {
+		err = db.Update(ctx, func(tx *Tx) error {
+			n = 0
+			for _, f := range fs {
+				ok, err := tx.finish(f)
+				if err != nil {
+					return err
+				}
+				if ok {
+					n++
+				}
 			}
-		}
-		return nil
-	})
+			return nil
+		})
+		return n, err
+	}
+	n, err := record(fs)
 	if err == nil {
 		for i := range done {
 			done[i] = true
 		}
-		return done, nil
+		return done, n, nil
 	}
 	if !refused(err) {
-		return done, err
+		return done, 0, err
 	}
-	for i, q := range batch {
-		err := j.db.Update(j.ctx, func(tx *Tx) error { _, err := tx.finish(q.f); return err })
+	for i, f := range fs {
+		n, err := record([]Finished{f})
 		if err != nil && !refused(err) {
-			return done, err
+			return done, recorded, err
 		}
-		done[i] = true // recorded, or refused: set aside
+		done[i], recorded = true, recorded+n // recorded, or refused: set aside
 	}
-	return done, nil
+	return done, recorded, nil
 }
 
 // refused says the state file refused what a statement would write — a
@@ -547,32 +578,9 @@ func (db *DB) recoverFile(ctx context.Context, name string) (int, error) {
 		return 0, fmt.Errorf("state: recover %s: %w", filepath.Base(name), err)
 	}
 	n := 0
-	replay := func(fs []Finished) error {
-		return db.Update(ctx, func(tx *Tx) error {
-			for _, fin := range fs {
-				recorded, err := tx.finish(fin)
-				if err != nil {
-					return err
-				}
-				if recorded {
-					n++
-				}
-			}
-			return nil
-		})
-	}
 	if len(fs) > 0 {
-		if err := replay(fs); err != nil {
-			if !refused(err) {
-				return 0, fmt.Errorf("state: recover %s: %w", filepath.Base(name), err)
-			}
-			// One by one: an outcome the state file refuses is set aside.
-			n = 0
-			for _, fin := range fs {
-				if err := replay([]Finished{fin}); err != nil && !refused(err) {
-					return n, fmt.Errorf("state: recover %s: %w", filepath.Base(name), err)
-				}
-			}
+		if _, n, err = db.recordAll(ctx, fs); err != nil {
+			return n, fmt.Errorf("state: recover %s: %w", filepath.Base(name), err)
 		}
 	}
 	if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {

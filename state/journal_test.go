@@ -89,7 +89,7 @@ func TestFinishLater(t *testing.T) {
 	}
 	ids := reserve(t, db, 8)
 	for _, id := range ids[:5] {
-		if err := db.FinishLater(finishedSlot(id, 100-id)); err != nil {
+		if err := db.FinishLater(context.Background(), finishedSlot(id, 100-id)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -172,7 +172,7 @@ func TestRecoverLeavesALiveJournal(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
 	db := open(t, path)
 	ids := reserve(t, db, 4)
-	if err := db.FinishLater(finishedSlot(ids[0], 10)); err != nil {
+	if err := db.FinishLater(context.Background(), finishedSlot(ids[0], 10)); err != nil {
 		t.Fatal(err)
 	}
 	files := journalFiles(t, path)
@@ -186,7 +186,7 @@ func TestRecoverLeavesALiveJournal(t *testing.T) {
 	if _, err := os.Stat(files[0]); err != nil {
 		t.Fatalf("the live process's journal: %v", err)
 	}
-	if err := db.FinishLater(finishedSlot(ids[1], 9)); err != nil {
+	if err := db.FinishLater(context.Background(), finishedSlot(ids[1], 9)); err != nil {
 		t.Fatal(err)
 	}
 	if states, _ := ended(t, db, ids); states[state.Confirmed] != 2 {
@@ -203,7 +203,7 @@ func TestJournalAfterClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids := reserve(t, db, 2)
-	if err := db.FinishLater(finishedSlot(ids[0], 1)); err != nil {
+	if err := db.FinishLater(context.Background(), finishedSlot(ids[0], 1)); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
@@ -212,7 +212,7 @@ func TestJournalAfterClose(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Errorf("a second Close: %v", err)
 	}
-	if err := db.FinishLater(finishedSlot(ids[1], 0)); err == nil {
+	if err := db.FinishLater(context.Background(), finishedSlot(ids[1], 0)); err == nil {
 		t.Error("FinishLater after Close succeeded")
 	}
 	if files := journalFiles(t, path); len(files) != 0 {
@@ -267,20 +267,20 @@ func TestJournalSetsARefusedOutcomeAside(t *testing.T) {
 	ids := reserve(t, db, 5)
 	refuse(t, path, ids[1], ids[3])
 	for _, id := range ids[:3] {
-		if err := db.FinishLater(finishedSlot(id, 1)); err != nil {
+		if err := db.FinishLater(context.Background(), finishedSlot(id, 1)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if states := statesOf(t, db); states[state.Confirmed] != 2 || states[state.Reserved] != 3 {
 		t.Errorf("with one of three outcomes refused: %v, want 2 confirmed and 3 reserved", states)
 	}
-	if err := db.FinishLater(finishedSlot(ids[3], 1)); err != nil { // refused, alone
+	if err := db.FinishLater(context.Background(), finishedSlot(ids[3], 1)); err != nil { // refused, alone
 		t.Fatal(err)
 	}
 	if states := statesOf(t, db); states[state.Confirmed] != 2 {
 		t.Errorf("after a refused outcome alone: %v, want 2 confirmed still", states)
 	}
-	if err := db.FinishLater(finishedSlot(ids[4], 1)); err != nil {
+	if err := db.FinishLater(context.Background(), finishedSlot(ids[4], 1)); err != nil {
 		t.Fatal(err)
 	}
 	if states := statesOf(t, db); states[state.Confirmed] != 3 {

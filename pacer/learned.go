@@ -183,13 +183,29 @@ func (p *Pacer) writeLearnedNow(ctx context.Context, key string) error {
 	if none {
 		return nil
 	}
-	var l *learned
-	err := p.db.Update(ctx, func(tx *state.Tx) (err error) {
-		l, err = p.writeLearned(tx, key)
-		return err
+	return p.update(ctx, func(*state.Tx) error { return nil }, key)
+}
+
+// update runs fn in a write transaction that first writes what the Pacer
+// keeps for keys (see writeLearned); when it does not commit, that is
+// kept again.
+func (p *Pacer) update(ctx context.Context, fn func(*state.Tx) error, keys ...string) error {
+	var taken []*learned
+	err := p.db.Update(ctx, func(tx *state.Tx) error {
+		taken = taken[:0]
+		for _, key := range keys {
+			l, err := p.writeLearned(tx, key)
+			taken = append(taken, l)
+			if err != nil {
+				return err
+			}
+		}
+		return fn(tx)
 	})
 	if err != nil {
-		p.relearn(l)
+		for _, l := range taken {
+			p.relearn(l)
+		}
 	}
 	return err
 }

@@ -179,3 +179,19 @@ func TestLearnedKeptWhenItsTransactionFails(t *testing.T) {
 		t.Errorf("the latest word says r=%d after the next transaction, want the leased answer's 80000", w.Remaining)
 	}
 }
+
+// The key's next admission that takes a transaction writes what the
+// foreseen answers before it taught.
+func TestAdmissionWritesWhatWasLearned(t *testing.T) {
+	e := newEnv(t)
+	k := busyKey(100_000)
+	first := e.warmUp(e.p, k, func() *ratelimit.Reading { return upstreamSays(90_000) })
+	e.answer(first, 200, upstreamSays(80_000))
+	e.clk.advance(pacer.LeaseTime) // the lease has run out: the next call takes a transaction
+	if tk := e.mustAdmit(k, "sync", "/items"); tk.Leased() {
+		t.Fatal("a call came from a lease that ran out")
+	}
+	if w, _ := e.word(k); w.Remaining != 80_000 {
+		t.Errorf("after the next admission the latest word says r=%d, want the leased answer's 80000", w.Remaining)
+	}
+}

@@ -203,16 +203,7 @@ func (p *Pacer) endGranting(key string) {
 func (p *Pacer) giveBack(l *lease) {
 	// A failure leaves them reserved: counted as sent until the sweep
 	// releases them, which spends budget but never overspends it.
-	var taken *learned
-	err := p.db.Update(context.Background(), func(tx *state.Tx) (err error) {
-		if taken, err = p.writeLearned(tx, l.key); err != nil {
-			return err
-		}
-		return l.release(tx)
-	})
-	if err != nil {
-		p.relearn(taken)
-	}
+	_ = p.update(context.Background(), l.release, l.key)
 }
 
 // Close gives back the unused slots of every lease the Pacer holds, and
@@ -234,28 +225,14 @@ func (p *Pacer) Close(ctx context.Context) error {
 	if len(ls) == 0 && len(keys) == 0 {
 		return nil
 	}
-	var taken []*learned
-	err := p.db.Update(ctx, func(tx *state.Tx) error {
-		for _, key := range keys {
-			l, err := p.writeLearned(tx, key)
-			taken = append(taken, l)
-			if err != nil {
-				return err
-			}
-		}
+	return p.update(ctx, func(tx *state.Tx) error {
 		for _, l := range ls {
 			if err := l.release(tx); err != nil {
 				return err
 			}
 		}
 		return nil
-	})
-	if err != nil {
-		for _, l := range taken {
-			p.relearn(l)
-		}
-	}
-	return err
+	}, keys...)
 }
 
 // admissions are the times of a key's latest admissions in this process.

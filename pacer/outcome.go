@@ -74,13 +74,9 @@ func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 		return res, nil
 	}
 	var res Result
-	var taken *learned
-	err := p.db.Update(ctx, func(tx *state.Tx) error {
+	err := p.update(ctx, func(tx *state.Tx) error {
 		var ks state.KeyState
 		var err error
-		if taken, err = p.writeLearned(tx, t.Call.Key.Name); err != nil {
-			return err
-		}
 		if res, ks, err = p.record(tx, t, o); err != nil {
 			return err
 		}
@@ -100,9 +96,8 @@ func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 		}
 		res.Budgets, res.Binding, res.Advice, err = p.advise(tx, t.Call, p.now(), ks)
 		return err
-	})
+	}, t.Call.Key.Name)
 	if err != nil {
-		p.relearn(taken)
 		return res, fmt.Errorf("pacer: record %s: %w", t.Call.Key.Name, err)
 	}
 	return res, nil
@@ -222,14 +217,12 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 	}
 	// Every observation is kept with its context; fresh ones become the
 	// latest word on their policy.
-	for _, ob := range observations(t, o) {
-		if err := tx.AddObservation(ob); err != nil {
+	exhausted := false
+	for _, rec := range observations(t, o) {
+		if err := tx.AddObservation(rec); err != nil {
 			return res, ks, err
 		}
-	}
-	exhausted := false
-	for _, ob := range rd.Observations {
-		ob = normalized(ob)
+		ob := rec.Observation
 		if ob.HasRemaining && ob.Remaining <= 0 {
 			exhausted = true
 		}

@@ -204,12 +204,7 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 		var now time.Time
 		var granted *lease
 		renewing := spent != nil
-		var taken *learned
-		err := p.db.Update(ctx, func(tx *state.Tx) error {
-			var err error
-			if taken, err = p.writeLearned(tx, c.Key.Name); err != nil {
-				return err
-			}
+		err := p.update(ctx, func(tx *state.Tx) error {
 			if spent != nil {
 				if err := spent.release(tx); err != nil {
 					return err
@@ -280,7 +275,7 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 				return tx.Claim(c.Key.Name, c.Caller, now.Add(d.wait+time.Second))
 			}
 			return nil
-		})
+		}, c.Key.Name)
 		switch {
 		case granted != nil && err == nil:
 			p.install(granted)
@@ -288,7 +283,6 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 			p.notGranted(c.Key.Name) // the calls waiting for a lease go their own way
 		}
 		if err != nil {
-			p.relearn(taken)
 			return Ticket{}, fmt.Errorf("pacer: admit %s: %w", c.Key.Name, err)
 		}
 		spent = nil

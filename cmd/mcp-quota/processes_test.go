@@ -159,19 +159,7 @@ func TestTwoProcessesShareOneBudget(t *testing.T) {
 // other process until the sweep).
 func TestServeGivesBackLeasedSlots(t *testing.T) {
 	const calls = 300
-	_, url := upstreamAPI(t, demo.Config{Quota: 1_000_000, Window: time.Hour})
-	s := newSetup(t, url, `name = "default"
-  quota = 1000000
-  window = "1h"`, "max_rate = 1000000\nmax_concurrency = 1000")
-	cmd, rest, stderr := s.serveProcess(t)
-	for n := range calls {
-		resp := get(t, fmt.Sprintf("%s/k/demo/v1/participants/p-%06d", rest, n+1), syncToken)
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("call %d: %d", n, resp.StatusCode)
-		}
-	}
+	s, cmd, stderr := busySyncJob(t, calls)
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -216,19 +204,7 @@ func TestServeGivesBackLeasedSlots(t *testing.T) {
 // call the job was answered, confirmed, with its answer's observation.
 func TestServeKilledLosesNoOutcome(t *testing.T) {
 	const calls = 300
-	_, url := upstreamAPI(t, demo.Config{Quota: 1_000_000, Window: time.Hour})
-	s := newSetup(t, url, `name = "default"
-  quota = 1000000
-  window = "1h"`, "max_rate = 1000000\nmax_concurrency = 1000")
-	cmd, rest, _ := s.serveProcess(t)
-	for n := range calls {
-		resp := get(t, fmt.Sprintf("%s/k/demo/v1/participants/p-%06d", rest, n+1), syncToken)
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("call %d: %d", n, resp.StatusCode)
-		}
-	}
+	s, cmd, _ := busySyncJob(t, calls)
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -272,6 +248,29 @@ func TestServeKilledLosesNoOutcome(t *testing.T) {
 		t.Errorf("journals left after recovery: %v", left)
 	}
 	t.Logf("%d journal file(s) left by the killed process; the log after recovery: %v", len(journals), byState)
+}
+
+// busySyncJob starts a `serve` process on a key far from its limits
+// (a million calls an hour, no rate or concurrency cap it meets) and sends
+// it that many REST calls one after another, each answered 200: a pace
+// that admits them from leases. It returns the setup, the process and its
+// stderr.
+func busySyncJob(t *testing.T, calls int) (*setup, *exec.Cmd, *lockedBuffer) {
+	t.Helper()
+	_, url := upstreamAPI(t, demo.Config{Quota: 1_000_000, Window: time.Hour})
+	s := newSetup(t, url, `name = "default"
+  quota = 1000000
+  window = "1h"`, "max_rate = 1000000\nmax_concurrency = 1000")
+	cmd, rest, stderr := s.serveProcess(t)
+	for n := range calls {
+		resp := get(t, fmt.Sprintf("%s/k/demo/v1/participants/p-%06d", rest, n+1), syncToken)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("call %d: %d", n, resp.StatusCode)
+		}
+	}
+	return s, cmd, stderr
 }
 
 // serveProcess starts `mcp-quota serve` on a free loopback port as a

@@ -54,6 +54,18 @@ func timers(p *pacer.Pacer) *[]func() {
 	return &fs
 }
 
+// answeredFromLease is a busy key whose upstream said r=90000 until the
+// key was leased, and r=80000 to the lease's first call: an answer the
+// lease foresaw, whose word waits to be written.
+func answeredFromLease(t *testing.T) (*env, *keystore.Key) {
+	t.Helper()
+	e := newEnv(t)
+	k := busyKey(100_000)
+	first := e.warmUp(e.p, k, func() *ratelimit.Reading { return upstreamSays(90_000) })
+	e.answer(first, 200, upstreamSays(80_000))
+	return e, k
+}
+
 // An answer a lease foresaw is recorded at once — the call's state and
 // the answer's observation — and what it teaches the key's latest word
 // and pacing state is written by the key's next transaction, or by a
@@ -124,10 +136,7 @@ func TestForeseenAnswersAreWrittenTogether(t *testing.T) {
 // What a foreseen answer taught never replaces a later word another
 // process wrote meanwhile.
 func TestLearnedWordNeverReplacesALaterOne(t *testing.T) {
-	e := newEnv(t)
-	k := busyKey(100_000)
-	first := e.warmUp(e.p, k, func() *ratelimit.Reading { return upstreamSays(90_000) })
-	e.answer(first, 200, upstreamSays(80_000))
+	e, k := answeredFromLease(t)
 
 	_, other := e.open()
 	e.clk.advance(time.Millisecond)
@@ -148,10 +157,7 @@ func TestLearnedWordNeverReplacesALaterOne(t *testing.T) {
 
 // What a transaction that failed took to write is kept for the next one.
 func TestLearnedKeptWhenItsTransactionFails(t *testing.T) {
-	e := newEnv(t)
-	k := busyKey(100_000)
-	first := e.warmUp(e.p, k, func() *ratelimit.Reading { return upstreamSays(90_000) })
-	e.answer(first, 200, upstreamSays(80_000))
+	e, k := answeredFromLease(t)
 
 	// A trigger makes every write of a key's pacing state fail: the
 	// transaction writing what was learned fails after it took it.
@@ -183,10 +189,7 @@ func TestLearnedKeptWhenItsTransactionFails(t *testing.T) {
 // The key's next admission that takes a transaction writes what the
 // foreseen answers before it taught.
 func TestAdmissionWritesWhatWasLearned(t *testing.T) {
-	e := newEnv(t)
-	k := busyKey(100_000)
-	first := e.warmUp(e.p, k, func() *ratelimit.Reading { return upstreamSays(90_000) })
-	e.answer(first, 200, upstreamSays(80_000))
+	e, k := answeredFromLease(t)
 	e.clk.advance(pacer.LeaseTime) // the lease has run out: the next call takes a transaction
 	if tk := e.mustAdmit(k, "sync", "/items"); tk.Leased() {
 		t.Fatal("a call came from a lease that ran out")

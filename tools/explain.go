@@ -23,12 +23,12 @@ var argumentRules = map[string]struct {
 }
 
 // explainArguments rewrites the result of a call that mcp-go's schema
-// validation refused (an isError result without structured content; the
-// tools' own results always carry it) into sentences an agent can act on,
-// derived from the arguments themselves.
+// validation refused (an isError result without the code every failure of
+// the tools' own carries) into sentences an agent can act on, derived from
+// the arguments themselves.
 func explainArguments(_ context.Context, _ any, req *mcp.CallToolRequest, result any) {
 	res, ok := result.(*mcp.CallToolResult)
-	if !ok || res == nil || !res.IsError || res.StructuredContent != nil {
+	if !ok || res == nil || !res.IsError || res.StructuredContent != nil || failureCode(res) != "" {
 		return
 	}
 	rules, ok := argumentRules[req.Params.Name]
@@ -62,8 +62,9 @@ func explainArguments(_ context.Context, _ any, req *mcp.CallToolRequest, result
 			problems = append(problems, fmt.Sprintf("%s must be %s", name, article(want)))
 		}
 	}
-	if len(problems) == 0 {
-		return // nothing to add to what the validator said
+	if len(problems) == 0 { // nothing to add to what the validator said but its code
+		res.Meta = failure("badArguments", "").Meta
+		return
 	}
 	valid := make([]string, 0, len(rules.types))
 	for name := range rules.types {

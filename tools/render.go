@@ -125,21 +125,32 @@ func render(r fetchResult, isError bool) *mcp.CallToolResult {
 	return res
 }
 
-// toolError is the structured content of a result that failed before
-// anything could be sent.
-type toolError struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
+// ErrorMeta is the _meta field that carries an error result's stable code:
+// {"mcp-quota/error": {"code": "unknownKey"}}.
+const ErrorMeta = "mcp-quota/error"
+
+// failure is an isError result an agent can act on: one sentence in a text
+// block, and a stable code in _meta for programs.
+//
+// It carries no structuredContent. A client that has listed the tools
+// validates any structuredContent against the tool's outputSchema, which
+// describes a successful answer; the MCP specification (2025-06-18 on)
+// requires conformance only of structured results, and the TypeScript SDK
+// client skips validation for an isError result without structuredContent.
+// A pause is different: it is a full answer (quota and advice) and keeps
+// the schema's shape.
+func failure(code, message string) *mcp.CallToolResult {
+	res := mcp.NewToolResultError(message)
+	res.Meta = mcp.NewMetaFromMap(map[string]any{ErrorMeta: map[string]any{"code": code}})
+	return res
 }
 
-// failure is an isError result an agent can act on: a stable code and one
-// sentence, both in structuredContent and in the text.
-func failure(code, message string) *mcp.CallToolResult {
-	var e toolError
-	e.Error.Code, e.Error.Message = code, message
-	res := mcp.NewToolResultStructured(e, message)
-	res.IsError = true
-	return res
+// failureCode returns the stable code of a result failure made, or "".
+func failureCode(res *mcp.CallToolResult) string {
+	if res == nil || res.Meta == nil {
+		return ""
+	}
+	e, _ := res.Meta.AdditionalFields[ErrorMeta].(map[string]any)
+	code, _ := e["code"].(string)
+	return code
 }

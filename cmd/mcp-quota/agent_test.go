@@ -65,9 +65,11 @@ secret_env = "UNSET_VARIABLE_FOR_TEST"
 			if !res.IsError {
 				t.Fatalf("result is not an error: %s", text(res))
 			}
-			e, _ := out["error"].(map[string]any)
-			if e == nil || e["code"] != tt.code || !strings.Contains(e["message"].(string), tt.says) {
-				t.Errorf("error = %v, want code %s saying %q", out, tt.code, tt.says)
+			if got := errorCode(res); got != tt.code {
+				t.Errorf("code = %q, want %s (result: %s)", got, tt.code, text(res))
+			}
+			if res.StructuredContent != nil {
+				t.Errorf("an error result carries structuredContent %v; a client validates it against the success schema", out)
 			}
 			if !strings.Contains(text(res), tt.says) {
 				t.Errorf("text %q does not say %q", text(res), tt.says)

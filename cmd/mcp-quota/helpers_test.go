@@ -221,6 +221,13 @@ func call(t *testing.T, sess *gomcp.ClientSession, tool string, args map[string]
 	return res, structured(t, res)
 }
 
+// errorCode returns the stable code an error result carries in _meta.
+func errorCode(res *gomcp.CallToolResult) string {
+	e, _ := res.Meta["mcp-quota/error"].(map[string]any)
+	code, _ := e["code"].(string)
+	return code
+}
+
 func structured(t *testing.T, res *gomcp.CallToolResult) map[string]any {
 	t.Helper()
 	b, err := json.Marshal(res.StructuredContent)

@@ -344,11 +344,16 @@ func (f *fetchCall) failed(err error) *mcp.CallToolResult {
 	var pathErr *upstream.PathError
 	switch {
 	case errors.As(err, &pe):
+		wait := report.Seconds(pe.RetryAfter)
+		then := fmt.Sprintf("Call again after %d s, or call now with max_wait_s=%d and mcp-quota waits for the budget itself.", wait, wait)
+		if pe.RetryAfter > f.lim.MaxMaxWait {
+			then = fmt.Sprintf("Call again after %d s (longer than max_wait_s can wait: %d s), or use quota_status.",
+				wait, report.Seconds(f.lim.MaxMaxWait))
+		}
 		r := fetchResult{Key: f.k.Name, Method: f.method, Path: f.target, Headers: map[string]string{},
 			Quota: report.NewQuota(f.k.Name, pe.Binding),
-			Advice: report.Advice{Action: string(pacer.Pause), RetryAfterS: report.Seconds(pe.RetryAfter),
-				Reason: fmt.Sprintf("Paused: key '%s': %s; nothing was sent. Call again after %d s, or use quota_status.",
-					f.k.Name, pe.Reason, report.Seconds(pe.RetryAfter))}}
+			Advice: report.Advice{Action: string(pacer.Pause), RetryAfterS: wait,
+				Reason: fmt.Sprintf("Paused: key '%s': %s; nothing was sent. %s", f.k.Name, pe.Reason, then)}}
 		return render(r, true)
 	case errors.As(err, &pathErr):
 		return failure("badPath", sentence(err.Error()))

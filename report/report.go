@@ -5,9 +5,11 @@
 package report
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
@@ -62,8 +64,69 @@ func Seconds(d time.Duration) int64 {
 
 // Status is everything known about the keys a caller may use.
 type Status struct {
-	Keys   []KeyStatus `json:"keys" jsonschema:"one entry per key"`
+	Keys   []KeyStatus `json:"keys" jsonschema:"one entry per key shown, the most constrained first"`
 	Advice Advice      `json:"advice" jsonschema:"the advice for the most constrained key"`
+	// More summarises the keys a page leaves out; nil when every key is shown.
+	More *More `json:"more,omitempty" jsonschema:"the keys not shown on this page, summarised"`
+}
+
+// More summarises the keys a page of a Status leaves out.
+type More struct {
+	Keys       int    `json:"keys" jsonschema:"how many keys are not shown"`
+	Pause      int    `json:"pause" jsonschema:"of those, how many say pause"`
+	SlowDown   int    `json:"slow_down" jsonschema:"of those, how many say slow_down"`
+	Continue   int    `json:"continue" jsonschema:"of those, how many say continue"`
+	NextOffset int    `json:"next_offset,omitempty" jsonschema:"the offset of the next page; 0 when this is the last"`
+	Hint       string `json:"hint" jsonschema:"how to see the others"`
+}
+
+// Page orders st's keys the most constrained first (pause, then slow_down,
+// then the smallest share left of the tightest budget) and keeps limit of
+// them from offset; the rest are counted in More. A limit of 0 or less
+// keeps every key from offset.
+func (st Status) Page(offset, limit int) Status {
+	keys := slices.Clone(st.Keys)
+	slices.SortStableFunc(keys, func(a, b KeyStatus) int {
+		return cmp.Or(cmp.Compare(severity(b.Advice.Action), severity(a.Advice.Action)),
+			cmp.Compare(shareLeft(a.Quota), shareLeft(b.Quota)), cmp.Compare(a.Key, b.Key))
+	})
+	offset = min(max(offset, 0), len(keys))
+	end := len(keys)
+	if limit > 0 {
+		end = min(offset+limit, len(keys))
+	}
+	out := Status{Keys: keys[offset:end], Advice: st.Advice}
+	if offset == 0 && end == len(keys) {
+		return out
+	}
+	m := &More{Keys: len(keys) - (end - offset)}
+	for _, k := range slices.Concat(keys[:offset], keys[end:]) {
+		switch pacer.Action(k.Advice.Action) {
+		case pacer.Pause:
+			m.Pause++
+		case pacer.SlowDown:
+			m.SlowDown++
+		default:
+			m.Continue++
+		}
+	}
+	m.Hint = "Call quota_status with key=NAME for one key"
+	if end < len(keys) {
+		m.NextOffset = end
+		m.Hint += fmt.Sprintf(", or offset=%d for the next %d", end, min(end-offset, len(keys)-end))
+	}
+	m.Hint += "."
+	out.More = m
+	return out
+}
+
+// shareLeft is the share of q's limit that is left: 0 for none, 1 (the
+// last) when nothing is known.
+func shareLeft(q Quota) float64 {
+	if q.Limit <= 0 || q.Remaining < 0 {
+		return 1
+	}
+	return float64(q.Remaining) / float64(q.Limit)
 }
 
 // KeyStatus is one key's budget, for planning.

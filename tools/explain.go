@@ -19,7 +19,7 @@ var argumentRules = map[string]struct {
 	"fetch": {types: map[string]string{"key": "string", "method": "string", "path": "string", "query": "object of strings",
 		"headers": "object of strings", "body": "string", "max_wait_s": "number", "max_length": "integer", "start_index": "integer"},
 		required: []string{"path"}},
-	"quota_status": {types: map[string]string{"key": "string"}},
+	"quota_status": {types: map[string]string{"key": "string", "offset": "integer", "limit": "integer"}},
 }
 
 // explainArguments rewrites the result of a call that mcp-go's schema

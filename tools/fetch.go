@@ -2,14 +2,17 @@ package tools
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -26,7 +29,8 @@ type FetchLimits struct {
 	DefaultMaxWait   time.Duration // 5 s: how long a call waits for admission unless max_wait_s says otherwise
 	MaxMaxWait       time.Duration // 60 s: the most max_wait_s may ask for
 	DefaultMaxLength int           // 8000 characters of body per result
-	MaxLength        int           // 100000
+	MaxLength        int           // 25000: the most max_length may ask for
+	MaxResult        int           // 60000 characters: the whole result, text block and structuredContent together
 	MaxBody          int64         // 8 MiB read from the upstream; the rest is cut
 	LoopWindow       time.Duration // 10 min: identical requests within it are noticed
 	LoopLimit        int           // 5: from the 6th identical unchanged request on, answer from the last answer
@@ -49,7 +53,10 @@ func (l FetchLimits) withDefaults() FetchLimits {
 		l.DefaultMaxLength = 8000
 	}
 	if l.MaxLength <= 0 {
-		l.MaxLength = 100000
+		l.MaxLength = 25000
+	}
+	if l.MaxResult <= 0 {
+		l.MaxResult = 60000
 	}
 	if l.MaxBody <= 0 {
 		l.MaxBody = 8 << 20
@@ -74,7 +81,7 @@ type fetchArgs struct {
 	Headers    map[string]string `json:"headers,omitempty" jsonschema:"request headers; credentials are added by mcp-quota and any you send are dropped"`
 	Body       string            `json:"body,omitempty" jsonschema:"request body, for methods that take one"`
 	MaxWaitS   *float64          `json:"max_wait_s,omitempty" jsonschema:"seconds you are willing to wait for the budget before the call goes (default 5, at most 60); beyond it the answer is pause"`
-	MaxLength  *int              `json:"max_length,omitempty" jsonschema:"characters of body to return (default 8000, at most 100000)"`
+	MaxLength  *int              `json:"max_length,omitempty" jsonschema:"characters of body to return (default 8000, at most 25000); the whole result stays under 60000 characters"`
 	StartIndex *int              `json:"start_index,omitempty" jsonschema:"character offset to read the body from, to page through a long body (default 0)"`
 }
 
@@ -110,7 +117,7 @@ func fetchTool(keys *keystore.Store) mcp.Tool {
 	for _, k := range keys.Keys() {
 		readOnly = readOnly && k.ReadOnly()
 	}
-	desc := "Call an HTTP API through a configured key (" + strings.Join(keys.KeyNames(), ", ") + "). " +
+	desc := "Call an HTTP API through a configured key (" + keyList(keys.KeyNames()) + "). " +
 		"mcp-quota adds the credential, waits for the key's shared budget (up to max_wait_s) and returns the answer with quota and advice. " +
 		"When advice.action is pause, do not call again before advice.retry_after_s. Long bodies are paged with start_index."
 	return mcp.NewTool("fetch",
@@ -123,6 +130,24 @@ func fetchTool(keys *keystore.Store) mcp.Tool {
 		mcp.WithIdempotentHintAnnotation(readOnly),
 		mcp.WithOpenWorldHintAnnotation(true),
 	)
+}
+
+// keyList names keys in at most about 200 characters, however many there
+// are: a tool description is in the model's context on every turn.
+func keyList(names []string) string {
+	const room = 200
+	var b strings.Builder
+	for i, name := range names {
+		if i > 0 && b.Len()+len(name) > room {
+			fmt.Fprintf(&b, " and %d more; quota_status lists them", len(names)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(name)
+	}
+	return b.String()
 }
 
 func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -186,6 +211,9 @@ func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	}
 
 	f := fetchCall{d: d, lim: lim, k: k, caller: caller, method: method, target: target, digest: digest, start: start, maxLen: maxLen}
+	if a.MaxLength != nil {
+		f.askedLen = *a.MaxLength
+	}
 	if method == http.MethodGet {
 		if res, ok, err := f.fromKept(ctx, header); err != nil {
 			return nil, err
@@ -205,18 +233,20 @@ func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 
 // fetchCall is one fetch in progress.
 type fetchCall struct {
-	d       *Deps
-	lim     FetchLimits
-	k       *keystore.Key
-	caller  *keystore.Caller
-	method  string
-	target  string
-	digest  string
-	start   int
-	maxLen  int
-	kept    state.StoredResponse
-	hasKept bool
-	repeats int
+	d      *Deps
+	lim    FetchLimits
+	k      *keystore.Key
+	caller *keystore.Caller
+	method string
+	target string
+	digest string
+	start  int
+	maxLen int
+	// askedLen is the max_length asked for, when one was.
+	askedLen int
+	kept     state.StoredResponse
+	hasKept  bool
+	repeats  int
 }
 
 // fromKept answers from the kept copy when that is the right thing: a
@@ -278,7 +308,7 @@ func (f *fetchCall) keptResult(ctx context.Context, now time.Time, digest, why s
 	if digest != "" {
 		r.Advice = loopAdvice(r.Advice, f.repeats+1, f.lim.LoopWindow, true)
 	}
-	return render(r, false), nil
+	return f.fitted(r, f.kept.Body, true), nil
 }
 
 // answered turns the upstream's answer into the tool result, keeping GET
@@ -327,7 +357,7 @@ func (f *fetchCall) answered(ctx context.Context, resp *upstream.Response) (*mcp
 		f.d.warn(ctx, w)
 	}
 	r.Next = nextPage(resp.Header, f.k)
-	return render(r, false), nil
+	return f.fitted(r, raw, complete), nil
 }
 
 // result builds the parts of a result every path shares.
@@ -335,6 +365,56 @@ func (f *fetchCall) result(status int, h http.Header, ct string, raw []byte, com
 	pg := page(raw, ct, f.start, f.maxLen, complete)
 	return fetchResult{Key: f.k.Name, Method: f.method, Path: f.target, Status: status, Headers: selectHeaders(h),
 		ContentType: ct, Body: pg.body, Truncated: pg.truncated, TotalLength: pg.total, NextStartIndex: pg.next, Binary: pg.binary}
+}
+
+// fitted renders r, whose body page was cut from raw, cutting the page
+// shorter until the whole result — the text block and structuredContent
+// together, as JSON — is at most MaxResult characters. The body is in both
+// blocks (some clients show the model only one of them), and JSON escaping
+// can make a character of body take six, so the page length is searched
+// by what the result measures, not guessed.
+func (f *fetchCall) fitted(r fetchResult, raw []byte, complete bool) *mcp.CallToolResult {
+	if f.askedLen > f.maxLen {
+		r.Warnings = append(slices.Clone(r.Warnings), fmt.Sprintf("max_length is at most %d characters; this page has at most that many.", f.maxLen))
+	}
+	res := render(r, false)
+	if r.Binary || resultChars(res) <= f.lim.MaxResult {
+		return res
+	}
+	warnings := r.Warnings
+	cut := func(n int) *mcp.CallToolResult {
+		pg := page(raw, r.ContentType, f.start, n, complete)
+		r.Body, r.Truncated, r.TotalLength, r.NextStartIndex = pg.body, pg.truncated, pg.total, pg.next
+		r.Warnings = append(slices.Clone(warnings), fmt.Sprintf(
+			"mcp-quota cut the body page to %d characters so the whole result stays under %d; read on with start_index=%d.",
+			n, f.lim.MaxResult, pg.next))
+		return render(r, false)
+	}
+	// The longest page that fits lies in [lo, hi): lo fits, hi does not.
+	lo, hi := 0, f.maxLen
+	var best *mcp.CallToolResult
+	for hi-lo > max(1, hi/64) {
+		mid := (lo + hi) / 2
+		if res := cut(max(mid, 1)); resultChars(res) <= f.lim.MaxResult {
+			lo, best = mid, res
+		} else {
+			hi = mid
+		}
+	}
+	if best == nil {
+		return cut(1)
+	}
+	return best
+}
+
+// resultChars is the size of res as a client receives it: its JSON, in
+// characters.
+func resultChars(res *mcp.CallToolResult) int {
+	b, err := json.Marshal(res)
+	if err != nil {
+		return 0
+	}
+	return utf8.RuneCount(b)
 }
 
 // failed turns a call that got no answer into an isError result an agent

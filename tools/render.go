@@ -92,10 +92,18 @@ func binary(raw []byte, contentType string) bool {
 	return !utf8.Valid(sample)
 }
 
+// maxHeaderShown bounds each response header value a result shows.
+const maxHeaderShown = 1000
+
 // render turns a fetch result into the tool result: everything in
 // structuredContent (some clients show the model only that), and a short
 // text rendering that starts with the advice when it is not continue.
 func render(r fetchResult, isError bool) *mcp.CallToolResult {
+	for name, v := range r.Headers {
+		if len(v) > maxHeaderShown {
+			r.Headers[name] = strings.ToValidUTF8(v[:maxHeaderShown], "") + "…"
+		}
+	}
 	var b strings.Builder
 	switch pacer.Action(r.Advice.Action) {
 	case pacer.Pause:

@@ -92,6 +92,7 @@ func TestExplainArguments(t *testing.T) {
 		{"fetch", map[string]any{"path": "/", "bogus": true}, "bogus is not an argument of fetch"},
 		{"fetch", "not an object", "must be a JSON object"},
 		{"quota_status", map[string]any{"key": []int{1}}, "key must be a string"},
+		{"quota_status", map[string]any{"limit": "all"}, "limit must be an integer"},
 		{"fetch", map[string]any{"path": "/"}, ""},
 	}
 	for _, tt := range tests {
@@ -101,10 +102,14 @@ func TestExplainArguments(t *testing.T) {
 		explainArguments(context.Background(), 1, &req, res)
 		got := res.Content[0].(mcp.TextContent).Text
 		switch {
-		case tt.want == "" && res.StructuredContent != nil:
-			t.Errorf("%v: rewritten to %q; want it left alone", tt.args, got)
-		case tt.want != "" && (!strings.Contains(got, tt.want) || res.StructuredContent == nil):
-			t.Errorf("%v: %q, want it to say %q with structured content", tt.args, got, tt.want)
+		case res.StructuredContent != nil:
+			t.Errorf("%v: an error result with structured content %v", tt.args, res.StructuredContent)
+		case failureCode(res) != "badArguments":
+			t.Errorf("%v: code %q, want badArguments", tt.args, failureCode(res))
+		case tt.want == "" && !strings.HasPrefix(got, "input schema validation failed"):
+			t.Errorf("%v: rewritten to %q; want the validator's words left alone", tt.args, got)
+		case tt.want != "" && !strings.Contains(got, tt.want):
+			t.Errorf("%v: %q, want it to say %q", tt.args, got, tt.want)
 		}
 	}
 	// The tools' own results are never touched.

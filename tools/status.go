@@ -14,8 +14,16 @@ import (
 )
 
 type statusArgs struct {
-	Key string `json:"key,omitempty" jsonschema:"a configured key; omit it for every key you may use"`
+	Key    string `json:"key,omitempty" jsonschema:"a configured key; omit it for the keys you may use, the most constrained first"`
+	Offset *int   `json:"offset,omitempty" jsonschema:"without key: how many of the most constrained keys to skip (default 0)"`
+	Limit  *int   `json:"limit,omitempty" jsonschema:"without key: how many keys to show in detail (default 10, at most 50); the rest are summarised"`
 }
+
+// Keys quota_status shows in detail without a key.
+const (
+	defaultStatusKeys = 10
+	maxStatusKeys     = 50
+)
 
 func statusTool() mcp.Tool {
 	return mcp.NewTool("quota_status",
@@ -35,7 +43,20 @@ func statusTool() mcp.Tool {
 func (d *Deps) quotaStatus(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	var a statusArgs
 	if err := req.BindArguments(&a); err != nil {
-		return failure("badArguments", "The only argument is key, a string."), nil
+		return failure("badArguments", "The arguments are key (a string), offset and limit (whole numbers)."), nil
+	}
+	offset, limit := 0, defaultStatusKeys
+	if a.Offset != nil {
+		if *a.Offset < 0 {
+			return failure("badArguments", "offset must be 0 or more."), nil
+		}
+		offset = *a.Offset
+	}
+	if a.Limit != nil {
+		if *a.Limit < 1 || *a.Limit > maxStatusKeys {
+			return failure("badArguments", fmt.Sprintf("limit must be from 1 to %d.", maxStatusKeys)), nil
+		}
+		limit = *a.Limit
 	}
 	keys, res := d.keysFor(ctx, a.Key)
 	if res != nil {
@@ -45,6 +66,7 @@ func (d *Deps) quotaStatus(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	if err != nil {
 		return nil, err
 	}
+	st = st.Page(offset, limit)
 	return mcp.NewToolResultStructured(st, statusText(st)), nil
 }
 
@@ -99,6 +121,9 @@ func statusText(st report.Status) string {
 		for _, w := range k.Warnings {
 			fmt.Fprintf(&b, "  warning: %s\n", w)
 		}
+	}
+	if m := st.More; m != nil {
+		fmt.Fprintf(&b, "%d more keys not shown (%d pause, %d slow_down, %d continue). %s\n", m.Keys, m.Pause, m.SlowDown, m.Continue, m.Hint)
 	}
 	return strings.TrimRight(b.String(), "\n")
 }

@@ -219,7 +219,7 @@ func TestLeaseOfADeadProcess(t *testing.T) {
 		t.Fatal("no slot reserved")
 	}
 	later := e.clk.now.Add(2 * time.Minute)
-	err := e.db.Update(context.Background(), func(tx *state.Tx) error { return tx.Sweep(later, start.Add(-time.Hour)) })
+	_, err := e.db.Sweep(context.Background(), later, start.Add(-time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -147,9 +147,7 @@ func TestProcessKilledMidLoad(t *testing.T) {
 
 	// Once the leases have run out, a sweep marks the victim's calls in
 	// flight as interrupted.
-	err := db.Update(context.Background(), func(tx *state.Tx) error {
-		return tx.Sweep(killedAt.Add(lease), time.Time{})
-	})
+	_, err := db.Sweep(context.Background(), killedAt.Add(lease), time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -124,7 +124,7 @@ func TestLogReadsLikeAScan(t *testing.T) {
 		scan.check(db, keys, t0, now)
 		if round%2 == 1 {
 			before := t0.Add(now.Sub(t0) / 2)
-			update(t, db, func(tx *state.Tx) error { return tx.Sweep(before, before) })
+			sweep(t, db, before, before)
 			scan.check(db, keys, t0, now)
 		}
 	}

@@ -3,6 +3,7 @@ package state_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -35,6 +36,15 @@ func update(t *testing.T, db *state.DB, fn func(*state.Tx) error) {
 	if err := db.Update(context.Background(), fn); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func sweep(t *testing.T, db *state.DB, now, before time.Time) state.Swept {
+	t.Helper()
+	n, err := db.Sweep(context.Background(), now, before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func view(t *testing.T, db *state.DB, fn func(*state.Tx) error) {
@@ -374,7 +384,7 @@ func TestSweep(t *testing.T) {
 		recent, err = tx.InsertAttempt(state.Attempt{CallID: "c", Key: "k", State: state.Admitted, At: t0, LeaseUntil: t0.Add(time.Minute)})
 		return err
 	})
-	update(t, db, func(tx *state.Tx) error { return tx.Sweep(t0, t0.Add(-time.Hour)) })
+	sweep(t, db, t0, t0.Add(-time.Hour))
 	view(t, db, func(tx *state.Tx) error {
 		list, err := tx.Activity(state.ActivityFilter{})
 		got := map[int64]string{}
@@ -389,6 +399,107 @@ func TestSweep(t *testing.T) {
 		}
 		return err
 	})
+}
+
+// TestSweepInBatches: a sweep deletes everything older than its bound,
+// however many batches that takes, and nothing younger; each batch is its
+// own transaction of at most SweepBatch rows a table.
+func TestSweepInBatches(t *testing.T) {
+	db := newDB(t)
+	old := 2*state.SweepBatch + 17
+	update(t, db, func(tx *state.Tx) error {
+		for i := range old + 10 {
+			at := t0.Add(-2*time.Hour + time.Duration(i)*time.Millisecond)
+			if i >= old {
+				at = t0.Add(time.Duration(i) * time.Millisecond)
+			}
+			if _, err := tx.InsertAttempt(state.Attempt{CallID: fmt.Sprint(i), Key: fmt.Sprint("k", i%3), State: state.Confirmed, At: at}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	got := sweep(t, db, t0, t0.Add(-time.Hour))
+	if got.Attempts != int64(old) {
+		t.Errorf("swept %d attempts, want %d", got.Attempts, old)
+	}
+	view(t, db, func(tx *state.Tx) error {
+		list, err := tx.Activity(state.ActivityFilter{Limit: 1000})
+		if len(list) != 10 {
+			t.Errorf("%d attempts left, want the 10 younger than the bound", len(list))
+		}
+		return err
+	})
+	if again := sweep(t, db, t0, t0.Add(-time.Hour)); again != (state.Swept{}) {
+		t.Errorf("a second sweep changed %+v, want nothing", again)
+	}
+}
+
+// TestActivityPagesInOrder: pages of one key and of every key, newest first by
+// time, continue from a cursor without a gap or a repeat, whatever order
+// the attempts were recorded in; a cursor the sweep deleted gives an empty
+// page, not the newest again.
+func TestActivityPagesInOrder(t *testing.T) {
+	db := newDB(t)
+	update(t, db, func(tx *state.Tx) error {
+		for i := range 50 {
+			// Recorded out of order in time: every fifth a little late.
+			at := t0.Add(time.Duration(i) * time.Second)
+			if i%5 == 0 {
+				at = at.Add(-2500 * time.Millisecond)
+			}
+			if _, err := tx.InsertAttempt(state.Attempt{CallID: fmt.Sprint(i), Key: fmt.Sprint("k", i%2), State: state.Confirmed, At: at}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, key := range []string{"", "k1"} {
+		var all []state.Attempt
+		view(t, db, func(tx *state.Tx) error {
+			var err error
+			all, err = tx.Activity(state.ActivityFilter{Key: key, Limit: 1000})
+			return err
+		})
+		var paged []state.Attempt
+		var before int64
+		for {
+			var page []state.Attempt
+			view(t, db, func(tx *state.Tx) error {
+				var err error
+				page, err = tx.Activity(state.ActivityFilter{Key: key, Before: before, Limit: 7})
+				return err
+			})
+			if len(page) == 0 {
+				break
+			}
+			paged = append(paged, page...)
+			before = page[len(page)-1].ID
+		}
+		if diff := cmp.Diff(ids(paged), ids(all)); diff != "" || (key == "" && len(all) != 50) {
+			t.Errorf("key %q: pages of 7 (-got +want, %d in all):\n%s", key, len(all), diff)
+		}
+		for i := 1; i < len(all); i++ {
+			if all[i].At.After(all[i-1].At) {
+				t.Errorf("key %q: attempt %d at %v comes after one at %v", key, all[i].ID, all[i].At, all[i-1].At)
+			}
+		}
+	}
+	view(t, db, func(tx *state.Tx) error {
+		page, err := tx.Activity(state.ActivityFilter{Before: 1 << 40})
+		if len(page) != 0 {
+			t.Errorf("a cursor that names no attempt gave %d attempts, want none", len(page))
+		}
+		return err
+	})
+}
+
+func ids(list []state.Attempt) []int64 {
+	out := make([]int64, len(list))
+	for i, a := range list {
+		out[i] = a.ID
+	}
+	return out
 }
 
 func TestResponses(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -328,26 +329,47 @@ func (tx *Tx) Latest(key string) (time.Time, error) {
 type ActivityFilter struct {
 	Key    string    // "" for every key
 	Since  time.Time // attempts at or after; zero for all
-	Before int64     // cursor: only attempts with a smaller ID; 0 for the newest
+	Before int64     // cursor: the ID of the last attempt of the page before; this page starts below its (at, id). 0 for the newest
 	Limit  int       // at most this many; 0 means 100
 }
 
-var qActivity = newQuery(`SELECT id, call_id, attempt, key, caller, transport, method, target,
+// The activity, newest first by (at, id): of one key on attempts_key_at,
+// of every key on attempts_at. The cursor names the last attempt of the
+// page before; the next page starts below its (at, id). Each walks its
+// index from the newest end and stops after a page, however long the
+// history and however far back since is.
+const activityColumns = `id, call_id, attempt, key, caller, transport, method, target,
 	digest, state, reason, probe, at, wait_us, coalesce(sent_at, 0), coalesce(answered_at, 0), coalesce(status, 0),
-	coalesce(lease_until, 0)
-	FROM attempts WHERE (? = '' OR key = ?) AND at >= ? AND id < ? AND state != 'reserved' ORDER BY id DESC LIMIT ?`)
+	coalesce(lease_until, 0)`
 
-// Activity returns attempts matching f, newest first. Reserved slots are
+var (
+	qActivityKey = newQuery(`SELECT ` + activityColumns + ` FROM attempts INDEXED BY attempts_key_at
+	WHERE key = ?1 AND at >= ?2 AND (at, id) < (coalesce((SELECT at FROM attempts WHERE id = ?3), ?4), ?3)
+	AND state != 'reserved' ORDER BY at DESC, id DESC LIMIT ?5`)
+	qActivityAll = newQuery(`SELECT ` + activityColumns + ` FROM attempts INDEXED BY attempts_at
+	WHERE at >= ?2 AND (at, id) < (coalesce((SELECT at FROM attempts WHERE id = ?3), ?4), ?3)
+	AND state != 'reserved' AND ?1 = '' ORDER BY at DESC, id DESC LIMIT ?5`)
+)
+
+// Activity returns attempts matching f, newest first (by time, then ID). Reserved slots are
 // not attempts yet: they appear once reported (or released).
 func (tx *Tx) Activity(f ActivityFilter) ([]Attempt, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	before := f.Before
+	// With no cursor, start above everything; with a cursor that the
+	// sweep has deleted, below everything (what was older than it is gone
+	// too).
+	const top = 1<<63 - 1
+	before, fallback := f.Before, int64(math.MinInt64)
 	if before <= 0 {
-		before = 1<<63 - 1
+		before, fallback = top, top
 	}
-	rows, err := tx.query(qActivity, f.Key, f.Key, micros(f.Since), before, f.Limit)
+	q := qActivityAll
+	if f.Key != "" {
+		q = qActivityKey
+	}
+	rows, err := tx.query(q, f.Key, micros(f.Since), before, fallback, f.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("state: activity: %w", err)
 	}
@@ -379,73 +401,6 @@ func (tx *Tx) Repeats(key, caller, digest string, since time.Time) (int, error) 
 		return 0, fmt.Errorf("state: count repeats: %w", err)
 	}
 	return n, nil
-}
-
-var (
-	qSweepInterrupted = newQuery(`UPDATE attempts SET
-	state = CASE state WHEN 'reserved' THEN 'released' ELSE 'interrupted' END, lease_until = NULL,
-	reason = CASE state WHEN 'reserved' THEN '` + releasedByEnd + `'
-		ELSE 'the process handling it ended before an answer was recorded' END
-	WHERE lease_until IS NOT NULL AND lease_until <= ?`)
-	qSweepAttempts     = newQuery(`DELETE FROM attempts WHERE at < ? AND lease_until IS NULL`)
-	qSweepObservations = newQuery(`DELETE FROM observations WHERE received_at < ?`)
-	qSweepWarnings     = newQuery(`DELETE FROM warnings WHERE at < ?`)
-	qSweptAround       = newQuery(`SELECT DISTINCT key FROM attempts WHERE counted = 1 AND at < ?`)
-)
-
-// Sweep marks attempts whose lease ran out before now as interrupted (their
-// process ended mid-call) — and the reserved slots of such a process as
-// released — and deletes attempts, observations and warnings
-// older than before. Attempts still in flight are kept, however old; the
-// logs they stay in are numbered again.
-func (tx *Tx) Sweep(now, before time.Time) error {
-	if _, err := tx.exec(qSweepInterrupted, micros(now)); err != nil {
-		return fmt.Errorf("state: sweep: %w", err)
-	}
-	res, err := tx.exec(qSweepAttempts, micros(before))
-	if err != nil {
-		return fmt.Errorf("state: sweep: %w", err)
-	}
-	if n, err := res.RowsAffected(); err != nil || n > 0 {
-		if err := tx.renumberSwept(before); err != nil {
-			return fmt.Errorf("state: sweep: %w", err)
-		}
-	}
-	for _, q := range []query{qSweepObservations, qSweepWarnings} {
-		if _, err := tx.exec(q, micros(before)); err != nil {
-			return fmt.Errorf("state: sweep: %w", err)
-		}
-	}
-	return nil
-}
-
-// renumberSwept numbers again the log of every key that kept an admitted
-// attempt older than before: the sweep may have deleted attempts after it,
-// leaving gaps.
-func (tx *Tx) renumberSwept(before time.Time) error {
-	rows, err := tx.query(qSweptAround, micros(before))
-	if err != nil {
-		return err
-	}
-	var keys []string
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			rows.Close()
-			return err
-		}
-		keys = append(keys, k)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for _, k := range keys {
-		if err := tx.renumber(k); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func nullInt(v int64) any {

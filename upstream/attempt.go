@@ -98,12 +98,17 @@ func (a *attempts) transport(k *keystore.Key) http.RoundTripper {
 	if c.Transport != nil {
 		return c.Transport
 	}
+	// Keys share connections: one transport for the keys that may reach
+	// internal addresses and one for the rest (the guard is the dialer's),
+	// each pooling per host, so 1,000 keys on one API keep a few
+	// connections, not 1,000.
+	internal := allowsInternal(k.BaseURL)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t, ok := c.transports[k.Name]
+	t, ok := c.transports[internal]
 	if !ok {
 		t = newTransport(k.BaseURL)
-		c.transports[k.Name] = t
+		c.transports[internal] = t
 	}
 	return t
 }

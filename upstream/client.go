@@ -54,11 +54,11 @@ type Client struct {
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
 	// Transport, when set, carries every attempt instead of the guarded
-	// per-key transports (tests that fake the upstream).
+	// transports (tests that fake the upstream).
 	Transport http.RoundTripper
 
 	mu         sync.Mutex
-	transports map[string]http.RoundTripper
+	transports map[bool]http.RoundTripper // by whether the keys may reach internal addresses
 }
 
 // New returns a Client whose calls p admits. log may be nil.
@@ -66,7 +66,7 @@ func New(p *pacer.Pacer, log *slog.Logger) *Client {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Client{pacer: p, log: log, transports: map[string]http.RoundTripper{}}
+	return &Client{pacer: p, log: log, transports: map[bool]http.RoundTripper{}}
 }
 
 func (c *Client) now() time.Time {

@@ -139,7 +139,7 @@ func guardedTransport(base *url.URL, resolver *net.Resolver) *http.Transport {
 			return d.DialContext(ctx, network, addr)
 		},
 		ForceAttemptHTTP2:      true,
-		MaxIdleConns:           64,
+		MaxIdleConns:           256, // over every host the keys name
 		MaxIdleConnsPerHost:    16,
 		IdleConnTimeout:        90 * time.Second,
 		TLSHandshakeTimeout:    TLSHandshakeTimeout,

@@ -174,7 +174,7 @@ func (a *app) sweep(ctx context.Context) {
 			a.log.Warn("recording the journal of a process that ended failed", "error", err)
 		}
 		now := time.Now()
-		if err := a.db.Update(ctx, func(tx *state.Tx) error { return tx.Sweep(now, now.Add(-retention)) }); err != nil && ctx.Err() == nil {
+		if _, err := a.db.Sweep(ctx, now, now.Add(-retention)); err != nil && ctx.Err() == nil {
 			a.log.Warn("sweeping the state file failed", "error", err)
 		}
 		t := time.NewTimer(10 * time.Minute)

@@ -1,0 +1,122 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// SweepBatch is how many rows of each table one sweep transaction deletes
+// at most: a few milliseconds of the write lock, so that admissions wait
+// no longer for a sweep than for any other write.
+const SweepBatch = 500
+
+var (
+	qSweepInterrupted = newQuery(`UPDATE attempts SET
+	state = CASE state WHEN 'reserved' THEN 'released' ELSE 'interrupted' END, lease_until = NULL,
+	reason = CASE state WHEN 'reserved' THEN '` + releasedByEnd + `'
+		ELSE 'the process handling it ended before an answer was recorded' END
+	WHERE lease_until IS NOT NULL AND lease_until <= ?`)
+	qSweepAttempts = newQuery(`DELETE FROM attempts WHERE id IN (SELECT id FROM attempts INDEXED BY attempts_at
+	WHERE at < ? AND lease_until IS NULL ORDER BY at LIMIT ?)`)
+	qSweepObservations = newQuery(`DELETE FROM observations WHERE id IN (SELECT id FROM observations INDEXED BY observations_received
+	WHERE received_at < ? ORDER BY received_at LIMIT ?)`)
+	qSweepWarnings = newQuery(`DELETE FROM warnings WHERE id IN (SELECT id FROM warnings INDEXED BY warnings_at
+	WHERE at < ? ORDER BY at LIMIT ?)`)
+	qSweptAround = newQuery(`SELECT DISTINCT key FROM attempts INDEXED BY attempts_at WHERE at < ? AND counted = 1`)
+)
+
+// Swept counts what a sweep changed.
+type Swept struct {
+	Interrupted  int64 // attempts whose lease ran out, now interrupted (or released)
+	Attempts     int64 // attempts deleted
+	Observations int64
+	Warnings     int64
+}
+
+// Sweep marks attempts whose lease ran out before now as interrupted
+// (their process ended mid-call) — and the reserved slots of such a
+// process as released — and deletes attempts, observations and warnings
+// older than before. Attempts still in flight are kept, however old; the
+// logs they stay in are numbered again.
+//
+// It deletes in transactions of at most SweepBatch rows a table, oldest
+// first along an index, so its cost is in proportion to what it deletes
+// and no writer waits for more than one batch.
+func (db *DB) Sweep(ctx context.Context, now, before time.Time) (Swept, error) {
+	var out Swept
+	err := db.Update(ctx, func(tx *Tx) error {
+		res, err := tx.exec(qSweepInterrupted, micros(now))
+		if err == nil {
+			out.Interrupted, err = res.RowsAffected()
+		}
+		return err
+	})
+	if err != nil {
+		return out, fmt.Errorf("state: sweep: %w", err)
+	}
+	for {
+		var n Swept
+		err := db.Update(ctx, func(tx *Tx) error {
+			n = Swept{}
+			for _, d := range []struct {
+				q     query
+				count *int64
+			}{{qSweepAttempts, &n.Attempts}, {qSweepObservations, &n.Observations}, {qSweepWarnings, &n.Warnings}} {
+				res, err := tx.exec(d.q, micros(before), SweepBatch)
+				if err != nil {
+					return err
+				}
+				if *d.count, err = res.RowsAffected(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return out, fmt.Errorf("state: sweep: %w", err)
+		}
+		out.Attempts += n.Attempts
+		out.Observations += n.Observations
+		out.Warnings += n.Warnings
+		if max(n.Attempts, n.Observations, n.Warnings) < SweepBatch {
+			break
+		}
+	}
+	if out.Attempts > 0 {
+		if err := db.Update(ctx, func(tx *Tx) error { return tx.renumberSwept(before) }); err != nil {
+			return out, fmt.Errorf("state: sweep: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// renumberSwept numbers again the log of every key that kept an admitted
+// attempt older than before: the sweep may have deleted attempts after it,
+// leaving gaps. Only attempts in flight are left that old, so the walk
+// along attempts_at is short.
+func (tx *Tx) renumberSwept(before time.Time) error {
+	rows, err := tx.query(qSweptAround, micros(before))
+	if err != nil {
+		return err
+	}
+	var keys []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			rows.Close()
+			return err
+		}
+		keys = append(keys, k)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := tx.renumber(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}

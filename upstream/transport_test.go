@@ -1,0 +1,59 @@
+package upstream
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/state"
+)
+
+// TestKeysShareConnections: calls through 100 keys of one API, one after
+// another, reuse one connection instead of opening one per key.
+func TestKeysShareConnections(t *testing.T) {
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("{}"))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	var cfg strings.Builder
+	for i := range 100 {
+		fmt.Fprintf(&cfg, "[[keys]]\nname = \"k%d\"\nbase_url = %q\nsecret_env = \"S\"\nmax_rate = 1000\n\n", i, srv.URL)
+	}
+	keys, err := keystore.Parse([]byte(cfg.String()), keystore.Env{Getenv: func(string) string { return secret }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := state.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	c := New(pacer.New(db), nil)
+	for _, k := range keys.Keys() {
+		resp, err := c.Do(t.Context(), k, Request{Caller: "sync", Transport: "rest", Path: "/x"})
+		if err != nil {
+			t.Fatalf("%s: %v", k.Name, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if n := conns.Load(); n > 2 {
+		t.Errorf("100 keys of one API opened %d connections, want 1 (2 at most)", n)
+	}
+}

@@ -381,15 +381,19 @@ func (p *Pacer) load(tx *state.Tx, c Call, now time.Time, ks *state.KeyState, in
 // remembering what it read: a decision asks about the same windows more
 // than once (a documented policy and the upstream's twin of it).
 type txLog struct {
-	tx       *state.Tx
-	key      string
-	byCaller bool // count per caller too (the key has reservations)
-	counts   map[time.Time]int
-	windows  map[time.Time]state.Window
+	tx      *state.Tx
+	key     string
+	callers []string // count these callers' calls too: those with reservations
+	counts  map[time.Time]int
+	windows map[time.Time]state.Window
 }
 
 func newTxLog(tx *state.Tx, k *keystore.Key) *txLog {
-	return &txLog{tx: tx, key: k.Name, byCaller: len(k.Reserves) > 0,
+	var callers []string
+	for _, r := range k.Reserves {
+		callers = append(callers, r.Caller)
+	}
+	return &txLog{tx: tx, key: k.Name, callers: callers,
 		counts: map[time.Time]int{}, windows: map[time.Time]state.Window{}}
 }
 
@@ -413,11 +417,7 @@ func (l *txLog) Window(since time.Time) (state.Window, error) {
 	if w, ok := l.windows[since]; ok {
 		return w, nil
 	}
-	read := l.tx.Window
-	if l.byCaller {
-		read = l.tx.WindowByCaller
-	}
-	w, err := read(l.key, since)
+	w, err := l.tx.WindowOf(l.key, since, l.callers)
 	if err == nil {
 		l.windows[since] = w
 	}

@@ -13,8 +13,10 @@ import (
 
 // BenchmarkWindow measures one read of a key's sliding-window log (the
 // count and the oldest send of a window), for logs of growing length: its
-// cost does not grow with them. The count per caller, read only for keys
-// with reservations, still grows with the window.
+// cost does not grow with them. The count per caller that an admission
+// reads for a key with reservations (of-callers: two reserving callers,
+// from their numbered logs) does not either; the count of every caller
+// (by-caller, for a status) grows with the window.
 //
 //	go test -run '^$' -bench Window ./state/
 func BenchmarkWindow(b *testing.B) {
@@ -24,6 +26,9 @@ func BenchmarkWindow(b *testing.B) {
 	}{
 		{"total", (*state.Tx).Window},
 		{"by-caller", (*state.Tx).WindowByCaller},
+		{"of-callers", func(tx *state.Tx, key string, since time.Time) (state.Window, error) {
+			return tx.WindowOf(key, since, []string{"caller0", "caller1"})
+		}},
 	}
 	for _, r := range reads {
 		for _, n := range []int{100, 10_000, 100_000} {

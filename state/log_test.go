@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -46,6 +47,29 @@ func (s scanLog) window(key string, since time.Time) state.Window {
 	return state.Window{Count: n, Oldest: time.UnixMicro(oldest)}
 }
 
+func (s scanLog) byCaller(key string, since time.Time) map[string]int {
+	s.t.Helper()
+	rows, err := s.db.Query(`SELECT caller, count(*) FROM attempts WHERE key = ? AND at > ? AND counted = 1 AND caller != ''
+		GROUP BY caller`, key, since.UnixMicro())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer rows.Close()
+	var out map[string]int
+	for rows.Next() {
+		var c string
+		var n int
+		if err := rows.Scan(&c, &n); err != nil {
+			s.t.Fatal(err)
+		}
+		if out == nil {
+			out = map[string]int{}
+		}
+		out[c] = n
+	}
+	return out
+}
+
 func (s scanLog) nth(key string, since time.Time, n int) time.Time {
 	s.t.Helper()
 	var us int64
@@ -74,6 +98,10 @@ func (s scanLog) check(db *state.DB, keys []string, from, to time.Time) {
 				}
 				if got.Count != want.Count || !got.Oldest.Equal(want.Oldest) {
 					s.t.Errorf("Window(%s, %v): got %d from %v, want %d from %v", key, since.Sub(from), got.Count, got.Oldest, want.Count, want.Oldest)
+				}
+				byCaller, err := tx.WindowOf(key, since, []string{"agent", "sync", "x", "nobody"})
+				if wantBy := s.byCaller(key, since); err != nil || !maps.Equal(byCaller.ByCaller, wantBy) || byCaller.Count != want.Count {
+					s.t.Errorf("WindowOf(%s, %v): got %d, %v, %v; want %d, %v", key, since.Sub(from), byCaller.Count, byCaller.ByCaller, err, want.Count, wantBy)
 				}
 				if n, err := tx.Count(key, since); err != nil || n != want.Count {
 					s.t.Errorf("Count(%s, %v): got %d, %v; want %d", key, since.Sub(from), n, err, want.Count)
@@ -104,11 +132,13 @@ func TestLogReadsLikeAScan(t *testing.T) {
 	keys := []string{"a", "b", "c"}
 	now := t0
 	states := []string{state.Admitted, state.Admitted, state.Admitted, state.RejectedLocal, state.Cached}
+	callers := []string{"agent", "sync", "x"}
 	for round := range 4 {
 		update(t, db, func(tx *state.Tx) error {
 			for range 60 {
 				now = now.Add(time.Duration(rng.IntN(400)) * time.Millisecond) // ties too
-				a := state.Attempt{CallID: "c", Attempt: 1, Key: keys[rng.IntN(len(keys))], State: states[rng.IntN(len(states))], At: now}
+				a := state.Attempt{CallID: "c", Attempt: 1, Key: keys[rng.IntN(len(keys))], Caller: callers[rng.IntN(len(callers))],
+					State: states[rng.IntN(len(states))], At: now}
 				if rng.IntN(10) == 0 {
 					a.At = now.Add(-time.Duration(rng.IntN(5000)) * time.Millisecond) // recorded late
 				}

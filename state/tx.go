@@ -80,11 +80,15 @@ type Attempt struct {
 
 var (
 	qInsertAttempt = newQuery(`INSERT INTO attempts
-	(call_id, attempt, key, caller, transport, method, target, digest, state, reason, probe, counted, at, wait_us, lease_until, seq)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	qLastSend = newQuery(`SELECT seq, at FROM attempts WHERE key = ? AND counted = 1 ORDER BY at DESC, seq DESC LIMIT 1`)
-	qRenumber = newQuery(`UPDATE attempts SET seq = o.n
-	FROM (SELECT id, row_number() OVER (ORDER BY at, id) AS n FROM attempts WHERE key = ? AND counted = 1) AS o
+	(call_id, attempt, key, caller, transport, method, target, digest, state, reason, probe, counted, at, wait_us, lease_until, seq, cseq)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	qLastSend       = newQuery(`SELECT seq, at FROM attempts WHERE key = ? AND counted = 1 ORDER BY at DESC, seq DESC LIMIT 1`)
+	qLastCallerSend = newQuery(`SELECT cseq FROM attempts WHERE key = ? AND caller = ? AND counted = 1 AND cseq IS NOT NULL
+	ORDER BY at DESC, cseq DESC LIMIT 1`)
+	qRenumber = newQuery(`UPDATE attempts SET seq = o.n, cseq = o.c
+	FROM (SELECT id, row_number() OVER (ORDER BY at, id) AS n,
+		CASE WHEN caller != '' THEN row_number() OVER (PARTITION BY caller ORDER BY at, id) END AS c
+		FROM attempts WHERE key = ? AND counted = 1) AS o
 	WHERE attempts.id = o.id`)
 )
 
@@ -96,7 +100,7 @@ var (
 // never does this: it records admissions in order) renumbers the key's
 // log, at a cost that grows with it.
 func (tx *Tx) InsertAttempt(a Attempt) (int64, error) {
-	var lease, seq any
+	var lease, seq, cseq any
 	if !a.LeaseUntil.IsZero() {
 		lease = micros(a.LeaseUntil)
 	}
@@ -108,10 +112,18 @@ func (tx *Tx) InsertAttempt(a Attempt) (int64, error) {
 			return 0, fmt.Errorf("state: record attempt: %w", err)
 		}
 		seq, renumber = last+1, micros(a.At) < lastAt
+		if a.Caller != "" {
+			var lastOfCaller int64
+			err := tx.queryRow(qLastCallerSend, a.Key, a.Caller).Scan(&lastOfCaller)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return 0, fmt.Errorf("state: record attempt: %w", err)
+			}
+			cseq = lastOfCaller + 1
+		}
 	}
 	res, err := tx.exec(qInsertAttempt,
 		a.CallID, a.Attempt, a.Key, a.Caller, a.Transport, a.Method, a.Target, a.Digest, a.State, a.Reason,
-		a.Probe, a.State == Admitted, micros(a.At), a.Wait.Microseconds(), lease, seq)
+		a.Probe, a.State == Admitted, micros(a.At), a.Wait.Microseconds(), lease, seq, cseq)
 	if err != nil {
 		return 0, fmt.Errorf("state: record attempt: %w", err)
 	}
@@ -232,6 +244,41 @@ func (tx *Tx) WindowByCaller(key string, since time.Time) (Window, error) {
 		}
 	}
 	return w, rows.Err()
+}
+
+// qCallerSends reads the first attempt of key (?1) by caller (?2) after a
+// time (?3), with the caller's last number.
+var qCallerSends = newQuery(`SELECT f.cseq, f.at,
+		(SELECT cseq FROM attempts WHERE key = ?1 AND caller = ?2 AND counted = 1 AND cseq IS NOT NULL
+		ORDER BY at DESC, cseq DESC LIMIT 1)
+	FROM attempts AS f WHERE f.key = ?1 AND f.caller = ?2 AND f.counted = 1 AND f.cseq IS NOT NULL AND f.at > ?3
+	ORDER BY f.at, f.cseq LIMIT 1`)
+
+// WindowOf is Window with ByCaller holding the counts of callers (those
+// with a call in the window): each is read from the caller's own numbered
+// log, so the cost grows with the number of callers asked about, not with
+// the calls the window holds. Slots a lease reserved and handed to a
+// caller count in the key's Count only.
+func (tx *Tx) WindowOf(key string, since time.Time, callers []string) (Window, error) {
+	w, err := tx.Window(key, since)
+	if err != nil || w.Count == 0 {
+		return w, err
+	}
+	for _, c := range callers {
+		var first, at, last int64
+		err := tx.queryRow(qCallerSends, key, c, micros(since)).Scan(&first, &at, &last)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return w, fmt.Errorf("state: window: %w", err)
+		}
+		if w.ByCaller == nil {
+			w.ByCaller = map[string]int{}
+		}
+		w.ByCaller[c] = int(last - first + 1)
+	}
+	return w, nil
 }
 
 var qNth = newQuery(`SELECT at FROM attempts WHERE key = ? AND at > ? AND counted = 1 ORDER BY at LIMIT 1 OFFSET ?`)

@@ -90,7 +90,12 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	// 100 ms and let one busy process starve another.
 	file := "file:" + (&url.URL{Path: path}).EscapedPath()
 	const pragmas = "&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)"
-	w, err := sql.Open("sqlite", file+fmt.Sprintf("?_pragma=busy_timeout(0)&_pragma=wal_autocheckpoint(%d)", CheckpointPages)+pragmas)
+	// A new file gives back the pages the sweep frees, a few at a time
+	// (Sweep): auto_vacuum comes before journal_mode, which writes a new
+	// file's header, since SQLite takes the mode only before the first
+	// table. A file made by an earlier version keeps its freed pages for
+	// its own reuse; VACUUM with the processes stopped gives them back.
+	w, err := sql.Open("sqlite", file+fmt.Sprintf("?_pragma=busy_timeout(0)&_pragma=wal_autocheckpoint(%d)&_pragma=auto_vacuum(2)", CheckpointPages)+pragmas)
 	if err != nil {
 		return nil, fmt.Errorf("state: open %s: %w", path, err)
 	}

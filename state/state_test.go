@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -628,4 +629,41 @@ func TestUpdateWaitsForAnotherWriter(t *testing.T) {
 		}
 		return err
 	})
+}
+
+// TestSweepGivesSpaceBack: after a sweep deletes most of a file's history,
+// the file itself shrinks (incremental auto-vacuum), a megabyte a
+// transaction.
+func TestSweepGivesSpaceBack(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	db := open(t, path)
+	target := "/v1/items?" + strings.Repeat("q=x&", 200)
+	update(t, db, func(tx *state.Tx) error {
+		for i := range 20000 {
+			if _, err := tx.InsertAttempt(state.Attempt{CallID: fmt.Sprint(i), Key: "k", Caller: "sync", Target: target,
+				State: state.Confirmed, At: t0.Add(time.Duration(i) * time.Millisecond)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	before := pages(t, path)
+	sweep(t, db, t0.Add(time.Hour), t0.Add(19*time.Second))
+	after := pages(t, path)
+	t.Logf("pages: %d before the sweep, %d after", before, after)
+	if after > before/4 {
+		t.Errorf("the file has %d pages after sweeping 95%% of its attempts, %d before; want it to shrink", after, before)
+	}
+}
+
+// pages is the file's size in pages, read from its own header by another
+// connection.
+func pages(t *testing.T, path string) int {
+	t.Helper()
+	s := openScan(t, path)
+	var n int
+	if err := s.db.QueryRow("PRAGMA page_count").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

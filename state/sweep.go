@@ -88,7 +88,44 @@ func (db *DB) Sweep(ctx context.Context, now, before time.Time) (Swept, error) {
 			return out, fmt.Errorf("state: sweep: %w", err)
 		}
 	}
+	if out != (Swept{}) {
+		if err := db.reclaim(ctx); err != nil {
+			return out, fmt.Errorf("state: sweep: %w", err)
+		}
+	}
 	return out, nil
+}
+
+// reclaimPages is how many free pages one transaction gives back to the
+// file system: 1 MiB of 4 KiB pages.
+const reclaimPages = 256
+
+var (
+	qFreePages  = newQuery(`SELECT freelist_count FROM pragma_freelist_count`)
+	qAutoVacuum = newQuery(`SELECT auto_vacuum FROM pragma_auto_vacuum`)
+)
+
+// reclaim gives the file's free pages back to the file system,
+// reclaimPages a transaction, when the file is in incremental auto-vacuum
+// mode (every file made since this version).
+func (db *DB) reclaim(ctx context.Context) error {
+	for {
+		free := 0
+		err := db.Update(ctx, func(tx *Tx) error {
+			var mode int
+			if err := tx.queryRow(qAutoVacuum).Scan(&mode); err != nil || mode != 2 {
+				return err
+			}
+			if err := tx.queryRow(qFreePages).Scan(&free); err != nil || free == 0 {
+				return err
+			}
+			_, err := db.wc.ExecContext(ctx, fmt.Sprintf("PRAGMA incremental_vacuum(%d)", reclaimPages))
+			return err
+		})
+		if err != nil || free <= reclaimPages {
+			return err
+		}
+	}
 }
 
 // renumberSwept numbers again the log of every key that kept an admitted

@@ -333,3 +333,27 @@ func TestSecretsNeverPrint(t *testing.T) {
 		t.Error("the redaction never showed: was anything printed?")
 	}
 }
+
+// FuzzParse: no configuration makes Parse panic, and every mistake it
+// reports is a *ConfigError with a message.
+func FuzzParse(f *testing.F) {
+	f.Add(example)
+	f.Add("[[key]]\nname = \"a\"\n")
+	f.Add("[[keys]]\nname = 7\n  [[keys.policies]]\n  quota = \"120\"\n  window = 60\n")
+	f.Add("keys = 3\ncallers = [1, \"x\"]\n")
+	f.Add("[keys]\nname = \"a\"\n[[callers]]\ntoken = 1\nkeys = \"demo\"\n")
+	f.Add("[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\nreserve = [{caller = \"a\", share = 2}]\n")
+	f.Fuzz(func(t *testing.T, config string) {
+		s, err := Parse([]byte(config), env(map[string]string{"T": "long-enough-token-123"}))
+		if err == nil {
+			if s == nil {
+				t.Fatal("no store and no error")
+			}
+			return
+		}
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Msg == "" {
+			t.Fatalf("err = %#v, want a *ConfigError with a message", err)
+		}
+	})
+}

@@ -215,31 +215,6 @@ func TestStateFileErrors(t *testing.T) {
 		{"under a file", filepath.Join(aFile, "state.db"), "cannot be created: " + aFile + " is a file, not a directory"},
 		{"a directory", aDir, "is a directory, not a file"},
 	}
-	if os.Geteuid() != 0 {
-		ro := filepath.Join(dir, "ro")
-		if err := os.Mkdir(ro, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		roFile := filepath.Join(ro, "state.db")
-		if _, _, err := runCmd(t, nil, "status", "--config", config, "--state", roFile); err != nil {
-			t.Fatal(err)
-		}
-		os.Remove(roFile + "-wal")
-		os.Remove(roFile + "-shm")
-		if err := os.Chmod(roFile, 0o400); err != nil {
-			t.Fatal(err)
-		}
-		roDir := filepath.Join(dir, "ro-dir")
-		if err := os.Mkdir(roDir, 0o500); err != nil {
-			t.Fatal(err)
-		}
-		tests = append(tests,
-			struct{ name, state, says string }{"read-only file", roFile, "is read-only"},
-			struct{ name, state, says string }{"read-only directory", filepath.Join(roDir, "state.db"), "read-only"},
-		)
-	} else {
-		t.Log("running as root: the read-only cases cannot be made, and are not run")
-	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, cmd := range []string{"status", "activity"} {

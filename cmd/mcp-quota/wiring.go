@@ -82,9 +82,7 @@ func (e environment) parse(fs *flag.FlagSet, args []string) error {
 // source names where a flag's value came from: the flag, or the
 // environment variable that is its default.
 func (e environment) source(fs *flag.FlagSet, name, envVar string) string {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	if !set && e.getenv(envVar) != "" {
+	if !flagSet(fs, name) && e.getenv(envVar) != "" {
 		return envVar
 	}
 	return "--" + name

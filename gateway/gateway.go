@@ -53,6 +53,9 @@ type Config struct {
 	MaxHeaderBytes int
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+	// Version is the program's version, shown by GET /healthz; empty
+	// shows none.
+	Version string
 }
 
 // New returns the gateway's handler.
@@ -71,7 +74,7 @@ func New(c Config) http.Handler {
 	mux := http.NewServeMux()
 	c.REST.Routes(mux)
 	mux.Handle("/mcp", mcpBodyLimit(mcpHTTP, c.MaxMCPBody))
-	mux.HandleFunc("GET /healthz", rest.Health(c.DB))
+	mux.HandleFunc("GET /healthz", rest.Health(c.DB, c.Version))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		rest.WriteProblem(w, http.StatusNotFound, rest.CodeBadRequest,
 			"Nothing is here. mcp-quota serves /mcp (MCP), /k/{key}/… (REST), /v1/quota, /v1/activity and /healthz.", nil)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/url"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -116,7 +117,7 @@ func parseSeconds(s string) (time.Duration, error) {
 // A ConfigError is a configuration mistake, with where it is.
 type ConfigError struct {
 	File  string // the file name, when read from one
-	Line  int    // 1-based; 0 when unknown
+	Line  int    // 1-based, the line of the field itself when it is written; 0 when unknown
 	Field string // e.g. "keys[1].base_url"
 	Msg   string
 }
@@ -139,6 +140,26 @@ func (e *ConfigError) Error() string {
 	return b.String()
 }
 
+// ConfigErrors are every mistake of one file, in the order of their lines.
+// errors.As finds each *ConfigError in it.
+type ConfigErrors []*ConfigError
+
+func (es ConfigErrors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	return fmt.Sprintf("%d mistakes in the configuration:\n  %s", len(es), strings.Join(lines, "\n  "))
+}
+
+func (es ConfigErrors) Unwrap() []error {
+	out := make([]error, len(es))
+	for i, e := range es {
+		out[i] = e
+	}
+	return out
+}
+
 // Load reads the configuration file at path. A missing file is reported
 // with an error satisfying errors.Is(err, fs.ErrNotExist).
 func Load(path string, env Env) (*Store, error) {
@@ -148,7 +169,13 @@ func Load(path string, env Env) (*Store, error) {
 	}
 	s, err := Parse(data, env)
 	var ce *ConfigError
-	if errors.As(err, &ce) {
+	var ces ConfigErrors
+	switch {
+	case errors.As(err, &ces):
+		for _, e := range ces {
+			e.File = path
+		}
+	case errors.As(err, &ce):
 		ce.File = path
 	}
 	return s, err
@@ -172,91 +199,128 @@ func Load(path string, env Env) (*Store, error) {
 //	token_env = "SYNC_TOKEN"
 //	keys = ["example"]
 //
-// Mistakes are reported as a *ConfigError naming the line and the field.
-// A key whose credential cannot be read is kept: calls through it fail
-// with ErrNoCredential, so one missing variable does not stop the rest.
+// Mistakes are reported as a *ConfigError naming the line of the field
+// and the field, or, when there are several, as ConfigErrors listing them
+// all. A key whose credential cannot be read is kept: calls through it
+// fail with ErrNoCredential, so one missing variable does not stop the rest.
 func Parse(data []byte, env Env) (*Store, error) {
-	var fc fileConfig
-	md, err := toml.Decode(string(data), &fc)
-	if err != nil {
+	var raw map[string]any
+	if _, err := toml.Decode(string(data), &raw); err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
 			return nil, &ConfigError{Line: pe.Position.Line, Field: pe.LastKey, Msg: pe.Message}
 		}
 		return nil, &ConfigError{Msg: err.Error()}
 	}
-	if undecoded := md.Undecoded(); len(undecoded) > 0 {
-		k := undecoded[0].String()
-		last := undecoded[0][len(undecoded[0])-1]
-		return nil, &ConfigError{Line: lineOfField(data, last), Field: k, Msg: "unknown field (check its spelling)"}
+	lines := indexLines(data)
+	var errs []*ConfigError
+	checkShape("", "", raw, reflect.TypeFor[fileConfig](), &errs)
+	if len(errs) > 0 {
+		// The values are checked only once the shape is right: a field
+		// of the wrong type would otherwise be reported again as missing.
+		return nil, located(errs, lines)
 	}
-	lines := sectionLines(data)
+	var fc fileConfig
+	if _, err := toml.Decode(string(data), &fc); err != nil {
+		return nil, &ConfigError{Msg: err.Error()}
+	}
 	s := &Store{}
+	declared := map[string]bool{}
+	for _, kc := range fc.Keys {
+		declared[kc.Name] = true
+	}
 	for i, kc := range fc.Keys {
-		at := lines["keys"].at(i)
-		k, err := kc.key(env)
-		if err != nil {
+		k, kerrs := kc.key(env)
+		for _, err := range kerrs {
 			err.Field = fmt.Sprintf("keys[%d].%s", i, err.Field)
-			if err.Line == 0 {
-				err.Line = at
-			}
-			return nil, err
+		}
+		errs = append(errs, kerrs...)
+		if k == nil {
+			continue
 		}
 		if slices.ContainsFunc(s.keys, func(o *Key) bool { return o.Name == k.Name }) {
-			return nil, &ConfigError{Line: at, Field: fmt.Sprintf("keys[%d].name", i), Msg: fmt.Sprintf("key %q is configured twice", k.Name)}
+			errs = append(errs, &ConfigError{Field: fmt.Sprintf("keys[%d].name", i), Msg: fmt.Sprintf("key %q is configured twice", k.Name)})
+			continue
 		}
 		s.keys = append(s.keys, k)
 	}
 	for i, cc := range fc.Callers {
-		at := lines["callers"].at(i)
-		c, err := cc.caller(env, s)
-		if err != nil {
+		c, cerrs := cc.caller(env, declared)
+		for _, err := range cerrs {
 			err.Field = fmt.Sprintf("callers[%d].%s", i, err.Field)
-			err.Line = at
-			return nil, err
+		}
+		errs = append(errs, cerrs...)
+		if c == nil {
+			continue
 		}
 		if slices.ContainsFunc(s.callers, func(o *Caller) bool { return o.Name == c.Name }) {
-			return nil, &ConfigError{Line: at, Field: fmt.Sprintf("callers[%d].name", i), Msg: fmt.Sprintf("caller %q is configured twice", c.Name)}
+			errs = append(errs, &ConfigError{Field: fmt.Sprintf("callers[%d].name", i), Msg: fmt.Sprintf("caller %q is configured twice", c.Name)})
+			continue
 		}
 		s.callers = append(s.callers, c)
+	}
+	if len(errs) > 0 {
+		return nil, located(errs, lines)
 	}
 	return s, nil
 }
 
+// located gives each error the line of its field and returns one error
+// or all of them, in the order of the file.
+func located(errs []*ConfigError, lines fieldLines) error {
+	for _, e := range errs {
+		if e.Line == 0 {
+			e.Line = lines.line(e.Field)
+		}
+	}
+	slices.SortStableFunc(errs, func(a, b *ConfigError) int { return a.Line - b.Line })
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return ConfigErrors(errs)
+}
+
 var keyName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
-func (kc keyConfig) key(env Env) (*Key, *ConfigError) {
+// key checks a [[keys]] entry and returns the key, or every mistake in it
+// (fields relative to the entry).
+func (kc keyConfig) key(env Env) (*Key, []*ConfigError) {
+	var errs []*ConfigError
+	bad := func(field, msg string) { errs = append(errs, &ConfigError{Field: field, Msg: msg}) }
 	if !keyName.MatchString(kc.Name) {
-		return nil, &ConfigError{Field: "name", Msg: fmt.Sprintf("%q is not a valid key name: use 1 to 64 letters, digits, '.', '_' or '-'", kc.Name)}
+		bad("name", fmt.Sprintf("%q is not a valid key name: use 1 to 64 letters, digits, '.', '_' or '-'", kc.Name))
 	}
 	if kc.Secret != nil {
-		return nil, &ConfigError{Field: "secret", Msg: "secrets are never written in the configuration: use secret_env or secret_file"}
+		bad("secret", "secrets are never written in the configuration: use secret_env or secret_file")
 	}
-	u, err := url.Parse(kc.BaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return nil, &ConfigError{Field: "base_url", Msg: fmt.Sprintf("%q is not an absolute http(s) URL without credentials, query or fragment", kc.BaseURL)}
-	}
-	if !strings.HasSuffix(u.Path, "/") {
-		u.Path += "/"
-	}
-	u.RawPath = ""
 	k := &Key{
 		Name:           kc.Name,
-		BaseURL:        u,
 		AllowHosts:     kc.AllowHosts,
 		MaxRate:        DefaultMaxRate,
 		MaxConcurrency: DefaultMaxConcurrency,
 		LowWater:       DefaultLowWater,
 	}
+	u, err := url.Parse(kc.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		bad("base_url", fmt.Sprintf("%q is not an absolute http(s) URL without credentials, query or fragment", kc.BaseURL))
+	} else {
+		if !strings.HasSuffix(u.Path, "/") {
+			u.Path += "/"
+		}
+		u.RawPath = ""
+		k.BaseURL = u
+	}
+	authKnown := true
 	if k.Auth, err = parseAuth(kc.Auth); err != nil {
-		return nil, &ConfigError{Field: "auth", Msg: err.Error()}
+		bad("auth", err.Error())
+		authKnown = false
 	}
 	if k.Profile, err = ratelimit.ParseProfile(kc.Profile); err != nil {
-		return nil, &ConfigError{Field: "profile", Msg: err.Error()}
+		bad("profile", err.Error())
 	}
 	switch {
 	case kc.SecretEnv != "" && kc.SecretFile != "":
-		return nil, &ConfigError{Field: "secret_env", Msg: "set secret_env or secret_file, not both"}
+		bad("secret_env", "set secret_env or secret_file, not both")
 	case kc.SecretEnv != "":
 		if v := strings.TrimSpace(env.getenv(kc.SecretEnv)); v != "" {
 			k.secret = NewSecret(v)
@@ -271,27 +335,34 @@ func (kc keyConfig) key(env Env) (*Key, *ConfigError) {
 		} else {
 			k.secret = NewSecret(v)
 		}
-	case k.Auth.Kind != AuthNone:
-		return nil, &ConfigError{Field: "secret_env", Msg: fmt.Sprintf("auth %q needs a credential: set secret_env or secret_file (or auth = \"none\")", k.Auth)}
+	case k.Auth.Kind != AuthNone && kc.Secret == nil && authKnown:
+		bad("secret_env", fmt.Sprintf("auth %q needs a credential: set secret_env or secret_file (or auth = \"none\")", k.Auth))
 	}
 	for j, pc := range kc.Policies {
 		if pc.Name == "" {
 			pc.Name = "default"
 		}
+		ok := true
 		if pc.Quota <= 0 {
-			return nil, &ConfigError{Field: fmt.Sprintf("policies[%d].quota", j), Msg: "quota must be a positive number of units"}
+			bad(fmt.Sprintf("policies[%d].quota", j), "quota must be a positive number of units")
+			ok = false
 		}
 		if pc.Window <= 0 {
-			return nil, &ConfigError{Field: fmt.Sprintf("policies[%d].window", j), Msg: "window is required, e.g. \"60s\""}
+			bad(fmt.Sprintf("policies[%d].window", j), "window is required, e.g. \"60s\"")
+			ok = false
 		}
 		unit := ratelimit.Requests
 		if pc.Unit != "" && pc.Unit != string(ratelimit.Requests) {
-			return nil, &ConfigError{Field: fmt.Sprintf("policies[%d].unit", j), Msg: fmt.Sprintf("unit %q is not enforced locally; only \"requests\" is", pc.Unit)}
+			bad(fmt.Sprintf("policies[%d].unit", j), fmt.Sprintf("unit %q is not enforced locally; only \"requests\" is", pc.Unit))
+			ok = false
 		}
 		if slices.ContainsFunc(k.Policies, func(p Policy) bool { return p.Name == pc.Name }) {
-			return nil, &ConfigError{Field: fmt.Sprintf("policies[%d].name", j), Msg: fmt.Sprintf("policy %q is configured twice", pc.Name)}
+			bad(fmt.Sprintf("policies[%d].name", j), fmt.Sprintf("policy %q is configured twice", pc.Name))
+			ok = false
 		}
-		k.Policies = append(k.Policies, Policy{Name: pc.Name, Quota: pc.Quota, Window: time.Duration(pc.Window), Unit: unit})
+		if ok {
+			k.Policies = append(k.Policies, Policy{Name: pc.Name, Quota: pc.Quota, Window: time.Duration(pc.Window), Unit: unit})
+		}
 	}
 	k.Methods = []string{"GET", "HEAD"}
 	if kc.Methods != nil {
@@ -299,44 +370,52 @@ func (kc keyConfig) key(env Env) (*Key, *ConfigError) {
 		for _, m := range kc.Methods {
 			m = strings.ToUpper(m)
 			if !slices.Contains([]string{"GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"}, m) {
-				return nil, &ConfigError{Field: "methods", Msg: fmt.Sprintf("%q is not an HTTP method mcp-quota forwards", m)}
+				bad("methods", fmt.Sprintf("%q is not an HTTP method mcp-quota forwards", m))
+				continue
 			}
 			k.Methods = append(k.Methods, m)
 		}
 	}
 	for j, h := range kc.AllowHosts {
 		if h == "" || strings.ContainsAny(h, "/@?# ") {
-			return nil, &ConfigError{Field: fmt.Sprintf("allow_hosts[%d]", j), Msg: fmt.Sprintf("%q is not a host name (host or host:port)", h)}
+			bad(fmt.Sprintf("allow_hosts[%d]", j), fmt.Sprintf("%q is not a host name (host or host:port)", h))
 		}
 	}
 	var shares float64
 	for j, rc := range kc.Reserve {
 		if rc.Caller == "" || rc.Share <= 0 || rc.Share >= 1 {
-			return nil, &ConfigError{Field: fmt.Sprintf("reserve[%d]", j), Msg: "a reserve needs a caller and a share between 0 and 1, e.g. share = 0.2"}
+			bad(fmt.Sprintf("reserve[%d]", j), "a reserve needs a caller and a share between 0 and 1, e.g. share = 0.2")
+			continue
 		}
 		shares += rc.Share
 		k.Reserves = append(k.Reserves, Reserve(rc))
 	}
 	if shares >= 1 {
-		return nil, &ConfigError{Field: "reserve", Msg: "reserved shares add up to 1 or more: leave something for the other callers"}
+		bad("reserve", "reserved shares add up to 1 or more: leave something for the other callers")
 	}
 	if kc.MaxRate != nil {
 		if *kc.MaxRate <= 0 || math.IsInf(*kc.MaxRate, 0) {
-			return nil, &ConfigError{Field: "max_rate", Msg: "max_rate must be a positive number of calls per second"}
+			bad("max_rate", "max_rate must be a positive number of calls per second")
+		} else {
+			k.MaxRate = *kc.MaxRate
 		}
-		k.MaxRate = *kc.MaxRate
 	}
 	if kc.MaxConcurrency != nil {
 		if *kc.MaxConcurrency <= 0 {
-			return nil, &ConfigError{Field: "max_concurrency", Msg: "max_concurrency must be at least 1"}
+			bad("max_concurrency", "max_concurrency must be at least 1")
+		} else {
+			k.MaxConcurrency = *kc.MaxConcurrency
 		}
-		k.MaxConcurrency = *kc.MaxConcurrency
 	}
 	if kc.LowWater != nil {
 		if *kc.LowWater < 0 || *kc.LowWater >= 1 {
-			return nil, &ConfigError{Field: "low_water", Msg: "low_water is a share of the quota, between 0 and 1"}
+			bad("low_water", "low_water is a share of the quota, between 0 and 1")
+		} else {
+			k.LowWater = *kc.LowWater
 		}
-		k.LowWater = *kc.LowWater
+	}
+	if len(errs) > 0 {
+		return nil, errs
 	}
 	return k, nil
 }
@@ -375,80 +454,49 @@ func validToken(s string) bool {
 	return true
 }
 
-func (cc callerConfig) caller(env Env, s *Store) (*Caller, *ConfigError) {
+// caller checks a [[callers]] entry against the keys the file declares
+// and returns the caller, or every mistake in it.
+func (cc callerConfig) caller(env Env, keys map[string]bool) (*Caller, []*ConfigError) {
+	var errs []*ConfigError
+	bad := func(field, msg string) { errs = append(errs, &ConfigError{Field: field, Msg: msg}) }
 	if !keyName.MatchString(cc.Name) {
-		return nil, &ConfigError{Field: "name", Msg: fmt.Sprintf("%q is not a valid caller name", cc.Name)}
+		bad("name", fmt.Sprintf("%q is not a valid caller name", cc.Name))
 	}
 	c := &Caller{Name: cc.Name, Keys: cc.Keys}
 	var v string
+	tokenField := "token_env"
 	switch {
 	case cc.TokenEnv != "" && cc.TokenFile != "":
-		return nil, &ConfigError{Field: "token_env", Msg: "set token_env or token_file, not both"}
+		bad("token_env", "set token_env or token_file, not both")
 	case cc.TokenEnv != "":
 		if v = strings.TrimSpace(env.getenv(cc.TokenEnv)); v == "" {
-			return nil, &ConfigError{Field: "token_env", Msg: fmt.Sprintf("environment variable %s is not set", cc.TokenEnv)}
+			bad("token_env", fmt.Sprintf("environment variable %s is not set", cc.TokenEnv))
 		}
 	case cc.TokenFile != "":
+		tokenField = "token_file"
 		b, err := env.readFile(cc.TokenFile)
 		if err != nil {
-			return nil, &ConfigError{Field: "token_file", Msg: fmt.Sprintf("cannot read %s", cc.TokenFile)}
-		}
-		if v = strings.TrimSpace(string(b)); v == "" {
-			return nil, &ConfigError{Field: "token_file", Msg: fmt.Sprintf("%s is empty", cc.TokenFile)}
+			bad("token_file", fmt.Sprintf("cannot read %s", cc.TokenFile))
+		} else if v = strings.TrimSpace(string(b)); v == "" {
+			bad("token_file", fmt.Sprintf("%s is empty", cc.TokenFile))
 		}
 	default:
-		return nil, &ConfigError{Field: "token_env", Msg: "a caller needs a token: set token_env or token_file"}
+		bad("token_env", "a caller needs a token: set token_env or token_file")
 	}
-	if len(v) < 16 {
-		return nil, &ConfigError{Field: "token_env", Msg: "the caller's token is shorter than 16 characters: use a long random token"}
+	if v != "" && len(v) < 16 {
+		bad(tokenField, "the caller's token is shorter than 16 characters: use a long random token")
 	}
 	c.token = NewSecret(v)
 	for j, name := range cc.Keys {
-		if name == "*" {
-			continue
-		}
-		if _, err := s.Key(name); err != nil {
-			return nil, &ConfigError{Field: fmt.Sprintf("keys[%d]", j), Msg: fmt.Sprintf("key %q is not configured", name)}
+		if name != "*" && !keys[name] {
+			bad(fmt.Sprintf("keys[%d]", j), fmt.Sprintf("key %q is not configured", name))
 		}
 	}
 	if len(cc.Keys) == 0 {
-		return nil, &ConfigError{Field: "keys", Msg: "list the keys this caller may use, e.g. keys = [\"example\"] (or [\"*\"])"}
+		bad("keys", "list the keys this caller may use, e.g. keys = [\"example\"] (or [\"*\"])")
+	}
+	if len(errs) > 0 {
+		return nil, errs
 	}
 	return c, nil
-}
-
-// sections maps an array-of-tables name to the lines of its headers.
-type sectionLine []int
-
-func (l sectionLine) at(i int) int {
-	if i < len(l) {
-		return l[i]
-	}
-	return 0
-}
-
-var arrayHeader = regexp.MustCompile(`^\s*\[\[\s*([A-Za-z_.]+)\s*\]\]`)
-
-// sectionLines finds the line of each [[keys]] and [[callers]] header, so
-// errors about the i-th entry can name its line.
-func sectionLines(data []byte) map[string]sectionLine {
-	out := map[string]sectionLine{}
-	for n, line := range strings.Split(string(data), "\n") {
-		if m := arrayHeader.FindStringSubmatch(line); m != nil {
-			out[m[1]] = append(out[m[1]], n+1)
-		}
-	}
-	return out
-}
-
-// lineOfField finds the first line that assigns field, for errors about
-// unknown fields; 0 when not found.
-func lineOfField(data []byte, field string) int {
-	re := regexp.MustCompile(`^\s*"?` + regexp.QuoteMeta(field) + `"?\s*=`)
-	for n, line := range strings.Split(string(data), "\n") {
-		if re.MatchString(line) {
-			return n + 1
-		}
-	}
-	return 0
 }

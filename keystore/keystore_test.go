@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -166,38 +169,139 @@ func TestParseErrors(t *testing.T) {
 		field, says  string
 	}{
 		{"syntax", "[[keys]]\nname = \"a\"\nbase_url = https://x\n", 3, "", ""},
-		{"unknown field", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\npolcies = 3\n", 5, "keys.polcies", "unknown field"},
-		{"inline secret", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nsecret = \"s\"\n", 1, "keys[0].secret", "never written in the configuration"},
-		{"bad url", "[[keys]]\nname = \"a\"\nbase_url = \"ftp://x\"\nauth = \"none\"\n", 1, "keys[0].base_url", "absolute http(s) URL"},
-		{"url with credentials", "[[keys]]\nname = \"a\"\nbase_url = \"https://u:p@x\"\nauth = \"none\"\n", 1, "keys[0].base_url", "without credentials"},
-		{"bad auth", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"basic\"\n", 1, "keys[0].auth", "bearer, header:NAME"},
-		{"bad profile", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\nprofile = \"nope\"\n", 1, "keys[0].profile", ""},
+		{"unknown field", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\npolcies = 3\n", 5, "keys[0].polcies", "unknown field polcies: did you mean policies?"},
+		{"[[key]]", "[[key]]\nname = \"a\"\n", 1, "key", "unknown table [[key]]: did you mean [[keys]]?"},
+		{"caller token", "[[callers]]\nname = \"c\"\ntoken = \"x\"\nkeys = [\"*\"]\n", 3, "callers[0].token", "did you mean token_env or token_file"},
+		{"unknown field, no near name", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\ncolour = 3\n", 5, "keys[0].colour", "the fields here are name, base_url"},
+		{"quoted number", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n  [[keys.policies]]\n  quota = \"120\"\n  window = \"1m\"\n", 6, "keys[0].policies[0].quota",
+			"quota must be a whole number, not text in quotes: write quota = 120, without quotes"},
+		{"number for text", "[[keys]]\nname = 7\nbase_url = \"https://x\"\nauth = \"none\"\n", 2, "keys[0].name", `write name = "7", in quotes`},
+		{"text for a list", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\nmethods = \"GET\"\n", 5, "keys[0].methods", `write methods = ["GET"]`},
+		{"inline secret", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nsecret = \"s\"\n", 4, "keys[0].secret", "never written in the configuration"},
+		{"bad url", "[[keys]]\nname = \"a\"\nbase_url = \"ftp://x\"\nauth = \"none\"\n", 3, "keys[0].base_url", "absolute http(s) URL"},
+		{"url with credentials", "[[keys]]\nname = \"a\"\nbase_url = \"https://u:p@x\"\nauth = \"none\"\n", 3, "keys[0].base_url", "without credentials"},
+		{"bad auth", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"basic\"\n", 4, "keys[0].auth", "bearer, header:NAME"},
+		{"bad profile", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\nprofile = \"nope\"\n", 5, "keys[0].profile", ""},
 		{"no credential", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\n", 1, "keys[0].secret_env", "needs a credential"},
-		{"bad window", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n  [[keys.policies]]\n  quota = 1\n  window = \"soon\"\n", 7, "", "invalid duration"},
-		{"no window", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n  [[keys.policies]]\n  quota = 1\n", 1, "keys[0].policies[0].window", "window is required"},
-		{"zero quota", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n  [[keys.policies]]\n  quota = 0\n  window = \"1m\"\n", 1, "keys[0].policies[0].quota", "positive"},
-		{"duplicate key", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n[[keys]]\nname = \"a\"\nbase_url = \"https://y\"\nauth = \"none\"\n", 5, "keys[1].name", "configured twice"},
-		{"bad key name", "[[keys]]\nname = \"a b\"\nbase_url = \"https://x\"\n", 1, "keys[0].name", "not a valid key name"},
-		{"reserve too big", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n  [[keys.reserve]]\n  caller = \"agent\"\n  share = 1.5\n", 1, "keys[0].reserve[0]", "between 0 and 1"},
-		{"caller unknown key", "[[callers]]\nname = \"c\"\ntoken_env = \"T\"\nkeys = [\"nope\"]\n", 1, "callers[0].keys[0]", `key "nope" is not configured`},
-		{"caller short token", "[[callers]]\nname = \"c\"\ntoken_env = \"SHORT\"\nkeys = [\"*\"]\n", 1, "callers[0].token_env", "shorter than 16"},
-		{"caller token unset", "[[callers]]\nname = \"c\"\ntoken_env = \"UNSET\"\nkeys = [\"*\"]\n", 1, "callers[0].token_env", "UNSET is not set"},
-		{"bad method", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\nmethods = [\"TRACE\"]\n", 1, "keys[0].methods", "TRACE"},
+		{"bad window", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n  [[keys.policies]]\n  quota = 1\n  window = \"soon\"\n", 7, "keys[0].policies[0].window", "invalid duration"},
+		{"second key's window", "[[keys]]\nname = \"a\"\nauth = \"none\"\nbase_url = \"https://x\"\n[[keys]]\nname = \"b\"\nauth = \"none\"\nbase_url = \"https://x\"\n  [[keys.policies]]\n  quota = 1\n  window = \"soon\"\n", 11, "keys[1].policies[0].window", "invalid duration"},
+		{"no window", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n  [[keys.policies]]\n  quota = 1\n", 5, "keys[0].policies[0].window", "window is required"},
+		{"zero quota", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n  [[keys.policies]]\n  quota = 0\n  window = \"1m\"\n", 6, "keys[0].policies[0].quota", "positive"},
+		{"duplicate key", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n[[keys]]\nname = \"a\"\nbase_url = \"https://y\"\nauth = \"none\"\n", 6, "keys[1].name", "configured twice"},
+		{"bad key name", "[[keys]]\nname = \"a b\"\nbase_url = \"https://x\"\n", 2, "keys[0].name", "not a valid key name"},
+		{"reserve too big", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n  [[keys.reserve]]\n  caller = \"agent\"\n  share = 1.5\n", 5, "keys[0].reserve[0]", "between 0 and 1"},
+		{"caller unknown key", "[[callers]]\nname = \"c\"\ntoken_env = \"T\"\nkeys = [\"nope\"]\n", 4, "callers[0].keys[0]", `key "nope" is not configured`},
+		{"caller short token", "[[callers]]\nname = \"c\"\ntoken_env = \"SHORT\"\nkeys = [\"*\"]\n", 3, "callers[0].token_env", "shorter than 16"},
+		{"caller token unset", "[[callers]]\nname = \"c\"\ntoken_env = \"UNSET\"\nkeys = [\"*\"]\n", 3, "callers[0].token_env", "UNSET is not set"},
+		{"bad method", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\nmethods = [\"TRACE\"]\n", 5, "keys[0].methods", "TRACE"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse([]byte(tt.config), env(map[string]string{"T": "long-enough-token-123", "SHORT": "short"}))
-			var ce *ConfigError
-			if !errors.As(err, &ce) {
-				t.Fatalf("err = %v, want a *ConfigError", err)
+			all := configErrors(t, err)
+			i := slices.IndexFunc(all, func(ce *ConfigError) bool { return tt.field == "" || ce.Field == tt.field })
+			if i < 0 {
+				t.Fatalf("err = %v; want a mistake in %s", err, tt.field)
 			}
-			if ce.Line != tt.line || (tt.field != "" && ce.Field != tt.field) || !strings.Contains(ce.Msg, tt.says) {
+			if ce := all[i]; ce.Line != tt.line || !strings.Contains(ce.Msg, tt.says) {
 				t.Errorf("got line %d field %q msg %q; want line %d field %q saying %q", ce.Line, ce.Field, ce.Msg, tt.line, tt.field, tt.says)
 			}
 			if !strings.Contains(err.Error(), fmt.Sprintf("config:%d", tt.line)) {
 				t.Errorf("error %q does not name the line", err)
 			}
 		})
+	}
+}
+
+// configErrors returns the mistakes err reports, failing when it is not
+// a configuration error.
+func configErrors(t *testing.T, err error) []*ConfigError {
+	t.Helper()
+	var ces ConfigErrors
+	if errors.As(err, &ces) {
+		return ces
+	}
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("err = %v, want a *ConfigError", err)
+	}
+	return []*ConfigError{ce}
+}
+
+// TestParseReportsEveryMistake: a file with several mistakes, of shape and
+// of value, in different entries, reports them all, in the order of the
+// file, each with the line of its field.
+func TestParseReportsEveryMistake(t *testing.T) {
+	shape := `[[keys]]
+name = "a"
+base_url = "https://x"
+auth = "none"
+  [[keys.policies]]
+  quota = "120"
+  window = 60
+
+[[key]]
+name = "b"
+
+[[callers]]
+name = "c"
+token = "x"
+`
+	_, err := Parse([]byte(shape), env(nil))
+	got := lineFields(configErrors(t, err))
+	want := []string{"6 keys[0].policies[0].quota", "9 key", "14 callers[0].token"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("shape mistakes (-want +got):\n%s\n%v", diff, err)
+	}
+	if !strings.HasPrefix(err.Error(), "3 mistakes in the configuration:\n  config:6: keys[0].policies[0].quota: ") {
+		t.Errorf("error = %q; want it to count and list the mistakes", err)
+	}
+
+	values := `[[keys]]
+name = "a b"
+base_url = "ftp://x"
+auth = "none"
+  [[keys.policies]]
+  quota = 0
+  window = "1m"
+
+[[keys]]
+name = "ok"
+base_url = "https://x"
+auth = "digest"
+
+[[callers]]
+name = "c"
+token_env = "UNSET"
+keys = ["ok", "nope"]
+`
+	_, err = Parse([]byte(values), env(nil))
+	got = lineFields(configErrors(t, err))
+	want = []string{"2 keys[0].name", "3 keys[0].base_url", "6 keys[0].policies[0].quota", "12 keys[1].auth", "16 callers[0].token_env", "17 callers[0].keys[1]"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("value mistakes (-want +got):\n%s\n%v", diff, err)
+	}
+}
+
+func lineFields(errs []*ConfigError) []string {
+	var out []string
+	for _, e := range errs {
+		out = append(out, fmt.Sprintf("%d %s", e.Line, e.Field))
+	}
+	return out
+}
+
+// TestLoadNamesTheFile: every mistake of a file read by Load names it.
+func TestLoadNamesTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(path, []byte("[[key]]\nname = \"a\"\n[[caller]]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(path, env(nil))
+	for _, ce := range configErrors(t, err) {
+		if ce.File != path {
+			t.Errorf("%v: file %q, want %q", ce, ce.File, path)
+		}
 	}
 }
 
@@ -228,4 +332,28 @@ func TestSecretsNeverPrint(t *testing.T) {
 	if !strings.Contains(out.String(), "[redacted]") {
 		t.Error("the redaction never showed: was anything printed?")
 	}
+}
+
+// FuzzParse: no configuration makes Parse panic, and every mistake it
+// reports is a *ConfigError with a message.
+func FuzzParse(f *testing.F) {
+	f.Add(example)
+	f.Add("[[key]]\nname = \"a\"\n")
+	f.Add("[[keys]]\nname = 7\n  [[keys.policies]]\n  quota = \"120\"\n  window = 60\n")
+	f.Add("keys = 3\ncallers = [1, \"x\"]\n")
+	f.Add("[keys]\nname = \"a\"\n[[callers]]\ntoken = 1\nkeys = \"demo\"\n")
+	f.Add("[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\nreserve = [{caller = \"a\", share = 2}]\n")
+	f.Fuzz(func(t *testing.T, config string) {
+		s, err := Parse([]byte(config), env(map[string]string{"T": "long-enough-token-123"}))
+		if err == nil {
+			if s == nil {
+				t.Fatal("no store and no error")
+			}
+			return
+		}
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Msg == "" {
+			t.Fatalf("err = %#v, want a *ConfigError with a message", err)
+		}
+	})
 }

@@ -240,8 +240,9 @@ func decodeCursor(s string) (int64, error) {
 	return strconv.ParseInt(string(b[1:]), 10, 64)
 }
 
-// Health serves GET /healthz: ok when the state file answers.
-func Health(db *state.DB) http.HandlerFunc {
+// Health serves GET /healthz: ok when the state file answers, with the
+// program's version when it is not empty.
+func Health(db *state.DB, version string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
@@ -249,7 +250,11 @@ func Health(db *state.DB) http.HandlerFunc {
 			writeProblem(w, http.StatusServiceUnavailable, CodeInternal, "The state file does not answer.", nil)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		body := map[string]string{"status": "ok"}
+		if version != "" {
+			body["version"] = version
+		}
+		writeJSON(w, http.StatusOK, body)
 	}
 }
 

@@ -27,6 +27,9 @@ func (e environment) bench(ctx context.Context, args []string) error {
 		return errUsage
 	}
 	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(e.stdout, benchUsage)
+		return errHelp
 	case "quota":
 		return e.benchQuota(ctx, args[1:])
 	case "worker":

@@ -110,7 +110,7 @@ func (e environment) activity(ctx context.Context, args []string) error {
 	if err := e.parse(fs, args); err != nil {
 		return err
 	}
-	a, err := state.Open(ctx, e.statePath(c))
+	a, err := e.openState(ctx, c)
 	if err != nil {
 		return err
 	}

@@ -3,61 +3,102 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/demo"
+	"github.com/mcp-quota/mcp-quota/keystore"
 )
 
 // demoSetup is a running demo upstream and the files that describe it: a
 // configuration with one key for it, the key's secret and two caller
-// tokens, all 0600 in the state directory's demo folder.
+// tokens, all 0600 in the state directory's demo folder. The files are
+// made once and reused by every later demo, so that the tokens an
+// assistant was registered with keep working; while a demo runs it holds
+// the folder's lock, and a second demo is refused rather than let touch
+// them.
 type demoSetup struct {
 	upstream   *http.Server
+	lock       *demoLock
+	dir        string
 	baseURL    string
 	configPath string
 	agentToken string // file paths, never the tokens themselves
 	syncToken  string
 }
 
-func (d *demoSetup) close() { d.upstream.Close() }
-
-// startDemo starts the demo upstream on listen and writes a configuration
-// for it next to the state file.
-func (e environment) startDemo(c common, listen, gatewayAddr string, log *slog.Logger) (*demoSetup, error) {
-	dir := filepath.Join(filepath.Dir(e.statePath(c)), "demo")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
+func (d *demoSetup) close() {
+	if d.upstream != nil {
+		d.upstream.Close()
 	}
-	secret, err := writeToken(filepath.Join(dir, "upstream.secret"))
+	d.lock.release(d.dir)
+}
+
+// startDemo takes the demo folder's lock, starts the demo upstream on
+// listen (by default on the address the folder's configuration names, so
+// that processes reading it keep reaching it across restarts) and writes
+// what is missing of the folder's files. listenSet says listen was given
+// with --demo-listen.
+func (e environment) startDemo(ctx context.Context, c common, listen string, listenSet bool, log *slog.Logger) (*demoSetup, error) {
+	dir, err := filepath.Abs(filepath.Join(filepath.Dir(e.statePath(c)), "demo"))
 	if err != nil {
 		return nil, err
 	}
-	d := &demoSetup{configPath: filepath.Join(dir, "config.toml"),
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("demo: cannot create its folder: %w", err)
+	}
+	lock, err := lockDemo(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	d := &demoSetup{lock: lock, dir: dir, configPath: filepath.Join(dir, "config.toml"),
 		agentToken: filepath.Join(dir, "agent.token"), syncToken: filepath.Join(dir, "sync.token")}
+	secretPath := filepath.Join(dir, "upstream.secret")
+	secret, err := keepToken(secretPath)
+	if err != nil {
+		d.close()
+		return nil, err
+	}
 	for _, p := range []string{d.agentToken, d.syncToken} {
-		if _, err := writeToken(p); err != nil {
+		if _, err := keepToken(p); err != nil {
+			d.close()
 			return nil, err
 		}
 	}
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return nil, fmt.Errorf("demo upstream: %w", err)
+	var ln net.Listener
+	if prev := previousUpstream(d.configPath); !listenSet && prev != "" {
+		// The address the configuration names, when it is free; another
+		// one otherwise (and the configuration is rewritten).
+		ln, _ = net.Listen("tcp", prev)
+	}
+	if ln == nil {
+		if ln, err = net.Listen("tcp", listen); err != nil {
+			d.close()
+			return nil, listenError("the demo upstream", listen, "--demo-listen", err)
+		}
 	}
 	api := demo.New(demo.Config{Tokens: []string{secret}})
 	d.upstream = &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slogLogger(log)}
 	go d.upstream.Serve(ln)
 	d.baseURL = "http://" + ln.Addr().String()
-	cfg := fmt.Sprintf(`# Written by "mcp-quota serve --demo" for its built-in demo upstream.
-# Another process shares the demo key's budget with: mcp-quota stdio --config %[1]q --state <the same state file>
+	cfg := fmt.Sprintf(`# Written by "mcp-quota serve --demo" for its built-in demo upstream; later demos reuse
+# this folder's files (the tokens stay the same) and rewrite this file only when the
+# demo upstream's address changes.
+# Another process shares the demo key's budget with: mcp-quota stdio --config %[1]q --state %[6]q
 
 [[keys]]
 name = "demo"
@@ -79,48 +120,221 @@ keys = ["demo"]
 name = "sync"
 token_file = %[5]q
 keys = ["demo"]
-`, d.configPath, d.baseURL, filepath.Join(dir, "upstream.secret"), d.agentToken, d.syncToken)
-	if err := os.WriteFile(d.configPath, []byte(cfg), 0o600); err != nil {
-		d.close()
-		return nil, err
+`, d.configPath, d.baseURL, secretPath, d.agentToken, d.syncToken, absPath(e.statePath(c)))
+	if old, err := os.ReadFile(d.configPath); err != nil || string(old) != cfg {
+		if err := writeFileAtomic(d.configPath, []byte(cfg)); err != nil {
+			d.close()
+			return nil, err
+		}
 	}
 	return d, nil
 }
 
-// announce prints what a newcomer needs: the endpoints, a ready MCP client
-// config, and the REST base URL for a sync job.
-func (d *demoSetup) announce(w io.Writer, base, statePath string) {
+// previousUpstream returns the demo upstream address the configuration
+// at path names, or "".
+func previousUpstream(path string) string {
+	s, err := keystore.Load(path, keystore.Env{Getenv: func(string) string { return "" }})
+	if err != nil {
+		return ""
+	}
+	k, err := s.Key("demo")
+	if err != nil || k.BaseURL.Hostname() != "127.0.0.1" {
+		return ""
+	}
+	return k.BaseURL.Host
+}
+
+// announce prints what a newcomer needs: the endpoints, ready MCP client
+// configurations for HTTP and stdio, and the REST base URL for a sync job.
+// Every command line works as pasted (on a Unix shell): tokens are read
+// from their files with $(cat …), so they appear on no screen.
+func (d *demoSetup) announce(w io.Writer, base, statePath, exe string) {
+	d.lock.announce(d.dir, fmt.Sprintf("MCP at %s/mcp, process %d", base, os.Getpid()))
+	statePath = absPath(statePath)
 	fmt.Fprintf(w, `mcp-quota demo: a demo upstream that allows 120 calls per minute per key is running at %s
-(key "demo"; its credential stays inside mcp-quota).
+(key "demo"; its credential stays inside mcp-quota). The demo's files are in %s;
+later demos reuse them, so the tokens below stay valid.
 
 MCP (Streamable HTTP):  %s/mcp
   caller token file:    %s
   Claude Code:          claude mcp add --transport http mcp-quota %s/mcp --header "Authorization: Bearer $(cat %s)"
   Any client (JSON):    {"mcpServers": {"mcp-quota": {"type": "http", "url": "%s/mcp",
                           "headers": {"Authorization": "Bearer <contents of %s>"}}}}
-MCP (stdio), sharing the same budget from another process:
-  mcp-quota stdio --config %s --state %s
+`, d.baseURL, d.dir, base, d.agentToken, base, d.agentToken, base, d.agentToken)
+	bin := exe
+	if bin == "" {
+		bin = installedPath()
+		fmt.Fprintf(w, `MCP (stdio), sharing the same budget from another process (go run's binary is temporary:
+run "go install ./cmd/mcp-quota" first, which puts it at %s):
+`, bin)
+	} else {
+		fmt.Fprintln(w, "MCP (stdio), sharing the same budget from another process:")
+	}
+	args, _ := json.Marshal([]string{"stdio", "--config", d.configPath, "--state", statePath})
+	fmt.Fprintf(w, `  Command:              %s stdio --config %s --state %s
+  Claude Code:          claude mcp add --transport stdio mcp-quota-stdio -- %s stdio --config %s --state %s
+  Any client (JSON):    {"mcpServers": {"mcp-quota-stdio": {"command": %q, "args": %s}}}
 
 REST for a sync job:    %s/k/demo/
   curl -H "Authorization: Bearer $(cat %s)" '%s/k/demo/v1/participants?limit=500'
-  GET %s/v1/quota and %s/v1/activity?key=demo show the shared budget and every call.
+  curl -H "Authorization: Bearer $(cat %s)" '%s/v1/quota'
+  curl -H "Authorization: Bearer $(cat %s)" '%s/v1/activity?key=demo'
 
 Press Ctrl-C to stop.
-`, d.baseURL, base, d.agentToken, base, d.agentToken, base, d.agentToken,
-		d.configPath, statePath, base, d.syncToken, base, base, base)
+`, shellQuote(bin), shellQuote(d.configPath), shellQuote(statePath),
+		shellQuote(bin), shellQuote(d.configPath), shellQuote(statePath), bin, args,
+		base, shellQuote(d.syncToken), base, shellQuote(d.syncToken), base, shellQuote(d.syncToken), base)
 }
 
-// writeToken writes a new random token to path (0600) and returns it.
-func writeToken(path string) (string, error) {
+// demoExecutable returns the path of the running binary for the stdio
+// lines, or "" when it is go run's temporary build, which is gone once the
+// demo stops.
+func demoExecutable() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	if exe, err = filepath.EvalSymlinks(exe); err != nil {
+		return ""
+	}
+	if strings.Contains(exe, string(filepath.Separator)+"go-build") {
+		return ""
+	}
+	return exe
+}
+
+// installedPath is where "go install ./cmd/mcp-quota" puts the binary.
+func installedPath() string {
+	if d := os.Getenv("GOBIN"); d != "" {
+		return filepath.Join(d, "mcp-quota")
+	}
+	gopath := os.Getenv("GOPATH")
+	if gopath == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "mcp-quota"
+		}
+		gopath = filepath.Join(home, "go")
+	}
+	return filepath.Join(filepath.SplitList(gopath)[0], "bin", "mcp-quota")
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+:=@,") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}
+
+// keepToken returns the token in path, writing a new random one (0600)
+// first when the file is missing or holds none.
+func keepToken(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil {
+		if tok := strings.TrimSpace(string(b)); len(tok) >= 16 {
+			return tok, nil
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("demo: %w", err)
+	}
 	var b [24]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", err
 	}
 	tok := hex.EncodeToString(b[:])
-	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
+	if err := writeFileAtomic(path, []byte(tok+"\n")); err != nil {
 		return "", err
 	}
 	return tok, nil
+}
+
+// writeFileAtomic writes data to path (0600) through a temporary file, so
+// that a process reading path sees the old content or the new, never a
+// part.
+func writeFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("demo: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	if err := os.Chmod(f.Name(), 0o600); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	return os.Rename(f.Name(), path)
+}
+
+// A demoLock is the demo folder's lock: an SQLite file whose write lock
+// its holder keeps for as long as it runs. SQLite's locks work across
+// processes on every platform Go and SQLite run on, and the operating
+// system drops them when the holder dies, so a demo that crashed never
+// blocks the next.
+type demoLock struct {
+	db   *sql.DB
+	conn *sql.Conn
+}
+
+// demoRunning is the file in which the lock's holder says where it runs,
+// for the error a second demo gets.
+const demoRunning = "running"
+
+func lockDemo(ctx context.Context, dir string) (*demoLock, error) {
+	path := filepath.Join(dir, "lock.db")
+	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
+		f.Close() // made 0600 before SQLite makes it, and its journal, with its own modes
+	}
+	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?_pragma=busy_timeout(0)")
+	if err != nil {
+		return nil, fmt.Errorf("demo: lock %s: %w", path, err)
+	}
+	conn, err := db.Conn(ctx)
+	if err == nil {
+		_, err = conn.ExecContext(ctx, "BEGIN IMMEDIATE")
+	}
+	if err != nil {
+		if conn != nil {
+			conn.Close()
+		}
+		db.Close()
+		if c, ok := errors.AsType[sqliteCoder](err); !ok || c.Code()&0xff != sqliteBusy {
+			return nil, fmt.Errorf("demo: cannot take the lock %s: %w", path, err)
+		}
+		where := ""
+		if b, rerr := os.ReadFile(filepath.Join(dir, demoRunning)); rerr == nil && len(b) > 0 {
+			where = " (" + strings.TrimSpace(string(b)) + ")"
+		}
+		return nil, fmt.Errorf("another mcp-quota serve --demo is running with the demo files in %s%s: "+
+			"use that one, stop it first, or give this one its own files with --state OTHER_DIR/state.db", dir, where)
+	}
+	return &demoLock{db: db, conn: conn}, nil
+}
+
+// announce records where the holder serves.
+func (l *demoLock) announce(dir, where string) {
+	_ = writeFileAtomic(filepath.Join(dir, demoRunning), []byte(where+"\n"))
+}
+
+func (l *demoLock) release(dir string) {
+	if l == nil {
+		return
+	}
+	os.Remove(filepath.Join(dir, demoRunning))
+	_, _ = l.conn.ExecContext(context.Background(), "ROLLBACK")
+	l.conn.Close()
+	l.db.Close()
 }
 
 // demoUpstream runs the demo upstream alone, for experiments and
@@ -147,7 +361,7 @@ func (e environment) demoUpstream(ctx context.Context, args []string) error {
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
-		return err
+		return listenError("the demo upstream", *listen, "--listen", err)
 	}
 	fmt.Fprintf(e.stdout, "demo upstream (%s, %d calls per %s per key) at http://%s\n", m, *quota, *window, ln.Addr())
 	return serveUntil(ctx, &http.Server{Handler: demo.New(cfg), ReadHeaderTimeout: 10 * time.Second}, ln)

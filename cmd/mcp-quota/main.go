@@ -18,11 +18,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
-
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -35,7 +33,12 @@ func main() {
 	}
 }
 
-var errUsage = errors.New("usage")
+// errUsage means the usage was printed to stderr (exit status 1); errHelp
+// that help was asked for and printed to stdout (exit status 0).
+var (
+	errUsage = errors.New("usage")
+	errHelp  = errors.New("help")
+)
 
 const usage = `mcp-quota: quota-aware access to HTTP APIs for agents (MCP) and sync jobs (REST)
 
@@ -46,16 +49,25 @@ Usage:
   mcp-quota activity [--key K] [--limit N] [--json] [--config F] [--state F]
   mcp-quota demo-upstream [--listen 127.0.0.1:8788] [--mode seed] [--token T]
   mcp-quota bench quota [-quick] [-windows N] [-window 4s] [-behaviours a,b] [-clients a,b] [-callers 1,2]
+  mcp-quota init [--config F]
   mcp-quota version
 
 Configuration: --config or MCP_QUOTA_CONFIG (default: the user config dir, mcp-quota/config.toml).
 State: --state or MCP_QUOTA_STATE (default: the user state dir, mcp-quota/state.db).
-Run "mcp-quota <command> -h" for a command's flags.
+Run "mcp-quota help <command>" or "mcp-quota <command> -h" for a command's flags.
 `
 
 // run is the whole program: args without the program name, the three
 // standard streams and the environment.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) error {
+	err := dispatch(ctx, args, stdin, stdout, stderr, getenv)
+	if errors.Is(err, errHelp) {
+		return nil
+	}
+	return err
+}
+
+func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return errUsage
@@ -74,10 +86,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return env.demoUpstream(ctx, args[1:])
 	case "bench":
 		return env.bench(ctx, args[1:])
-	case "version":
-		fmt.Fprintln(stdout, "mcp-quota", version)
+	case "init":
+		return env.init(args[1:])
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, versionLine())
 		return nil
-	case "help", "-h", "--help":
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 && args[1] != "help" && !strings.HasPrefix(args[1], "-") {
+			return dispatch(ctx, []string{args[1], "-h"}, stdin, stdout, stderr, getenv)
+		}
 		fmt.Fprint(stdout, usage)
 		return nil
 	}

@@ -31,16 +31,9 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", *listen, err)
-	}
-	defer ln.Close()
-	loopback := isLoopback(ln.Addr())
-
 	var d *demoSetup
 	if *demoMode {
-		if d, err = e.startDemo(c, *demoListen, ln.Addr().String(), log); err != nil {
+		if d, err = e.startDemo(ctx, c, *demoListen, flagSet(fs, "demo-listen"), log); err != nil {
 			return err
 		}
 		defer d.close()
@@ -50,9 +43,15 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if !loopback && len(keys.Callers()) == 0 {
-		return fmt.Errorf("refusing to listen on %s without caller tokens: add [[callers]] to %s, or listen on 127.0.0.1", ln.Addr(), e.configPath(c))
+	if !loopbackAddress(*listen) && len(keys.Callers()) == 0 {
+		return fmt.Errorf("refusing to listen on %s without caller tokens: add [[callers]] to %s, or listen on loopback (--listen 127.0.0.1:8787)", *listen, e.configPath(c))
 	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return listenError("mcp-quota", *listen, "--listen", err)
+	}
+	defer ln.Close()
+	loopback := isLoopback(ln.Addr())
 	a, err := e.open(ctx, c, keys, log)
 	if err != nil {
 		return err
@@ -62,12 +61,12 @@ func (e environment) serve(ctx context.Context, args []string) error {
 
 	mcpServer := tools.NewServer(a.tools("mcp-http", ""), version)
 	h := gateway.New(gateway.Config{Keys: keys, REST: a.rest(), MCP: mcpServer, DB: a.db, Log: log,
-		Loopback: loopback, AllowOrigins: splitList(*origins)})
+		Loopback: loopback, AllowOrigins: splitList(*origins), Version: version})
 	srv := gateway.NewServer(ln.Addr().String(), h, log)
 
 	base := "http://" + ln.Addr().String()
 	if d != nil {
-		d.announce(e.stdout, base, e.statePath(c))
+		d.announce(e.stdout, base, e.statePath(c), demoExecutable())
 	} else {
 		fmt.Fprintf(e.stdout, "mcp-quota %s\n  MCP (Streamable HTTP): %s/mcp\n  REST:                  %s/k/{key}/\n  keys: %v\n  state: %s\n",
 			version, base, base, keys.KeyNames(), e.statePath(c))
@@ -127,7 +126,7 @@ func (e environment) stdio(ctx context.Context, args []string, stdin io.Reader) 
 	}
 	a, err := e.open(ctx, c, keys, log)
 	if err != nil {
-		return err
+		return e.stdioUnavailable(ctx, stdin, err, log)
 	}
 	defer a.close()
 	ctx, cancel := context.WithCancel(ctx)

@@ -8,8 +8,10 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"time"
@@ -38,25 +40,80 @@ type common struct {
 
 func (e environment) flags(name string, c *common, defaultLevel string) *flag.FlagSet {
 	fs := flag.NewFlagSet("mcp-quota "+name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
 	fs.StringVar(&c.config, "config", e.getenv("MCP_QUOTA_CONFIG"), "configuration file (default: the user config dir, mcp-quota/config.toml)")
 	fs.StringVar(&c.state, "state", e.getenv("MCP_QUOTA_STATE"), "state file (default: the user state dir, mcp-quota/state.db)")
 	fs.StringVar(&c.logLevel, "log-level", defaultLevel, "log level: debug, info, warn or error (logs go to stderr)")
 	return fs
 }
 
+// parse parses a command's flags. -h prints the command's flags to stdout
+// (errHelp: exit status 0); a mistake prints them to stderr (errUsage).
+// A --state (or MCP_QUOTA_STATE) that is a URL is refused here, before
+// anything is opened.
 func (e environment) parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errUsage
-		}
+	var out strings.Builder
+	fs.SetOutput(&out)
+	fs.Usage = func() {
+		fmt.Fprintf(&out, "Usage of %s:\n", fs.Name())
+		fs.PrintDefaults()
+	}
+	err := fs.Parse(args)
+	fs.SetOutput(e.stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(e.stdout, out.String())
+		return errHelp
+	}
+	fmt.Fprint(e.stderr, out.String())
+	if err != nil {
 		return errUsage
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(e.stderr, "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
 		return errUsage
 	}
+	if f := fs.Lookup("state"); f != nil {
+		if err := refuseURL(f.Value.String(), e.source(fs, "state", "MCP_QUOTA_STATE")); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// source names where a flag's value came from: the flag, or the
+// environment variable that is its default.
+func (e environment) source(fs *flag.FlagSet, name, envVar string) string {
+	if !flagSet(fs, name) && e.getenv(envVar) != "" {
+		return envVar
+	}
+	return "--" + name
+}
+
+// urlScheme matches a URL's scheme, as RFC 3986 §3.1 writes it, followed
+// by "://"; a Windows path (C:\…) has no "//".
+var urlScheme = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*)://`)
+
+// refuseURL refuses a state location that is a URL: the state is a SQLite
+// file, and no back end for another scheme exists yet.
+func refuseURL(location, source string) error {
+	m := urlScheme.FindStringSubmatch(location)
+	if m == nil {
+		return nil
+	}
+	return fmt.Errorf("%s %s is a URL, and mcp-quota has no state back end for %s:// yet: "+
+		"its state is a SQLite file, so give %s a file path (every process sharing a budget names the same file)",
+		source, redactURL(location), m[1], source)
+}
+
+// redactURL drops the password a URL may carry, for the error message.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		if err != nil {
+			return "(a URL)"
+		}
+		return s
+	}
+	return u.Redacted()
 }
 
 func (e environment) logger(c common) (*slog.Logger, error) {
@@ -103,12 +160,20 @@ func stateDir(getenv func(string) string) string {
 	return "."
 }
 
-// loadKeys reads the configuration. A missing file is not an error: the
-// server starts with no keys and says so.
+// loadKeys reads the configuration. A missing file at the default
+// location is not an error: the server starts with no keys and says so. A
+// file named by --config or MCP_QUOTA_CONFIG must exist.
 func (e environment) loadKeys(c common, log *slog.Logger) (*keystore.Store, error) {
 	path := e.configPath(c)
 	s, err := keystore.Load(path, keystore.Env{Getenv: e.getenv})
 	if errors.Is(err, fs.ErrNotExist) {
+		if c.config != "" {
+			source := "--config"
+			if c.config == e.getenv("MCP_QUOTA_CONFIG") {
+				source = "MCP_QUOTA_CONFIG"
+			}
+			return nil, fmt.Errorf("the configuration file %s (from %s) does not exist: fix the path, or write a starting one with: mcp-quota init --config %s", path, source, path)
+		}
 		log.Warn("no configuration file: starting with no keys", "config", path)
 		return &keystore.Store{}, nil
 	}
@@ -133,12 +198,23 @@ type app struct {
 }
 
 func (e environment) open(ctx context.Context, c common, keys *keystore.Store, log *slog.Logger) (*app, error) {
-	db, err := state.Open(ctx, e.statePath(c))
+	db, err := e.openState(ctx, c)
 	if err != nil {
 		return nil, err
 	}
 	p := pacer.New(db)
 	return &app{keys: keys, db: db, pacer: p, client: upstream.New(p, log), log: log}, nil
+}
+
+// openState opens the state file; a failure says in words what is wrong
+// with it (see explainState).
+func (e environment) openState(ctx context.Context, c common) (*state.DB, error) {
+	path := e.statePath(c)
+	db, err := state.Open(ctx, path)
+	if err != nil && ctx.Err() == nil {
+		return nil, explainState(path, err)
+	}
+	return db, err
 }
 
 // close gives back the slots of the pacer's leases, then closes the state

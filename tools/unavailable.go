@@ -29,9 +29,7 @@ func NewUnavailableServer(version, code, message string) *server.MCPServer {
 		server.WithInstructions("mcp-quota cannot work right now: "+message),
 	)
 	answer := func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		res := mcp.NewToolResultError(message)
-		res.Meta = mcp.NewMetaFromMap(map[string]any{"mcp-quota/error": map[string]any{"code": code}})
-		return res, nil
+		return failure(code, message), nil
 	}
 	unavailable := " Unavailable now: " + message
 	s.AddTool(mcp.NewTool("fetch",

@@ -38,11 +38,6 @@ func tsClient(t *testing.T) (node, script string) {
 	return node, filepath.Join(dir, "client.mjs")
 }
 
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
-}
-
 // tsCall is one call the TypeScript client makes, and what it must hand
 // back: an isError result with the code and a sentence that says says
 // (code "" for a pause, which keeps the schema's full shape).

@@ -47,9 +47,21 @@ func (e Env) readFile(name string) ([]byte, error) {
 
 // fileConfig is the TOML file's shape.
 type fileConfig struct {
-	Keys    []keyConfig    `toml:"keys"`
-	Callers []callerConfig `toml:"callers"`
+	// Retention is how long the state keeps attempts, observations and
+	// warnings (the activity); default DefaultRetention.
+	Retention duration       `toml:"retention"`
+	Keys      []keyConfig    `toml:"keys"`
+	Callers   []callerConfig `toml:"callers"`
 }
+
+// DefaultRetention is how long the state keeps the activity when the
+// configuration says nothing.
+const DefaultRetention = 7 * 24 * time.Hour
+
+// MinRetention is the shortest retention a configuration may set; it
+// must also be at least the longest window a key documents, which the
+// state must still hold to count.
+const MinRetention = time.Hour
 
 type keyConfig struct {
 	Name           string          `toml:"name"`
@@ -224,7 +236,7 @@ func Parse(data []byte, env Env) (*Store, error) {
 	if _, err := toml.Decode(string(data), &fc); err != nil {
 		return nil, &ConfigError{Msg: err.Error()}
 	}
-	s := &Store{}
+	s := &Store{retention: DefaultRetention}
 	declared := map[string]bool{}
 	for _, kc := range fc.Keys {
 		declared[kc.Name] = true
@@ -258,6 +270,20 @@ func Parse(data []byte, env Env) (*Store, error) {
 			continue
 		}
 		s.callers = append(s.callers, c)
+	}
+	if fc.Retention != 0 {
+		s.retention = time.Duration(fc.Retention)
+		shortest := MinRetention
+		for _, k := range s.keys {
+			for _, p := range k.Policies {
+				shortest = max(shortest, p.Window)
+			}
+		}
+		if s.retention < shortest {
+			errs = append(errs, &ConfigError{Field: "retention", Msg: fmt.Sprintf(
+				"retention %s is shorter than %s, the longest window the state must count (and at least an hour): write retention = %q or more",
+				s.retention, shortest, shortest.String())})
+		}
 	}
 	if len(errs) > 0 {
 		return nil, located(errs, lines)

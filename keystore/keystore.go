@@ -151,8 +151,18 @@ func (c *Caller) MayUse(key string) bool {
 // A Store is the set of configured keys and callers. The zero value has
 // none. A Store is immutable once loaded and safe for concurrent use.
 type Store struct {
-	keys    []*Key
-	callers []*Caller
+	keys      []*Key
+	callers   []*Caller
+	retention time.Duration
+}
+
+// Retention is how long the state keeps the activity: the configuration's
+// retention, or DefaultRetention.
+func (s *Store) Retention() time.Duration {
+	if s.retention <= 0 {
+		return DefaultRetention
+	}
+	return s.retention
 }
 
 // Keys returns every configured key, in configuration order.

@@ -190,6 +190,8 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate key", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n[[keys]]\nname = \"a\"\nbase_url = \"https://y\"\nauth = \"none\"\n", 6, "keys[1].name", "configured twice"},
 		{"bad key name", "[[keys]]\nname = \"a b\"\nbase_url = \"https://x\"\n", 2, "keys[0].name", "not a valid key name"},
 		{"reserve too big", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n  [[keys.reserve]]\n  caller = \"agent\"\n  share = 1.5\n", 5, "keys[0].reserve[0]", "between 0 and 1"},
+		{"retention shorter than a window", "retention = \"2h\"\n[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n  [[keys.policies]]\n  quota = 1000\n  window = \"24h\"\n", 1, "retention", `write retention = "24h0m0s" or more`},
+		{"retention not a duration", "retention = \"a week\"\n", 1, "retention", "invalid duration"},
 		{"caller unknown key", "[[callers]]\nname = \"c\"\ntoken_env = \"T\"\nkeys = [\"nope\"]\n", 4, "callers[0].keys[0]", `key "nope" is not configured`},
 		{"caller short token", "[[callers]]\nname = \"c\"\ntoken_env = \"SHORT\"\nkeys = [\"*\"]\n", 3, "callers[0].token_env", "shorter than 16"},
 		{"caller token unset", "[[callers]]\nname = \"c\"\ntoken_env = \"UNSET\"\nkeys = [\"*\"]\n", 3, "callers[0].token_env", "UNSET is not set"},
@@ -356,4 +358,23 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("err = %#v, want a *ConfigError with a message", err)
 		}
 	})
+}
+
+func TestRetention(t *testing.T) {
+	for _, tt := range []struct {
+		config string
+		want   time.Duration
+	}{
+		{"", DefaultRetention},
+		{"retention = \"72h\"\n", 72 * time.Hour},
+		{"retention = 7200\n", 2 * time.Hour},
+	} {
+		s, err := Parse([]byte(tt.config), Env{Getenv: func(string) string { return "" }})
+		if err != nil {
+			t.Fatalf("%q: %v", tt.config, err)
+		}
+		if got := s.Retention(); got != tt.want {
+			t.Errorf("%q: Retention() = %v, want %v", tt.config, got, tt.want)
+		}
+	}
 }

@@ -14,6 +14,9 @@ const starterConfig = `# mcp-quota configuration (written by "mcp-quota init"; R
 # Each [[keys]] entry is one API key with one budget, shared by every caller and process
 # that uses this file and the same state file.
 
+# retention = "168h"                 # how long the state keeps the activity (default 7 days;
+                                     # at least an hour and the longest window below)
+
 [[keys]]
 name = "example"                     # the name agents and sync jobs use: fetch(key="example"), /k/example/…
 base_url = "https://api.example.com" # calls may only go below this URL

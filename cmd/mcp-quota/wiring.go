@@ -238,9 +238,6 @@ func (a *app) rest() *rest.Handler {
 	return &rest.Handler{Keys: a.keys, Client: a.client, Pacer: a.pacer, DB: a.db, Log: a.log}
 }
 
-// Retention of the activity and observations.
-const retention = 7 * 24 * time.Hour
-
 // sweep records what the journals of processes that died hold, marks
 // their attempts as interrupted and drops old history, now and every ten
 // minutes until ctx ends.
@@ -250,7 +247,7 @@ func (a *app) sweep(ctx context.Context) {
 			a.log.Warn("recording the journal of a process that ended failed", "error", err)
 		}
 		now := time.Now()
-		if _, err := a.db.Sweep(ctx, now, now.Add(-retention)); err != nil && ctx.Err() == nil {
+		if _, err := a.db.Sweep(ctx, now, now.Add(-a.keys.Retention())); err != nil && ctx.Err() == nil {
 			a.log.Warn("sweeping the state file failed", "error", err)
 		}
 		t := time.NewTimer(10 * time.Minute)

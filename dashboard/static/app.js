@@ -215,7 +215,7 @@ function renderChart(t, gates, warnings, now) {
   // The limit: q per w as calls per second.
   if (t.limit_per_s > 0) {
     nodes.push(svg("line", { x1: left, x2: W, y1: y(t.limit_per_s), y2: y(t.limit_per_s), stroke: "#c62828", "stroke-dasharray": "6 4", class: "limit" }));
-    const lbl = svg("text", { x: W - 4, y: y(t.limit_per_s) - 4, "text-anchor": "end", "font-size": 11, fill: "#c62828" });
+    const lbl = svg("text", { x: left + 4, y: y(t.limit_per_s) - 4, "text-anchor": "start", "font-size": 11, fill: "#c62828" });
     lbl.textContent = `limit ${t.limit}: ${t.limit_per_s.toFixed(2)}/s`;
     nodes.push(lbl);
   }
@@ -235,10 +235,11 @@ function renderChart(t, gates, warnings, now) {
     tx.textContent = v.toFixed(v < 10 ? 1 : 0);
     nodes.push(tx);
   }
-  const span = t.steps * t.step_s;
+  const span = (t.steps - 1) * t.step_s;
   for (const back of [span, span / 2, 0]) {
-    const tx = svg("text", { x: x(now.getTime() - back * 1000), y: H - 6, "text-anchor": "middle", "font-size": 10, fill: "#666" });
-    tx.textContent = back ? `-${Math.round(back)} s` : "now";
+    const anchor = back === span ? "start" : back === 0 ? "end" : "middle";
+    const tx = svg("text", { x: Math.min(Math.max(x(now.getTime() - back * 1000), left), W), y: H - 6, "text-anchor": anchor, "font-size": 10, fill: "#666" });
+    tx.textContent = back ? `${Math.round(back)} s ago` : "now";
     nodes.push(tx);
   }
   chart.replaceChildren(...nodes);

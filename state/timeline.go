@@ -55,15 +55,7 @@ func (tx *Tx) Call(key, callID string) ([]Attempt, error) {
 		return nil, fmt.Errorf("state: call: %w", err)
 	}
 	defer rows.Close()
-	var out []Attempt
-	for rows.Next() {
-		a, err := scanAttempt(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	return out, rows.Err()
+	return scanAttempts(rows)
 }
 
 var qObservationsOf = newQuery(`SELECT id, coalesce(attempt_id, 0), policy, unit, partition, q, w_us, r, t_us,

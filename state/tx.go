@@ -352,6 +352,11 @@ func (tx *Tx) Activity(f ActivityFilter) ([]Attempt, error) {
 		return nil, fmt.Errorf("state: activity: %w", err)
 	}
 	defer rows.Close()
+	return scanAttempts(rows)
+}
+
+// scanAttempts reads the attempts selected as qActivity selects them.
+func scanAttempts(rows *sql.Rows) ([]Attempt, error) {
 	var out []Attempt
 	for rows.Next() {
 		a, err := scanAttempt(rows)

@@ -3,6 +3,7 @@ package dashboard_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcp-quota/mcp-quota/dashboard"
 	"github.com/mcp-quota/mcp-quota/gateway"
@@ -29,9 +31,19 @@ const (
 )
 
 // server is the whole HTTP side, as serve wires it, on loopback.
-func server(t *testing.T, callers bool) string {
+func server(t *testing.T, callers bool) (string, *state.DB) {
 	t.Helper()
 	cfg := `[[keys]]
+name = "other"
+base_url = "https://other.example.com"
+secret_env = "S"
+auth = "bearer"
+  [[keys.policies]]
+  name = "default"
+  quota = 100
+  window = "60s"
+
+[[keys]]
 name = "k"
 base_url = "https://api.example.com"
 secret_env = "S"
@@ -40,12 +52,6 @@ auth = "bearer"
   name = "default"
   quota = 10
   window = "60s"
-
-[[keys]]
-name = "other"
-base_url = "https://other.example.com"
-secret_env = "S"
-auth = "bearer"
 `
 	if callers {
 		cfg += `
@@ -81,7 +87,7 @@ keys = ["*"]
 		Dashboard: dashboard.New(dashboard.Config{Keys: keys, Pacer: p, DB: db})})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return srv.URL
+	return srv.URL, db
 }
 
 func browser(t *testing.T) *http.Client {
@@ -114,7 +120,7 @@ func do(t *testing.T, c *http.Client, method, url string, header ...string) (*ht
 }
 
 func TestSignInFollowsTheWalls(t *testing.T) {
-	base := server(t, true)
+	base, _ := server(t, true)
 	c := browser(t)
 
 	// The page itself opens, and shows nothing; its data needs a caller.
@@ -202,7 +208,7 @@ func TestSignInFollowsTheWalls(t *testing.T) {
 }
 
 func TestLoopbackWithoutCallersOpensDirectly(t *testing.T) {
-	base := server(t, false)
+	base, _ := server(t, false)
 	c := browser(t)
 	resp, body := do(t, c, "GET", base+"/ui/api/session")
 	if resp.StatusCode != 200 || !strings.Contains(body, `"caller":"local"`) || strings.Contains(body, "csrf") {
@@ -215,5 +221,61 @@ func TestLoopbackWithoutCallersOpensDirectly(t *testing.T) {
 	// The walls still hold: a page of another site cannot read it.
 	if resp, _ := do(t, c, "GET", base+"/ui/api/overview", "Sec-Fetch-Site", "cross-site", "Origin", "https://evil.example"); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("cross-site read = %d, want 403", resp.StatusCode)
+	}
+}
+
+// With many keys the list puts the tightest first (k, configured second),
+// and the detail defaults to it.
+func TestKeysTightestFirst(t *testing.T) {
+	base, db := server(t, false)
+	now := time.Now()
+	err := db.Update(context.Background(), func(tx *state.Tx) error {
+		for i := range 9 { // 9 of k's 10 calls
+			at := now.Add(time.Duration(i-20) * time.Millisecond)
+			id, err := tx.InsertAttempt(state.Attempt{CallID: fmt.Sprint(i), Attempt: 1, Key: "k", Caller: "sync", State: state.Admitted, At: at})
+			if err != nil {
+				return err
+			}
+			if err := tx.FinishAttempt(id, state.Confirmed, "HTTP 200 OK", 200, at, at); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body := do(t, browser(t), "GET", base+"/ui/api/overview")
+	var o struct {
+		Keys []struct {
+			Key  string
+			Used float64
+		}
+		Detail struct {
+			Status struct{ Key string }
+			Spenders []struct {
+				Caller string
+				Used   int
+			}
+			Timeline struct {
+				Series map[string][]int
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &o); err != nil {
+		t.Fatal(err)
+	}
+	if len(o.Keys) != 2 || o.Keys[0].Key != "k" || o.Keys[0].Used < 0.89 || o.Detail.Status.Key != "k" {
+		t.Fatalf("overview %s: want k (90%% spent) first and in detail", body)
+	}
+	if len(o.Detail.Spenders) != 1 || o.Detail.Spenders[0].Caller != "sync" || o.Detail.Spenders[0].Used != 9 {
+		t.Errorf("spenders = %+v, want sync with 9", o.Detail.Spenders)
+	}
+	sent := 0
+	for _, n := range o.Detail.Timeline.Series["sent"] {
+		sent += n
+	}
+	if sent != 9 {
+		t.Errorf("the timeline holds %d sent calls, want 9", sent)
 	}
 }

@@ -229,6 +229,19 @@ keys = ["*"]
 		t.Errorf("the confirmed call shows %q, want the policy it observed and its source", got)
 	}
 
+	// Filtered by state, the table holds just the local refusals.
+	do(t, tab, "filter by state",
+		chromedp.SetValue(chromedp.ID("f-state"), "rejected_local"),
+		chromedp.Click(chromedp.CSS(`#filters button[type="submit"]`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`#activity tbody tr:not([data-state="rejected_local"])`)))
+	if got := value(t, tab, count(`#activity tbody tr[data-state="rejected_local"]`)); got != refused {
+		t.Errorf("filtered by rejected_local, the table shows %d rows; %d calls were refused", got, refused)
+	}
+	do(t, tab, "clear the filter",
+		chromedp.SetValue(chromedp.ID("f-state"), ""),
+		chromedp.Click(chromedp.CSS(`#filters button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#activity tbody tr[data-state="confirmed"]`)))
+
 	if *screenshot {
 		do(t, tab, "close the call", chromedp.Click(chromedp.ID("call-close")))
 		png := value(t, tab, chromedp.FullScreenshot(100))

@@ -252,7 +252,7 @@ func TestKeysTightestFirst(t *testing.T) {
 			Used float64
 		}
 		Detail struct {
-			Status struct{ Key string }
+			Status   struct{ Key string }
 			Spenders []struct {
 				Caller string
 				Used   int

@@ -56,6 +56,26 @@ type Config struct {
 	// Version is the program's version, shown by GET /healthz; empty
 	// shows none.
 	Version string
+
+	// Metrics, when set, serves GET /metrics to authenticated callers.
+	Metrics http.Handler
+	// Dashboard, when set, serves the page at / and /ui/.
+	Dashboard Dashboard
+}
+
+// A Dashboard is a page for people, served behind the same walls as the
+// API. Its page and script show no data and open to anyone who passes the
+// Host and Origin walls; everything else needs a caller, who may also be
+// one a browser signed in as (a session cookie the Dashboard gave out).
+type Dashboard interface {
+	http.Handler
+	// Open reports whether r asks for what anyone may see: the page
+	// itself and its script, which show nothing before a sign-in.
+	Open(r *http.Request) bool
+	// Session returns the caller r's session cookie signed in, when r may
+	// act as that caller: the Dashboard decides which requests a cookie
+	// may make (its reads; writes only with their anti-forgery token).
+	Session(r *http.Request) (*keystore.Caller, bool)
 }
 
 // New returns the gateway's handler.
@@ -75,6 +95,13 @@ func New(c Config) http.Handler {
 	c.REST.Routes(mux)
 	mux.Handle("/mcp", mcpBodyLimit(mcpHTTP, c.MaxMCPBody))
 	mux.HandleFunc("GET /healthz", rest.Health(c.DB, c.Version))
+	if c.Metrics != nil {
+		mux.Handle("GET /metrics", c.Metrics)
+	}
+	if c.Dashboard != nil {
+		mux.Handle("GET /{$}", c.Dashboard)
+		mux.Handle("/ui/", c.Dashboard)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		rest.WriteProblem(w, http.StatusNotFound, rest.CodeBadRequest,
 			"Nothing is here. mcp-quota serves /mcp (MCP), /k/{key}/… (REST), /v1/quota, /v1/activity and /healthz.", nil)
@@ -179,7 +206,7 @@ const (
 // its bearer token and holds it to its concurrency limit.
 func (g *gate) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" {
+		if r.URL.Path == "/healthz" || (g.c.Dashboard != nil && g.c.Dashboard.Open(r)) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -217,6 +244,9 @@ func (g *gate) authenticate(next http.Handler) http.Handler {
 func (g *gate) caller(r *http.Request) (*keystore.Caller, bool) {
 	if len(g.c.Keys.Callers()) == 0 && g.c.Loopback {
 		return keystore.Local("local"), true
+	}
+	if r.Header.Get("Authorization") == "" && g.c.Dashboard != nil {
+		return g.c.Dashboard.Session(r)
 	}
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {

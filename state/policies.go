@@ -127,6 +127,12 @@ func (tx *Tx) Observations(key string, limit int) ([]ObservationRecord, error) {
 		return nil, fmt.Errorf("state: observations: %w", err)
 	}
 	defer rows.Close()
+	return scanObservations(rows, key)
+}
+
+// scanObservations reads key's observations selected as qObservations
+// selects them.
+func scanObservations(rows *sql.Rows, key string) ([]ObservationRecord, error) {
 	var out []ObservationRecord
 	for rows.Next() {
 		o := ObservationRecord{Key: key}

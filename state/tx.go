@@ -421,19 +421,33 @@ func (tx *Tx) Activity(f ActivityFilter) ([]Attempt, error) {
 		return nil, fmt.Errorf("state: activity: %w", err)
 	}
 	defer rows.Close()
+	return scanAttempts(rows)
+}
+
+// scanAttempts reads the attempts selected as qActivity selects them.
+func scanAttempts(rows *sql.Rows) ([]Attempt, error) {
 	var out []Attempt
 	for rows.Next() {
-		var a Attempt
-		var at, wait, sent, answered, lease int64
-		if err := rows.Scan(&a.ID, &a.CallID, &a.Attempt, &a.Key, &a.Caller, &a.Transport, &a.Method, &a.Target,
-			&a.Digest, &a.State, &a.Reason, &a.Probe, &at, &wait, &sent, &answered, &a.Status, &lease); err != nil {
+		a, err := scanAttempt(rows)
+		if err != nil {
 			return nil, err
 		}
-		a.At, a.SentAt, a.AnsweredAt, a.LeaseUntil = fromMicros(at), fromMicros(sent), fromMicros(answered), fromMicros(lease)
-		a.Wait = time.Duration(wait) * time.Microsecond
 		out = append(out, a)
 	}
 	return out, rows.Err()
+}
+
+// scanAttempt reads an attempt selected as qActivity selects it.
+func scanAttempt(rows *sql.Rows) (Attempt, error) {
+	var a Attempt
+	var at, wait, sent, answered, lease int64
+	if err := rows.Scan(&a.ID, &a.CallID, &a.Attempt, &a.Key, &a.Caller, &a.Transport, &a.Method, &a.Target,
+		&a.Digest, &a.State, &a.Reason, &a.Probe, &at, &wait, &sent, &answered, &a.Status, &lease); err != nil {
+		return a, err
+	}
+	a.At, a.SentAt, a.AnsweredAt, a.LeaseUntil = fromMicros(at), fromMicros(sent), fromMicros(answered), fromMicros(lease)
+	a.Wait = time.Duration(wait) * time.Microsecond
+	return a, nil
 }
 
 var qRepeats = newQuery(`SELECT count(*) FROM attempts

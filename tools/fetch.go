@@ -290,11 +290,7 @@ func (f *fetchCall) fromKept(ctx context.Context, header http.Header) (*mcp.Call
 // keptResult answers from the kept copy, spending nothing, and records
 // that in the activity.
 func (f *fetchCall) keptResult(ctx context.Context, now time.Time, digest, why string) (*mcp.CallToolResult, error) {
-	err := f.d.DB.Update(ctx, func(tx *state.Tx) error {
-		_, err := tx.InsertAttempt(state.Attempt{CallID: upstream.NewCallID(), Attempt: 1, Key: f.k.Name, Caller: f.caller.Name,
-			Transport: f.d.Transport, Method: f.method, Target: f.target, Digest: digest, State: state.Cached, Reason: why, At: now})
-		return err
-	})
+	err := f.d.Client.Kept(ctx, f.k, upstream.Request{Caller: f.caller.Name, Transport: f.d.Transport, Method: f.method, Digest: digest}, f.target, why, now)
 	if err != nil {
 		return nil, err
 	}

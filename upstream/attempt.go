@@ -11,6 +11,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // peekLimit is how much of an answer's body is read for signals (problem
@@ -39,6 +40,12 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 		MaxWait: max(remaining, 0), Progress: cs.req.Progress})
 	if err != nil {
 		closeBody(req)
+		var pe *pacer.PauseError
+		if errors.As(err, &pe) { // recorded in the activity
+			cs.lastState = state.RejectedLocal
+			c.observe(Event{Kind: Refused, Key: k.Name, Caller: cs.req.Caller, Transport: cs.req.Transport,
+				CallID: cs.id, Attempt: cs.attempts, State: state.RejectedLocal, Source: pe.Source})
+		}
 		return nil, err
 	}
 	cs.waited += t.Waited
@@ -82,6 +89,17 @@ func (c *Client) done(ctx context.Context, cs *call, t pacer.Ticket, o pacer.Out
 	if err != nil {
 		c.log.Error("recording an attempt failed", "key", cs.key.Name, "call", cs.id, "error", err)
 	}
+	cs.lastState = res.State
+	e := Event{Kind: Attempted, Key: cs.key.Name, Caller: cs.req.Caller, Transport: cs.req.Transport, CallID: cs.id,
+		Attempt: cs.attempts, State: res.State, Status: o.Status, Wait: t.Waited}
+	if !o.SentAt.IsZero() {
+		end := o.AnsweredAt
+		if end.IsZero() {
+			end = c.now()
+		}
+		e.Latency = end.Sub(o.SentAt)
+	}
+	c.observe(e)
 	a := &answer{status: o.Status, result: res}
 	if rd != nil {
 		a.reading = *rd
@@ -159,4 +177,21 @@ func closeBody(req *http.Request) {
 	if req.Body != nil {
 		req.Body.Close()
 	}
+}
+
+// ended reports the end of the call to the Observe hook.
+func (cs *call) ended() {
+	st := cs.lastState
+	if st == "" {
+		st = Canceled
+	}
+	cs.client.observe(Event{Kind: Ended, Key: cs.key.Name, Caller: cs.req.Caller, Transport: cs.req.Transport,
+		CallID: cs.id, Attempt: cs.attempts, State: st, Status: cs.status()})
+}
+
+func (cs *call) status() int {
+	if cs.last == nil {
+		return 0
+	}
+	return cs.last.status
 }

@@ -56,6 +56,10 @@ type Client struct {
 	// Transport, when set, carries every attempt instead of the guarded
 	// transports (tests that fake the upstream).
 	Transport http.RoundTripper
+	// Observe, when set, is told of every step of every call (see Event):
+	// the one seam metrics and the dashboard watch calls through. It is
+	// called on the call's goroutine and must not block; nil means none.
+	Observe func(Event)
 
 	mu         sync.Mutex
 	transports map[bool]http.RoundTripper // by whether the keys may reach internal addresses
@@ -172,6 +176,7 @@ func (c *Client) Do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 		Logger:       retryLog{c.log},
 	}
 	resp, err := rc.Do(req)
+	cs.ended()
 	if err != nil {
 		var pe *pacer.PauseError
 		var pathErr *PathError
@@ -220,6 +225,7 @@ type call struct {
 	waited     time.Duration
 	last       *answer
 	lastErr    error    // the last attempt's transport error, if it had one
+	lastState  string   // the state the last recorded attempt ended in
 	warnings   []string // raised by any attempt
 }
 

@@ -11,7 +11,9 @@ import (
 
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/mcp-quota/mcp-quota/dashboard"
 	"github.com/mcp-quota/mcp-quota/gateway"
+	"github.com/mcp-quota/mcp-quota/metrics"
 	"github.com/mcp-quota/mcp-quota/tools"
 )
 
@@ -60,8 +62,11 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	go a.sweep(ctx)
 
 	mcpServer := tools.NewServer(a.tools("mcp-http", ""), version)
+	m := metrics.New(keys, a.pacer, a.db)
+	a.client.Observe = m.Observe // before the first call: every call through this process is counted
 	h := gateway.New(gateway.Config{Keys: keys, REST: a.rest(), MCP: mcpServer, DB: a.db, Log: log,
-		Loopback: loopback, AllowOrigins: splitList(*origins), Version: version})
+		Loopback: loopback, AllowOrigins: splitList(*origins), Version: version,
+		Metrics: m, Dashboard: dashboard.New(dashboard.Config{Keys: keys, Pacer: a.pacer, DB: a.db, Log: log})})
 	srv := gateway.NewServer(ln.Addr().String(), h, log)
 
 	base := "http://" + ln.Addr().String()

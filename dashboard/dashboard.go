@@ -1,0 +1,115 @@
+// Package dashboard is mcp-quota's page for people: GET / shows each
+// key's shared budget filling and draining, who spends it, and when and
+// why calls were refused, updated live by short polling of its JSON
+// endpoints under /ui/api/. The page, its script and its styles are
+// embedded in the binary (no CDN, no build step; it works offline).
+//
+// Access follows the gateway's walls. On a loopback listener without
+// [[callers]] every request is the local user and the page opens
+// directly. With callers, a person signs in once with a caller token
+// (sent as a bearer token, so the gateway checks and throttles it like
+// any other); the page then holds an HttpOnly, SameSite=Strict session
+// cookie, never the token, and sees only the keys that caller may use.
+// The cookie reads the page's data and /v1/activity and /v1/quota, and
+// writes (signing out) only with the session's anti-forgery token. The
+// page never shows a credential.
+package dashboard
+
+import (
+	"embed"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/rest"
+	"github.com/mcp-quota/mcp-quota/state"
+)
+
+//go:embed static
+var static embed.FS
+
+// Config is what the dashboard shows. Keys, Pacer and DB are required.
+type Config struct {
+	Keys  *keystore.Store
+	Pacer *pacer.Pacer
+	DB    *state.DB
+	Log   *slog.Logger // nil means discard
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+}
+
+// A Handler serves the dashboard. Create it with New; it is a
+// gateway.Dashboard. It is safe for concurrent use.
+type Handler struct {
+	c        Config
+	mux      *http.ServeMux
+	sessions *sessions
+}
+
+// New returns the dashboard for c.
+func New(c Config) *Handler {
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	h := &Handler{c: c, mux: http.NewServeMux(), sessions: &sessions{now: c.Now, m: map[[32]byte]*session{}}}
+	files, _ := fs.Sub(static, "static")
+	h.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		page, _ := fs.ReadFile(files, "index.html")
+		secureHeaders(w)
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Write(page)
+	})
+	fileServer := http.StripPrefix("/ui/static/", http.FileServerFS(files))
+	h.mux.HandleFunc("GET /ui/static/", func(w http.ResponseWriter, r *http.Request) {
+		secureHeaders(w)
+		fileServer.ServeHTTP(w, r)
+	})
+	h.mux.HandleFunc("GET /ui/api/session", h.whoami)
+	h.mux.HandleFunc("POST /ui/api/session", h.signIn)
+	h.mux.HandleFunc("POST /ui/api/signout", h.signOut)
+	h.mux.HandleFunc("GET /ui/api/overview", h.overview)
+	h.mux.HandleFunc("GET /ui/api/call", h.call)
+	h.mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
+		rest.WriteProblem(w, http.StatusNotFound, rest.CodeBadRequest, "The dashboard has no such page.", nil)
+	})
+	return h
+}
+
+// secureHeaders keep the page to its own origin: its script and styles
+// only, no framing, no referrer.
+func secureHeaders(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("X-Frame-Options", "DENY")
+}
+
+// ServeHTTP serves the page and its data.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// Open reports whether r asks for the page or its static files, which
+// show no data and need no caller.
+func (h *Handler) Open(r *http.Request) bool {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	return r.URL.Path == "/" || strings.HasPrefix(r.URL.Path, "/ui/static/")
+}
+
+// Session returns the caller r's session cookie signed in, when r is a
+// request such a cookie may make (see the package comment).
+func (h *Handler) Session(r *http.Request) (*keystore.Caller, bool) {
+	se, ok := h.sessions.find(r)
+	if !ok || !se.allows(r) {
+		return nil, false
+	}
+	return se.caller, true
+}

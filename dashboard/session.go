@@ -1,0 +1,129 @@
+package dashboard
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+)
+
+// CookieName is the session cookie's name. The cookie holds a random
+// session ID — never the caller's token — and is HttpOnly (no script
+// reads it), SameSite=Strict (no other site's page sends it), and Secure
+// on a TLS listener.
+const CookieName = "mcpq_session"
+
+// Session settings.
+const (
+	SessionLifetime = 12 * time.Hour // a sign-in lasts this long
+	maxSessions     = 1024           // past this, the oldest sign-in is forgotten
+)
+
+// session is one browser signed in as a caller.
+type session struct {
+	caller  *keystore.Caller
+	csrf    string // the anti-forgery token writes must carry
+	expires time.Time
+}
+
+// sessions are the sign-ins this process gave out, by the hash of their
+// ID (the ID itself is kept only by the browser). Safe for concurrent use.
+type sessions struct {
+	now func() time.Time
+	mu  sync.Mutex
+	m   map[[32]byte]*session
+}
+
+func newID() string {
+	var b [32]byte
+	rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// start signs a browser in as c and returns the session's ID.
+func (s *sessions) start(c *keystore.Caller) (string, *session) {
+	id := newID()
+	se := &session{caller: c, csrf: newID(), expires: s.now().Add(SessionLifetime)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	for h, old := range s.m {
+		if !now.Before(old.expires) {
+			delete(s.m, h)
+		}
+	}
+	for len(s.m) >= maxSessions {
+		var oldest [32]byte
+		first := true
+		for h, old := range s.m {
+			if first || old.expires.Before(s.m[oldest].expires) {
+				oldest, first = h, false
+			}
+		}
+		delete(s.m, oldest)
+	}
+	s.m[sha256.Sum256([]byte(id))] = se
+	return id, se
+}
+
+// find returns r's session, when its cookie names a live one.
+func (s *sessions) find(r *http.Request) (*session, bool) {
+	c, err := r.Cookie(CookieName)
+	if err != nil || c.Value == "" {
+		return nil, false
+	}
+	h := sha256.Sum256([]byte(c.Value))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, ok := s.m[h]
+	if !ok {
+		return nil, false
+	}
+	if !s.now().Before(se.expires) {
+		delete(s.m, h)
+		return nil, false
+	}
+	return se, true
+}
+
+// end forgets r's session.
+func (s *sessions) end(r *http.Request) {
+	if c, err := r.Cookie(CookieName); err == nil {
+		s.mu.Lock()
+		delete(s.m, sha256.Sum256([]byte(c.Value)))
+		s.mu.Unlock()
+	}
+}
+
+// readable are the paths a session cookie may read: the dashboard's data
+// and the REST side's reports. It never spends a key (/k/), speaks MCP or
+// serves /metrics: those need the caller's token itself.
+func readable(path string) bool {
+	return strings.HasPrefix(path, "/ui/api/") || path == "/v1/activity" || path == "/v1/quota"
+}
+
+// allows reports whether a request authenticated by se's cookie may be
+// made: a read of readable data, or a write to the dashboard carrying the
+// session's anti-forgery token in the X-CSRF-Token header.
+func (se *session) allows(r *http.Request) bool {
+	if !readable(r.URL.Path) {
+		return false
+	}
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return true
+	}
+	got := r.Header.Get("X-CSRF-Token")
+	return strings.HasPrefix(r.URL.Path, "/ui/api/") && got != "" &&
+		subtle.ConstantTimeCompare([]byte(got), []byte(se.csrf)) == 1
+}
+
+func setCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: value, Path: "/", MaxAge: maxAge,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+}

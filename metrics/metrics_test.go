@@ -1,0 +1,131 @@
+package metrics_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/metrics"
+	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/state"
+	"github.com/mcp-quota/mcp-quota/upstream"
+)
+
+func newMetrics(t *testing.T) (*metrics.Metrics, *state.DB) {
+	t.Helper()
+	keys, err := keystore.Parse([]byte(`[[keys]]
+name = "k"
+base_url = "https://api.example.com"
+auth = "none"
+  [[keys.policies]]
+  name = "default"
+  quota = 10
+  window = "60s"
+`), keystore.Env{Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := state.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return metrics.New(keys, pacer.New(db), db), db
+}
+
+func scrape(t *testing.T, m *metrics.Metrics, caller *keystore.Caller) string {
+	t.Helper()
+	r := httptest.NewRequest("GET", "/metrics", nil)
+	if caller != nil {
+		r = r.WithContext(keystore.WithCaller(r.Context(), caller))
+	}
+	w := httptest.NewRecorder()
+	m.ServeHTTP(w, r)
+	if w.Code != http.StatusOK {
+		t.Fatalf("GET /metrics = %d: %s", w.Code, w.Body)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	if _, err := p.TextToMetricFamilies(strings.NewReader(w.Body.String())); err != nil {
+		t.Fatalf("the scrape does not parse: %v\n%s", err, w.Body)
+	}
+	return w.Body.String()
+}
+
+func TestLabelValuesStayBounded(t *testing.T) {
+	m, _ := newMetrics(t)
+	for i := range 150 {
+		m.Observe(upstream.Event{Kind: upstream.Ended, Key: "k", Caller: fmt.Sprintf("caller-%03d", i), Transport: "rest", State: state.Confirmed})
+	}
+	body := scrape(t, m, keystore.Local("local"))
+	if n := strings.Count(body, "mcp_quota_calls_total{"); n != 101 {
+		t.Errorf("%d calls_total series for 150 callers, want 100 and one other", n)
+	}
+	if !strings.Contains(body, `mcp_quota_calls_total{caller="other",key="k",state="confirmed",transport="rest"} 50`) {
+		t.Errorf("the 50 callers past the bound are not counted as other:\n%s", body)
+	}
+}
+
+func TestRefusalReasons(t *testing.T) {
+	for src, want := range map[string]string{"retry-after": "retry-after", "circuit": "circuit", "pace": "pace",
+		"default": "budget", "hourly-core": "budget", "": "other"} {
+		if got := metrics.Reason(src); got != want {
+			t.Errorf("Reason(%q) = %q, want %q", src, got, want)
+		}
+	}
+	for status, want := range map[int]string{0: "none", 200: "2xx", 304: "3xx", 429: "4xx", 503: "5xx", 999: "none"} {
+		if got := metrics.StatusClass(status); got != want {
+			t.Errorf("StatusClass(%d) = %q, want %q", status, got, want)
+		}
+	}
+}
+
+// The budget is read from the state file at each scrape: what another
+// process recorded there shows at once.
+func TestBudgetIsReadAtScrapeTime(t *testing.T) {
+	m, db := newMetrics(t)
+	local := keystore.Local("local")
+	if body := scrape(t, m, local); !strings.Contains(body, `mcp_quota_budget_used{key="k",origin="local",partition="",policy="default"} 0`) {
+		t.Fatalf("fresh key:\n%s", body)
+	}
+	now := time.Now()
+	err := db.Update(context.Background(), func(tx *state.Tx) error {
+		for i := range 3 {
+			if _, err := tx.InsertAttempt(state.Attempt{CallID: fmt.Sprint(i), Attempt: 1, Key: "k", Caller: "elsewhere", State: state.Admitted,
+				At: now.Add(time.Duration(i) * time.Millisecond), LeaseUntil: now.Add(time.Minute)}); err != nil {
+				return err
+			}
+		}
+		return tx.PutGate(state.Gate{Key: "k", Until: now.Add(time.Minute), Source: "circuit", SetAt: now, Reason: "test"})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := scrape(t, m, local)
+	for _, want := range []string{
+		`mcp_quota_budget_used{key="k",origin="local",partition="",policy="default"} 3`,
+		`mcp_quota_budget_limit{key="k",origin="local",partition="",policy="default"} 10`,
+		`mcp_quota_gates_active{key="k",source="circuit"} 1`,
+		`mcp_quota_circuit_state{key="k",state="open"} 1`,
+		`mcp_quota_in_flight{key="k"} 3`,
+		`mcp_quota_state_up{key="k"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the scrape lacks %s:\n%s", want, body)
+		}
+	}
+	// A caller who may not use the key sees none of it.
+	stranger := &keystore.Caller{Name: "stranger", Keys: []string{"other"}}
+	m.Observe(upstream.Event{Kind: upstream.Ended, Key: "k", Caller: "x", Transport: "rest", State: state.Confirmed})
+	if body := scrape(t, m, stranger); strings.Contains(body, `key="k"`) {
+		t.Errorf("a caller without key k sees it:\n%s", body)
+	}
+}

@@ -1,0 +1,74 @@
+package state
+
+import (
+	"fmt"
+	"time"
+)
+
+// A Bucket is how many attempts of one state a key saw in one step of a
+// Timeline.
+type Bucket struct {
+	Start time.Time // the step's start
+	State string    // Confirmed, RejectedLocal, … (reserved slots are not attempts yet)
+	Count int
+}
+
+var qTimeline = newQuery(`SELECT (coalesce(nullif(sent_at, 0), at) - ?2) / ?3 AS b, state, count(*) FROM attempts
+	WHERE key = ?1 AND coalesce(nullif(sent_at, 0), at) >= ?2 AND state != 'reserved'
+	GROUP BY b, state ORDER BY b, state`)
+
+// Timeline counts key's attempts from since on, per step and state, by
+// the time each was sent (or refused, or admitted when not yet sent). Its
+// cost grows with the attempts counted.
+func (tx *Tx) Timeline(key string, since time.Time, step time.Duration) ([]Bucket, error) {
+	us := step.Microseconds()
+	if us <= 0 {
+		return nil, fmt.Errorf("state: timeline: step %v is not positive", step)
+	}
+	rows, err := tx.query(qTimeline, key, micros(since), us)
+	if err != nil {
+		return nil, fmt.Errorf("state: timeline: %w", err)
+	}
+	defer rows.Close()
+	var out []Bucket
+	for rows.Next() {
+		var b Bucket
+		var n int64
+		if err := rows.Scan(&n, &b.State, &b.Count); err != nil {
+			return nil, err
+		}
+		b.Start = since.Add(time.Duration(n) * step)
+		out = append(out, b)
+	}
+	return out, rows.Err()
+}
+
+var qCall = newQuery(`SELECT id, call_id, attempt, key, caller, transport, method, target,
+	digest, state, reason, probe, at, wait_us, coalesce(sent_at, 0), coalesce(answered_at, 0), coalesce(status, 0),
+	coalesce(lease_until, 0)
+	FROM attempts WHERE key = ? AND call_id = ? AND state != 'reserved' ORDER BY attempt, id`)
+
+// Call returns the attempts of key's call callID, first first.
+func (tx *Tx) Call(key, callID string) ([]Attempt, error) {
+	rows, err := tx.query(qCall, key, callID)
+	if err != nil {
+		return nil, fmt.Errorf("state: call: %w", err)
+	}
+	defer rows.Close()
+	return scanAttempts(rows)
+}
+
+var qObservationsOf = newQuery(`SELECT id, coalesce(attempt_id, 0), policy, unit, partition, q, w_us, r, t_us,
+	status, received_at, coalesce(server_date, 0), shape, profile, guessed, from_cache, method, target
+	FROM observations WHERE key = ? AND attempt_id = ? ORDER BY id`)
+
+// ObservationsOf returns the observations the answer to key's attempt
+// attemptID produced, in the order they were recorded.
+func (tx *Tx) ObservationsOf(key string, attemptID int64) ([]ObservationRecord, error) {
+	rows, err := tx.query(qObservationsOf, key, attemptID)
+	if err != nil {
+		return nil, fmt.Errorf("state: observations: %w", err)
+	}
+	defer rows.Close()
+	return scanObservations(rows, key)
+}

@@ -1,0 +1,76 @@
+package upstream
+
+import (
+	"context"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/state"
+)
+
+// An EventKind says which step of a call an Event reports.
+type EventKind int
+
+// The steps a Client reports to its Observe hook.
+const (
+	// Refused: the pacer refused an attempt; nothing was sent. The
+	// refusal is in the key's activity (state.RejectedLocal).
+	Refused EventKind = iota + 1
+	// Attempted: an admitted attempt ended, answered or failed.
+	Attempted
+	// Ended: a call ended, after its last attempt or answered from a
+	// kept copy (state.Cached, no attempt at all).
+	Ended
+)
+
+// An Event is one step of a call, as the Client's Observe hook sees it.
+// Every call of every transport passes the Client (the fetch tool's
+// answers from a kept copy through Kept), so a hook sees all of them,
+// each call ending exactly once. It is a value and carries no credential.
+type Event struct {
+	Kind      EventKind
+	Key       string // the key's name
+	Caller    string
+	Transport string // stdio, mcp-http, rest
+	CallID    string
+	Attempt   int // the attempt's number; for Ended, how many the call made
+	// State is the attempt's state as recorded (state.Confirmed,
+	// state.RejectedLocal, …); for Ended, that of the call's last
+	// recorded attempt, or Canceled when none was recorded.
+	State   string
+	Status  int           // the upstream's HTTP status; 0 when no answer came
+	Source  string        // Refused: what bound (a policy, "retry-after", "circuit", "pace", …)
+	Wait    time.Duration // Attempted: how long the attempt waited for admission
+	Latency time.Duration // Attempted: from the send to the answer, or to the failure
+}
+
+// Canceled is the final state of a call that ended (its caller went
+// away, or the state file failed) before any of its attempts was
+// recorded: it is not in the activity.
+const Canceled = "canceled"
+
+func (c *Client) observe(e Event) {
+	if c.Observe != nil {
+		c.Observe(e)
+	}
+}
+
+// Kept records that caller's request r through k was answered at at from
+// mcp-quota's kept copy of target's last answer, for the reason why:
+// nothing was sent and no quota was spent. It is in the activity as
+// state.Cached, and ends a call for the Observe hook.
+func (c *Client) Kept(ctx context.Context, k *keystore.Key, r Request, target, why string, at time.Time) error {
+	method := r.Method
+	if method == "" {
+		method = "GET"
+	}
+	id := NewCallID()
+	err := c.pacer.Kept(ctx, pacer.Call{Key: k, Caller: r.Caller, Transport: r.Transport, Method: method,
+		Target: target, Digest: r.Digest, CallID: id, Attempt: 1}, why, at)
+	if err != nil {
+		return err
+	}
+	c.observe(Event{Kind: Ended, Key: k.Name, Caller: r.Caller, Transport: r.Transport, CallID: id, State: state.Cached})
+	return nil
+}

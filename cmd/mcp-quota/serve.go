@@ -24,6 +24,7 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	demoMode := fs.Bool("demo", false, "start the built-in demo upstream on loopback and a demo key for it")
 	demoListen := fs.String("demo-listen", "127.0.0.1:0", "with --demo: the demo upstream's address")
 	origins := fs.String("allow-origin", "", "comma-separated browser origins allowed to call (scheme://host:port)")
+	sessionIdle := fs.Duration("session-idle", gateway.DefaultSessionIdle, "end an MCP session after this long without a request (its client then starts a new one)")
 	if err := e.parse(fs, args); err != nil {
 		return err
 	}
@@ -62,7 +63,7 @@ func (e environment) serve(ctx context.Context, args []string) error {
 
 	mcpServer := tools.NewServer(a.tools("mcp-http", ""), version)
 	h := gateway.New(gateway.Config{Keys: keys, REST: a.rest(), MCP: mcpServer, DB: a.db, Log: log,
-		Loopback: loopback, AllowOrigins: splitList(*origins)})
+		Loopback: loopback, AllowOrigins: splitList(*origins), SessionIdle: *sessionIdle})
 	srv := gateway.NewServer(ln.Addr().String(), h, log)
 
 	base := "http://" + ln.Addr().String()

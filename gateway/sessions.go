@@ -10,6 +10,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcp-quota/mcp-quota/pacer"
 )
 
 // DefaultSessionIdle is how long an MCP session lives without a request
@@ -113,7 +115,7 @@ func (ss *sessions) serve(w http.ResponseWriter, r *http.Request) {
 	case id != "":
 		if !ss.enter(id) {
 			http.Error(w, fmt.Sprintf("The MCP session is not known here: it ended after %s without a request, "+
-				"or mcp-quota restarted. Start a new one with initialize, without Mcp-Session-Id.", idleWords(ss.idle)),
+				"or mcp-quota restarted. Start a new one with initialize, without Mcp-Session-Id.", pacer.FormatDuration(ss.idle)),
 				http.StatusNotFound)
 			return
 		}
@@ -191,14 +193,3 @@ type discard struct{ h http.Header }
 func (d discard) Header() http.Header         { return d.h }
 func (d discard) Write(b []byte) (int, error) { return len(b), nil }
 func (d discard) WriteHeader(int)             {}
-
-// idleWords says an idle timeout as a person would.
-func idleWords(d time.Duration) string {
-	if d%time.Hour == 0 {
-		return fmt.Sprintf("%d h", d/time.Hour)
-	}
-	if d%time.Minute == 0 {
-		return fmt.Sprintf("%d min", d/time.Minute)
-	}
-	return d.String()
-}

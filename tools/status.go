@@ -46,6 +46,11 @@ func (d *Deps) quotaStatus(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	if err != nil {
 		return nil, err
 	}
+	maxWait := d.Fetch.withDefaults().MaxMaxWait
+	st.Advice = report.WaitInstead(st.Advice, maxWait)
+	for i := range st.Keys {
+		st.Keys[i].Advice = report.WaitInstead(st.Keys[i].Advice, maxWait)
+	}
 	return mcp.NewToolResultStructured(st, statusText(st)), nil
 }
 

@@ -20,9 +20,9 @@ import (
 // retry_after_s and the reason agree, durations read as a person says
 // them, reset_s never exceeds the window.
 func TestAdviceNeverContradictsItself(t *testing.T) {
-	trials, steps := 120, 16
+	trials, steps := 40, 16
 	if testing.Short() {
-		trials = 30
+		trials = 15
 	}
 	checked := map[pacer.Action]int{}
 	for seed := range trials {

@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -112,6 +115,9 @@ func (ss *sessions) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "mcp-quota offers no event stream outside a session: send initialize with POST, "+
 			"then GET with its Mcp-Session-Id, or use POST alone.", http.StatusMethodNotAllowed)
 		return
+	case id != "" && r.Method == http.MethodPost && initializes(r):
+		// A new session, whatever the client still sends of its old one
+		// (mcp-go ignores the header on initialize).
 	case id != "":
 		if !ss.enter(id) {
 			http.Error(w, fmt.Sprintf("The MCP session is not known here: it ended after %s without a request, "+
@@ -122,6 +128,28 @@ func (ss *sessions) serve(w http.ResponseWriter, r *http.Request) {
 		defer ss.leave(id)
 	}
 	ss.mcp.ServeHTTP(w, r)
+}
+
+// initializes reports whether r's body is an initialize request, and
+// leaves the body to be read again.
+func initializes(r *http.Request) bool {
+	b, err := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(b), errReader{err}))
+	var msg struct {
+		Method string `json:"method"`
+	}
+	return err == nil && json.Unmarshal(b, &msg) == nil && msg.Method == string(mcp.MethodInitialize)
+}
+
+// errReader returns err (io.EOF when nil) from every Read: what is left
+// of a body whose reading failed.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) {
+	if e.err == nil {
+		return 0, io.EOF
+	}
+	return 0, e.err
 }
 
 // enter marks a request of session id in flight, and reports whether id

@@ -126,6 +126,17 @@ func TestSessionsExpireWhenIdle(t *testing.T) {
 	if n, r := m.ss.count(), m.registered.Load(); n != 0 || r != 0 {
 		t.Errorf("sessions %d, registered in mcp-go %d; want none", n, r)
 	}
+	// initialize starts a new session even from a client that still
+	// sends the header of its ended one.
+	if w := m.do("POST", idle[0], initialize); w.Code != http.StatusOK || w.Header().Get("Mcp-Session-Id") == "" ||
+		w.Header().Get("Mcp-Session-Id") == idle[0] {
+		t.Errorf("initialize with an ended session's header: %d, session %q", w.Code, w.Header().Get("Mcp-Session-Id"))
+	}
+	if n := m.ss.count(); n != 1 {
+		t.Errorf("sessions after a new initialize: %d, want 1", n)
+	}
+	m.clock.add(2 * time.Minute)
+	m.ss.sweep()
 	// DELETE still ends a session at once.
 	id := m.open(t)
 	if w := m.do("DELETE", id, ""); w.Code != http.StatusOK {

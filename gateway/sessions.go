@@ -115,11 +115,13 @@ func (ss *sessions) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "mcp-quota offers no event stream outside a session: send initialize with POST, "+
 			"then GET with its Mcp-Session-Id, or use POST alone.", http.StatusMethodNotAllowed)
 		return
-	case id != "" && r.Method == http.MethodPost && initializes(r):
-		// A new session, whatever the client still sends of its old one
-		// (mcp-go ignores the header on initialize).
 	case id != "":
 		if !ss.enter(id) {
+			if r.Method == http.MethodPost && initializes(r) {
+				// A new session, whatever the client still sends of its
+				// old one (mcp-go ignores the header on initialize).
+				break
+			}
 			http.Error(w, fmt.Sprintf("The MCP session is not known here: it ended after %s without a request, "+
 				"or mcp-quota restarted. Start a new one with initialize, without Mcp-Session-Id.", pacer.FormatDuration(ss.idle)),
 				http.StatusNotFound)

@@ -42,9 +42,9 @@ var (
 	// said matches a duration as pacer.FormatDuration says it, and the
 	// forms it never uses (milliseconds, fractions).
 	said = regexp.MustCompile(`\b(under a second|\d+(?:\.\d+)? ?(?:ms|s|min|h)(?: \d+ min)?)\b`)
-	// waitFor is where a pause says how long: "Wait 18 s before…",
-	// "Call again after 18 s".
-	waitFor = regexp.MustCompile(`(?:^Wait|Call again after) (under a second|\d+ (?:s|min|h)(?: \d+ min)?)\b`)
+	// waitFor is where a pause says how long: "Wait 18 s before…" (at
+	// the start of a sentence), "Call again after 18 s".
+	waitFor = regexp.MustCompile(`(?:\bWait|Call again after) (under a second|\d+ (?:s|min|h)(?: \d+ min)?)\b`)
 	// canMake is what continue says is left.
 	canMake = regexp.MustCompile(`You can make (\d+) more calls?(?: in the next (\d+ (?:s|min|h)(?: \d+ min)?))?`)
 	// spent is a reason saying that a budget has nothing left.

@@ -59,6 +59,7 @@ func TestCheck(t *testing.T) {
 		{"slow down", Advice{"slow_down", 0, "Only 1 of 20 calls are left under policy 'default'; spread them out, about one every 3 s."}, q, ""},
 		{"slow down, spent for a moment", Advice{"slow_down", 0, "All 10 calls per 10 s allowed by policy 'default' are used; that ends in under a second, and a call made now waits for it."}, q, ""},
 		{"pause", Advice{"pause", 18, "Wait 18 s before the next call: the upstream says 0 of 120 calls are left under policy 'default' for the next 18 s."}, q, ""},
+		{"pause of one of several keys", Advice{"pause", 3, "Key 'demo': Wait 3 s before the next call: all 120 calls per 60 s allowed by policy 'default' are used."}, q, ""},
 		{"pause in hours", Advice{"pause", 3900, "Wait 1 h 5 min before the next call: the upstream answered 429 and asked to wait 1 h 5 min (Retry-After)."}, q, ""},
 
 		{"slow down while spent", Advice{"slow_down", 0, "All 10 calls per 10 s allowed by policy 'default' are used."}, q, "says a budget is spent"},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -73,7 +74,7 @@ func (ss *sessions) Generate() string {
 }
 
 // errNoSession is what Validate says of a session that is not live.
-var errNoSession = fmt.Errorf("no such MCP session")
+var errNoSession = errors.New("no such MCP session")
 
 // Validate reports whether id names a live session; mcp-go answers 404
 // when it does not.

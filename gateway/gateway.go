@@ -51,6 +51,11 @@ type Config struct {
 	// and the problem code payloadTooLarge. (NewServer's MaxHeaderBytes
 	// is the hard limit beyond it, answered by net/http itself.)
 	MaxHeaderBytes int
+	// SessionIdle ends an MCP session (of the revisions before
+	// 2026-07-28) after this long without a request; 0 means
+	// DefaultSessionIdle. A request naming a session that ended is
+	// answered 404, and the client starts a new one.
+	SessionIdle time.Duration
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
 	// Version is the program's version, shown by GET /healthz; empty
@@ -82,18 +87,10 @@ type Dashboard interface {
 func New(c Config) http.Handler {
 	g := newGate(c)
 	c = g.c
-	mcpHTTP := server.NewStreamableHTTPServer(c.MCP,
-		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
-			if caller, ok := keystore.CallerFrom(r.Context()); ok {
-				return keystore.WithCaller(ctx, caller)
-			}
-			return ctx
-		}),
-		server.WithStreamableHTTPLogger(c.Log),
-	)
+	sessions := newMCP(c)
 	mux := http.NewServeMux()
 	c.REST.Routes(mux)
-	mux.Handle("/mcp", mcpBodyLimit(mcpHTTP, c.MaxMCPBody))
+	mux.Handle("/mcp", mcpBodyLimit(http.HandlerFunc(sessions.serve), c.MaxMCPBody))
 	mux.HandleFunc("GET /healthz", rest.Health(c.DB, c.Version))
 	if c.Metrics != nil {
 		mux.Handle("GET /metrics", c.Metrics)
@@ -117,6 +114,23 @@ func New(c Config) http.Handler {
 		mux.ServeHTTP(w, r)
 	})
 	return g.walls(route)
+}
+
+// newMCP returns the Streamable HTTP side of c.MCP behind the sessions
+// that keep it.
+func newMCP(c Config) *sessions {
+	ss := newSessions(c.SessionIdle, c.Now)
+	ss.mcp = server.NewStreamableHTTPServer(c.MCP,
+		server.WithSessionIdManager(ss),
+		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
+			if caller, ok := keystore.CallerFrom(r.Context()); ok {
+				return keystore.WithCaller(ctx, caller)
+			}
+			return ctx
+		}),
+		server.WithStreamableHTTPLogger(c.Log),
+	)
+	return ss
 }
 
 // mcpBodyLimit answers an MCP request whose declared body is larger than

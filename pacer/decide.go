@@ -158,11 +158,11 @@ func decide(s snapshot) (decision, error) {
 			// pace: what leaves the window is what may enter it.
 			d.slow = true
 			spacing := wb.Window / time.Duration(wb.Limit)
-			d.spreadBy(spacing, fmt.Sprintf("Only %d of %d calls are left under policy '%s'; spread them out, about one every %s.",
-				wb.avail, wb.Limit, wb.Policy, seconds(spacing)))
+			d.spreadBy(spacing, fmt.Sprintf("Only %d of %d calls are left under policy '%s'; spread them out, %s.",
+				wb.avail, wb.Limit, wb.Policy, pace(spacing)))
 			add(constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: wb.Policy,
-				reason: fmt.Sprintf("only %d of %d calls are left under policy '%s', so calls are spread %s apart",
-					wb.avail, wb.Limit, wb.Policy, seconds(spacing))})
+				reason: fmt.Sprintf("only %d of %d calls are left under policy '%s', so calls are spread %s",
+					wb.avail, wb.Limit, wb.Policy, apart(spacing))})
 		}
 	}
 
@@ -189,11 +189,10 @@ func decide(s snapshot) (decision, error) {
 			// it.
 			d.slow = true
 			spacing := max(b.Reset-rounding(k.Reset), 0) / time.Duration(b.Remaining+1)
-			d.spreadBy(spacing, fmt.Sprintf("You can make %s in the next %s; spread them out, about one every %s.",
-				calls(b.Remaining), seconds(b.Reset), seconds(spacing)))
+			d.spreadBy(spacing, spreadWords(b.Remaining, b.Reset, spacing))
 			add(constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: b.Policy,
-				reason: fmt.Sprintf("the upstream says %d %s are left for %s under policy '%s', so calls are spread %s apart",
-					b.Remaining, unitWord(b.Unit), seconds(b.Reset), b.Policy, seconds(spacing))})
+				reason: fmt.Sprintf("the upstream says %d %s are left %s under policy '%s', so calls are spread %s",
+					b.Remaining, unitWord(b.Unit), forNext(b.Reset), b.Policy, apart(spacing))})
 		}
 	}
 
@@ -221,7 +220,7 @@ func decide(s snapshot) (decision, error) {
 	spacing := max(minSpacing(s.key), s.ks.Interval)
 	if !s.ks.LastAdmitAt.IsZero() {
 		add(constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: "pace",
-			reason: fmt.Sprintf("calls are spaced %s apart", seconds(spacing))})
+			reason: fmt.Sprintf("calls are spaced %s", apart(spacing))})
 	}
 
 	d.binding = tightest(d.budgets)
@@ -329,7 +328,9 @@ func (s snapshot) windowedBudgets() ([]windowed, error) {
 		wb.avail = limit - n
 		wb.Remaining = max(wb.avail, 0)
 		if !win.Oldest.IsZero() {
-			wb.Reset = win.Oldest.Add(p.w + m).Sub(s.now)
+			// The margin is the log's own caution: what a caller is told
+			// never outlasts the window.
+			wb.Reset = min(win.Oldest.Add(p.w+m).Sub(s.now), p.w)
 		}
 		if wb.avail <= 0 {
 			// The call needs this many of the window's sends to leave it.
@@ -441,8 +442,8 @@ func (s snapshot) observed(k state.Known) (b Budget, c constraint, probe bool, e
 			of = fmt.Sprintf(" of %d", k.Quota)
 		}
 		c = constraint{wait: b.Reset, source: k.Policy, exhaust: true, keyWide: true,
-			reason: fmt.Sprintf("the upstream says 0%s %s are left under policy '%s' for the next %s",
-				of, unitWord(k.Unit), k.Policy, seconds(b.Reset))}
+			reason: fmt.Sprintf("the upstream says 0%s %s are left under policy '%s' %s",
+				of, unitWord(k.Unit), k.Policy, forNext(b.Reset))}
 	}
 	return b, c, false, nil
 }
@@ -546,23 +547,4 @@ func unitWord(u ratelimit.Unit) string {
 		return "calls"
 	}
 	return strings.ReplaceAll(string(u), "-", " ")
-}
-
-// seconds renders d for a sentence, rounded up: "250 ms", "1.5 s",
-// "18 s", "3 min".
-func seconds(d time.Duration) string {
-	switch {
-	case d <= 0:
-		return "0 s"
-	case d < time.Second:
-		return fmt.Sprintf("%d ms", int(math.Ceil(float64(d)/float64(time.Millisecond))))
-	case d < 10*time.Second:
-		s := math.Ceil(d.Seconds()*10) / 10
-		return strings.TrimSuffix(fmt.Sprintf("%.1f", s), ".0") + " s"
-	case d < 2*time.Minute:
-		return fmt.Sprintf("%d s", int(math.Ceil(d.Seconds())))
-	case d < 2*time.Hour:
-		return fmt.Sprintf("%d min", int(math.Ceil(d.Minutes())))
-	}
-	return fmt.Sprintf("%.1f h", d.Hours())
 }

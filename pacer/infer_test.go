@@ -148,23 +148,3 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
-
-func TestSeconds(t *testing.T) {
-	for _, tt := range []struct {
-		d    time.Duration
-		want string
-	}{
-		{0, "0 s"},
-		{40 * time.Millisecond, "40 ms"},
-		{time.Microsecond, "1 ms"},
-		{1500 * time.Millisecond, "1.5 s"},
-		{9 * time.Second, "9 s"},
-		{42*time.Second + time.Millisecond, "43 s"},
-		{3 * time.Minute, "3 min"},
-		{3 * time.Hour, "3.0 h"},
-	} {
-		if got := seconds(tt.d); got != tt.want {
-			t.Errorf("seconds(%v) = %q, want %q", tt.d, got, tt.want)
-		}
-	}
-}

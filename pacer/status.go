@@ -26,7 +26,10 @@ func (p *Pacer) advise(tx *state.Tx, c Call, now time.Time, ks state.KeyState) (
 }
 
 // adviceFor turns a decision about a next call into advice: one plain
-// sentence a caller can act on.
+// sentence a caller can act on, that agrees with the action. A pause
+// (for a second or more) says the wait it asks for, as RetryAfter does;
+// a wait under a second is no pause, and says so; continue says what is
+// left, never that nothing is.
 func adviceFor(d decision) Advice {
 	b := d.binding
 	switch {
@@ -36,9 +39,9 @@ func adviceFor(d decision) Advice {
 	case d.slow:
 		return Advice{Action: SlowDown, Reason: d.spread}
 	case !d.admit && d.exhaust:
-		return Advice{Action: SlowDown, Reason: sentence(d.reason)}
-	case b != nil && b.Remaining >= 0:
-		return Advice{Action: Continue, Reason: fmt.Sprintf("You can make %s in the next %s.", calls(b.Remaining), seconds(budgetReset(b)))}
+		return Advice{Action: SlowDown, Reason: sentence(d.reason + "; that ends in under a second, and a call made now waits for it")}
+	case b != nil && b.Remaining > 0:
+		return Advice{Action: Continue, Reason: canMake(b.Remaining, budgetReset(b)) + "."}
 	}
 	return Advice{Action: Continue, Reason: "No limit is known to bind this key right now; go ahead at a steady pace."}
 }

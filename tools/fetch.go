@@ -300,7 +300,7 @@ func (f *fetchCall) keptResult(ctx context.Context, now time.Time, digest, why s
 	}
 	r := f.result(f.kept.Status, nil, f.kept.ContentType, f.kept.Body, true)
 	r.FromCache = true
-	r.Quota, r.Advice = report.NewQuota(f.k.Name, st.Binding), report.NewAdvice(st.Advice)
+	r.Quota, r.Advice = report.NewQuota(f.k.Name, st.Binding), report.WaitInstead(report.NewAdvice(st.Advice), f.lim.MaxMaxWait)
 	if digest != "" {
 		r.Advice = loopAdvice(r.Advice, f.repeats+1, f.lim.LoopWindow, true)
 	}
@@ -344,7 +344,7 @@ func (f *fetchCall) answered(ctx context.Context, resp *upstream.Response) (*mcp
 	r := f.result(status, resp.Header, ct, raw, complete)
 	r.Sent, r.NotModified = true, notModified
 	r.Attempts, r.WaitedS = resp.Attempts, resp.Waited.Seconds()
-	r.Quota, r.Advice = report.NewQuota(f.k.Name, resp.Result.Binding), report.NewAdvice(resp.Result.Advice)
+	r.Quota, r.Advice = report.NewQuota(f.k.Name, resp.Result.Binding), report.WaitInstead(report.NewAdvice(resp.Result.Advice), f.lim.MaxMaxWait)
 	if f.repeats > 0 && unchanged {
 		r.Advice = loopAdvice(r.Advice, f.repeats+1, f.lim.LoopWindow, false)
 	}
@@ -420,16 +420,8 @@ func (f *fetchCall) failed(err error) *mcp.CallToolResult {
 	var pathErr *upstream.PathError
 	switch {
 	case errors.As(err, &pe):
-		wait := report.Seconds(pe.RetryAfter)
-		then := fmt.Sprintf("Call again after %d s, or call now with max_wait_s=%d and mcp-quota waits for the budget itself.", wait, wait)
-		if pe.RetryAfter > f.lim.MaxMaxWait {
-			then = fmt.Sprintf("Call again after %d s (longer than max_wait_s can wait: %d s), or use quota_status.",
-				wait, report.Seconds(f.lim.MaxMaxWait))
-		}
 		r := fetchResult{Key: f.k.Name, Method: f.method, Path: f.target, Headers: map[string]string{},
-			Quota: report.NewQuota(f.k.Name, pe.Binding),
-			Advice: report.Advice{Action: string(pacer.Pause), RetryAfterS: wait,
-				Reason: fmt.Sprintf("Paused: key '%s': %s; nothing was sent. %s", f.k.Name, pe.Reason, then)}}
+			Quota: report.NewQuota(f.k.Name, pe.Binding), Advice: report.Paused(f.k.Name, pe, f.lim.MaxMaxWait)}
 		return render(r, true)
 	case errors.As(err, &pathErr):
 		return failure("badPath", sentence(err.Error()))
@@ -531,15 +523,7 @@ func isJSON(ct string) bool {
 	return mt == "application/json" || strings.HasSuffix(mt, "+json")
 }
 
-func ago(d time.Duration) string {
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%d s", int(d.Seconds()))
-	case d < 2*time.Hour:
-		return fmt.Sprintf("%d min", int(d.Minutes()))
-	}
-	return fmt.Sprintf("%.1f h", d.Hours())
-}
+func ago(d time.Duration) string { return pacer.FormatDuration(d) }
 
 // sentence capitalises s and ends it with a full stop.
 func sentence(s string) string {

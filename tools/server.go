@@ -58,6 +58,7 @@ func NewServer(d *Deps, version string) *server.MCPServer {
 	}
 	hooks := &server.Hooks{}
 	hooks.AddAfterCallTool(explainArguments)
+	hooks.AddBeforeReadResource(d.hideActivity)
 	s := server.NewMCPServer("mcp-quota", version,
 		server.WithToolCapabilities(false),
 		server.WithResourceCapabilities(false, false),

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/report"
@@ -67,6 +68,11 @@ func (d *Deps) quotaStatus(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 		return nil, err
 	}
 	st = st.Page(offset, limit)
+	maxWait := d.Fetch.withDefaults().MaxMaxWait
+	st.Advice = report.WaitInstead(st.Advice, maxWait)
+	for i := range st.Keys {
+		st.Keys[i].Advice = report.WaitInstead(st.Keys[i].Advice, maxWait)
+	}
 	return mcp.NewToolResultStructured(st, statusText(st)), nil
 }
 
@@ -143,19 +149,46 @@ func flag(on bool, s string) string {
 }
 
 func activityTemplate() mcp.ResourceTemplate {
-	return mcp.NewResourceTemplate("quota://activity/{key}", "Key activity",
+	return mcp.NewResourceTemplate(activityPrefix+"{key}", "Key activity",
 		mcp.WithTemplateDescription("The latest 100 attempts through a key: caller, transport, state, status, wait and reason, newest first."),
 		mcp.WithTemplateMIMEType("application/json"))
 }
 
+// activityPrefix begins the URI of every key's activity resource.
+const activityPrefix = "quota://activity/"
+
+// hideActivity runs before every resources/read. A URI naming no key the
+// caller may use — no such key, or one of another caller's — is made one
+// that matches no resource, so that mcp-go answers it as a missing
+// resource in the client's revision (-32002; -32602 from 2026-07-28 on)
+// and in the same words for both, which tell a caller nothing about keys
+// it may not use. mcp-go answers every error a resource handler returns
+// with -32603, an internal error, so readActivity cannot say it.
+func (d *Deps) hideActivity(ctx context.Context, _ any, req *mcp.ReadResourceRequest) {
+	name, ok := strings.CutPrefix(req.Params.URI, activityPrefix)
+	if !ok || d.mayRead(ctx, name) {
+		return
+	}
+	req.Params.URI += " (no key of yours has this name)"
+}
+
+// mayRead reports whether the caller in ctx may read key name's activity.
+func (d *Deps) mayRead(ctx context.Context, name string) bool {
+	if name == "" {
+		return false // Key("") would pick the only key
+	}
+	k, err := d.Keys.Key(name)
+	return err == nil && d.caller(ctx).MayUse(k.Name)
+}
+
 func (d *Deps) readActivity(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-	name := strings.TrimPrefix(req.Params.URI, "quota://activity/")
+	name := strings.TrimPrefix(req.Params.URI, activityPrefix)
+	if !d.mayRead(ctx, name) { // hideActivity answers these first
+		return nil, fmt.Errorf("%w: no key of yours is called %q", server.ErrResourceNotFound, name)
+	}
 	k, err := d.Keys.Key(name)
 	if err != nil {
 		return nil, err
-	}
-	if !d.caller(ctx).MayUse(k.Name) {
-		return nil, fmt.Errorf("caller may not use key '%s'", k.Name)
 	}
 	var list []state.Attempt
 	err = d.DB.View(ctx, func(tx *state.Tx) error {

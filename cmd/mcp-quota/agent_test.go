@@ -152,7 +152,7 @@ func TestPauseSendsNothing(t *testing.T) {
 		t.Errorf("advice = %v, want pause for about 60 s", a)
 	}
 	first := strings.SplitN(text(res), "\n", 2)[0]
-	if !strings.HasPrefix(first, "Paused: key 'demo'") || !strings.Contains(first, "nothing was sent") || !strings.Contains(first, "max_wait_s=60") {
+	if !strings.HasPrefix(first, "Paused: key 'demo'") || !strings.Contains(first, "nothing was sent") || !strings.Contains(first, "max_wait_s: 60") {
 		t.Errorf("first line %q does not say paused, nothing sent, and what to do", first)
 	}
 	if got := api.Stats(upstreamSecret).Requests; got != 2 {

@@ -26,6 +26,7 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	demoMode := fs.Bool("demo", false, "start the built-in demo upstream on loopback and a demo key for it")
 	demoListen := fs.String("demo-listen", "127.0.0.1:0", "with --demo: the demo upstream's address")
 	origins := fs.String("allow-origin", "", "comma-separated browser origins allowed to call (scheme://host:port)")
+	sessionIdle := fs.Duration("session-idle", gateway.DefaultSessionIdle, "end an MCP session after this long without a request (its client then starts a new one)")
 	if err := e.parse(fs, args); err != nil {
 		return err
 	}
@@ -65,7 +66,7 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	m := metrics.New(keys, a.pacer, a.db)
 	a.client.Observe = m.Observe // before the first call: every call through this process is counted
 	h := gateway.New(gateway.Config{Keys: keys, REST: a.rest(), MCP: mcpServer, DB: a.db, Log: log,
-		Loopback: loopback, AllowOrigins: splitList(*origins), Version: version,
+		Loopback: loopback, AllowOrigins: splitList(*origins), Version: version, SessionIdle: *sessionIdle,
 		Metrics: m, Dashboard: dashboard.New(dashboard.Config{Keys: keys, Pacer: a.pacer, DB: a.db, Log: log})})
 	srv := gateway.NewServer(ln.Addr().String(), h, log)
 

@@ -1,0 +1,226 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcp-quota/mcp-quota/pacer"
+)
+
+// DefaultSessionIdle is how long an MCP session lives without a request
+// when Config.SessionIdle is zero.
+const DefaultSessionIdle = time.Hour
+
+// sessions keeps the MCP sessions that the initialize handshake of the
+// revisions before 2026-07-28 opens, and ends each one idle for longer
+// than idle. mcp-go keeps a session (about 12 KB) until its client sends
+// DELETE, which many clients never do; without an end, a long-running
+// serve only grows.
+//
+// It is the StreamableHTTPServer's SessionIdManager, and the handler in
+// front of it (serve): a request naming a session that ended, or that was
+// never opened here, is answered 404 Not Found, after which the client
+// starts a new session, as the transport says. A session is idle while it
+// has no request in flight (an open GET stream is one); it ends at the
+// first request to the gateway after idle has passed, and its state in
+// mcp-go is freed through the same DELETE a client would send. The
+// 2026-07-28 revision has no sessions: its requests pass untouched.
+//
+// Its methods are safe for concurrent use.
+type sessions struct {
+	idle time.Duration
+	now  func() time.Time
+	mcp  http.Handler // the StreamableHTTPServer, set once before use
+
+	mu        sync.Mutex
+	live      map[string]*sessionUse
+	nextSweep time.Time
+}
+
+// sessionUse is what is known of one live session.
+type sessionUse struct {
+	last time.Time // when its latest request ended, or began while one is in flight
+	busy int       // its requests in flight, GET streams included
+}
+
+func newSessions(idle time.Duration, now func() time.Time) *sessions {
+	if idle <= 0 {
+		idle = DefaultSessionIdle
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &sessions{idle: idle, now: now, live: map[string]*sessionUse{}}
+}
+
+// Generate opens a session (mcp-go calls it for initialize).
+func (ss *sessions) Generate() string {
+	id := rand.Text()
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.live[id] = &sessionUse{last: ss.now()}
+	return id
+}
+
+// errNoSession is what Validate says of a session that is not live.
+var errNoSession = errors.New("no such MCP session")
+
+// Validate reports whether id names a live session; mcp-go answers 404
+// when it does not.
+func (ss *sessions) Validate(id string) (isTerminated bool, err error) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if _, ok := ss.live[id]; !ok {
+		return false, errNoSession
+	}
+	return false, nil
+}
+
+// Terminate ends session id (a client's DELETE, or the sweep's).
+func (ss *sessions) Terminate(id string) (isNotAllowed bool, err error) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	delete(ss.live, id)
+	return false, nil
+}
+
+// count returns how many sessions are live.
+func (ss *sessions) count() int {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return len(ss.live)
+}
+
+// serve is the handler in front of the StreamableHTTPServer.
+func (ss *sessions) serve(w http.ResponseWriter, r *http.Request) {
+	ss.sweep()
+	id := r.Header.Get(server.HeaderKeySessionID)
+	switch {
+	case mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)):
+		// 2026-07-28 and later: no sessions (mcp-go answers GET and DELETE 405).
+	case id == "" && r.Method == http.MethodGet:
+		// A stream outside any session would carry nothing and never end:
+		// the transport's answer for "no stream here" is 405.
+		w.Header().Set("Allow", "GET, POST, DELETE")
+		http.Error(w, "mcp-quota offers no event stream outside a session: send initialize with POST, "+
+			"then GET with its Mcp-Session-Id, or use POST alone.", http.StatusMethodNotAllowed)
+		return
+	case id != "":
+		if !ss.enter(id) {
+			if r.Method == http.MethodPost && initializes(r) {
+				// A new session, whatever the client still sends of its
+				// old one (mcp-go ignores the header on initialize).
+				break
+			}
+			http.Error(w, fmt.Sprintf("The MCP session is not known here: it ended after %s without a request, "+
+				"or mcp-quota restarted. Start a new one with initialize, without Mcp-Session-Id.", pacer.FormatDuration(ss.idle)),
+				http.StatusNotFound)
+			return
+		}
+		defer ss.leave(id)
+	}
+	ss.mcp.ServeHTTP(w, r)
+}
+
+// initializes reports whether r's body is an initialize request, and
+// leaves the body to be read again.
+func initializes(r *http.Request) bool {
+	b, err := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(b), errReader{err}))
+	var msg struct {
+		Method string `json:"method"`
+	}
+	return err == nil && json.Unmarshal(b, &msg) == nil && msg.Method == string(mcp.MethodInitialize)
+}
+
+// errReader returns err (io.EOF when nil) from every Read: what is left
+// of a body whose reading failed.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) {
+	if e.err == nil {
+		return 0, io.EOF
+	}
+	return 0, e.err
+}
+
+// enter marks a request of session id in flight, and reports whether id
+// is live. A session idle for too long ends here, whether or not the
+// sweep has come by.
+func (ss *sessions) enter(id string) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	u, ok := ss.live[id]
+	if !ok {
+		return false
+	}
+	now := ss.now()
+	if u.busy == 0 && now.Sub(u.last) >= ss.idle {
+		return false // the sweep frees it in mcp-go
+	}
+	u.busy++
+	u.last = now
+	return true
+}
+
+// leave marks a request of session id done.
+func (ss *sessions) leave(id string) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if u, ok := ss.live[id]; ok {
+		u.busy--
+		u.last = ss.now()
+	}
+}
+
+// sweep ends the sessions idle for idle or longer, at most once in a
+// tenth of idle (and once a second at most).
+func (ss *sessions) sweep() {
+	now := ss.now()
+	ss.mu.Lock()
+	if now.Before(ss.nextSweep) {
+		ss.mu.Unlock()
+		return
+	}
+	ss.nextSweep = now.Add(max(ss.idle/10, time.Second))
+	var ended []string
+	for id, u := range ss.live {
+		if u.busy == 0 && now.Sub(u.last) >= ss.idle {
+			delete(ss.live, id)
+			ended = append(ended, id)
+		}
+	}
+	ss.mu.Unlock()
+	for _, id := range ended {
+		ss.end(id)
+	}
+}
+
+// end frees session id in mcp-go: its transport keeps a session's state
+// until a DELETE names it, so one is sent to it.
+func (ss *sessions) end(id string) {
+	r, err := http.NewRequestWithContext(context.Background(), http.MethodDelete, "/mcp", nil)
+	if err != nil {
+		panic(err) // a constant request
+	}
+	r.Header.Set(server.HeaderKeySessionID, id)
+	ss.mcp.ServeHTTP(discard{http.Header{}}, r)
+}
+
+// discard is a ResponseWriter that keeps nothing.
+type discard struct{ h http.Header }
+
+func (d discard) Header() http.Header         { return d.h }
+func (d discard) Write(b []byte) (int, error) { return len(b), nil }
+func (d discard) WriteHeader(int)             {}

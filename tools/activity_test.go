@@ -1,0 +1,103 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/state"
+)
+
+// TestReadActivityNotFound reads quota://activity/{key} as two callers in
+// both protocol eras: a caller's own key answers; an unknown key and
+// another caller's key answer alike, with the revision's code for a
+// missing resource (-32002 before 2026-07-28, -32602 from it on), never
+// an internal error.
+func TestReadActivityNotFound(t *testing.T) {
+	cfg := `
+[[keys]]
+name = "mine"
+base_url = "https://api.example.com"
+auth = "none"
+[[keys]]
+name = "theirs"
+base_url = "https://api.example.com"
+auth = "none"
+[[callers]]
+name = "me"
+token_env = "ME"
+keys = ["mine"]
+`
+	keys, err := keystore.Parse([]byte(cfg), keystore.Env{Getenv: func(string) string { return "tools-test-token-0123456789" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := state.Open(t.Context(), filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	s := NewServer(&Deps{Keys: keys, DB: db, Pacer: pacer.New(db)}, "test")
+	ctx := keystore.WithCaller(context.Background(), keys.Callers()[0])
+
+	type rpcError struct {
+		Code    int
+		Message string
+	}
+	read := func(t *testing.T, modern bool, key string) (json.RawMessage, *rpcError) {
+		t.Helper()
+		meta := ""
+		if modern {
+			meta = `,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
+		}
+		msg := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"quota://activity/%s"%s}}`, key, meta)
+		b, err := json.Marshal(s.HandleMessage(ctx, json.RawMessage(msg)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp struct {
+			Result json.RawMessage
+			Error  *rpcError
+		}
+		if err := json.Unmarshal(b, &resp); err != nil {
+			t.Fatal(err)
+		}
+		return resp.Result, resp.Error
+	}
+	for _, era := range []struct {
+		name   string
+		modern bool
+		code   int
+	}{{"2025-11-25", false, mcp.RESOURCE_NOT_FOUND}, {"2026-07-28", true, mcp.INVALID_PARAMS}} {
+		t.Run(era.name, func(t *testing.T) {
+			res, rerr := read(t, era.modern, "mine")
+			if rerr != nil || !strings.Contains(string(res), `"uri":"quota://activity/mine"`) {
+				t.Fatalf("own key: result %s, error %+v; want its activity", res, rerr)
+			}
+			var said []string
+			for _, key := range []string{"ghost", "theirs", ""} {
+				_, rerr := read(t, era.modern, key)
+				if rerr == nil {
+					t.Fatalf("key %q: no error", key)
+				}
+				if rerr.Code != era.code {
+					t.Errorf("key %q: code %d (%s), want %d", key, rerr.Code, rerr.Message, era.code)
+				}
+				said = append(said, strings.Replace(rerr.Message, "activity/"+key, "activity/KEY", 1))
+			}
+			if said[0] != said[1] {
+				t.Errorf("an unknown key and another caller's key are told apart:\n%s\n%s", said[0], said[1])
+			}
+			if strings.Contains(said[1], "theirs") || strings.Contains(said[0], "mine") {
+				t.Errorf("the error names other keys: %q", said)
+			}
+		})
+	}
+}

@@ -90,12 +90,20 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	// 100 ms and let one busy process starve another.
 	file := "file:" + (&url.URL{Path: path}).EscapedPath()
 	const pragmas = "&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)"
+	//
 	// A new file gives back the pages the sweep frees, a few at a time
-	// (Sweep): auto_vacuum comes before journal_mode, which writes a new
-	// file's header, since SQLite takes the mode only before the first
-	// table. A file made by an earlier version keeps its freed pages for
-	// its own reuse; VACUUM with the processes stopped gives them back.
-	w, err := sql.Open("sqlite", file+fmt.Sprintf("?_pragma=busy_timeout(0)&_pragma=wal_autocheckpoint(%d)&_pragma=auto_vacuum(2)", CheckpointPages)+pragmas)
+	// (Sweep): SQLite takes the auto_vacuum mode only before the first
+	// table, so it comes before journal_mode, which writes a new file's
+	// header — and only for a file that does not exist yet, since setting
+	// it takes the write lock, for which it waits (another process may be
+	// creating the same file). A file made by an earlier version keeps
+	// its freed pages for its own reuse; VACUUM with the processes
+	// stopped gives them back.
+	first := ""
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		first = "_pragma=busy_timeout(10000)&_pragma=auto_vacuum(2)&"
+	}
+	w, err := sql.Open("sqlite", file+"?"+first+fmt.Sprintf("_pragma=busy_timeout(0)&_pragma=wal_autocheckpoint(%d)", CheckpointPages)+pragmas)
 	if err != nil {
 		return nil, fmt.Errorf("state: open %s: %w", path, err)
 	}

@@ -14,8 +14,14 @@ import (
 // Backoff and circuit-breaker settings, used when an upstream refuses or
 // fails without saying when to come back.
 const (
-	BackoffBase      = time.Second      // the first backoff, before jitter; it doubles with each failure…
-	BackoffCap       = time.Minute      // …up to this
+	// RetryFloor is the least a refusal holds a key back. A server's own
+	// wait shorter than this (Retry-After: 0, an HTTP-date in the past,
+	// r=0;t=0) is no guidance: such a refusal backs off like one that
+	// said nothing, so a server that keeps answering that way meets
+	// exponential backoff and the circuit breaker, never a tight loop.
+	RetryFloor       = time.Second
+	BackoffBase      = time.Second      // the jitter's span after the first failure, on top of RetryFloor; it doubles with each failure…
+	BackoffCap       = time.Minute      // …and the whole backoff stays under this
 	BreakerThreshold = 5                // consecutive refusals or failures without guidance
 	BreakerCooldown  = 30 * time.Second // doubles with every reopening…
 	BreakerMax       = 10 * time.Minute // …up to this
@@ -246,6 +252,12 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 
 	guided := rd.HasRetryAfter || exhausted
 	failure := rd.Throttled || o.Status == http.StatusTooManyRequests || serverTrouble(o.Status) || (o.Err != nil && !o.CallerAbort)
+	// A refusal whose own wait is shorter than RetryFloor is no guidance:
+	// it backs off, and counts towards the circuit breaker.
+	short := failure && guided && serverWait(rd) < RetryFloor
+	if short {
+		guided = false
+	}
 
 	// Retry-After is the server's decision: nothing goes before it. Jitter
 	// only adds, so callers released together do not return together.
@@ -316,9 +328,13 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 			res.RetryIn = max(res.RetryIn, cool)
 		} else {
 			d := backoff(ks.Failures, p.rand())
+			why := "without saying when to come back"
+			if short {
+				why = fmt.Sprintf("and asked to wait only %s, too short to trust", seconds(serverWait(rd)))
+			}
 			if err := tx.PutGate(state.Gate{Key: key, Until: now.Add(d), Source: "backoff", SetAt: now,
-				Reason: fmt.Sprintf("the upstream answered %s without saying when to come back, so calls back off (failure %d in a row)",
-					statusWord(o), ks.Failures)}); err != nil {
+				Reason: fmt.Sprintf("the upstream answered %s %s, so calls back off (failure %d in a row)",
+					statusWord(o), why, ks.Failures)}); err != nil {
 				return res, ks, err
 			}
 			res.RetryIn = max(res.RetryIn, d)
@@ -344,11 +360,37 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 }
 
 // backoff is the wait after the n-th refusal or failure in a row without
-// guidance: exponential from BackoffBase, capped at BackoffCap before the
-// full jitter r (uniform in [0, 1)) scales it.
+// guidance: RetryFloor, plus full jitter (r, uniform in [0, 1)) over a
+// span that starts at BackoffBase and doubles with each failure, all of it
+// capped at BackoffCap. The first is thus never a near-immediate resend
+// (1 to 2 s), and the span keeps clients that failed together apart.
 func backoff(n int, r float64) time.Duration {
 	d := min(BackoffCap, BackoffBase<<min(max(n, 1)-1, 16))
-	return time.Duration(r * float64(d))
+	return min(BackoffCap, RetryFloor+time.Duration(r*float64(d)))
+}
+
+// serverWait is the wait an answer sets by itself: its Retry-After, or
+// how long a policy it shows exhausted stays so (its t, else its w, else
+// DefaultValidity), whichever is longest; 0 when it sets none.
+func serverWait(rd *ratelimit.Reading) time.Duration {
+	var d time.Duration
+	if rd.HasRetryAfter {
+		d = rd.RetryAfter
+	}
+	for _, ob := range rd.Observations {
+		if !ob.HasRemaining || ob.Remaining > 0 {
+			continue
+		}
+		switch {
+		case ob.HasReset:
+			d = max(d, ob.Reset)
+		case ob.Window > 0:
+			d = max(d, ob.Window)
+		default:
+			d = max(d, DefaultValidity)
+		}
+	}
+	return d
 }
 
 // unnamedPolicy names observations whose upstream named no policy.

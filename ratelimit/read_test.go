@@ -110,6 +110,8 @@ type golden struct {
 	ServerDate   string      `json:"server_date,omitempty"`
 	Observations []goldenObs `json:"observations,omitempty"`
 	RetryAfter   string      `json:"retry_after,omitempty"`
+	Hint         bool        `json:"retry_after_hint,omitempty"`
+	Lenient      bool        `json:"lenient,omitempty"`
 	DoNotRetry   bool        `json:"do_not_retry,omitempty"`
 	Problem      *Problem    `json:"problem,omitempty"`
 	Throttled    bool        `json:"throttled,omitempty"`
@@ -132,7 +134,7 @@ type goldenObs struct {
 }
 
 func toGolden(r Reading) golden {
-	g := golden{DoNotRetry: r.DoNotRetry, Problem: r.Problem, Throttled: r.Throttled,
+	g := golden{DoNotRetry: r.DoNotRetry, Problem: r.Problem, Throttled: r.Throttled, Hint: r.RetryAfterHint, Lenient: r.Lenient,
 		Abnormal: r.Abnormal, FromCache: r.FromCache, Warnings: r.Warnings}
 	if !r.ServerDate.IsZero() {
 		g.ServerDate = r.ServerDate.UTC().Format(time.RFC3339)
@@ -234,6 +236,8 @@ func checkWant(t *testing.T, want map[string]string, r Reading) {
 		"abnormal":     strconv.FormatBool(r.Abnormal),
 		"fromcache":    strconv.FormatBool(r.FromCache),
 		"donotretry":   strconv.FormatBool(r.DoNotRetry),
+		"hint":         strconv.FormatBool(r.RetryAfterHint),
+		"lenient":      strconv.FormatBool(r.Lenient),
 		"observations": strconv.Itoa(len(r.Observations)),
 		"warnings":     strconv.Itoa(len(r.Warnings)),
 		"problem":      strconv.FormatBool(r.Problem != nil),

@@ -295,7 +295,8 @@ func policyWindows(k *keystore.Key, known []state.Known) []policyWindow {
 		}
 	}
 	for _, kn := range known {
-		if kn.Unit == ratelimit.Requests && kn.HasQuota && kn.Window > 0 {
+		// A leaky bucket paces as a rate (see leaky), not over the log.
+		if kn.Unit == ratelimit.Requests && kn.HasQuota && kn.Window > 0 && kn.Shape != ratelimit.ShapeLeaky {
 			ps = append(ps, policyWindow{kn.Policy, kn.Partition, kn.Quota, kn.Window, string(kn.Shape), kn.Hidden})
 		}
 	}
@@ -426,6 +427,10 @@ func (s snapshot) observed(k state.Known) (b Budget, c constraint, probe bool, e
 		return b, c, true, nil
 	}
 	b.Reset = end.Sub(s.now)
+	if isLeaky(k) {
+		b, c, err = s.leaky(k, b, end)
+		return b, c, false, err
+	}
 	remaining := k.Remaining
 	if k.Unit == ratelimit.Requests {
 		n, err := s.log.Count(k.BasisAt)
@@ -469,6 +474,9 @@ func fillFromLog(b Budget, windows []windowed) Budget {
 // or less in a short window (a share of it, so that the probe costs the
 // same share of any window).
 func probeJitter(k state.Known) time.Duration {
+	if isLeaky(k) {
+		return time.Microsecond // a bucket leaks whether or not clients probe together
+	}
 	w := k.Window
 	if w <= 0 {
 		w = validity(k)
@@ -488,9 +496,12 @@ func rounding(d time.Duration) time.Duration {
 }
 
 // validity is how long an observation holds: its effective window t, else
-// the policy window w, else DefaultValidity.
+// the policy window w, else DefaultValidity. A leaky bucket's holds while
+// a full bucket would take to drain, w.
 func validity(k state.Known) time.Duration {
 	switch {
+	case isLeaky(k):
+		return k.Window
 	case k.HasReset:
 		return k.Reset
 	case k.Window > 0:

@@ -241,6 +241,9 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 				prev = &known[i]
 			}
 		}
+		if ob, err = learnLeak(tx, key, ob, rd.ReceivedAt, basis, o.Status, prev); err != nil {
+			return res, ks, err
+		}
 		if ob, err = settle(tx, c.Key, ob, rd.ReceivedAt, t.AdmittedAt, basis, prev, ks); err != nil {
 			return res, ks, err
 		}

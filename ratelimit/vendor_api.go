@@ -65,15 +65,7 @@ func (rd *reader) readAnthropic() {
 		{"anthropic-priority-input-tokens-", "priority-input-tokens", InputTokens},
 		{"anthropic-priority-output-tokens-", "priority-output-tokens", OutputTokens},
 	} {
-		o := Observation{Policy: c.policy, Unit: c.unit, Shape: ShapeVendor, Profile: Anthropic}
-		o.Quota, o.HasQuota = rd.count(c.prefix + "limit")
-		o.Remaining, o.HasRemaining = rd.count(c.prefix + "remaining")
-		if v, ok := rd.scalar(c.prefix + "reset"); ok {
-			o.Reset, _, o.HasReset = rd.timestampReset(c.prefix+"reset", v)
-		}
-		if o.HasQuota || o.HasRemaining || o.HasReset {
-			rd.add(o, false)
-		}
+		rd.readTriple(c.prefix, Observation{Policy: c.policy, Unit: c.unit, Shape: ShapeVendor, Profile: Anthropic}, rd.timestampReset)
 	}
 	rd.readAnthropicUnified()
 }

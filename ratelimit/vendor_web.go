@@ -25,15 +25,21 @@ func (rd *reader) readX() {
 		{"x-user-limit-24hour-", "user-24hour", 24 * time.Hour},
 		{"x-app-limit-24hour-", "app-24hour", 24 * time.Hour},
 	} {
-		o := Observation{Policy: c.policy, Window: c.w, Shape: ShapeVendor, Profile: X}
-		o.Quota, o.HasQuota = rd.count(c.prefix + "limit")
-		o.Remaining, o.HasRemaining = rd.count(c.prefix + "remaining")
-		if v, ok := rd.scalar(c.prefix + "reset"); ok {
-			o.Reset, _, o.HasReset = rd.epochReset(c.prefix+"reset", v)
-		}
-		if o.HasQuota || o.HasRemaining || o.HasReset {
-			rd.add(o, false)
-		}
+		rd.readTriple(c.prefix, Observation{Policy: c.policy, Window: c.w, Shape: ShapeVendor, Profile: X}, rd.epochReset)
+	}
+}
+
+// readTriple reads one policy's prefix+"limit" and prefix+"remaining"
+// (counts) and prefix+"reset" (by reset) into o, and adds it when any of
+// them was sent.
+func (rd *reader) readTriple(prefix string, o Observation, reset resetFunc) {
+	o.Quota, o.HasQuota = rd.count(prefix + "limit")
+	o.Remaining, o.HasRemaining = rd.count(prefix + "remaining")
+	if v, ok := rd.scalar(prefix + "reset"); ok {
+		o.Reset, _, o.HasReset = reset(prefix+"reset", v)
+	}
+	if o.HasQuota || o.HasRemaining || o.HasReset {
+		rd.add(o, false)
 	}
 }
 

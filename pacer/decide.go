@@ -371,11 +371,16 @@ func (s snapshot) held(q int64, win state.Window) int64 {
 // applicable returns the known policies that constrain this request. A
 // policy seen in several partitions constrains through the partition its
 // route was last seen in; when the route was never seen, every partition
-// constrains (the safe guess).
+// constrains (the safe guess). A per-route policy (its partition is a
+// route, see routePartition) constrains that route alone.
 func (s snapshot) applicable() []state.Known {
 	byPolicy := map[string][]state.Known{}
 	var order []string
+	own := routePartition(s.route)
 	for _, k := range s.known {
+		if strings.HasPrefix(k.Partition, routePartition("")) && k.Partition != own {
+			continue
+		}
 		id := k.Policy + "\x00" + string(k.Unit)
 		if _, ok := byPolicy[id]; !ok {
 			order = append(order, id)

@@ -138,6 +138,9 @@ func observations(t Ticket, o Outcome) []state.ObservationRecord {
 	c := t.Call
 	obs := make([]state.ObservationRecord, len(rd.Observations))
 	for i, ob := range rd.Observations {
+		if ob.PerRoute && ob.Partition == "" {
+			ob.Partition = routePartition(c.route())
+		}
 		obs[i] = state.ObservationRecord{Key: c.Key.Name, AttemptID: t.ID, Observation: normalized(ob),
 			Status: o.Status, ReceivedAt: rd.ReceivedAt, ServerDate: rd.ServerDate, FromCache: rd.FromCache,
 			Method: c.Method, Target: c.Target}
@@ -263,13 +266,18 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 	}
 
 	// Retry-After is the server's decision: nothing goes before it. Jitter
-	// only adds, so callers released together do not return together.
+	// only adds, so callers released together do not return together. A
+	// wait that holds for the request's route alone (Slack's per-method
+	// tiers) is kept by that route's exhausted policy instead of a gate on
+	// the whole key.
 	if rd.HasRetryAfter {
 		until := now.Add(rd.RetryAfter)
 		until = until.Add(time.Duration(p.rand() * 0.1 * float64(min(rd.RetryAfter, 10*time.Second))))
-		if err := tx.PutGate(state.Gate{Key: key, Until: until, Source: "retry-after", SetAt: now,
-			Reason: fmt.Sprintf("the upstream answered %d and asked to wait %s (Retry-After)", o.Status, seconds(rd.RetryAfter))}); err != nil {
-			return res, ks, err
+		if !rd.RetryAfterPerRoute {
+			if err := tx.PutGate(state.Gate{Key: key, Until: until, Source: "retry-after", SetAt: now,
+				Reason: fmt.Sprintf("the upstream answered %d and asked to wait %s (Retry-After)", o.Status, seconds(rd.RetryAfter))}); err != nil {
+				return res, ks, err
+			}
 		}
 		res.RetryIn = until.Sub(now)
 	}
@@ -395,6 +403,10 @@ func serverWait(rd *ratelimit.Reading) time.Duration {
 	}
 	return d
 }
+
+// routePartition is the partition of a PerRoute observation of a request
+// on route: it constrains that route alone (see applicable).
+func routePartition(route string) string { return "route " + route }
 
 // unnamedPolicy names observations whose upstream named no policy.
 const unnamedPolicy = "x-ratelimit"

@@ -98,7 +98,7 @@ func TestWhatTheNextCallDoes(t *testing.T) {
 		// X: the exhausted 24-hour window, not the 15-minute one.
 		{"x-24hour-exhausted", "user-24hour", 20 * time.Hour},
 		{"kong-minute-hour", "retry-after", 20*time.Second + 500*time.Millisecond},
-		{"slack-429", "retry-after", 30*time.Second + 500*time.Millisecond},
+		{"slack-429", "method", 30 * time.Second}, // that method; see TestSlackWaitHoldsItsMethod
 		{"anthropic-unified-rejected", "retry-after", 7999*time.Second + 500*time.Millisecond},
 		{"jira-beta-reset", "tenant-app-quota", 35 * time.Minute},
 		{"azure-prose-hint-seconds", "retry-after", 33*time.Second + 500*time.Millisecond},
@@ -129,6 +129,29 @@ func TestWhatTheNextCallDoes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Slack's Retry-After holds the method it refused, not the key: another
+// method goes at once, the refused one after the wait (then one jittered
+// probe asks for a fresh answer, as after any expired observation).
+func TestSlackWaitHoldsItsMethod(t *testing.T) {
+	e := newEnv(t)
+	k := newKey()
+	status, at, read := fixture(t, "slack-429")
+	e.clk.now = at
+	tk := e.mustAdmit(k, "agent", "/api/chat.postMessage")
+	res := answerWith(t, e.p, e.clk, tk, status, read(e.clk.now))
+	if res.RetryIn < 30*time.Second {
+		t.Errorf("RetryIn = %v, want Retry-After's 30 s", res.RetryIn)
+	}
+	e.clk.advance(time.Millisecond)
+	if pe := e.mustPause(k, "agent", "/api/chat.postMessage"); pe.Source != "method" || pe.RetryAfter != 30*time.Second-time.Millisecond {
+		t.Errorf("the refused method: %s for %v, want 'method' for 30 s", pe.Source, pe.RetryAfter)
+	}
+	e.clk.advance(time.Millisecond)
+	e.mustAdmit(k, "agent", "/api/conversations.list")
+	e.clk.advance(31 * time.Second) // the wait, and the jittered probe after it
+	e.mustAdmit(k, "agent", "/api/chat.postMessage")
 }
 
 // admitPaced admits a call of k, moving the test clock on by every pause

@@ -190,6 +190,10 @@ type Observation struct {
 	Shape   Shape   // which form it was read from
 	Profile Profile // the profile whose fields it was read from; "" for fields every profile reads
 	Guessed bool    // a value's meaning was guessed (e.g. epoch vs delta by magnitude)
+	// PerRoute says the policy holds for the request's method and path
+	// alone (Slack's per-method tiers), which a response does not name:
+	// whoever records the observation partitions it by the request.
+	PerRoute bool
 }
 
 // A Problem holds the members of an RFC 9457 problem details body that
@@ -240,6 +244,11 @@ type Reading struct {
 	// mis-cased HTTP-date ("mon, 01 jun 2026 12:01:00 gmt"), a decimal
 	// delay-seconds. The warning says which.
 	Lenient bool
+
+	// RetryAfterPerRoute says RetryAfter holds for the request's method
+	// and path alone (Slack): a PerRoute observation carries it, and other
+	// routes of the key need not wait for it.
+	RetryAfterPerRoute bool
 
 	// DoNotRetry is set when the upstream said explicitly not to retry
 	// (x-should-retry: false, Stripe-Should-Retry: false).

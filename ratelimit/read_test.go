@@ -110,6 +110,7 @@ type golden struct {
 	ServerDate   string      `json:"server_date,omitempty"`
 	Observations []goldenObs `json:"observations,omitempty"`
 	RetryAfter   string      `json:"retry_after,omitempty"`
+	PerRoute     bool        `json:"retry_after_per_route,omitempty"`
 	Hint         bool        `json:"retry_after_hint,omitempty"`
 	Lenient      bool        `json:"lenient,omitempty"`
 	DoNotRetry   bool        `json:"do_not_retry,omitempty"`
@@ -131,10 +132,12 @@ type goldenObs struct {
 	Shape     Shape  `json:"shape"`
 	Profile   string `json:"profile,omitempty"`
 	Guessed   bool   `json:"guessed,omitempty"`
+	PerRoute  bool   `json:"per_route,omitempty"`
 }
 
 func toGolden(r Reading) golden {
 	g := golden{DoNotRetry: r.DoNotRetry, Problem: r.Problem, Throttled: r.Throttled, Hint: r.RetryAfterHint, Lenient: r.Lenient,
+		PerRoute: r.RetryAfterPerRoute,
 		Abnormal: r.Abnormal, FromCache: r.FromCache, Warnings: r.Warnings}
 	if !r.ServerDate.IsZero() {
 		g.ServerDate = r.ServerDate.UTC().Format(time.RFC3339)
@@ -144,7 +147,7 @@ func toGolden(r Reading) golden {
 	}
 	for _, o := range r.Observations {
 		gobs := goldenObs{Policy: o.Policy, Unit: o.Unit, Partition: o.Partition, Shape: o.Shape,
-			Profile: string(o.Profile), Guessed: o.Guessed}
+			Profile: string(o.Profile), Guessed: o.Guessed, PerRoute: o.PerRoute}
 		if o.HasQuota {
 			gobs.Quota = &o.Quota
 		}

@@ -89,19 +89,23 @@ func (rd *reader) readKong() {
 	}
 }
 
-// readSlack reads the Web API's error body (docs.slack.dev, "Rate
-// limits"): {"ok": false, "error": "ratelimited"} marks a refusal, on a
-// 429 or, for some methods, a 200. Slack's tiers are per method and
-// workspace, but its 429 carries only Retry-After (read under every
-// profile), which binds the whole key: mcp-quota cannot tell from the
-// answer which method's tier refused it.
+// readSlack reads the Web API's refusals (docs.slack.dev, "Rate
+// limits"): {"ok": false, "error": "ratelimited"} marks one, on a 429 or,
+// for some methods, a 200. Slack's tiers hold per method and workspace,
+// and its 429 carries only Retry-After: that wait is recorded as an
+// exhausted PerRoute policy "method" (RetryAfterPerRoute), so that the
+// method that was refused waits and the key's other methods do not.
 func (rd *reader) readSlack() {
 	var ok bool
-	if !unmarshalStrict(rd.doc.raw("ok"), &ok) || ok {
-		return
+	if unmarshalStrict(rd.doc.raw("ok"), &ok) && !ok {
+		if e, _ := rd.doc.str("error"); e == "ratelimited" || e == "rate_limited" {
+			rd.r.Throttled = true
+		}
 	}
-	if e, _ := rd.doc.str("error"); e == "ratelimited" || e == "rate_limited" {
-		rd.r.Throttled = true
+	if rd.resp.Status == 429 && rd.r.HasRetryAfter {
+		rd.add(Observation{Policy: "method", Remaining: 0, HasRemaining: true, Reset: rd.r.RetryAfter, HasReset: true,
+			Shape: ShapeRetry, Profile: Slack, PerRoute: true}, false)
+		rd.r.RetryAfterPerRoute = true
 	}
 }
 

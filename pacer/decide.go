@@ -179,14 +179,15 @@ func decide(s snapshot) (decision, error) {
 		}
 		if c.wait > 0 {
 			add(c)
-		} else if !b.Expired && b.Remaining > 0 && b.Reset > 0 && low(b.Remaining, b.Limit, s.key.LowWater) {
+		} else if !b.Expired && b.Remaining > 0 && b.Reset > 0 && b.Unit != ratelimit.Percent && low(b.Remaining, b.Limit, s.key.LowWater) {
 			// Below the low-water mark, what is left is spread over what is
 			// left of the effective window, less what t may have been
 			// rounded up by: the window may end that much earlier, and what
 			// is left is there to spend now (a little early is still
 			// smooth; a little late is lost). The r calls go one share of
 			// r+1 apart, so the last goes a share before the end, not at
-			// it.
+			// it. (A share in percent of a quota nobody stated says nothing
+			// of how many calls are left: it is not spread.)
 			d.slow = true
 			spacing := max(b.Reset-rounding(k.Reset), 0) / time.Duration(b.Remaining+1)
 			d.spreadBy(spacing, fmt.Sprintf("You can make %s in the next %s; spread them out, about one every %s.",

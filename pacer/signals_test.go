@@ -277,3 +277,27 @@ func TestLeakyBucketPacesAtItsLeak(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// Anthropic's unified windows are shares of a quota nobody stated: 3 %
+// left is no reason to spread calls a reset's hundredth apart, and
+// "rejected" (0 % left) waits for its reset.
+func TestUnifiedPercentWindows(t *testing.T) {
+	e := newEnv(t)
+	k := newKey()
+	k.LowWater = 0.1
+	unified := func(util, status string) *ratelimit.Reading {
+		h := http.Header{"Anthropic-Ratelimit-Unified-5h-Utilization": {util}, "Anthropic-Ratelimit-Unified-5h-Status": {status},
+			"Anthropic-Ratelimit-Unified-5h-Reset": {strconv.FormatInt(e.clk.now.Add(time.Hour).Unix(), 10)}}
+		rd := ratelimit.Read(ratelimit.Anthropic, ratelimit.Response{Status: 200, Header: h}, e.clk.now)
+		return &rd
+	}
+	e.send(k, "agent", 200, unified("0.97", "allowed_warning"))
+	e.clk.advance(time.Millisecond)
+	e.mustAdmit(k, "agent", "/v1/messages")
+	e.clk.advance(time.Millisecond)
+	e.send(k, "agent", 200, unified("1.0", "rejected"))
+	e.clk.advance(time.Millisecond)
+	if pe := e.mustPause(k, "agent", "/v1/messages"); pe.Source != "unified-5h" || pe.RetryAfter < 59*time.Minute {
+		t.Errorf("rejected: %s for %v, want 'unified-5h' until its reset", pe.Source, pe.RetryAfter)
+	}
+}

@@ -31,18 +31,20 @@ const (
 	// x-should-retry.
 	OpenAI Profile = "openai"
 	// Anthropic reads anthropic-ratelimit-*-{limit,remaining,reset} (RFC 3339
-	// resets) for requests and each token class, retry-after-ms and
-	// x-should-retry.
+	// resets) for requests and each token class, the unified 5h and 7d
+	// windows of subscription traffic (anthropic-ratelimit-unified-*, in
+	// Percent), retry-after-ms and x-should-retry.
 	Anthropic Profile = "anthropic"
 	// Discord reads X-RateLimit-* with the float Reset-After, the bucket as
 	// the partition, the scope, and the body's retry_after.
 	Discord Profile = "discord"
-	// Shopify reads X-Shopify-Shop-Api-Call-Limit (used/size) and GraphQL
-	// cost and THROTTLED errors in the body.
+	// Shopify reads X-Shopify-Shop-Api-Call-Limit (used/size) as a leaky
+	// bucket (ShapeLeaky), and GraphQL cost and THROTTLED errors in the
+	// body, a THROTTLED answer with the wait its cost implies.
 	Shopify Profile = "shopify"
 	// GitLab reads RateLimit-Limit/-Remaining/-Reset as GitLab sends them
 	// (Reset is an epoch, not the draft's delta) and RateLimit-Name as the
-	// policy.
+	// policy; a 429 outranks a Remaining above 0.
 	GitLab Profile = "gitlab"
 	// Reddit reads X-Ratelimit-Used/-Remaining (a float)/-Reset (delta).
 	Reddit Profile = "reddit"

@@ -232,7 +232,7 @@ func TestReducedPolicyPacesAfterTheServersWait(t *testing.T) {
 // overfilling the bucket.
 func TestLeakyBucketPacesAtItsLeak(t *testing.T) {
 	shopify := func(used int) *ratelimit.Reading {
-		h := http.Header{"X-Shopify-Shop-Api-Call-Limit": {strings.Join([]string{itoa(used), "40"}, "/")}}
+		h := http.Header{"X-Shopify-Shop-Api-Call-Limit": {strconv.Itoa(used) + "/40"}}
 		rd := ratelimit.Read(ratelimit.Shopify, ratelimit.Response{Status: 200, Header: h}, time.Time{})
 		return &rd
 	}
@@ -276,7 +276,6 @@ func TestLeakyBucketPacesAtItsLeak(t *testing.T) {
 	})
 }
 
-func itoa(n int) string { return strconv.Itoa(n) }
 
 // Anthropic's unified windows are shares of a quota nobody stated: 3 %
 // left is no reason to spread calls a reset's hundredth apart, and

@@ -276,7 +276,6 @@ func TestLeakyBucketPacesAtItsLeak(t *testing.T) {
 	})
 }
 
-
 // Anthropic's unified windows are shares of a quota nobody stated: 3 %
 // left is no reason to spread calls a reset's hundredth apart, and
 // "rejected" (0 % left) waits for its reset.

@@ -179,14 +179,15 @@ func decide(s snapshot) (decision, error) {
 		}
 		if c.wait > 0 {
 			add(c)
-		} else if !b.Expired && b.Remaining > 0 && b.Reset > 0 && low(b.Remaining, b.Limit, s.key.LowWater) {
+		} else if !b.Expired && b.Remaining > 0 && b.Reset > 0 && b.Unit != ratelimit.Percent && low(b.Remaining, b.Limit, s.key.LowWater) {
 			// Below the low-water mark, what is left is spread over what is
 			// left of the effective window, less what t may have been
 			// rounded up by: the window may end that much earlier, and what
 			// is left is there to spend now (a little early is still
 			// smooth; a little late is lost). The r calls go one share of
 			// r+1 apart, so the last goes a share before the end, not at
-			// it.
+			// it. (A share in percent of a quota nobody stated says nothing
+			// of how many calls are left: it is not spread.)
 			d.slow = true
 			spacing := max(b.Reset-rounding(k.Reset), 0) / time.Duration(b.Remaining+1)
 			d.spreadBy(spacing, spreadWords(b.Remaining, b.Reset, spacing))
@@ -294,7 +295,8 @@ func policyWindows(k *keystore.Key, known []state.Known) []policyWindow {
 		}
 	}
 	for _, kn := range known {
-		if kn.Unit == ratelimit.Requests && kn.HasQuota && kn.Window > 0 {
+		// A leaky bucket paces as a rate (see leaky), not over the log.
+		if kn.Unit == ratelimit.Requests && kn.HasQuota && kn.Window > 0 && kn.Shape != ratelimit.ShapeLeaky {
 			ps = append(ps, policyWindow{kn.Policy, kn.Partition, kn.Quota, kn.Window, string(kn.Shape), kn.Hidden})
 		}
 	}
@@ -371,11 +373,16 @@ func (s snapshot) held(q int64, win state.Window) int64 {
 // applicable returns the known policies that constrain this request. A
 // policy seen in several partitions constrains through the partition its
 // route was last seen in; when the route was never seen, every partition
-// constrains (the safe guess).
+// constrains (the safe guess). A per-route policy (its partition is a
+// route, see routePartition) constrains that route alone.
 func (s snapshot) applicable() []state.Known {
 	byPolicy := map[string][]state.Known{}
 	var order []string
+	own := routePartition(s.route)
 	for _, k := range s.known {
+		if strings.HasPrefix(k.Partition, routePartition("")) && k.Partition != own {
+			continue
+		}
 		id := k.Policy + "\x00" + string(k.Unit)
 		if _, ok := byPolicy[id]; !ok {
 			order = append(order, id)
@@ -427,6 +434,10 @@ func (s snapshot) observed(k state.Known) (b Budget, c constraint, probe bool, e
 		return b, c, true, nil
 	}
 	b.Reset = end.Sub(s.now)
+	if isLeaky(k) {
+		b, c, err = s.leaky(k, b, end)
+		return b, c, false, err
+	}
 	remaining := k.Remaining
 	if k.Unit == ratelimit.Requests {
 		n, err := s.log.Count(k.BasisAt)
@@ -470,6 +481,9 @@ func fillFromLog(b Budget, windows []windowed) Budget {
 // or less in a short window (a share of it, so that the probe costs the
 // same share of any window).
 func probeJitter(k state.Known) time.Duration {
+	if isLeaky(k) {
+		return time.Microsecond // a bucket leaks whether or not clients probe together
+	}
 	w := k.Window
 	if w <= 0 {
 		w = validity(k)
@@ -489,9 +503,12 @@ func rounding(d time.Duration) time.Duration {
 }
 
 // validity is how long an observation holds: its effective window t, else
-// the policy window w, else DefaultValidity.
+// the policy window w, else DefaultValidity. A leaky bucket's holds while
+// a full bucket would take to drain, w.
 func validity(k state.Known) time.Duration {
 	switch {
+	case isLeaky(k):
+		return k.Window
 	case k.HasReset:
 		return k.Reset
 	case k.Window > 0:

@@ -344,13 +344,13 @@ func TestGenerousValuesAreClamped(t *testing.T) {
 }
 
 // Without any signal, refusals and failures back off exponentially with
-// full jitter; after BreakerThreshold of them in a row the circuit opens,
+// full jitter above RetryFloor; after BreakerThreshold of them in a row the circuit opens,
 // and half-opens with one probe.
 func TestBackoffAndCircuitBreaker(t *testing.T) {
 	e := newEnv(t)
 	_, other := e.open()
 	k := newKey()
-	for n, want := range []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second} {
+	for n, want := range []time.Duration{1500 * time.Millisecond, 2 * time.Second, 3 * time.Second, 5 * time.Second} {
 		res := e.send(k, "agent", 503, nil)
 		if res.RetryIn != want {
 			t.Fatalf("failure %d: got a backoff of %v, want %v", n+1, res.RetryIn, want)

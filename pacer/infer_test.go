@@ -134,14 +134,15 @@ func TestBackoff(t *testing.T) {
 		r    float64
 		want time.Duration
 	}{
-		{1, 0.5, 500 * time.Millisecond},
-		{2, 0.5, time.Second},
-		{3, 0.5, 2 * time.Second},
-		{4, 0.999, 7992 * time.Millisecond},
-		{7, 1, BackoffCap},  // 64 s capped…
+		{1, 0.5, 1500 * time.Millisecond},
+		{1, 0, RetryFloor}, // never a near-immediate resend
+		{2, 0.5, 2 * time.Second},
+		{3, 0.5, 3 * time.Second},
+		{4, 0.999, 8992 * time.Millisecond},
+		{7, 1, BackoffCap},  // 65 s capped…
 		{40, 1, BackoffCap}, // …however long the run
-		{40, 0.25, BackoffCap / 4},
-		{3, 0, 0}, // full jitter reaches zero
+		{40, 0.25, RetryFloor + BackoffCap/4},
+		{3, 0, RetryFloor}, // full jitter reaches the floor, not zero
 	} {
 		if got := backoff(tt.n, tt.r); got != tt.want {
 			t.Errorf("backoff(%d, %v) = %v, want %v", tt.n, tt.r, got, tt.want)

@@ -14,8 +14,14 @@ import (
 // Backoff and circuit-breaker settings, used when an upstream refuses or
 // fails without saying when to come back.
 const (
-	BackoffBase      = time.Second      // the first backoff, before jitter; it doubles with each failure…
-	BackoffCap       = time.Minute      // …up to this
+	// RetryFloor is the least a refusal holds a key back. A server's own
+	// wait shorter than this (Retry-After: 0, an HTTP-date in the past,
+	// r=0;t=0) is no guidance: such a refusal backs off like one that
+	// said nothing, so a server that keeps answering that way meets
+	// exponential backoff and the circuit breaker, never a tight loop.
+	RetryFloor       = time.Second
+	BackoffBase      = time.Second      // the jitter's span after the first failure, on top of RetryFloor; it doubles with each failure…
+	BackoffCap       = time.Minute      // …and the whole backoff stays under this
 	BreakerThreshold = 5                // consecutive refusals or failures without guidance
 	BreakerCooldown  = 30 * time.Second // doubles with every reopening…
 	BreakerMax       = 10 * time.Minute // …up to this
@@ -132,6 +138,9 @@ func observations(t Ticket, o Outcome) []state.ObservationRecord {
 	c := t.Call
 	obs := make([]state.ObservationRecord, len(rd.Observations))
 	for i, ob := range rd.Observations {
+		if ob.PerRoute && ob.Partition == "" {
+			ob.Partition = routePartition(c.route())
+		}
 		obs[i] = state.ObservationRecord{Key: c.Key.Name, AttemptID: t.ID, Observation: normalized(ob),
 			Status: o.Status, ReceivedAt: rd.ReceivedAt, ServerDate: rd.ServerDate, FromCache: rd.FromCache,
 			Method: c.Method, Target: c.Target}
@@ -235,6 +244,9 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 				prev = &known[i]
 			}
 		}
+		if ob, err = learnLeak(tx, key, ob, rd.ReceivedAt, basis, o.Status, prev); err != nil {
+			return res, ks, err
+		}
 		if ob, err = settle(tx, c.Key, ob, rd.ReceivedAt, t.AdmittedAt, basis, prev, ks); err != nil {
 			return res, ks, err
 		}
@@ -246,15 +258,26 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 
 	guided := rd.HasRetryAfter || exhausted
 	failure := rd.Throttled || o.Status == http.StatusTooManyRequests || serverTrouble(o.Status) || (o.Err != nil && !o.CallerAbort)
+	// A refusal whose own wait is shorter than RetryFloor is no guidance:
+	// it backs off, and counts towards the circuit breaker.
+	short := failure && guided && serverWait(rd) < RetryFloor
+	if short {
+		guided = false
+	}
 
 	// Retry-After is the server's decision: nothing goes before it. Jitter
-	// only adds, so callers released together do not return together.
+	// only adds, so callers released together do not return together. A
+	// wait that holds for the request's route alone (Slack's per-method
+	// tiers) is kept by that route's exhausted policy instead of a gate on
+	// the whole key.
 	if rd.HasRetryAfter {
 		until := now.Add(rd.RetryAfter)
 		until = until.Add(time.Duration(p.rand() * 0.1 * float64(min(rd.RetryAfter, 10*time.Second))))
-		if err := tx.PutGate(state.Gate{Key: key, Until: until, Source: "retry-after", SetAt: now,
-			Reason: fmt.Sprintf("the upstream answered %d and asked to wait %s (Retry-After)", o.Status, seconds(rd.RetryAfter))}); err != nil {
-			return res, ks, err
+		if !rd.RetryAfterPerRoute {
+			if err := tx.PutGate(state.Gate{Key: key, Until: until, Source: "retry-after", SetAt: now,
+				Reason: fmt.Sprintf("the upstream answered %d and asked to wait %s (Retry-After)", o.Status, seconds(rd.RetryAfter))}); err != nil {
+				return res, ks, err
+			}
 		}
 		res.RetryIn = until.Sub(now)
 	}
@@ -316,9 +339,13 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 			res.RetryIn = max(res.RetryIn, cool)
 		} else {
 			d := backoff(ks.Failures, p.rand())
+			why := "without saying when to come back"
+			if short {
+				why = fmt.Sprintf("and asked to wait only %s, too short to trust", seconds(serverWait(rd)))
+			}
 			if err := tx.PutGate(state.Gate{Key: key, Until: now.Add(d), Source: "backoff", SetAt: now,
-				Reason: fmt.Sprintf("the upstream answered %s without saying when to come back, so calls back off (failure %d in a row)",
-					statusWord(o), ks.Failures)}); err != nil {
+				Reason: fmt.Sprintf("the upstream answered %s %s, so calls back off (failure %d in a row)",
+					statusWord(o), why, ks.Failures)}); err != nil {
 				return res, ks, err
 			}
 			res.RetryIn = max(res.RetryIn, d)
@@ -344,12 +371,42 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 }
 
 // backoff is the wait after the n-th refusal or failure in a row without
-// guidance: exponential from BackoffBase, capped at BackoffCap before the
-// full jitter r (uniform in [0, 1)) scales it.
+// guidance: RetryFloor, plus full jitter (r, uniform in [0, 1)) over a
+// span that starts at BackoffBase and doubles with each failure, all of it
+// capped at BackoffCap. The first is thus never a near-immediate resend
+// (1 to 2 s), and the span keeps clients that failed together apart.
 func backoff(n int, r float64) time.Duration {
 	d := min(BackoffCap, BackoffBase<<min(max(n, 1)-1, 16))
-	return time.Duration(r * float64(d))
+	return min(BackoffCap, RetryFloor+time.Duration(r*float64(d)))
 }
+
+// serverWait is the wait an answer sets by itself: its Retry-After, or
+// how long a policy it shows exhausted stays so (its t, else its w, else
+// DefaultValidity), whichever is longest; 0 when it sets none.
+func serverWait(rd *ratelimit.Reading) time.Duration {
+	var d time.Duration
+	if rd.HasRetryAfter {
+		d = rd.RetryAfter
+	}
+	for _, ob := range rd.Observations {
+		if !ob.HasRemaining || ob.Remaining > 0 {
+			continue
+		}
+		switch {
+		case ob.HasReset:
+			d = max(d, ob.Reset)
+		case ob.Window > 0:
+			d = max(d, ob.Window)
+		default:
+			d = max(d, DefaultValidity)
+		}
+	}
+	return d
+}
+
+// routePartition is the partition of a PerRoute observation of a request
+// on route: it constrains that route alone (see applicable).
+func routePartition(route string) string { return "route " + route }
 
 // unnamedPolicy names observations whose upstream named no policy.
 const unnamedPolicy = "x-ratelimit"

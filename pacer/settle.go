@@ -30,8 +30,8 @@ import (
 // and basis are when the observing request was admitted and sent.
 func settle(tx *state.Tx, k *keystore.Key, ob ratelimit.Observation, receivedAt, admitted, basis time.Time,
 	prev *state.Known, ks state.KeyState) (ratelimit.Observation, error) {
-	if !ob.HasRemaining || !ob.HasReset || ob.Unit != ratelimit.Requests {
-		return ob, nil
+	if !ob.HasRemaining || !ob.HasReset || ob.Unit != ratelimit.Requests || ob.Shape == ratelimit.ShapeLeaky {
+		return ob, nil // a leaky bucket's t is a leak, not a window's end
 	}
 	end := receivedAt.Add(ob.Reset)
 	later := -1 // sends admitted after basis, once read

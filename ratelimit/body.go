@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 )
 
@@ -32,6 +33,8 @@ type bodyFields struct {
 	RetryAfter       json.RawMessage `json:"retry_after"`
 	Errors           json.RawMessage `json:"errors"`
 	Extensions       json.RawMessage `json:"extensions"`
+	Error            json.RawMessage `json:"error"`
+	OK               json.RawMessage `json:"ok"`
 }
 
 // raw returns the member called name, or nil when it is absent.
@@ -64,6 +67,10 @@ func (d *bodyDoc) raw(name string) json.RawMessage {
 		return d.f.Errors
 	case "extensions":
 		return d.f.Extensions
+	case "error":
+		return d.f.Error
+	case "ok":
+		return d.f.OK
 	}
 	return nil
 }
@@ -178,39 +185,42 @@ func (d *bodyDoc) graphQLErrors() []graphQLError {
 }
 
 // readBodySignal reads the throttling a body reports: problem details
-// under every profile, GraphQL errors where the profile says so.
+// and a google.rpc.Status's QuotaFailure under every profile, and what the profile's bodies say (profileTable's
+// body: GraphQL errors, Slack's "ok": false).
 func (rd *reader) readBodySignal() {
 	rd.readProblem()
-	switch rd.p {
-	case GitHub:
-		for _, e := range rd.doc.graphQLErrors() {
-			if e.Type == "RATE_LIMITED" {
-				rd.r.Throttled = true
-			}
+	rd.readGoogleQuota()
+	if f := rd.row().body; f != nil {
+		f(rd)
+	}
+}
+
+// readGraphQLThrottle marks the reading Throttled when one of the body's
+// GraphQL errors is a throttle by the profile's test.
+func (rd *reader) readGraphQLThrottle(throttle func(graphQLError) bool) {
+	for _, e := range rd.doc.graphQLErrors() {
+		if throttle(e) {
+			rd.r.Throttled = true
 		}
-	case Shopify:
-		for _, e := range rd.doc.graphQLErrors() {
-			if e.Extensions.Code == "THROTTLED" {
-				rd.r.Throttled = true
-			}
-		}
-		rd.readShopifyCost()
 	}
 }
 
 // readShopifyCost reads Shopify GraphQL's calculated query cost bucket:
 //
-//	{"extensions": {"cost": {"throttleStatus":
+//	{"extensions": {"cost": {"requestedQueryCost": 752, "throttleStatus":
 //	  {"maximumAvailable": 1000.0, "currentlyAvailable": 988.0, "restoreRate": 50.0}}}}
 //
 // as a leaky bucket of points: Quota is the bucket size, Remaining what is
 // available now (rounded down), and Window the time a drained bucket takes
 // to refill at restoreRate points per second (rounded up), so that
-// Quota/Window is the sustained rate.
+// Quota/Window is the sustained rate. A THROTTLED answer says exactly
+// when the query fits: after ceil((requested - available) / restoreRate)
+// seconds, its wait.
 func (rd *reader) readShopifyCost() {
 	var ext struct {
 		Cost struct {
-			ThrottleStatus struct {
+			RequestedQueryCost json.RawMessage
+			ThrottleStatus     struct {
 				MaximumAvailable, CurrentlyAvailable, RestoreRate json.RawMessage
 			}
 		}
@@ -232,11 +242,19 @@ func (rd *reader) readShopifyCost() {
 	if okMax {
 		o.Quota, o.HasQuota = int64(maxAvail), true
 	}
-	if cur, ok := num(status.CurrentlyAvailable); ok {
+	cur, okCur := num(status.CurrentlyAvailable)
+	if okCur {
 		o.Remaining, o.HasRemaining = int64(cur), true
 	}
-	if rate, ok := num(status.RestoreRate); ok && okMax && rate > 0 {
+	rate, okRate := num(status.RestoreRate)
+	if okRate && okMax && rate > 0 {
 		o.Window, _ = floatSeconds(math.Ceil(maxAvail / rate))
+	}
+	if req, ok := num(ext.Cost.RequestedQueryCost); ok && rd.r.Throttled && okCur && okRate && rate > 0 && req > cur {
+		d, _ := floatSeconds(math.Ceil((req - cur) / rate))
+		w := capWait(d, "body extensions.cost", fmt.Sprint(req))
+		rd.applyWait(w)
+		rd.warnf("body extensions.cost: the query costs %v points, %v are available and %v restore per second: it fits in %v", req, cur, rate, w.d)
 	}
 	if !o.HasQuota && !o.HasRemaining {
 		rd.warnf("body extensions.cost.throttleStatus: no usable numbers, ignored")

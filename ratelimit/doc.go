@@ -19,23 +19,33 @@
 //   - Retry-After, under every profile and on any status: delay-seconds
 //     and the three HTTP-date forms, the dates measured against the
 //     response's Date so a skewed local clock cannot shorten the wait.
-//     Leniencies are warned: a decimal is rounded up; a date in the past is
-//     0; a number beyond MaxRetryAfter that is a plausible epoch (seconds
-//     or milliseconds within 7 days of Date) is read as that instant, any
+//     Leniencies are warned (and flagged, Reading.Lenient, for a decimal
+//     or a mis-cased date): a decimal is rounded up; a date in lower case
+//     is read as the instant it names; a date in the past is 0; a number
+//     beyond MaxRetryAfter that is a plausible epoch (seconds or
+//     milliseconds within 7 days of Date) is read as that instant, any
 //     other is capped to MaxRetryAfter; negatives and other text are
 //     ignored. Of several waits (several lines, retry-after-ms, a body
-//     retry_after), the longest is kept.
+//     retry_after, a google.rpc.Status's RetryInfo, a Shopify GraphQL
+//     cost), the longest is kept. A wait written in an error message's
+//     prose ("Please try again in 634ms") is a hint, flagged
+//     (Reading.RetryAfterHint), kept only when it is the longest.
 //   - RateLimit-Policy and RateLimit (draft-11), joined by policy name and
 //     partition key into one Observation per policy; the -07 Dictionary;
 //     and RateLimit-Limit/-Remaining/-Reset(/-Policy) of drafts -00 to
 //     -06 (not under GitLab, whose fields reuse these names). A malformed
 //     field is ignored as a whole; an invalid item within a valid field is
 //     ignored alone.
-//   - The profile's vendor fields; see Profile and README-table.md. A
+//   - The profile's vendor fields, each profile a row of function values
+//     in one table (profile.go); see Profile and the README. A
 //     reset sent as an instant (an epoch, a date) is measured from the
 //     receive time when it agrees with Date to within a second (Date is
 //     floored to the second), else from Date.
-//   - Problem details, and GraphQL errors where the profile says so.
+//   - Problem details and a google.rpc.Status's QuotaFailure, under every
+//     profile: the policies they name violated are exhausted for the
+//     answer's own wait when it has one (their window shapes the pace
+//     after it), unless their own r=0 and t prove a longer one. GraphQL
+//     errors where the profile says so.
 //   - Age and X-From-Cache: such a Reading is FromCache.
 //
 // When an older or vendor shape describes the same policy as a more

@@ -459,8 +459,8 @@ func sanity(field string, o Observation) []string {
 // read as draft-07.
 func (rd *reader) readDraft() {
 	rd.readDraftPair("RateLimit-Policy", "RateLimit", "")
-	if rd.p == Jira {
-		rd.readDraftPair("Beta-RateLimit-Policy", "Beta-RateLimit", Jira)
+	if rd.row().beta {
+		rd.readDraftPair("Beta-RateLimit-Policy", "Beta-RateLimit", rd.p)
 	}
 }
 

@@ -78,5 +78,5 @@ func ExampleParseProfile() {
 	fmt.Println(err)
 	// Output:
 	// github <nil>
-	// unknown rate-limit profile "twitter" (valid: generic, ietf, github, openai, anthropic, discord, shopify, gitlab, reddit, jira)
+	// unknown rate-limit profile "twitter" (valid: generic, ietf, github, openai, anthropic, discord, shopify, gitlab, reddit, jira, google, x, kong, slack, stripe)
 }

@@ -78,7 +78,8 @@ func FuzzRead(f *testing.F) {
 func FuzzRetryAfter(f *testing.F) {
 	for _, s := range []string{"18", "0", "2.0", "-5", "1e3", "soon", "1779537630", "1779537630000",
 		"1743441608", "99999999999999999999", "Sat, 23 May 2026 12:00:30 GMT",
-		"Saturday, 23-May-26 12:01:00 GMT", "Sat May 23 12:02:00 2026", "Fri, 22 May 2026 12:00:00 GMT", ""} {
+		"Saturday, 23-May-26 12:01:00 GMT", "Sat May 23 12:02:00 2026", "Fri, 22 May 2026 12:00:00 GMT", "",
+		"sat, 23 may 2026 12:00:30 gmt", "SAT, 23 MAY 2026 12:00:30 GMT", "saturday, 23-may-26 12:01:00 gmt"} {
 		f.Add(s, int64(0))
 	}
 	f.Fuzz(func(t *testing.T, v string, offset int64) {
@@ -203,6 +204,11 @@ func FuzzBody(f *testing.F) {
 	f.Add(uint8(5), 429, "application/json", []byte(`{"retry_after":1336.57,"global":false}`))
 	f.Add(uint8(2), 403, "application/json", []byte(`{"message":"You have exceeded a secondary rate limit.","documentation_url":"x#abuse-rate-limits"}`))
 	f.Add(uint8(0), 429, "application/problem+json", []byte(`{"type":"https://iana.org/assignments/http-problem-types#abnormal-usage-detected","violated-policies":["a",1]}`))
+	f.Add(uint8(10), 429, "application/json", []byte(`{"error":{"code":429,"status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaId":"PerMinute","quotaValue":"15"}]},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"35s"}]}}`))
+	f.Add(uint8(3), 429, "application/json", []byte(`[{"error":{"status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"-1.5s"}]}}]`))
+	f.Add(uint8(3), 429, "application/json", []byte(`{"error":{"message":"Please try again in 634ms.","code":"rate_limit_exceeded"}}`))
+	f.Add(uint8(13), 200, "application/json", []byte(`{"ok":false,"error":"ratelimited"}`))
+	f.Add(uint8(14), 429, "application/json", []byte(`{"error":{"code":"lock_timeout"}}`))
 	f.Fuzz(func(t *testing.T, profile uint8, status int, contentType string, body []byte) {
 		h := http.Header{"Content-Type": {contentType}, "Ratelimit": {`"a";r=5;t=3`}}
 		r := read(fuzzProfile(profile), Response{Status: status, Header: h, Body: body}, defaultNow)

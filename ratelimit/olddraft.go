@@ -244,7 +244,7 @@ func parseLegacyReset(field string, lines []string, ref time.Time) (d time.Durat
 // Under GitLab these names mean GitLab's fields and are read by the
 // profile instead.
 func (rd *reader) readOldDraft() {
-	if rd.p == GitLab {
+	if rd.row().ownsDraft03 {
 		return
 	}
 	var l legacyLimit

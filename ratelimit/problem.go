@@ -25,7 +25,9 @@ import (
 // Throttled; abnormal-usage-detected also marks it Abnormal. The policies
 // named in violated-policies are recorded as exhausted: an observation of
 // that name gets Remaining 0 (with a warning if it said more), and a
-// policy no field described gets an observation of its own (ShapeProblem).
+// policy no field described gets an observation of its own (ShapeProblem);
+// the answer's own wait, when it has one, is how long they stay so (see
+// violatedAs).
 func (rd *reader) readProblem() {
 	declared := isProblemType(rd.h.Get("Content-Type"))
 	if !declared && (rd.resp.Status < 400 || rd.doc == nil || !looksLikeProblem(rd.doc)) {
@@ -86,20 +88,49 @@ func (rd *reader) readProblem() {
 
 // violated records that the policy name is exhausted.
 func (rd *reader) violated(name string) {
+	rd.violatedAs(Observation{Policy: name, Shape: ShapeProblem})
+}
+
+// violatedAs records that the policy o names is exhausted: every
+// observation of that name (from another shape) gets Remaining 0, with a
+// warning if it said more; when there is none, o itself is added, with
+// Remaining 0.
+//
+// When the answer carries its own wait (Retry-After, RetryInfo…), that
+// wait is how long the policy stays exhausted: the server said when to
+// come back, and the policy's window (an hour, say) only shapes the pace
+// after it. The one exception is a policy whose own r=0 and t in the same
+// answer prove a longer wait: that t is kept.
+func (rd *reader) violatedAs(o Observation) {
 	found := false
 	for i := range rd.entries {
 		e := &rd.entries[i]
-		if e.Policy != name || e.Shape == ShapeProblem {
+		if e.Policy != o.Policy || e.Shape == o.Shape {
 			continue
 		}
 		found = true
+		proved := e.HasRemaining && e.Remaining == 0 && e.HasReset
 		if e.HasRemaining && e.Remaining > 0 {
-			rd.warnf("problem details: policy %s is violated but RateLimit said r=%d; read as 0", quote(name), e.Remaining)
+			rd.warnf("problem details: policy %s is violated but RateLimit said r=%d; read as 0", quote(o.Policy), e.Remaining)
 		}
 		e.Remaining, e.HasRemaining = 0, true
+		rd.ownWait(&e.Observation, proved)
 	}
 	if !found {
-		rd.add(Observation{Policy: name, Remaining: 0, HasRemaining: true, Shape: ShapeProblem}, false)
+		o.Remaining, o.HasRemaining = 0, true
+		rd.ownWait(&o, false)
+		rd.add(o, false)
+	}
+}
+
+// ownWait makes the answer's own wait the effective window of a policy it
+// names violated, unless proved (see violatedAs).
+func (rd *reader) ownWait(o *Observation, proved bool) {
+	if rd.r.HasRetryAfter && !proved {
+		if o.HasReset && o.Reset > rd.r.RetryAfter {
+			rd.warnf("policy %s is violated: the answer's own wait of %v wins over its t of %v", quote(o.Policy), rd.r.RetryAfter, o.Reset)
+		}
+		o.Reset, o.HasReset = rd.r.RetryAfter, true
 	}
 }
 

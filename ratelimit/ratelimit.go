@@ -31,30 +31,49 @@ const (
 	// x-should-retry.
 	OpenAI Profile = "openai"
 	// Anthropic reads anthropic-ratelimit-*-{limit,remaining,reset} (RFC 3339
-	// resets) for requests and each token class, retry-after-ms and
-	// x-should-retry.
+	// resets) for requests and each token class, the unified 5h and 7d
+	// windows of subscription traffic (anthropic-ratelimit-unified-*, in
+	// Percent), retry-after-ms and x-should-retry.
 	Anthropic Profile = "anthropic"
 	// Discord reads X-RateLimit-* with the float Reset-After, the bucket as
 	// the partition, the scope, and the body's retry_after.
 	Discord Profile = "discord"
-	// Shopify reads X-Shopify-Shop-Api-Call-Limit (used/size) and GraphQL
-	// cost and THROTTLED errors in the body.
+	// Shopify reads X-Shopify-Shop-Api-Call-Limit (used/size) as a leaky
+	// bucket (ShapeLeaky), and GraphQL cost and THROTTLED errors in the
+	// body, a THROTTLED answer with the wait its cost implies.
 	Shopify Profile = "shopify"
 	// GitLab reads RateLimit-Limit/-Remaining/-Reset as GitLab sends them
 	// (Reset is an epoch, not the draft's delta) and RateLimit-Name as the
-	// policy.
+	// policy; a 429 outranks a Remaining above 0.
 	GitLab Profile = "gitlab"
 	// Reddit reads X-Ratelimit-Used/-Remaining (a float)/-Reset (delta).
 	Reddit Profile = "reddit"
 	// Jira reads X-RateLimit-* with a minute-precision ISO 8601 reset,
-	// RateLimit-Reason as the policy, and the Beta-RateLimit(-Policy) draft
-	// fields.
+	// RateLimit-Reason as the policy, the Beta-RateLimit(-Policy) draft
+	// fields and X-Beta-RateLimit-Reset.
 	Jira Profile = "jira"
+	// Google reads nothing beyond what every profile reads (the
+	// google.rpc.Status error body among it): its APIs send no rate-limit
+	// fields, only RetryInfo and QuotaFailure on a RESOURCE_EXHAUSTED.
+	Google Profile = "google"
+	// X reads X (Twitter) API v2's x-rate-limit-limit/-remaining/-reset
+	// (epoch) and the 24-hour x-user-limit-24hour-* and
+	// x-app-limit-24hour-* windows.
+	X Profile = "x"
+	// Kong reads the rate-limiting plugin's X-RateLimit-Limit-<Period> and
+	// X-RateLimit-Remaining-<Period>, one policy per period.
+	Kong Profile = "kong"
+	// Slack reads the Web API's {"ok": false, "error": "ratelimited"}
+	// bodies; its 429s carry only Retry-After.
+	Slack Profile = "slack"
+	// Stripe reads Stripe-Should-Retry and Stripe-Rate-Limited-Reason.
+	Stripe Profile = "stripe"
 )
 
 // Profiles returns every profile Read knows, Generic first.
 func Profiles() []Profile {
-	return []Profile{Generic, IETF, GitHub, OpenAI, Anthropic, Discord, Shopify, GitLab, Reddit, Jira}
+	return []Profile{Generic, IETF, GitHub, OpenAI, Anthropic, Discord, Shopify, GitLab, Reddit, Jira,
+		Google, X, Kong, Slack, Stripe}
 }
 
 // Valid reports whether p is a profile Read knows. The zero value counts as
@@ -63,12 +82,16 @@ func (p Profile) Valid() bool {
 	if p == "" {
 		return true
 	}
-	for _, q := range Profiles() {
-		if p == q {
-			return true
-		}
-	}
-	return false
+	_, ok := profileTable[p]
+	return ok
+}
+
+// ReadsSuccessBody reports whether p finds signals in the body of a
+// successful (2xx) JSON answer — GraphQL errors and costs, Slack's
+// "ok": false — so that a transport knows to hand it to Read. Error
+// bodies (4xx, 5xx) matter under every profile.
+func (p Profile) ReadsSuccessBody() bool {
+	return profileTable[p].successBody
 }
 
 // ParseProfile returns the profile named name, ignoring case and
@@ -103,6 +126,9 @@ const (
 	OutputTokens       Unit = "output-tokens"
 	// Points are a vendor's calculated query cost (Shopify GraphQL).
 	Points Unit = "points"
+	// Percent is a share of a quota whose size the vendor does not say
+	// (Anthropic's unified windows report utilization as a fraction).
+	Percent Unit = "percent"
 )
 
 // MaxRetryAfter caps every wait Read reports in Reading.RetryAfter. A
@@ -129,6 +155,12 @@ const (
 	ShapeBody     Shape = "body"           // throttling reported in a response body (GraphQL)
 	ShapeRetry    Shape = "retry-after"    // Retry-After and its vendor variants
 	ShapeInferred Shape = "inferred-limit" // a limit nobody named, inferred from a refusal
+	// ShapeLeaky is a vendor's leaky bucket (Shopify REST): Quota is the
+	// bucket's size, Remaining the room in it now, Window the time the
+	// bucket takes to drain when full (Quota/Window is the leak rate), and
+	// Reset the time one unit takes to leak out. It paces as a rate, not
+	// as a window: it is never counted over the sliding-window log.
+	ShapeLeaky Shape = "leaky-bucket"
 )
 
 // An Observation is one time-bound statement an upstream made about one
@@ -160,6 +192,10 @@ type Observation struct {
 	Shape   Shape   // which form it was read from
 	Profile Profile // the profile whose fields it was read from; "" for fields every profile reads
 	Guessed bool    // a value's meaning was guessed (e.g. epoch vs delta by magnitude)
+	// PerRoute says the policy holds for the request's method and path
+	// alone (Slack's per-method tiers), which a response does not name:
+	// whoever records the observation partitions it by the request.
+	PerRoute bool
 }
 
 // A Problem holds the members of an RFC 9457 problem details body that
@@ -201,6 +237,20 @@ type Reading struct {
 	// Warnings). HasRetryAfter is false when the response set none.
 	RetryAfter    time.Duration
 	HasRetryAfter bool
+
+	// RetryAfterHint is set when RetryAfter is a hint read from the prose
+	// of an error body ("Please try again in 634ms"), not from a field. A
+	// hint only ever lengthens a field's wait, never shortens it.
+	RetryAfterHint bool
+	// Lenient is set when a wait was read outside its grammar: a
+	// mis-cased HTTP-date ("mon, 01 jun 2026 12:01:00 gmt"), a decimal
+	// delay-seconds. The warning says which.
+	Lenient bool
+
+	// RetryAfterPerRoute says RetryAfter holds for the request's method
+	// and path alone (Slack): a PerRoute observation carries it, and other
+	// routes of the key need not wait for it.
+	RetryAfterPerRoute bool
 
 	// DoNotRetry is set when the upstream said explicitly not to retry
 	// (x-should-retry: false, Stripe-Should-Retry: false).

@@ -21,7 +21,7 @@ const (
 // p, as received at now. It is pure: it looks only at its arguments and
 // never panics. A malformed signal is ignored and recorded in
 // Reading.Warnings, never half-applied; see the package documentation for
-// what is read under which profile, and README-table.md for a summary.
+// what is read under which profile, and the README for a summary.
 //
 // An unknown profile is read as Generic, with a warning.
 func Read(p Profile, resp Response, now time.Time) (r Reading) {
@@ -78,7 +78,8 @@ type reader struct {
 
 	r       Reading
 	entries []entry
-	doc     *bodyDoc // the body, decoded when it is JSON; nil otherwise
+	doc     *bodyDoc      // the body, decoded when it is JSON; nil otherwise
+	google  *googleStatus // the body's google.rpc.Status; nil when it is none
 
 	legacy     []legacyPolicy // RateLimit-Policy items of drafts -04 to -07
 	legacyUsed bool           // a draft-07 RateLimit consumed them

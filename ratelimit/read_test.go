@@ -110,6 +110,9 @@ type golden struct {
 	ServerDate   string      `json:"server_date,omitempty"`
 	Observations []goldenObs `json:"observations,omitempty"`
 	RetryAfter   string      `json:"retry_after,omitempty"`
+	PerRoute     bool        `json:"retry_after_per_route,omitempty"`
+	Hint         bool        `json:"retry_after_hint,omitempty"`
+	Lenient      bool        `json:"lenient,omitempty"`
 	DoNotRetry   bool        `json:"do_not_retry,omitempty"`
 	Problem      *Problem    `json:"problem,omitempty"`
 	Throttled    bool        `json:"throttled,omitempty"`
@@ -129,10 +132,12 @@ type goldenObs struct {
 	Shape     Shape  `json:"shape"`
 	Profile   string `json:"profile,omitempty"`
 	Guessed   bool   `json:"guessed,omitempty"`
+	PerRoute  bool   `json:"per_route,omitempty"`
 }
 
 func toGolden(r Reading) golden {
-	g := golden{DoNotRetry: r.DoNotRetry, Problem: r.Problem, Throttled: r.Throttled,
+	g := golden{DoNotRetry: r.DoNotRetry, Problem: r.Problem, Throttled: r.Throttled, Hint: r.RetryAfterHint, Lenient: r.Lenient,
+		PerRoute: r.RetryAfterPerRoute,
 		Abnormal: r.Abnormal, FromCache: r.FromCache, Warnings: r.Warnings}
 	if !r.ServerDate.IsZero() {
 		g.ServerDate = r.ServerDate.UTC().Format(time.RFC3339)
@@ -142,7 +147,7 @@ func toGolden(r Reading) golden {
 	}
 	for _, o := range r.Observations {
 		gobs := goldenObs{Policy: o.Policy, Unit: o.Unit, Partition: o.Partition, Shape: o.Shape,
-			Profile: string(o.Profile), Guessed: o.Guessed}
+			Profile: string(o.Profile), Guessed: o.Guessed, PerRoute: o.PerRoute}
 		if o.HasQuota {
 			gobs.Quota = &o.Quota
 		}
@@ -234,6 +239,8 @@ func checkWant(t *testing.T, want map[string]string, r Reading) {
 		"abnormal":     strconv.FormatBool(r.Abnormal),
 		"fromcache":    strconv.FormatBool(r.FromCache),
 		"donotretry":   strconv.FormatBool(r.DoNotRetry),
+		"hint":         strconv.FormatBool(r.RetryAfterHint),
+		"lenient":      strconv.FormatBool(r.Lenient),
 		"observations": strconv.Itoa(len(r.Observations)),
 		"warnings":     strconv.Itoa(len(r.Warnings)),
 		"problem":      strconv.FormatBool(r.Problem != nil),

@@ -9,9 +9,11 @@ import (
 
 // A wait is one server-directed delay, parsed.
 type wait struct {
-	d    time.Duration // within [0, MaxRetryAfter] when ok
-	ok   bool          // a wait was read (possibly leniently, floored or capped)
-	warn string        // why the value was read leniently, floored, capped or ignored; "" when clean
+	d  time.Duration // within [0, MaxRetryAfter] when ok
+	ok bool          // a wait was read (possibly leniently, floored or capped)
+	// lenient marks a wait read outside its grammar (a mis-cased date, a decimal).
+	lenient bool
+	warn    string // why the value was read leniently, floored, capped or ignored; "" when clean
 }
 
 // parseRetryAfter parses one Retry-After field value (RFC 9110 §10.2.3):
@@ -24,7 +26,10 @@ type wait struct {
 // local clock cannot shorten the wait. Outcomes outside the grammar:
 //
 //   - a date in the past: 0, with a warning;
-//   - a decimal such as "2.0" (Shopify): rounded up to whole seconds, with a warning;
+//   - a date not in the grammar's case ("mon, 01 jun 2026 12:01:00 gmt"):
+//     read as the instant it names, leniently, with a warning;
+//   - a decimal such as "2.0" (Shopify): rounded up to whole seconds,
+//     leniently, with a warning;
 //   - a negative number, an exponent, any other text: ignored, with a warning;
 //   - more than MaxRetryAfter: if the number is a plausible epoch (in
 //     seconds or milliseconds, within 7 days of ref) it is read as that
@@ -48,17 +53,29 @@ func parseRetryAfter(v string, ref time.Time) wait {
 		if w.warn == "" {
 			w.warn = fmt.Sprintf("Retry-After: %s is not an integer, read as %v", quote(s), w.d)
 		}
+		w.lenient = true
 		return w
 	}
-	if t, ok := parseHTTPDate(s); ok {
+	if t, lenient, ok := parseHTTPDateLenient(s); ok {
 		d, past, _ := until(t, ref)
+		var w wait
 		switch {
 		case past:
-			return wait{ok: true, warn: fmt.Sprintf("Retry-After: date %s is in the past, read as 0s", quote(s))}
+			w = wait{ok: true, warn: fmt.Sprintf("Retry-After: date %s is in the past, read as 0s", quote(s))}
 		case d > MaxRetryAfter:
-			return wait{d: MaxRetryAfter, ok: true, warn: fmt.Sprintf("Retry-After: date %s is more than %v ahead, capped", quote(s), MaxRetryAfter)}
+			w = wait{d: MaxRetryAfter, ok: true, warn: fmt.Sprintf("Retry-After: date %s is more than %v ahead, capped", quote(s), MaxRetryAfter)}
+		default:
+			w = wait{d: d, ok: true}
 		}
-		return wait{d: d, ok: true}
+		if lenient {
+			w.lenient = true
+			if w.warn == "" {
+				w.warn = fmt.Sprintf("Retry-After: date %s is not in the HTTP-date's case, read leniently as %v", quote(s), d)
+			} else {
+				w.warn += " (read leniently: not in the HTTP-date's case)"
+			}
+		}
+		return w
 	}
 	if s[0] == '-' {
 		return wait{warn: fmt.Sprintf("Retry-After: negative %s, ignored", quote(s))}
@@ -149,11 +166,12 @@ func capWait(d time.Duration, name, raw string) wait {
 	return wait{d: d, ok: true}
 }
 
-// readRetryAfter reads Retry-After under every profile, and the vendor
-// variants where the profile says so: retry-after-ms and x-should-retry
-// (OpenAI, Anthropic), the body's retry_after (Discord), and
-// Stripe-Should-Retry (Generic, since Stripe has no profile of its own).
-// When several waits apply, the longest wins.
+// readRetryAfter reads Retry-After under every profile, the RetryInfo of
+// a google.rpc.Status body under every profile, the profile's own variants
+// (profileTable's waits: retry-after-ms and x-should-retry for OpenAI and
+// Anthropic, the body's retry_after for Discord, Stripe-Should-Retry for
+// Stripe and Generic), and last a prose hint in an error body. When
+// several waits apply, the longest wins; a hint never shortens another.
 func (rd *reader) readRetryAfter() {
 	vs := rd.lines("Retry-After")
 	if len(vs) > 1 {
@@ -162,18 +180,27 @@ func (rd *reader) readRetryAfter() {
 	for _, v := range vs {
 		rd.applyWait(parseRetryAfter(v, rd.ref))
 	}
-	switch rd.p {
-	case OpenAI, Anthropic:
-		if v, ok := rd.scalar("Retry-After-Ms"); ok {
-			rd.applyWait(parseRetryAfterMS(v))
-		}
-		rd.readShouldRetry("X-Should-Retry")
-	case Discord:
-		if rd.doc != nil && rd.doc.RetryAfter != nil {
-			rd.applyWait(parseFloatWait(*rd.doc.RetryAfter, "body retry_after"))
-		}
-	case Generic:
-		rd.readShouldRetry("Stripe-Should-Retry")
+	rd.readGoogleStatus()
+	if f := rd.row().waits; f != nil {
+		f(rd)
+	}
+	rd.readProseHint()
+}
+
+// readMillisWaits reads OpenAI's and Anthropic's retry-after-ms and
+// x-should-retry.
+func (rd *reader) readMillisWaits() {
+	if v, ok := rd.scalar("Retry-After-Ms"); ok {
+		rd.applyWait(parseRetryAfterMS(v))
+	}
+	rd.readShouldRetry("X-Should-Retry")
+}
+
+// readDiscordWait reads the body's retry_after (float seconds) Discord
+// sends on a 429.
+func (rd *reader) readDiscordWait() {
+	if rd.doc != nil && rd.doc.RetryAfter != nil {
+		rd.applyWait(parseFloatWait(*rd.doc.RetryAfter, "body retry_after"))
 	}
 }
 
@@ -184,6 +211,12 @@ func (rd *reader) applyWait(w wait) {
 	}
 	if !w.ok {
 		return
+	}
+	if w.lenient {
+		rd.r.Lenient = true
+	}
+	if rd.r.HasRetryAfter && w.d > rd.r.RetryAfter {
+		rd.r.RetryAfterHint = false // a longer field's wait replaces a hint
 	}
 	if !rd.r.HasRetryAfter || w.d > rd.r.RetryAfter {
 		rd.r.RetryAfter = w.d

@@ -177,6 +177,49 @@ func parseHTTPDate(s string) (time.Time, bool) {
 	return t, err == nil
 }
 
+// parseHTTPDateLenient parses an HTTP-date as parseHTTPDate does, and
+// also one whose names are not in the grammar's case — day and month
+// names are case-sensitive, "GMT" upper case (RFC 9110 §5.6.7) — as real
+// servers send them ("mon, 01 jun 2026 12:01:00 gmt"). lenient reports
+// that the date was read outside the grammar.
+func parseHTTPDateLenient(s string) (t time.Time, lenient, ok bool) {
+	s = strings.TrimSpace(s)
+	if s == "" || len(s) > maxScalarLen || !isLetter(s[0]) {
+		return time.Time{}, false, false
+	}
+	c := canonicalDateCase(s)
+	t, err := http.ParseTime(c)
+	if err != nil {
+		return time.Time{}, false, false
+	}
+	return t, c != s, true
+}
+
+// canonicalDateCase returns s with every run of letters in the case the
+// HTTP-date grammar spells it: "GMT" upper case, day and month names with
+// an initial capital.
+func canonicalDateCase(s string) string {
+	b := []byte(s)
+	for i := 0; i < len(b); {
+		if !isLetter(b[i]) {
+			i++
+			continue
+		}
+		j := i
+		for j < len(b) && isLetter(b[j]) {
+			j++
+		}
+		word := strings.ToLower(string(b[i:j]))
+		if word == "gmt" {
+			copy(b[i:j], "GMT")
+		} else {
+			copy(b[i:j], strings.ToUpper(word[:1])+word[1:])
+		}
+		i = j
+	}
+	return string(b)
+}
+
 // parseTimestamp parses an RFC 3339 date-time, as Anthropic sends it:
 //
 //	date-time = full-date "T" full-time   ; e.g. 2026-05-23T12:01:00Z

@@ -16,29 +16,10 @@ import (
 // unless the function says otherwise, and a negative count (Azure's -1)
 // means "unknown", never "exhausted": the field is ignored with a warning.
 
-// readVendor reads the fields of rd.p.
+// readVendor reads the fields of rd.p (see profileTable).
 func (rd *reader) readVendor() {
-	switch rd.p {
-	case Generic:
-		rd.readXRateLimit(Generic, rd.guessedReset)
-	case IETF:
-		rd.readXRateLimit(IETF, rd.deltaReset)
-	case GitHub:
-		rd.readGitHub()
-	case OpenAI:
-		rd.readOpenAI()
-	case Anthropic:
-		rd.readAnthropic()
-	case Discord:
-		rd.readDiscord()
-	case Shopify:
-		rd.readShopify()
-	case GitLab:
-		rd.readGitLab()
-	case Reddit:
-		rd.readReddit()
-	case Jira:
-		rd.readJira()
+	if f := rd.row().vendor; f != nil {
+		f(rd)
 	}
 }
 
@@ -345,8 +326,15 @@ func (rd *reader) readReddit() {
 //	RateLimit-Reason  : the limiter, e.g. jira-burst-based (the policy)
 //
 // and, in readDraft, Beta-RateLimit-Policy and Beta-RateLimit (draft-11
-// syntax).
+// syntax), whose exhausted policies
+//
+//	X-Beta-RateLimit-Reset : ISO 8601, minute precision, when they reset
+//
+// holds exhausted until that instant when it is later than their t. An
+// instant in the past (Atlassian has been seen sending one) is warned and
+// ignored.
 func (rd *reader) readJira() {
+	rd.readJiraBetaReset()
 	o := Observation{Shape: ShapeVendor, Profile: Jira}
 	o.Quota, o.HasQuota = rd.count("X-RateLimit-Limit")
 	o.Remaining, o.HasRemaining = rd.count("X-RateLimit-Remaining")
@@ -358,5 +346,34 @@ func (rd *reader) readJira() {
 	}
 	if o.HasQuota || o.HasRemaining || o.HasReset {
 		rd.add(o, false)
+	}
+}
+
+// readJiraBetaReset applies X-Beta-RateLimit-Reset to the exhausted
+// policies of the Beta- draft fields (see readJira).
+func (rd *reader) readJiraBetaReset() {
+	const name = "X-Beta-RateLimit-Reset"
+	v, ok := rd.scalar(name)
+	if !ok {
+		return
+	}
+	t, ok := parseTimestamp(v)
+	if !ok {
+		rd.warnf("%s: not an ISO 8601 timestamp %s, ignored", name, quote(v))
+		return
+	}
+	d, past, _ := until(t, rd.resetRef)
+	if past {
+		rd.warnf("%s: %s is in the past, ignored", name, quote(v))
+		return
+	}
+	for i := range rd.entries {
+		e := &rd.entries[i]
+		if e.Profile != Jira || e.Shape != ShapeDraft || !e.HasRemaining || e.Remaining > 0 {
+			continue
+		}
+		if !e.HasReset || d > e.Reset {
+			e.Reset, e.HasReset = d, true
+		}
 	}
 }

@@ -1,7 +1,9 @@
 package ratelimit
 
 import (
+	"math"
 	"strings"
+	"time"
 )
 
 // readOpenAI reads OpenAI's fields (platform.openai.com, "Rate limits"),
@@ -63,25 +65,96 @@ func (rd *reader) readAnthropic() {
 		{"anthropic-priority-input-tokens-", "priority-input-tokens", InputTokens},
 		{"anthropic-priority-output-tokens-", "priority-output-tokens", OutputTokens},
 	} {
-		o := Observation{Policy: c.policy, Unit: c.unit, Shape: ShapeVendor, Profile: Anthropic}
-		o.Quota, o.HasQuota = rd.count(c.prefix + "limit")
-		o.Remaining, o.HasRemaining = rd.count(c.prefix + "remaining")
-		if v, ok := rd.scalar(c.prefix + "reset"); ok {
-			o.Reset, _, o.HasReset = rd.timestampReset(c.prefix+"reset", v)
-		}
-		if o.HasQuota || o.HasRemaining || o.HasReset {
+		rd.readTriple(c.prefix, Observation{Policy: c.policy, Unit: c.unit, Shape: ShapeVendor, Profile: Anthropic}, rd.timestampReset)
+	}
+	rd.readAnthropicUnified()
+}
+
+// readAnthropicUnified reads the unified limits of Claude subscription
+// (OAuth) traffic (third-party captures: lidge-jun/opencodex PR #3809,
+// anthropics/claude-code issue #12829), one policy per window, in
+// Percent of a quota Anthropic does not state:
+//
+//	anthropic-ratelimit-unified-<w>-utilization : decimal, the spent fraction (0.42)
+//	anthropic-ratelimit-unified-<w>-reset       : Unix epoch seconds
+//	anthropic-ratelimit-unified-<w>-status      : allowed / allowed_warning / rejected
+//	w = 5h / 7d
+//	anthropic-ratelimit-unified-status, -reset  : the representative window's (policy "unified")
+//
+// Remaining is what is left of 100 (the spent share rounded up); a
+// "rejected" window is 0, and on an error status a refusal: of several
+// rejected windows the pacer waits for the latest reset, as all hold.
+func (rd *reader) readAnthropicUnified() {
+	const prefix = "anthropic-ratelimit-unified-"
+	seen := false
+	for _, c := range []struct {
+		name string
+		w    time.Duration
+	}{{"5h", 5 * time.Hour}, {"7d", 7 * 24 * time.Hour}} {
+		o := Observation{Policy: "unified-" + c.name, Unit: Percent, Window: c.w, Shape: ShapeVendor, Profile: Anthropic}
+		if rd.readUnified(prefix+c.name+"-", &o) {
+			seen = true
 			rd.add(o, false)
 		}
 	}
+	if seen {
+		return // the representative window is one of them
+	}
+	o := Observation{Policy: "unified", Unit: Percent, Shape: ShapeVendor, Profile: Anthropic}
+	if rd.readUnified(prefix, &o) {
+		rd.add(o, false)
+	}
 }
 
-// readShopify reads the REST Admin API's leaky bucket (shopify.dev, "API
-// rate limits"):
+// readUnified reads one unified window's fields under prefix into o,
+// reporting whether any was sent.
+func (rd *reader) readUnified(prefix string, o *Observation) bool {
+	sent := false
+	if v, ok := rd.scalar(prefix + "utilization"); ok {
+		sent = true
+		if f, ok := parseDecimal(v); ok {
+			o.Quota, o.HasQuota = 100, true
+			o.Remaining, o.HasRemaining = max(0, 100-int64(math.Ceil(min(f, 1)*100))), true
+		} else {
+			rd.warnf("%s: not a fraction %s, ignored", prefix+"utilization", quote(v))
+		}
+	}
+	if v, ok := rd.scalar(prefix + "reset"); ok {
+		sent = true
+		o.Reset, _, o.HasReset = rd.epochReset(prefix+"reset", v)
+	}
+	if v, ok := rd.scalar(prefix + "status"); ok {
+		sent = true
+		switch strings.TrimSpace(v) {
+		case "allowed", "allowed_warning":
+		case "rejected":
+			o.Remaining, o.HasRemaining = 0, true
+			if rd.resp.Status >= 400 {
+				rd.r.Throttled = true
+			}
+		default:
+			rd.warnf("%s: unknown status %s, ignored", prefix+"status", quote(v))
+		}
+	}
+	return sent
+}
+
+// shopifyLeak is the leak rate assumed of a REST bucket until the pacer
+// learns the real one from successive answers: the standard plan's 2
+// requests per second, the slowest Shopify documents (Advanced leaks 4/s,
+// Plus 20/s).
+const shopifyLeak = 2.0
+
+// readShopify reads the REST Admin API's leaky bucket (shopify.dev, "REST
+// Admin API rate limits"):
 //
 //	X-Shopify-Shop-Api-Call-Limit = used "/" size   ; e.g. 32/40
 //
-// as policy "rest": Quota = size, Remaining = size - used. The GraphQL
-// cost in the body is read by readShopifyCost.
+// as policy "rest" of ShapeLeaky: Quota = size, Remaining = size - used,
+// Window the time the bucket drains in and Reset the time one request
+// leaks out at the assumed leak rate (shopifyLeak, marked Guessed: the
+// pacer learns the real rate from successive answers). The GraphQL cost
+// in the body is read by readShopifyCost.
 func (rd *reader) readShopify() {
 	const name = "X-Shopify-Shop-Api-Call-Limit"
 	v, ok := rd.scalar(name)
@@ -94,7 +167,9 @@ func (rd *reader) readShopify() {
 		return
 	}
 	o := Observation{Policy: "rest", Quota: size, HasQuota: true, Remaining: size - used, HasRemaining: true,
-		Shape: ShapeVendor, Profile: Shopify}
+		Shape: ShapeLeaky, Profile: Shopify, Guessed: true}
+	o.Window, _ = floatSeconds(float64(size) / shopifyLeak)
+	o.Reset, o.HasReset = time.Duration(float64(time.Second)/shopifyLeak), true
 	if used > size {
 		o.Remaining = 0
 		rd.warnf("%s: %s uses more than the bucket holds; read as 0 remaining", name, quote(v))
@@ -121,6 +196,10 @@ func parseRatio(v string) (used, size int64, ok bool) {
 //	RateLimit-Reset     : Unix epoch seconds (not the draft's delta)
 //	RateLimit-ResetTime : HTTP-date, used when RateLimit-Reset is absent or invalid
 //	RateLimit-Name      : the throttle, e.g. throttle_authenticated_api (the policy)
+//
+// A 429 whose RateLimit-Remaining is above 0 (GitLab sends 595 of 600)
+// and that has no Retry-After is read with remaining 0: the refusal
+// outranks the count, and RateLimit-Reset says when to come back.
 func (rd *reader) readGitLab() {
 	o := Observation{Shape: ShapeVendor, Profile: GitLab}
 	o.Quota, o.HasQuota = rd.count("RateLimit-Limit")
@@ -138,10 +217,17 @@ func (rd *reader) readGitLab() {
 	if v, ok := rd.scalar("RateLimit-Name"); ok {
 		o.Policy = boundedText(v)
 	}
+	if rd.resp.Status == 429 && o.HasRemaining && o.Remaining > 0 {
+		if o.HasReset && !rd.r.HasRetryAfter {
+			// The refusal outranks remaining, and the reset the same
+			// answer names is when to come back.
+			rd.warnf("GitLab 429 while RateLimit-Remaining is %d: the refusal outranks it, read as 0 until RateLimit-Reset (%v)", o.Remaining, o.Reset)
+			o.Remaining = 0
+		} else {
+			rd.warnf("GitLab 429 while RateLimit-Remaining is %d: another limit refused the call", o.Remaining)
+		}
+	}
 	if o.HasQuota || o.HasRemaining || o.HasReset {
 		rd.add(o, false)
-	}
-	if rd.resp.Status == 429 && o.HasRemaining && o.Remaining > 0 {
-		rd.warnf("GitLab 429 while RateLimit-Remaining is %d: another limit refused the call", o.Remaining)
 	}
 }

@@ -165,7 +165,7 @@ func wantsBody(resp *http.Response, p ratelimit.Profile) bool {
 		return true
 	}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	return (p == ratelimit.GitHub || p == ratelimit.Shopify) && (mt == "application/json" || mt == "application/graphql-response+json")
+	return p.ReadsSuccessBody() && (mt == "application/json" || mt == "application/graphql-response+json")
 }
 
 type readCloser struct {

@@ -100,7 +100,8 @@ type Key struct {
 	LowWater float64
 
 	secret    Secret
-	secretErr error // why the credential could not be read
+	secretErr error     // why the credential could not be read
+	scrub     *Scrubber // finds secret in what leaves mcp-quota
 }
 
 // Credential returns the key's secret, or an error wrapping

@@ -1,0 +1,136 @@
+package keystore_test
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"html"
+	"io"
+	"net/url"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+)
+
+// scrubSecret needs percent-encoding, form encoding and JSON escaping.
+const scrubSecret = "zqx+9/8=x&y <\"k\">"
+
+// forms are the ways an upstream or a client can write scrubSecret.
+func forms(v string) map[string]string {
+	lowerHex := func(s string) string {
+		var b strings.Builder
+		for i := 0; i < len(s); i++ {
+			if s[i] == '%' && i+2 < len(s) {
+				b.WriteString("%" + strings.ToLower(s[i+1:i+3]))
+				i += 2
+				continue
+			}
+			b.WriteByte(s[i])
+		}
+		return b.String()
+	}
+	j, _ := json.Marshal(v) // Go escapes & < > as \u0026…
+	return map[string]string{
+		"raw":                 v,
+		"query escape":        url.QueryEscape(v),
+		"query escape, lower": lowerHex(url.QueryEscape(v)),
+		"path escape":         url.PathEscape(v),
+		"double escape":       url.QueryEscape(url.QueryEscape(v)),
+		"form values":         url.Values{"api_key": {v}}.Encode(),
+		"json":                string(j),
+		"html":                html.EscapeString(v),
+		"base64 std":          base64.StdEncoding.EncodeToString([]byte(v)),
+		"base64 url raw":      base64.RawURLEncoding.EncodeToString([]byte(v)),
+		"basic auth":          "Basic " + base64.StdEncoding.EncodeToString([]byte("user:"+v)),
+		"base64 offset 2":     base64.StdEncoding.EncodeToString([]byte("ab" + v + "tail")),
+	}
+}
+
+func TestScrubberFindsEveryForm(t *testing.T) {
+	s := keystore.NewScrubber(scrubSecret)
+	for name, form := range forms(scrubSecret) {
+		t.Run(name, func(t *testing.T) {
+			text := `{"echo":"https://api.example/v1/x?page=2&key=` + form + `&z=1"}`
+			got, hit := s.Scrub(text)
+			if !hit || strings.Contains(got, form) {
+				t.Errorf("Scrub(%q) = %q, %v; want the form removed", text, got, hit)
+			}
+			if !strings.Contains(got, keystore.Redacted) || !strings.HasPrefix(got, `{"echo":"https://api.example/v1/x?page=2&key=`) {
+				t.Errorf("Scrub(%q) = %q; want the rest kept and a redaction in its place", text, got)
+			}
+		})
+	}
+}
+
+func TestScrubberLeavesInnocentText(t *testing.T) {
+	s := keystore.NewScrubber(scrubSecret)
+	for _, text := range []string{"", "zqx+9/8=x", "zqx 9/8=x&y <\"k\"", "%7A%71%78", "\\u007a", "&#122;", "nothing to see"} {
+		if got, hit := s.Scrub(text); hit || got != text {
+			t.Errorf("Scrub(%q) = %q, %v; want it unchanged", text, got, hit)
+		}
+	}
+	if s := keystore.NewScrubber("short"); s != nil {
+		t.Errorf("NewScrubber(short) = %v; want nil (secrets under %d bytes would match innocent text)", s, keystore.MinScrubLen)
+	}
+	var none *keystore.Scrubber
+	if got, hit := none.Scrub(scrubSecret); hit || got != scrubSecret {
+		t.Errorf("nil Scrubber changed %q to %q", scrubSecret, got)
+	}
+}
+
+// TestScrubReaderAcrossReads splits a body holding every form at every
+// point, and reads it a byte at a time: the stream comes out as a
+// one-shot scrub does.
+func TestScrubReaderAcrossReads(t *testing.T) {
+	s := keystore.NewScrubber(scrubSecret)
+	var body strings.Builder
+	for _, form := range forms(scrubSecret) {
+		body.WriteString("<p>" + form + "</p>\n")
+	}
+	text := body.String()
+	want, _ := s.Scrub(text)
+	for cut := 0; cut <= len(text); cut += 7 {
+		r := io.MultiReader(strings.NewReader(text[:cut]), strings.NewReader(text[cut:]))
+		sr := s.Reader(r)
+		got, err := io.ReadAll(sr)
+		if err != nil || string(got) != want {
+			t.Fatalf("split at %d: got %q, %v; want %q", cut, got, err, want)
+		}
+		if !sr.Hit() {
+			t.Fatalf("split at %d: Hit() = false", cut)
+		}
+	}
+	got, err := io.ReadAll(s.Reader(iotest.OneByteReader(strings.NewReader(text))))
+	if err != nil || string(got) != want {
+		t.Errorf("a byte at a time: got %q, %v; want %q", got, err, want)
+	}
+	if err := iotest.TestReader(s.Reader(strings.NewReader("plain text, long enough to be held back and then released")),
+		[]byte("plain text, long enough to be held back and then released")); err != nil {
+		t.Error(err)
+	}
+}
+
+func FuzzScrubber(f *testing.F) {
+	for _, form := range forms(scrubSecret) {
+		f.Add("a"+form+"b", 3)
+	}
+	f.Add("", 0)
+	s := keystore.NewScrubber(scrubSecret)
+	f.Fuzz(func(t *testing.T, text string, cut int) {
+		got, _ := s.Scrub(text)
+		if strings.Contains(got, scrubSecret) || strings.Contains(got, url.QueryEscape(scrubSecret)) {
+			t.Fatalf("Scrub(%q) = %q still holds the secret", text, got)
+		}
+		if cut < 0 {
+			cut = -cut
+		}
+		cut %= len(text) + 1
+		r := io.MultiReader(strings.NewReader(text[:cut]), iotest.HalfReader(strings.NewReader(text[cut:])))
+		streamed, err := io.ReadAll(s.Reader(r))
+		if err != nil || !bytes.Equal(streamed, []byte(got)) {
+			t.Fatalf("streamed %q, %v; one-shot %q", streamed, err, got)
+		}
+	})
+}

@@ -53,6 +53,9 @@ type stackConfig struct {
 	Client func(*upstream.Client)
 	// QuietLog logs at Info; otherwise every Debug line is kept too.
 	QuietLog bool
+	// Secret is the key's credential (UPSTREAM_SECRET); "" means
+	// upstreamSecret.
+	Secret string
 }
 
 const defaultKeys = `
@@ -126,7 +129,11 @@ func newStack(t testing.TB, sc stackConfig) *stack {
 	if keys == "" {
 		keys = defaultKeys
 	}
-	env := map[string]string{"UPSTREAM_SECRET": upstreamSecret, "SYNC_TOKEN": syncToken,
+	secret := sc.Secret
+	if secret == "" {
+		secret = upstreamSecret
+	}
+	env := map[string]string{"UPSTREAM_SECRET": secret, "SYNC_TOKEN": syncToken,
 		"AGENT_TOKEN": agentToken, "STRANGER_TOKEN": strangerToken}
 	cs := sc.Callers
 	if cs == "" {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -35,10 +36,16 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 	cs.attempts++
 	remaining := max(cs.req.MaxWait, PaceGrace) - c.now().Sub(cs.start)
 	t, err := c.pacer.Admit(req.Context(), pacer.Call{Key: k, Caller: cs.req.Caller, Transport: cs.req.Transport,
-		Method: cs.method, Target: Target(k.BaseURL, req.URL), Digest: cs.digest, CallID: cs.id, Attempt: cs.attempts,
+		Method: cs.method, Target: ActivityTarget(k, req.URL), Digest: cs.digest, CallID: cs.id, Attempt: cs.attempts,
 		MaxWait: max(remaining, 0), Progress: cs.req.Progress})
 	if err != nil {
 		closeBody(req)
+		var pe *pacer.PauseError
+		if !errors.As(err, &pe) && req.Context().Err() == nil {
+			// Not a refusal and not the caller leaving: the state file
+			// failed, and nothing was sent.
+			err = fmt.Errorf("%w: %w", ErrStateUnavailable, err)
+		}
 		return nil, err
 	}
 	cs.waited += t.Waited
@@ -52,9 +59,16 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 	sentAt := c.now()
 	resp, err := a.transport(k).RoundTrip(out)
 	if err != nil {
-		// The caller's body being too large, or the caller going away, is
-		// not the upstream's failure: it must not make the key back off.
-		abort := errors.As(err, new(*http.MaxBytesError)) || req.Context().Err() != nil
+		// The caller's body being too large or going bad, or the caller
+		// going away, is not the upstream's failure: it must not make the
+		// key back off. (mcp-quota's own bound on the answer's time is.)
+		gone := req.Context().Err() != nil && !errors.Is(context.Cause(req.Context()), ErrAnswerTimeout)
+		bodyErr := cs.body.err()
+		abort := errors.As(err, new(*http.MaxBytesError)) || gone || bodyErr != nil
+		if bodyErr != nil && !errors.As(err, new(*http.MaxBytesError)) {
+			err = &RequestError{Field: "body", Reason: "the request body could not be read to its end: " + bodyErr.Error()}
+		}
+		err = scrubErr(k.Scrubber(), err)
 		c.done(req.Context(), cs, t, pacer.Outcome{SentAt: sentAt, Err: err, CallerAbort: abort}, nil)
 		cs.lastErr = err
 		return nil, err
@@ -81,6 +95,11 @@ func (c *Client) done(ctx context.Context, cs *call, t pacer.Ticket, o pacer.Out
 	res, err := c.pacer.Done(context.WithoutCancel(ctx), t, o)
 	if err != nil {
 		c.log.Error("recording an attempt failed", "key", cs.key.Name, "call", cs.id, "error", err)
+	}
+	s := cs.key.Scrubber()
+	res.Advice.Reason, _ = s.Scrub(res.Advice.Reason)
+	for i, w := range res.Warnings {
+		res.Warnings[i], _ = s.Scrub(w)
 	}
 	a := &answer{status: o.Status, result: res}
 	if rd != nil {

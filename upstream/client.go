@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -98,6 +99,11 @@ type Request struct {
 	// Digest identifies the request (see Digest) for a caller whose
 	// repeats are counted (the fetch tool's loop guard); "" for none.
 	Digest string
+	// AnswerTimeout, when positive, bounds the whole answer — admission
+	// (up to MaxWait) plus this long for the header and the whole body to
+	// arrive; past it the call fails, or the body's reads fail, with
+	// ErrAnswerTimeout. Zero means no bound beyond the transport's.
+	AnswerTimeout time.Duration
 }
 
 // A Response is the upstream's answer, with what mcp-quota learned from
@@ -110,17 +116,46 @@ type Response struct {
 	Reading  ratelimit.Reading
 	Result   pacer.Result // the quota that holds after the answer, and the advice
 	Target   string       // what was asked for, credential-free
+
+	redacted []string              // header fields the credential was removed from
+	body     *keystore.ScrubReader // the scrubbed body
+}
+
+// Redactions names the parts of the answer the key's credential was
+// removed from: header fields, and "the body" once a read of the body
+// met it. Nil when the answer never repeated it.
+func (r *Response) Redactions() []string {
+	out := slices.Clone(r.redacted)
+	if r.body != nil && r.body.Hit() {
+		out = append(out, "the body")
+	}
+	return out
 }
 
 // Do sends r through key k. It returns a *pacer.PauseError when the call
 // could not be admitted within r.MaxWait (nothing was sent), a
-// *PathError for a path that leaves the base URL, an error wrapping
-// keystore.ErrNoCredential or ErrMethod for calls that cannot be made,
-// and ErrUnreachable when no answer came.
+// *PathError for a path that leaves the base URL, a *RequestError (and
+// ErrBadRequest) for a malformed request or a body the caller could not
+// deliver, an error wrapping keystore.ErrNoCredential or ErrMethod for
+// calls that cannot be made, ErrStateUnavailable when mcp-quota's state
+// failed, ErrAnswerTimeout when the answer outlasted r.AnswerTimeout, and
+// ErrUnreachable when no answer came.
+//
+// The answer's header fields, status text and body come with the key's
+// credential removed in every form it can take (see keystore.Scrubber);
+// Redactions says where it was. Errors never hold it either.
 func (c *Client) Do(ctx context.Context, k *keystore.Key, r Request) (*Response, error) {
+	resp, err := c.do(ctx, k, r)
+	return resp, scrubErr(k.Scrubber(), err)
+}
+
+func (c *Client) do(ctx context.Context, k *keystore.Key, r Request) (*Response, error) {
 	method := strings.ToUpper(r.Method)
 	if method == "" {
 		method = http.MethodGet
+	}
+	if err := checkRequest(method, r.Header); err != nil {
+		return nil, err
 	}
 	if !r.AllMethods && !k.AllowsMethod(method) {
 		return nil, fmt.Errorf("%w: key '%s' allows %s through MCP", ErrMethod, k.Name, strings.Join(k.Methods, ", "))
@@ -132,7 +167,7 @@ func (c *Client) Do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 	if err != nil {
 		return nil, err
 	}
-	cs := &call{client: c, key: k, req: r, method: method, id: NewCallID(), start: c.now(), target: Target(k.BaseURL, u)}
+	cs := &call{client: c, key: k, req: r, method: method, id: NewCallID(), start: c.now(), target: ActivityTarget(k, u)}
 	var body any
 	var stream io.Reader
 	switch b := r.Body.(type) {
@@ -149,8 +184,14 @@ func (c *Client) Do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 		return nil, fmt.Errorf("upstream: unsupported body type %T", r.Body)
 	}
 	cs.digest = r.Digest
-	req, err := retryablehttp.NewRequestWithContext(context.WithValue(ctx, callKey{}, cs), method, u.String(), body)
+	bound := time.Duration(0)
+	if r.AnswerTimeout > 0 {
+		bound = r.AnswerTimeout + max(r.MaxWait, PaceGrace)
+	}
+	actx, cancel := withAnswerDeadline(ctx, bound)
+	req, err := retryablehttp.NewRequestWithContext(context.WithValue(actx, callKey{}, cs), method, u.String(), body)
 	if err != nil {
+		cancel()
 		return nil, fmt.Errorf("upstream: %w", err)
 	}
 	if stream != nil {
@@ -158,7 +199,8 @@ func (c *Client) Do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 		if !ok {
 			rc = io.NopCloser(stream)
 		}
-		req.Body, req.ContentLength = rc, r.ContentLength
+		cs.body = &callerBody{r: rc}
+		req.Body, req.ContentLength = cs.body, r.ContentLength
 	}
 	copyEndToEnd(req.Header, r.Header, k)
 	rc := &retryablehttp.Client{
@@ -173,7 +215,9 @@ func (c *Client) Do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 	}
 	resp, err := rc.Do(req)
 	if err != nil {
+		cancel()
 		var pe *pacer.PauseError
+		var reqErr *RequestError
 		var pathErr *PathError
 		switch {
 		case errors.As(err, &pe) && cs.last != nil:
@@ -189,14 +233,28 @@ func (c *Client) Do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 			return nil, pe
 		case errors.As(err, &pathErr):
 			return nil, pathErr
+		case errors.As(err, &reqErr):
+			return nil, reqErr
+		case errors.Is(err, ErrStateUnavailable):
+			return nil, fmt.Errorf("key '%s': %w", k.Name, err)
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
+		case errors.Is(context.Cause(actx), ErrAnswerTimeout):
+			return nil, fmt.Errorf("key '%s': %w: no answer came within %s", k.Name, ErrAnswerTimeout, r.AnswerTimeout)
 		case errors.Is(err, ErrForbiddenAddress):
 			return nil, fmt.Errorf("key '%s': %w", k.Name, unwrapURL(err))
 		}
 		return nil, fmt.Errorf("%w: key '%s': %w", ErrUnreachable, k.Name, unwrapURL(err))
 	}
 	out := &Response{Response: resp, CallID: cs.id, Attempts: cs.attempts, Waited: cs.waited, Target: cs.target}
+	s := k.Scrubber()
+	out.redacted = scrubHeader(s, resp.Header)
+	if st, hit := s.Scrub(resp.Status); hit {
+		resp.Status = st
+		out.redacted = append(out.redacted, "the status line")
+	}
+	out.body = s.Reader(resp.Body)
+	resp.Body = &answerBody{Reader: out.body, body: resp.Body, ctx: actx, cancel: cancel}
 	if cs.last != nil {
 		out.Reading, out.Result = cs.last.reading, cs.last.result
 		out.Result.Warnings = cs.warnings // every attempt's
@@ -219,8 +277,9 @@ type call struct {
 	attempts   int
 	waited     time.Duration
 	last       *answer
-	lastErr    error    // the last attempt's transport error, if it had one
-	warnings   []string // raised by any attempt
+	lastErr    error       // the last attempt's transport error, if it had one
+	warnings   []string    // raised by any attempt
+	body       *callerBody // a streamed body; nil otherwise
 }
 
 // answer is what one attempt brought back.
@@ -242,7 +301,8 @@ func (cs *call) checkRetry(ctx context.Context, resp *http.Response, err error) 
 	}
 	if err != nil {
 		var pe *pacer.PauseError
-		if errors.As(err, &pe) || errors.Is(err, ErrForbiddenAddress) || errors.As(err, new(*PathError)) {
+		if errors.As(err, &pe) || errors.Is(err, ErrForbiddenAddress) || errors.As(err, new(*PathError)) ||
+			errors.Is(err, ErrBadRequest) || errors.Is(err, ErrStateUnavailable) {
 			return false, err
 		}
 	}
@@ -273,14 +333,26 @@ func idempotent(m string) bool {
 	return false
 }
 
-// redirectPolicy follows redirects only to hosts the key may reach, never
-// from https to http, at most 5 times; any other redirect is returned to
-// the caller as it came, and no credential leaves.
+// redirectPolicy follows redirects only to hosts the key may reach over
+// http or https — to the key's own host only over the base URL's scheme —
+// never from https to http, at most 5 times, and never to another host
+// with a URL that holds the credential; any other redirect is returned to
+// the caller as it came, before anything is dialled, and no credential
+// leaves. No Referer follows a redirect: the URL it would name may hold
+// the credential.
 func redirectPolicy(k *keystore.Key) func(*http.Request, []*http.Request) error {
 	return func(req *http.Request, via []*http.Request) error {
-		if len(via) >= 5 || !k.AllowsHost(req.URL.Host) || (via[0].URL.Scheme == "https" && req.URL.Scheme != "https") {
+		u := req.URL
+		own := strings.EqualFold(u.Host, k.BaseURL.Host)
+		switch {
+		case len(via) >= 5, !k.AllowsHost(u.Host),
+			u.Scheme != "http" && u.Scheme != "https",
+			own && u.Scheme != k.BaseURL.Scheme,
+			via[0].URL.Scheme == "https" && u.Scheme != "https",
+			!own && k.Scrubber().Contains(u.String()):
 			return http.ErrUseLastResponse
 		}
+		req.Header.Del("Referer")
 		return nil
 	}
 }

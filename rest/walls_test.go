@@ -1,0 +1,314 @@
+package rest_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcp-quota/mcp-quota/rest"
+)
+
+// awkwardSecret needs percent-encoding in a query, and is changed by form
+// encoding, JSON escaping and HTML escaping.
+const awkwardSecret = "zqx+9/8=x&y-UPSTREAM-41c7"
+
+// secretForms are the ways the credential can be written where it
+// leaks, each found by plain substring search (independent of the
+// scrubber under test).
+func secretForms(secret string) map[string]string {
+	lower := func(s string) string {
+		var b strings.Builder
+		for i := 0; i < len(s); i++ {
+			if s[i] == '%' && i+2 < len(s) {
+				b.WriteString("%" + strings.ToLower(s[i+1:i+3]))
+				i += 2
+				continue
+			}
+			b.WriteByte(s[i])
+		}
+		return b.String()
+	}
+	j, _ := json.Marshal(secret)
+	forms := map[string]string{
+		"raw":               secret,
+		"percent-encoded":   url.QueryEscape(secret),
+		"percent, lower":    lower(url.QueryEscape(secret)),
+		"path-escaped":      url.PathEscape(secret),
+		"json":              strings.Trim(string(j), `"`),
+		"base64":            base64.StdEncoding.EncodeToString([]byte(secret)),
+		"base64url":         base64.RawURLEncoding.EncodeToString([]byte(secret)),
+		"json-escaped, MCP": strings.ReplaceAll(strings.Trim(string(j), `"`), `\u0026`, `\\u0026`),
+	}
+	return forms
+}
+
+// scanChannels fails t for every channel that holds secret in any form.
+func scanChannels(t *testing.T, secret string, channels map[string]string) {
+	t.Helper()
+	for name, text := range channels {
+		for form, v := range secretForms(secret) {
+			if i := strings.Index(text, v); i >= 0 {
+				t.Errorf("%s holds the credential (%s): …%s…", name, form, text[max(i-160, 0):min(i+len(v)+40, len(text))])
+			}
+		}
+	}
+}
+
+// stateChannels are every file mcp-quota wrote for s: the state file, its
+// WAL and shared memory, and the journals of outcomes.
+func stateChannels(t *testing.T, s *stack) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		if b, err := os.ReadFile(s.DBPath + suffix); err == nil {
+			out["state file"+suffix] = string(b)
+		}
+	}
+	journals, _ := filepath.Glob(s.DBPath + ".outcomes/*")
+	for _, name := range journals {
+		b, _ := os.ReadFile(name)
+		out["journal "+filepath.Base(name)] = string(b)
+	}
+	return out
+}
+
+// leakyUpstream repeats its credential everywhere an upstream can: in a
+// Link that repeats the request URL, in a field that repeats it
+// percent-encoded, in a body that echoes the Authorization it got, in a
+// same-host redirect that keeps the query, in a redirect chain that
+// passes through a URL carrying it towards an allowed host.
+type leakyUpstream struct {
+	allowedURL string
+}
+
+func (u *leakyUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	full := "http://" + r.Host + r.URL.RequestURI()
+	switch r.URL.Path {
+	case "/v1/items":
+		next := r.URL.Query()
+		next.Set("page", "2")
+		w.Header().Set("Link", "<"+r.URL.Path+"?"+next.Encode()+`>; rel="next"`)
+		w.Header().Set("X-Echo-Url", url.QueryEscape(full))
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"items":[1,2],"you_sent":%q,"query":%q,"b64":%q}`, r.Header.Get("Authorization"), r.URL.RawQuery,
+			base64.StdEncoding.EncodeToString([]byte(r.URL.RawQuery)))
+	case "/slash":
+		http.Redirect(w, r, "/slash/?"+r.URL.RawQuery, http.StatusMovedPermanently)
+	case "/slash/":
+		fmt.Fprint(w, "ok")
+	case "/via":
+		// Through a URL carrying the key, then to the allowed host.
+		http.Redirect(w, r, "/hop?"+r.URL.RawQuery, http.StatusFound)
+	case "/hop":
+		http.Redirect(w, r, u.allowedURL+"/landing", http.StatusFound)
+	case "/to-allowed-with-key":
+		http.Redirect(w, r, u.allowedURL+"/landing?"+r.URL.RawQuery, http.StatusFound)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// TestWallsKeyNeverLeaves drives findings 1-5 of issue 13 through REST
+// and MCP with a query credential that needs encoding, and scans every
+// output channel and every file mcp-quota wrote for it in every form.
+func TestWallsKeyNeverLeaves(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var landed []string // what the allowed host received
+	allowed := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		landed = append(landed, fmt.Sprintf("%s %s %v", r.Method, r.URL, r.Header))
+		mu.Unlock()
+		fmt.Fprint(w, "landed")
+	}))
+	t.Cleanup(allowed.Close)
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(allowed.URL, "http://"))
+	allowedURL := "http://localhost:" + port
+	keys := `
+[[keys]]
+name = "demo"
+base_url = "%[1]s/"
+secret_env = "UPSTREAM_SECRET"
+auth = "query:api_key"
+max_rate = 1000.0
+allow_hosts = ["localhost:` + port + `"]
+  [[keys.policies]]
+  quota = 1000
+  window = "60s"
+
+[[keys]]
+name = "bearer"
+base_url = "%[1]s/"
+secret_env = "UPSTREAM_SECRET"
+auth = "bearer"
+max_rate = 1000.0
+
+[[keys]]
+name = "other"
+base_url = "%[1]s/"
+auth = "none"
+`
+	cs := strings.Replace(callers, `keys = ["demo"]`, `keys = ["demo", "bearer"]`, 2)
+	s := newStack(t, stackConfig{Upstream: &leakyUpstream{allowedURL: allowedURL}, Keys: keys, Callers: cs, Secret: awkwardSecret})
+
+	var out strings.Builder
+	record := func(what string, resp *http.Response, body []byte) {
+		fmt.Fprintf(&out, "== %s\n%s %v\n%s\ntrailer %v\n", what, resp.Status, resp.Header, body, resp.Trailer)
+	}
+	for _, p := range []string{"/k/demo/v1/items?limit=5", "/k/bearer/v1/items?limit=5", "/k/demo/slash?limit=5",
+		"/k/demo/via?limit=5", "/k/demo/to-allowed-with-key?limit=5", "/k/demo/v1/items?limit=5&page=2"} {
+		resp, b := s.do(t, "GET", p, syncToken, nil)
+		record("REST "+p, resp, b)
+		if resp.StatusCode >= 500 {
+			t.Errorf("GET %s: %d %s", p, resp.StatusCode, b)
+		}
+	}
+	// The answers still say what they are, with the credential replaced
+	// and a warning saying so.
+	resp, b := s.do(t, "GET", "/k/bearer/v1/items?limit=5", syncToken, nil)
+	if !strings.Contains(string(b), `"you_sent":"Bearer [redacted]"`) || !strings.Contains(resp.Header.Get(rest.WarningField), "the body") {
+		t.Errorf("echoing body: %s, warning %q; want the Authorization replaced and a warning naming the body", b, resp.Header.Get(rest.WarningField))
+	}
+	if resp.ContentLength != int64(len(b)) {
+		t.Errorf("Content-Length %d for a body of %d bytes", resp.ContentLength, len(b))
+	}
+	resp, _ = s.do(t, "GET", "/k/demo/v1/items?limit=5", syncToken, nil)
+	if got := resp.Header.Get("Link"); got != `</k/demo/v1/items?limit=5&page=2>; rel="next"` {
+		t.Errorf("Link %q; want the next page without the credential", got)
+	}
+	if w := resp.Header.Get(rest.WarningField); !strings.Contains(w, "X-Echo-Url") {
+		t.Errorf("warning %q; want it to name X-Echo-Url", w)
+	}
+
+	// MCP over HTTP: fetch returns headers, next.path, body and text.
+	ctx := context.Background()
+	mc, err := client.NewStreamableHttpClient(s.URL+"/mcp", transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + agentToken}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mc.Close() })
+	if err := mc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcp.Implementation{Name: "walls", Version: "1"}
+	if _, err := mc.Initialize(ctx, init); err != nil {
+		t.Fatal(err)
+	}
+	fetch := func(args map[string]any) *mcp.CallToolResult {
+		req := mcp.CallToolRequest{}
+		req.Params.Name, req.Params.Arguments = "fetch", args
+		res, err := mc.CallTool(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, _ := json.Marshal(res)
+		fmt.Fprintf(&out, "== MCP fetch %v\n%s\n", args, j)
+		return res
+	}
+	res := fetch(map[string]any{"key": "demo", "path": "/v1/items?limit=5"})
+	sc, _ := json.Marshal(res.StructuredContent)
+	var got struct {
+		Next     struct{ Path string } `json:"next"`
+		Warnings []string              `json:"warnings"`
+	}
+	json.Unmarshal(sc, &got)
+	if got.Next.Path != "/v1/items?limit=5&page=2" {
+		t.Errorf("next.path %q; want /v1/items?limit=5&page=2", got.Next.Path)
+	}
+	if len(got.Warnings) == 0 || !strings.Contains(strings.Join(got.Warnings, " "), "credential") {
+		t.Errorf("warnings %q; want one saying the credential was removed", got.Warnings)
+	}
+	fetch(map[string]any{"key": "demo", "path": "/v1/items?limit=5"}) // conditional, from the kept answer
+	fetch(map[string]any{"key": "demo", "path": "/v1/items?limit=5", "start_index": 10})
+	fetch(map[string]any{"key": "bearer", "path": "/v1/items?limit=5"})
+	fetch(map[string]any{"key": "demo", "path": "/slash?limit=5"})
+
+	for _, p := range []string{"/v1/activity?key=demo&limit=1000", "/v1/activity?key=bearer", "/v1/quota"} {
+		resp, b := s.do(t, "GET", p, syncToken, nil)
+		record("REST "+p, resp, b)
+	}
+	mu.Lock()
+	channels := map[string]string{"answers": out.String(), "log": s.Log.String(), "allowed host": strings.Join(landed, "\n")}
+	mu.Unlock()
+	if !strings.Contains(channels["allowed host"], "/landing") {
+		t.Errorf("the allowed host got nothing: the Referer case was not driven")
+	}
+	// (The test's own client follows the 302 it is given for the
+	// redirect mcp-quota refused, with its own Referer.)
+	if strings.Contains(channels["allowed host"], "api_key") || strings.Contains(channels["allowed host"], strings.TrimPrefix(s.UpstreamURL, "http://")) {
+		t.Errorf("the allowed host got a credential parameter or a Referer naming the upstream:\n%s", channels["allowed host"])
+	}
+	for name, text := range stateChannels(t, s) {
+		channels[name] = text
+	}
+	if !strings.Contains(channels["state file"]+channels["state file-wal"], "/slash/") {
+		t.Fatalf("the state file does not hold the redirect's attempt: the scan would prove nothing")
+	}
+	scanChannels(t, awkwardSecret, channels)
+}
+
+// TestWallsStatusLine: an upstream that repeats its credential in its
+// status line's reason phrase does not reach the REST caller with it.
+func TestWallsStatusLine(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				body := "echo " + req.URL.RawQuery
+				fmt.Fprintf(c, "HTTP/1.1 200 OK %s\r\nContent-Length: %d\r\nX-Reason: %s\r\n\r\n%s", req.URL.RawQuery, len(body), req.URL.RawQuery, body)
+			}()
+		}
+	}()
+	keys := `
+[[keys]]
+name = "demo"
+base_url = "http://` + ln.Addr().String() + `/"
+secret_env = "UPSTREAM_SECRET"
+auth = "query:api_key"
+max_rate = 1000.0
+
+[[keys]]
+name = "other"
+base_url = %[1]q
+auth = "none"
+`
+	s := newStack(t, stackConfig{Keys: keys, Secret: awkwardSecret})
+	resp, b := s.do(t, "GET", "/k/demo/x", syncToken, nil)
+	scanChannels(t, awkwardSecret, map[string]string{"answer": fmt.Sprintf("%s %v %s", resp.Status, resp.Header, b)})
+	if resp.StatusCode != 200 || string(b) != "echo api_key=[redacted]" {
+		t.Errorf("%s %q; want 200 with the credential replaced", resp.Status, b)
+	}
+	_ = io.Discard
+}

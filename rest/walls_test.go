@@ -312,3 +312,92 @@ auth = "none"
 	}
 	_ = io.Discard
 }
+
+// mcpClient is an initialized MCP client of s's gateway with token.
+func mcpClient(t *testing.T, s *stack, token string) *client.Client {
+	t.Helper()
+	ctx := context.Background()
+	mc, err := client.NewStreamableHttpClient(s.URL+"/mcp", transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mc.Close() })
+	if err := mc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcp.Implementation{Name: "walls", Version: "1"}
+	if _, err := mc.Initialize(ctx, init); err != nil {
+		t.Fatal(err)
+	}
+	return mc
+}
+
+// callTool calls a tool and returns its result with the structured
+// content as JSON.
+func callTool(t *testing.T, mc *client.Client, name string, args map[string]any) (*mcp.CallToolResult, string) {
+	t.Helper()
+	req := mcp.CallToolRequest{}
+	req.Params.Name, req.Params.Arguments = name, args
+	res, err := mc.CallTool(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, _ := json.Marshal(res.StructuredContent)
+	return res, string(sc)
+}
+
+// TestWallsMalformedRequestCostsTheKeyNothing: a fetch whose header
+// value holds CR/LF, and a REST request whose chunked body goes bad after
+// the first MiB, are the caller's errors — badArguments / 400 — and,
+// however often they come, the key's other callers are not refused.
+func TestWallsMalformedRequestCostsTheKeyNothing(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackConfig{})
+	mc := mcpClient(t, s, agentToken)
+	for range 3 {
+		res, sc := callTool(t, mc, "fetch", map[string]any{"key": "demo", "path": "/v1/participants?limit=1",
+			"headers": map[string]any{"X-A": "1\r\nX-B: 2"}})
+		if !res.IsError || !strings.Contains(sc, `"badArguments"`) || !strings.Contains(sc, "X-A") {
+			t.Fatalf("CR/LF header: %s; want isError badArguments naming X-A", sc)
+		}
+	}
+	if n := s.upstreamRequests(); n != 0 {
+		t.Errorf("the upstream got %d requests for malformed fetches, want 0", n)
+	}
+
+	// A chunked body that goes bad after the first MiB, six times: more
+	// than the circuit breaker's threshold of failures.
+	chunk := strings.Repeat("x", 64<<10)
+	for i := range 6 {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "POST /k/demo/v1/echo HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nTransfer-Encoding: chunked\r\nPrefer: wait=0\r\n\r\n",
+			strings.TrimPrefix(s.URL, "http://"), syncToken)
+		for range 20 { // 1.25 MiB: past the replayable limit, so it streams
+			fmt.Fprintf(conn, "%x\r\n%s\r\n", len(chunk), chunk)
+		}
+		io.WriteString(conn, "zz-not-a-chunk-size\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), `"badRequest"`) {
+				t.Errorf("bad chunked body %d: %d %s; want 400 badRequest", i, resp.StatusCode, b)
+			}
+		}
+		conn.Close()
+	}
+
+	// Every other caller of the key still gets through.
+	resp, b := s.do(t, "GET", "/k/demo/v1/participants?limit=1", syncToken, nil, "Prefer", "wait=0")
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("after the malformed requests, another caller got %d %s; want 200", resp.StatusCode, b)
+	}
+	res, sc := callTool(t, mc, "fetch", map[string]any{"key": "demo", "path": "/v1/participants?limit=2", "max_wait_s": 0})
+	if res.IsError || !strings.Contains(sc, `"status":200`) {
+		t.Errorf("after the malformed requests, a good fetch got %s", sc)
+	}
+}

@@ -8,12 +8,10 @@ package gateway
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -42,7 +40,8 @@ type Config struct {
 	Loopback bool
 	// AllowOrigins are browser origins (scheme://host:port) allowed to call.
 	AllowOrigins []string
-	// MaxConcurrent caps each caller's calls in flight; 0 means 16.
+	// MaxConcurrent caps each caller's calls in flight, and apart from
+	// them its MCP event streams (GET /mcp); 0 means 16.
 	MaxConcurrent int
 	// MaxMCPBody caps an MCP request body; 0 means 1 MiB.
 	MaxMCPBody int64
@@ -122,7 +121,7 @@ func newGate(c Config) *gate {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	return &gate{c: c, failures: map[string][]failure{}, inFlight: map[string]int{}}
+	return &gate{c: c, throttle: newThrottle(), inFlight: map[string]int{}, streams: map[string]int{}}
 }
 
 // walls puts next behind every wall, in order: the size of the request's
@@ -155,22 +154,11 @@ func (g *gate) headerSize(next http.Handler) http.Handler {
 // gate holds the walls' state.
 type gate struct {
 	c        Config
+	throttle *throttle // bad tokens
 	mu       sync.Mutex
-	failures map[string][]failure // remote IP → recent bad tokens
-	inFlight map[string]int       // caller → calls in flight
+	inFlight map[string]int // caller → calls in flight
+	streams  map[string]int // caller → GET /mcp event streams open
 }
-
-// Bad-token throttling, per remote address over a minute: after this many
-// different bad tokens, the address is refused for the rest of that
-// minute, good tokens included (checking them would tell a guesser when
-// it guessed right); after this many tries of one bad token, that token
-// alone is refused. So a client stuck on a stale token, or on none, does
-// not lock out the other clients of its address, which on a loopback
-// listener is every local client.
-const (
-	badTokenLimit  = 20
-	badTokenWindow = time.Minute
-)
 
 // authenticate finds the caller of each request (except /healthz) from
 // its bearer token and holds it to its concurrency limit.
@@ -181,15 +169,15 @@ func (g *gate) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		ip, presented := remoteIP(r), tokenPrint(r)
-		if wait := g.throttled(ip, presented); wait > 0 {
+		if wait := g.throttle.wait(g.c.Now(), ip, presented, trusted(r, presented)); wait > 0 {
 			ratelimit.SetRetryAfter(w.Header(), wait)
 			rest.WriteProblem(w, http.StatusTooManyRequests, rest.CodeRateLimited,
-				"Too many requests with bad caller tokens came from this address; wait before trying again.", nil)
+				"Too many requests with bad caller tokens came from this address or its network; wait before trying again.", nil)
 			return
 		}
 		caller, ok := g.caller(r)
 		if !ok {
-			g.fail(ip, presented)
+			g.throttle.fail(g.c.Now(), ip, presented)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="mcp-quota"`)
 			detail := "A caller token is required: send Authorization: Bearer <token> (a [[callers]] token from mcp-quota's configuration)."
 			if r.Header.Get("Authorization") != "" {
@@ -198,13 +186,21 @@ func (g *gate) authenticate(next http.Handler) http.Handler {
 			rest.WriteProblem(w, http.StatusUnauthorized, rest.CodeUnauthorized, detail, nil)
 			return
 		}
-		if !g.enter(caller.Name) {
+		g.throttle.good(g.c.Now(), ip, presented)
+		trust(r, presented)
+		// An MCP event stream (GET /mcp) idles for as long as the client
+		// keeps it: it has slots of its own, so streams never starve calls.
+		slots, what := g.inFlight, "calls in flight"
+		if r.Method == http.MethodGet && r.URL.Path == "/mcp" {
+			slots, what = g.streams, "MCP event streams open"
+		}
+		if !g.enter(slots, caller.Name) {
 			ratelimit.SetRetryAfter(w.Header(), time.Second)
 			rest.WriteProblem(w, http.StatusTooManyRequests, rest.CodeRateLimited,
-				fmt.Sprintf("Caller '%s' has %d calls in flight, the most allowed at once.", caller.Name, g.c.MaxConcurrent), nil)
+				fmt.Sprintf("Caller '%s' has %d %s, the most allowed at once.", caller.Name, g.c.MaxConcurrent, what), nil)
 			return
 		}
-		defer g.leave(caller.Name)
+		defer g.leave(slots, caller.Name)
 		next.ServeHTTP(w, r.WithContext(keystore.WithCaller(r.Context(), caller)))
 	})
 }
@@ -222,109 +218,23 @@ func (g *gate) caller(r *http.Request) (*keystore.Caller, bool) {
 	return g.c.Keys.Authenticate(strings.TrimSpace(token))
 }
 
-// A failure is one bad token from an address: when, and a print of the
-// token (a hash prefix, kept in memory only) to tell tokens apart.
-type failure struct {
-	at    time.Time
-	token [8]byte
-}
-
-// tokenPrint is the print of the Authorization field r presents.
-func tokenPrint(r *http.Request) [8]byte {
-	sum := sha256.Sum256([]byte(r.Header.Get("Authorization")))
-	return [8]byte(sum[:8])
-}
-
-// throttled returns how long requests from ip presenting token are
-// refused for bad tokens; 0 when they are not.
-func (g *gate) throttled(ip string, token [8]byte) time.Duration {
+// enter takes one of caller's MaxConcurrent slots (of calls in flight,
+// or of event streams).
+func (g *gate) enter(slots map[string]int, caller string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	now := g.c.Now()
-	recent := g.failures[ip][:0]
-	for _, f := range g.failures[ip] {
-		if now.Sub(f.at) < badTokenWindow {
-			recent = append(recent, f)
-		}
-	}
-	g.failures[ip] = recent
-	if len(recent) == 0 {
-		delete(g.failures, ip)
-		return 0
-	}
-	// The address: once badTokenLimit different tokens failed, until the
-	// oldest of the latest failure of each leaves the window.
-	latest := map[[8]byte]time.Time{}
-	for _, f := range recent {
-		latest[f.token] = f.at
-	}
-	var wait time.Duration
-	if len(latest) >= badTokenLimit {
-		ends := make([]time.Time, 0, len(latest))
-		for _, at := range latest {
-			ends = append(ends, at)
-		}
-		slices.SortFunc(ends, time.Time.Compare)
-		wait = ends[len(ends)-badTokenLimit].Add(badTokenWindow).Sub(now)
-	}
-	// The token: once it failed badTokenLimit times.
-	var same []time.Time
-	for _, f := range recent {
-		if f.token == token {
-			same = append(same, f.at)
-		}
-	}
-	if len(same) >= badTokenLimit {
-		wait = max(wait, same[len(same)-badTokenLimit].Add(badTokenWindow).Sub(now))
-	}
-	return wait
-}
-
-// maxFailureAddrs bounds the addresses whose bad tokens are remembered;
-// past it, addresses with no bad token in the window are forgotten.
-const maxFailureAddrs = 4096
-
-// maxFailures bounds the bad tokens remembered per address.
-const maxFailures = 4 * badTokenLimit
-
-func (g *gate) fail(ip string, token [8]byte) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	now := g.c.Now()
-	if _, ok := g.failures[ip]; !ok && len(g.failures) >= maxFailureAddrs {
-		for a, fs := range g.failures {
-			if len(fs) == 0 || now.Sub(fs[len(fs)-1].at) >= badTokenWindow {
-				delete(g.failures, a)
-			}
-		}
-		for a := range g.failures { // still full: forget one at random
-			if len(g.failures) < maxFailureAddrs {
-				break
-			}
-			delete(g.failures, a)
-		}
-	}
-	g.failures[ip] = append(g.failures[ip], failure{at: now, token: token})
-	if n := len(g.failures[ip]); n > maxFailures {
-		g.failures[ip] = g.failures[ip][n-maxFailures:] // the oldest no longer matter
-	}
-}
-
-func (g *gate) enter(caller string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.inFlight[caller] >= g.c.MaxConcurrent {
+	if slots[caller] >= g.c.MaxConcurrent {
 		return false
 	}
-	g.inFlight[caller]++
+	slots[caller]++
 	return true
 }
 
-func (g *gate) leave(caller string) {
+func (g *gate) leave(slots map[string]int, caller string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.inFlight[caller]--; g.inFlight[caller] <= 0 {
-		delete(g.inFlight, caller)
+	if slots[caller]--; slots[caller] <= 0 {
+		delete(slots, caller)
 	}
 }
 
@@ -386,21 +296,6 @@ func loopbackHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// remoteIP is the address bad tokens are counted by: the client's IPv4
-// address, or its IPv6 /64 (one host commonly holds a whole /64).
-func remoteIP(r *http.Request) string {
-	ap, err := netip.ParseAddrPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	a := ap.Addr().Unmap()
-	if a.Is6() {
-		p, _ := a.WithZone("").Prefix(64)
-		return p.String()
-	}
-	return a.String()
-}
-
 // NewServer returns an *http.Server for h on addr with mcp-quota's
 // timeouts and size limits: slow clients cannot hold connections open.
 // log may be nil.
@@ -416,6 +311,7 @@ func NewServer(addr string, h http.Handler, log *slog.Logger) *http.Server {
 		WriteTimeout:      10 * time.Minute,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
+		ConnContext:       withConnTrust, // a token that authenticated on a connection is never throttled on it
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 }

@@ -153,7 +153,7 @@ func (h *Handler) quota(w http.ResponseWriter, r *http.Request) {
 	st, err := report.Build(r.Context(), h.Pacer, keys, caller.Name, h.now())
 	if err != nil {
 		h.log().Error("quota status failed", "error", err)
-		writeProblem(w, http.StatusInternalServerError, CodeInternal, "The state file could not be read.", nil)
+		writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable, "mcp-quota's state file could not be read; GET /healthz says why.", nil)
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
@@ -215,7 +215,7 @@ func (h *Handler) activity(w http.ResponseWriter, r *http.Request) {
 	})
 	if err != nil {
 		h.log().Error("activity failed", "error", err)
-		writeProblem(w, http.StatusInternalServerError, CodeInternal, "The state file could not be read.", nil)
+		writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable, "mcp-quota's state file could not be read; GET /healthz says why.", nil)
 		return
 	}
 	out := activityPage{Activity: make([]report.Activity, 0, len(list))}
@@ -240,13 +240,16 @@ func decodeCursor(s string) (int64, error) {
 	return strconv.ParseInt(string(b[1:]), 10, 64)
 }
 
-// Health serves GET /healthz: ok when the state file answers.
+// Health serves GET /healthz: ok when the state file answers, passes
+// SQLite's quick_check and took its last write (see state.DB.Check);
+// otherwise 503 stateUnavailable, saying which failed.
 func Health(db *state.DB) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if err := db.View(ctx, func(tx *state.Tx) error { _, err := tx.Keys(); return err }); err != nil {
-			writeProblem(w, http.StatusServiceUnavailable, CodeInternal, "The state file does not answer.", nil)
+		if err := db.Check(ctx); err != nil {
+			writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable,
+				sentence("The state file cannot be used: "+strings.TrimPrefix(err.Error(), "state: ")), map[string]any{"state": "unhealthy"})
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

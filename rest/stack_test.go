@@ -56,6 +56,8 @@ type stackConfig struct {
 	// Secret is the key's credential (UPSTREAM_SECRET); "" means
 	// upstreamSecret.
 	Secret string
+	// StateDir holds the state file; "" means a new temporary directory.
+	StateDir string
 }
 
 const defaultKeys = `
@@ -150,7 +152,11 @@ func newStack(t testing.TB, sc stackConfig) *stack {
 		level = slog.LevelInfo
 	}
 	log := slog.New(slog.NewJSONHandler(s.Log, &slog.HandlerOptions{Level: level}))
-	s.DBPath = filepath.Join(t.TempDir(), "state.db")
+	dir := sc.StateDir
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	s.DBPath = filepath.Join(dir, "state.db")
 	db, err := state.Open(context.Background(), s.DBPath)
 	if err != nil {
 		t.Fatal(err)

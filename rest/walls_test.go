@@ -401,3 +401,31 @@ func TestWallsMalformedRequestCostsTheKeyNothing(t *testing.T) {
 		t.Errorf("after the malformed requests, a good fetch got %s", sc)
 	}
 }
+
+// TestWallsStateUnavailable: when mcp-quota's own state file fails, REST
+// answers 503 stateUnavailable (not 502 upstreamUnavailable), MCP an
+// isError stateUnavailable, /healthz 503 — and nothing is sent upstream.
+func TestWallsStateUnavailable(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackConfig{})
+	mc := mcpClient(t, s, agentToken)
+	if resp, b := s.do(t, "GET", "/healthz", "", nil); resp.StatusCode != 200 {
+		t.Fatalf("healthz of a sound state: %d %s", resp.StatusCode, b)
+	}
+	s.DB.Close() // the state file is gone from under the server
+	before := s.upstreamRequests()
+	resp, b := s.do(t, "GET", "/k/demo/v1/participants?limit=1", syncToken, nil, "Prefer", "wait=0")
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), `"stateUnavailable"`) {
+		t.Errorf("REST with a failed state: %d %s; want 503 stateUnavailable", resp.StatusCode, b)
+	}
+	res, sc := callTool(t, mc, "fetch", map[string]any{"key": "demo", "path": "/v1/participants?limit=1", "max_wait_s": 0})
+	if !res.IsError || !strings.Contains(sc, `"stateUnavailable"`) {
+		t.Errorf("fetch with a failed state: %s; want isError stateUnavailable", sc)
+	}
+	if resp, b := s.do(t, "GET", "/healthz", "", nil); resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), `"stateUnavailable"`) {
+		t.Errorf("healthz with a failed state: %d %s; want 503 stateUnavailable", resp.StatusCode, b)
+	}
+	if n := s.upstreamRequests() - before; n != 0 {
+		t.Errorf("the upstream got %d requests while the state had failed, want 0", n)
+	}
+}

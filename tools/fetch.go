@@ -188,7 +188,7 @@ func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	f := fetchCall{d: d, lim: lim, k: k, caller: caller, method: method, target: target, digest: digest, start: start, maxLen: maxLen}
 	if method == http.MethodGet {
 		if res, ok, err := f.fromKept(ctx, header); err != nil {
-			return nil, err
+			return f.namedFailure(stateFailed(err)), nil
 		} else if ok {
 			return res, nil
 		}

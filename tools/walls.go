@@ -41,6 +41,12 @@ func (f *fetchCall) namedFailure(err error) *mcp.CallToolResult {
 	return nil
 }
 
+// stateFailed marks err, from reading or writing the state file, as
+// mcp-quota's own storage failing.
+func stateFailed(err error) error {
+	return fmt.Errorf("%w: %w", upstream.ErrStateUnavailable, err)
+}
+
 // bodyCut says why an answer's body read with err after n bytes (of the
 // declared length, -1 when none) is incomplete; "" when it is whole.
 func (f *fetchCall) bodyCut(err error, n int, declared int64) string {

@@ -53,7 +53,7 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 	out := req.Clone(req.Context())
 	if err := authorize(out, k); err != nil {
 		closeBody(req)
-		c.done(req.Context(), cs, t, pacer.Outcome{SentAt: c.now(), Err: err}, nil)
+		c.done(req.Context(), cs, t, pacer.Outcome{SentAt: c.now(), Err: err}, nil) // nothing went out
 		return nil, err
 	}
 	sentAt := c.now()
@@ -69,7 +69,9 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 			err = &RequestError{Field: "body", Reason: "the request body could not be read to its end: " + bodyErr.Error()}
 		}
 		err = scrubErr(k.Scrubber(), err)
-		c.done(req.Context(), cs, t, pacer.Outcome{SentAt: sentAt, Err: err, CallerAbort: abort}, nil)
+		if derr := c.done(req.Context(), cs, t, pacer.Outcome{SentAt: sentAt, Err: err, CallerAbort: abort}, nil); derr != nil {
+			return nil, fmt.Errorf("%w: the attempt failed (%w) and could not be recorded: %w", ErrStateUnavailable, err, derr)
+		}
 		cs.lastErr = err
 		return nil, err
 	}
@@ -84,13 +86,19 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	reading := ratelimit.Read(k.Profile, rr, answeredAt)
-	c.done(req.Context(), cs, t, pacer.Outcome{SentAt: sentAt, AnsweredAt: answeredAt, Status: resp.StatusCode, Reading: &reading}, &reading)
+	if err := c.done(req.Context(), cs, t, pacer.Outcome{SentAt: sentAt, AnsweredAt: answeredAt, Status: resp.StatusCode, Reading: &reading}, &reading); err != nil {
+		// mcp-quota answers nothing it could not record: the budget
+		// every other caller shares would not know of it.
+		resp.Body.Close()
+		return nil, fmt.Errorf("%w: the upstream answered %d, but the call could not be recorded, so its answer is not passed on (the call may have taken effect upstream): %w",
+			ErrStateUnavailable, resp.StatusCode, err)
+	}
 	return resp, nil
 }
 
-// done records an attempt's outcome. A failure to record is logged, not
-// returned: the caller still gets the answer the upstream gave.
-func (c *Client) done(ctx context.Context, cs *call, t pacer.Ticket, o pacer.Outcome, rd *ratelimit.Reading) {
+// done records an attempt's outcome, and returns the error when it could
+// not be recorded (which is also logged).
+func (c *Client) done(ctx context.Context, cs *call, t pacer.Ticket, o pacer.Outcome, rd *ratelimit.Reading) error {
 	// Recorded even when the caller has gone: the attempt happened.
 	res, err := c.pacer.Done(context.WithoutCancel(ctx), t, o)
 	if err != nil {
@@ -110,6 +118,7 @@ func (c *Client) done(ctx context.Context, cs *call, t pacer.Ticket, o pacer.Out
 	for _, w := range res.Warnings {
 		c.log.Warn(w, "key", cs.key.Name)
 	}
+	return err
 }
 
 func (a *attempts) transport(k *keystore.Key) http.RoundTripper {

@@ -102,6 +102,9 @@ func (a *answer) send(w http.ResponseWriter, resp *upstream.Response, flush bool
 		w.Header().Set(http.TrailerPrefix+WarningField, upstream.RedactionWarning(where))
 	}
 	if err != nil {
+		// What came goes out, then the exchange ends without its last
+		// chunk: the caller sees a body cut short, not a short body.
+		_ = http.NewResponseController(w).Flush()
 		return brokenBody(err, -1, resp.ContentLength)
 	}
 	return nil

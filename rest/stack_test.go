@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/gateway"
@@ -58,6 +59,8 @@ type stackConfig struct {
 	Secret string
 	// StateDir holds the state file; "" means a new temporary directory.
 	StateDir string
+	// AnswerTimeout bounds each fetch's answer (tools.Deps.AnswerTimeout).
+	AnswerTimeout time.Duration
 }
 
 const defaultKeys = `
@@ -168,7 +171,8 @@ func newStack(t testing.TB, sc stackConfig) *stack {
 		sc.Client(s.Client)
 	}
 	s.REST = &rest.Handler{Keys: store, Client: s.Client, Pacer: s.Pacer, DB: db, Log: log, Limits: sc.Limits}
-	mcp := tools.NewServer(&tools.Deps{Keys: store, Client: s.Client, Pacer: s.Pacer, DB: db, Log: log, Transport: "mcp-http"}, "test")
+	mcp := tools.NewServer(&tools.Deps{Keys: store, Client: s.Client, Pacer: s.Pacer, DB: db, Log: log, Transport: "mcp-http",
+		AnswerTimeout: sc.AnswerTimeout}, "test")
 	gc := gateway.Config{Keys: store, REST: s.REST, MCP: mcp, DB: db, Log: log, Loopback: true}
 	if sc.Gateway != nil {
 		sc.Gateway(&gc)

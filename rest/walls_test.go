@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -428,4 +429,136 @@ func TestWallsStateUnavailable(t *testing.T) {
 	if n := s.upstreamRequests() - before; n != 0 {
 		t.Errorf("the upstream got %d requests while the state had failed, want 0", n)
 	}
+}
+
+// brokenUpstream answers in the ways an answer can fail: never, cut by a
+// reset mid-body, a binary body cut short, a trickle, a false huge
+// Content-Length.
+func brokenUpstream(t *testing.T) http.Handler {
+	hijack := func(w http.ResponseWriter) net.Conn {
+		c, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		return c
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/never":
+			<-r.Context().Done()
+		case "/reset":
+			c := hijack(w)
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"items\":[1,2,3")
+			if tc, ok := c.(*net.TCPConn); ok {
+				tc.SetLinger(0) // a reset, not a clean close
+			}
+			c.Close()
+		case "/binary-short":
+			c := hijack(w)
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 1000\r\n\r\n%s", strings.Repeat("\x00\x01", 50))
+			c.Close()
+		case "/trickle":
+			w.Header().Set("Content-Type", "text/plain")
+			rc := http.NewResponseController(w)
+			for {
+				if _, err := io.WriteString(w, "."); err != nil {
+					return
+				}
+				rc.Flush()
+				select {
+				case <-r.Context().Done():
+					return
+				case <-time.After(20 * time.Millisecond): // the upstream's pace, not the test's
+				}
+			}
+		case "/huge-length":
+			c := hijack(w)
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 10000000000\r\n\r\n%s", "twenty bytes of body")
+			c.Close()
+		case "/short-length":
+			c := hijack(w)
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\n%s", "twenty bytes of body")
+			c.Close()
+		}
+	})
+}
+
+// TestWallsBrokenAnswersNamed: in MCP, an upstream that never answers, a
+// reset mid-body, a binary body cut short and a trickle that outlasts the
+// answer's bound are each named for what happened; on REST, a false
+// Content-Length is never passed on.
+func TestWallsBrokenAnswersNamed(t *testing.T) {
+	t.Parallel()
+	keys := `
+[[keys]]
+name = "demo"
+base_url = "%[1]s/"
+secret_env = "UPSTREAM_SECRET"
+max_rate = 1000.0
+  [[keys.policies]]
+  quota = 1000
+  window = "60s"
+
+[[keys]]
+name = "other"
+base_url = "%[1]s/"
+auth = "none"
+`
+	s := newStack(t, stackConfig{Upstream: brokenUpstream(t), Keys: keys, AnswerTimeout: 300 * time.Millisecond})
+	mc := mcpClient(t, s, agentToken)
+	type want struct {
+		code      string // of an isError result; "" for a result
+		truncated bool
+		says      string
+	}
+	for path, w := range map[string]want{
+		"/never":        {code: "upstreamTimeout", says: "did not answer within"},
+		"/reset":        {truncated: true, says: "connection broke after 15 bytes of the body of the 1000 it announced"},
+		"/binary-short": {truncated: true, says: "connection broke after 100 bytes of the body of the 1000"},
+		"/trickle":      {truncated: true, says: "still sending the body"},
+	} {
+		t.Run(strings.TrimPrefix(path, "/"), func(t *testing.T) {
+			res, sc := callTool(t, mc, "fetch", map[string]any{"key": "demo", "path": path, "max_wait_s": 0})
+			text := ""
+			for _, c := range res.Content {
+				if tc, ok := c.(mcp.TextContent); ok {
+					text += tc.Text
+				}
+			}
+			if w.code != "" {
+				if !res.IsError || !strings.Contains(sc, `"`+w.code+`"`) || !strings.Contains(sc, w.says) {
+					t.Errorf("%s: %s; want isError %s saying %q", path, sc, w.code, w.says)
+				}
+				return
+			}
+			if res.IsError || !strings.Contains(sc, `"truncated":true`) || !strings.Contains(sc, w.says) || !strings.Contains(text, w.says) {
+				t.Errorf("%s: %s\n%s\nwant a result, truncated, saying %q in both", path, sc, text, w.says)
+			}
+			if strings.Contains(sc, "larger than mcp-quota reads") {
+				t.Errorf("%s is reported as a size cut: %s", path, sc)
+			}
+		})
+	}
+
+	t.Run("REST false length", func(t *testing.T) {
+		req, _ := http.NewRequest("GET", s.URL+"/k/demo/huge-length", nil)
+		req.Header.Set("Authorization", "Bearer "+syncToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, rerr := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.ContentLength == 10000000000 || resp.Header.Get("Content-Length") != "" {
+			t.Errorf("the false Content-Length was passed on: %d %q", resp.ContentLength, resp.Header.Get("Content-Length"))
+		}
+		if rerr == nil {
+			t.Errorf("the cut body (%q) ended as if whole; want the exchange to end with an error", b)
+		}
+		r2, b2 := s.do(t, "GET", "/k/demo/short-length", syncToken, nil)
+		if r2.StatusCode != http.StatusBadGateway || !strings.Contains(string(b2), "broke off after 20 bytes of the 100 it announced") {
+			t.Errorf("a small body cut short: %d %s; want 502 naming it", r2.StatusCode, b2)
+		}
+	})
 }

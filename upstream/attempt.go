@@ -56,13 +56,19 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 		c.done(req.Context(), cs, t, pacer.Outcome{SentAt: c.now(), Err: err}, nil) // nothing went out
 		return nil, err
 	}
+	actx, cancel := withAnswerDeadline(out.Context(), cs.req.AnswerTimeout)
+	out = out.WithContext(actx)
 	sentAt := c.now()
 	resp, err := a.transport(k).RoundTrip(out)
 	if err != nil {
+		cancel()
+		if errors.Is(context.Cause(actx), ErrAnswerTimeout) && req.Context().Err() == nil {
+			err = fmt.Errorf("%w: no answer came within %s", ErrAnswerTimeout, cs.req.AnswerTimeout)
+		}
 		// The caller's body being too large or going bad, or the caller
 		// going away, is not the upstream's failure: it must not make the
 		// key back off. (mcp-quota's own bound on the answer's time is.)
-		gone := req.Context().Err() != nil && !errors.Is(context.Cause(req.Context()), ErrAnswerTimeout)
+		gone := req.Context().Err() != nil
 		bodyErr := cs.body.err()
 		abort := errors.As(err, new(*http.MaxBytesError)) || gone || bodyErr != nil
 		if bodyErr != nil && !errors.As(err, new(*http.MaxBytesError)) {
@@ -75,6 +81,7 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 		cs.lastErr = err
 		return nil, err
 	}
+	resp.Body = &answerBody{body: resp.Body, ctx: actx, cancel: cancel}
 	cs.lastErr = nil
 	answeredAt := c.now()
 	rr := ratelimit.Response{Status: resp.StatusCode, Header: resp.Header}

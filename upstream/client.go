@@ -99,10 +99,11 @@ type Request struct {
 	// Digest identifies the request (see Digest) for a caller whose
 	// repeats are counted (the fetch tool's loop guard); "" for none.
 	Digest string
-	// AnswerTimeout, when positive, bounds the whole answer — admission
-	// (up to MaxWait) plus this long for the header and the whole body to
-	// arrive; past it the call fails, or the body's reads fail, with
-	// ErrAnswerTimeout. Zero means no bound beyond the transport's.
+	// AnswerTimeout, when positive, bounds each attempt's whole answer:
+	// its header and its whole body must arrive within this long of its
+	// sending, or the attempt fails (an upstream failure), or the body's
+	// reads fail, with ErrAnswerTimeout. Zero means no bound beyond the
+	// transport's (which bounds only the header).
 	AnswerTimeout time.Duration
 }
 
@@ -184,14 +185,8 @@ func (c *Client) do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 		return nil, fmt.Errorf("upstream: unsupported body type %T", r.Body)
 	}
 	cs.digest = r.Digest
-	bound := time.Duration(0)
-	if r.AnswerTimeout > 0 {
-		bound = r.AnswerTimeout + max(r.MaxWait, PaceGrace)
-	}
-	actx, cancel := withAnswerDeadline(ctx, bound)
-	req, err := retryablehttp.NewRequestWithContext(context.WithValue(actx, callKey{}, cs), method, u.String(), body)
+	req, err := retryablehttp.NewRequestWithContext(context.WithValue(ctx, callKey{}, cs), method, u.String(), body)
 	if err != nil {
-		cancel()
 		return nil, fmt.Errorf("upstream: %w", err)
 	}
 	if stream != nil {
@@ -215,7 +210,6 @@ func (c *Client) do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 	}
 	resp, err := rc.Do(req)
 	if err != nil {
-		cancel()
 		var pe *pacer.PauseError
 		var reqErr *RequestError
 		var pathErr *PathError
@@ -239,8 +233,8 @@ func (c *Client) do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 			return nil, fmt.Errorf("key '%s': %w", k.Name, err)
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
-		case errors.Is(context.Cause(actx), ErrAnswerTimeout):
-			return nil, fmt.Errorf("key '%s': %w: no answer came within %s", k.Name, ErrAnswerTimeout, r.AnswerTimeout)
+		case errors.Is(err, ErrAnswerTimeout):
+			return nil, fmt.Errorf("key '%s': %w", k.Name, unwrapURL(err))
 		case errors.Is(err, ErrForbiddenAddress):
 			return nil, fmt.Errorf("key '%s': %w", k.Name, unwrapURL(err))
 		}
@@ -254,7 +248,7 @@ func (c *Client) do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 		out.redacted = append(out.redacted, "the status line")
 	}
 	out.body = s.Reader(resp.Body)
-	resp.Body = &answerBody{Reader: out.body, body: resp.Body, ctx: actx, cancel: cancel}
+	resp.Body = readCloser{out.body, resp.Body}
 	if cs.last != nil {
 		out.Reading, out.Result = cs.last.reading, cs.last.result
 		out.Result.Warnings = cs.warnings // every attempt's

@@ -183,20 +183,18 @@ func RedactionWarning(where []string) string {
 		strings.Join(where, ", "), keystore.Redacted)
 }
 
-// answerBody is an answer's body, scrubbed, that fails with
-// ErrAnswerTimeout once the answer's deadline passed, and releases the
-// attempt's context when closed.
+// answerBody is an attempt's body, whose reads fail with
+// ErrAnswerTimeout once the attempt's deadline passed; closing it
+// releases the attempt's context.
 type answerBody struct {
-	io.Reader
 	body   io.ReadCloser
-	scrub  *keystore.ScrubReader
 	ctx    context.Context
 	cancel context.CancelFunc
 }
 
 func (b *answerBody) Read(p []byte) (int, error) {
-	n, err := b.Reader.Read(p)
-	if err != nil && !errors.Is(err, io.EOF) && b.ctx != nil && errors.Is(context.Cause(b.ctx), ErrAnswerTimeout) {
+	n, err := b.body.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) && errors.Is(context.Cause(b.ctx), ErrAnswerTimeout) {
 		err = fmt.Errorf("%w: the body was still arriving when the time ran out: %w", ErrAnswerTimeout, err)
 	}
 	return n, err
@@ -204,9 +202,7 @@ func (b *answerBody) Read(p []byte) (int, error) {
 
 func (b *answerBody) Close() error {
 	err := b.body.Close()
-	if b.cancel != nil {
-		b.cancel()
-	}
+	b.cancel()
 	return err
 }
 

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -250,12 +249,12 @@ func (g *gate) origins(next http.Handler) http.Handler {
 			return
 		}
 		origin := r.Header.Get("Origin")
-		if origin != "" && origin != "null" && !g.originAllowed(origin, r.Host) {
+		if origin != "" && origin != "null" && !g.originAllowed(origin, r) {
 			rest.WriteProblem(w, http.StatusForbidden, rest.CodeForbidden,
 				fmt.Sprintf("Requests from origin %s are not allowed; start mcp-quota with --allow-origin to allow it.", origin), nil)
 			return
 		}
-		if origin == "null" || (r.Header.Get("Sec-Fetch-Site") == "cross-site" && !slices.Contains(g.c.AllowOrigins, origin)) {
+		if origin == "null" || !fetchSiteAllowed(r.Header.Values("Sec-Fetch-Site"), slices.Contains(g.c.AllowOrigins, origin)) {
 			rest.WriteProblem(w, http.StatusForbidden, rest.CodeForbidden, "Cross-site requests are not allowed.", nil)
 			return
 		}
@@ -264,22 +263,56 @@ func (g *gate) origins(next http.Handler) http.Handler {
 }
 
 // originAllowed reports whether origin is allow-listed, or is this very
-// server (same scheme-less host and port).
-func (g *gate) originAllowed(origin, host string) bool {
+// server's origin, compared as the Fetch standard serializes an origin
+// (scheme "://" host [":" port], lower case, no default port, no path):
+// exactly, so another scheme, a trailing slash or other spellings are
+// other origins.
+func (g *gate) originAllowed(origin string, r *http.Request) bool {
 	if slices.Contains(g.c.AllowOrigins, origin) {
 		return true
 	}
-	u, err := url.Parse(origin)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+	if g.c.Loopback && !loopbackHost(r.Host) {
 		return false
 	}
-	if g.c.Loopback {
-		return loopbackHost(u.Host) && sameHost(u.Host, host)
-	}
-	return sameHost(u.Host, host)
+	return origin == ownOrigin(r)
 }
 
-func sameHost(a, b string) bool { return strings.EqualFold(a, b) }
+// ownOrigin is the origin a browser names for pages served at r's Host
+// by this listener.
+func ownOrigin(r *http.Request) string {
+	scheme, port := "http", "80"
+	if r.TLS != nil {
+		scheme, port = "https", "443"
+	}
+	host := strings.ToLower(r.Host)
+	if h, p, err := net.SplitHostPort(host); err == nil && p == port {
+		host = h
+		if strings.Contains(h, ":") {
+			host = "[" + h + "]"
+		}
+	}
+	return scheme + "://" + host
+}
+
+// fetchSiteAllowed judges Sec-Fetch-Site, whose value is one of the
+// lower-case tokens "cross-site", "same-origin", "same-site" and "none"
+// (Fetch Metadata §2.4), compared exactly: cross-site only from an
+// allow-listed origin, and anything else that is not one of them refused.
+func fetchSiteAllowed(values []string, allowListed bool) bool {
+	if len(values) == 0 {
+		return true
+	}
+	if len(values) > 1 {
+		return false
+	}
+	switch values[0] {
+	case "same-origin", "same-site", "none":
+		return true
+	case "cross-site":
+		return allowListed
+	}
+	return false
+}
 
 // loopbackHost reports whether host (with or without port) names this
 // machine.

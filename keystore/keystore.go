@@ -225,3 +225,16 @@ func CallerFrom(ctx context.Context) (*Caller, bool) {
 	c, ok := ctx.Value(callerKey{}).(*Caller)
 	return c, ok && c != nil
 }
+
+// For returns the Store as caller c sees it: only the keys c may use, and
+// no callers. What it returns is what an error or a description shown to
+// c may name.
+func (s *Store) For(c *Caller) *Store {
+	out := &Store{}
+	for _, k := range s.keys {
+		if c.MayUse(k.Name) {
+			out.keys = append(out.keys, k)
+		}
+	}
+	return out
+}

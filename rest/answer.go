@@ -110,13 +110,18 @@ func (a *answer) send(w http.ResponseWriter, resp *upstream.Response, flush bool
 	return nil
 }
 
-// decidedWait is the wait mcp-quota decided after an answer: what the
-// Retry-After gate, the backoff or the circuit set, or the pause the
-// advice asks for; 0 when none.
-func decidedWait(res pacer.Result) time.Duration {
+// decidedWait is the wait mcp-quota decided after an answer: the
+// upstream's Retry-After as read (a valid one, capped), or longer when
+// the gate, the backoff or the circuit set more, or the advice pauses
+// longer; 0 when none.
+func decidedWait(resp *upstream.Response) time.Duration {
+	res := resp.Result
 	d := res.RetryIn
 	if res.Advice.Action == pacer.Pause {
 		d = max(d, res.Advice.RetryAfter)
+	}
+	if resp.Reading.HasRetryAfter {
+		d = max(d, resp.Reading.RetryAfter)
 	}
 	return d
 }

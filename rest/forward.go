@@ -115,7 +115,7 @@ func (h *Handler) Forward(w http.ResponseWriter, r *http.Request) {
 	if ls := limits(resp.Result.Budgets); len(ls) > 0 {
 		ratelimit.SetHeaders(hdr, ls) // else the upstream's own fields pass as they came
 	}
-	ratelimit.ReplaceRetryAfter(hdr, decidedWait(resp.Result))
+	ratelimit.ReplaceRetryAfter(hdr, decidedWait(resp))
 	if applied != "" {
 		hdr.Set("Preference-Applied", applied)
 	}

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -561,4 +562,119 @@ auth = "none"
 			t.Errorf("a small body cut short: %d %s; want 502 naming it", r2.StatusCode, b2)
 		}
 	})
+}
+
+// TestWallsOwnKeysOnly: unknownKey and the fetch description name only
+// the keys the caller may use (issue 13: they listed every key).
+func TestWallsOwnKeysOnly(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackConfig{}) // keys demo and other; the agent may use demo only
+	mc := mcpClient(t, s, agentToken)
+	for _, name := range []string{"nope", ""} {
+		res, sc := callTool(t, mc, "fetch", map[string]any{"key": name, "path": "/v1/participants"})
+		if name == "nope" && (!res.IsError || !strings.Contains(sc, "unknownKey")) {
+			t.Errorf("key %q: %s; want unknownKey", name, sc)
+		}
+		if strings.Contains(sc, "other") {
+			t.Errorf("key %q: %s names a key the caller may not use", name, sc)
+		}
+	}
+	tl, err := mc.ListTools(context.Background(), mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range tl.Tools {
+		if tool.Name == "fetch" && (strings.Contains(tool.Description, "other") || !strings.Contains(tool.Description, "demo")) {
+			t.Errorf("fetch description for the agent: %q; want demo and not other", tool.Description)
+		}
+	}
+	resp, b := s.do(t, "GET", "/k/nope/x", syncToken, nil)
+	if resp.StatusCode != 404 || strings.Contains(string(b), "other") {
+		t.Errorf("REST unknown key: %d %s; want 404 naming only the caller's keys", resp.StatusCode, b)
+	}
+}
+
+// TestWallsRetryAfterDecided: an upstream's Retry-After is not passed on
+// as it came; REST callers get what mcp-quota decided (issue 13: invalid
+// values went through verbatim).
+func TestWallsRetryAfterDecided(t *testing.T) {
+	t.Parallel()
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", r.URL.Query().Get("ra"))
+		status := http.StatusOK
+		if r.URL.Query().Has("refuse") {
+			status = http.StatusTooManyRequests
+		}
+		w.WriteHeader(status)
+	})
+	for _, tc := range []struct {
+		query string
+		want  func(string) bool
+		says  string
+	}{
+		{"ra=soon", func(v string) bool { return v == "" }, "none: a 200 that mcp-quota set no wait for"},
+		{"ra=-5&refuse", func(v string) bool { n, err := strconv.Atoi(v); return v == "" || err == nil && n >= 1 },
+			"what mcp-quota decided: none, or its backoff in whole seconds"},
+		{"ra=Wed,%2021%20Oct%202015%2007:28:00%20GMT&refuse", func(v string) bool { return v == "" || !strings.Contains(v, "2015") },
+			"not a date in the past"},
+		{"ra=7&refuse", func(v string) bool { n, err := strconv.Atoi(v); return err == nil && n >= 7 && n <= 8 }, "7 or 8 (the upstream's wait, jittered up)"},
+	} {
+		s := newStack(t, stackConfig{Upstream: up}) // a key no earlier answer paused
+		resp, _ := s.do(t, "GET", "/k/demo/x?"+tc.query, syncToken, nil, "Prefer", "wait=0")
+		if got := resp.Header.Get("Retry-After"); !tc.want(got) {
+			t.Errorf("upstream Retry-After from %q: the caller got %q; want %s", tc.query, got, tc.says)
+		}
+	}
+}
+
+// TestWallsRedirectToOtherScheme: a same-host redirect to another scheme
+// (gopher://, or https:// from an http base) is refused before anything
+// is dialled: the 3xx comes back as it came, and the key is not blamed.
+func TestWallsRedirectToOtherScheme(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	conns := 0
+	var host string
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/gopher":
+			http.Redirect(w, r, "gopher://"+host+"/x", http.StatusFound)
+		case "/https":
+			http.Redirect(w, r, "https://"+host+"/x", http.StatusFound)
+		}
+	}))
+	up.Config.ConnState = func(c net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			mu.Lock()
+			conns++
+			mu.Unlock()
+		}
+	}
+	up.Start()
+	t.Cleanup(up.Close)
+	host = strings.TrimPrefix(up.URL, "http://")
+	keys := `
+[[keys]]
+name = "demo"
+base_url = "` + up.URL + `/"
+secret_env = "UPSTREAM_SECRET"
+max_rate = 1000.0
+
+[[keys]]
+name = "other"
+base_url = %[1]q
+auth = "none"
+`
+	s := newStack(t, stackConfig{Keys: keys})
+	for _, p := range []string{"/gopher", "/https", "/gopher", "/https", "/gopher", "/https"} {
+		resp, b := s.raw(t, "GET", "/k/demo"+p, "Authorization: Bearer "+syncToken, "Prefer: wait=0")
+		if resp.StatusCode != http.StatusFound {
+			t.Errorf("%s: %d %s; want the 302 as it came", p, resp.StatusCode, b)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if conns != 1 {
+		t.Errorf("the upstream's address saw %d connections; want 1 (the redirects were not followed)", conns)
+	}
 }

@@ -134,7 +134,7 @@ func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	caller := d.caller(ctx)
 	k, err := d.Keys.Key(a.Key)
 	if err != nil {
-		return failure("unknownKey", sentence(err.Error())), nil
+		return failure("unknownKey", unknownKey(d.Keys, caller, a.Key)), nil
 	}
 	if !caller.MayUse(k.Name) {
 		return failure("forbidden", fmt.Sprintf("Caller '%s' may not use key '%s'.", caller.Name, k.Name)), nil

@@ -69,6 +69,7 @@ func NewServer(d *Deps, version string) *server.MCPServer {
 		server.WithInputSchemaValidation(),
 		server.WithOutputSchemaValidation(),
 		server.WithHooks(hooks),
+		server.WithToolFilter(d.ownKeysOnly),
 		server.WithInstructions(Instructions),
 	)
 	s.AddTool(fetchTool(d.Keys), d.fetch)

@@ -1,8 +1,10 @@
 package tools
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -92,4 +94,33 @@ func scrubKept(k *keystore.Key, r state.StoredResponse) state.StoredResponse {
 	r.ETag, _ = s.Scrub(r.ETag)
 	r.LastModified, _ = s.Scrub(r.LastModified)
 	return r
+}
+
+// unknownKey is the message for a key name the store does not hold (or
+// none, where several are configured), naming only the keys caller may
+// use.
+func unknownKey(keys *keystore.Store, caller *keystore.Caller, name string) string {
+	own := keys.For(caller)
+	if k, err := own.Key(name); err != nil {
+		return sentence(err.Error())
+	} else if name == "" {
+		return fmt.Sprintf("Name the key: key=%q is the one you may use.", k.Name)
+	}
+	return sentence(fmt.Sprintf("%v %q", keystore.ErrUnknownKey, name))
+}
+
+// ownKeysOnly is the tool filter that describes fetch to each caller with
+// only the keys it may use.
+func (d *Deps) ownKeysOnly(ctx context.Context, ts []mcp.Tool) []mcp.Tool {
+	caller := d.caller(ctx)
+	if caller.MayUse("*") {
+		return ts
+	}
+	out := slices.Clone(ts)
+	for i, t := range out {
+		if t.Name == "fetch" {
+			out[i] = fetchTool(d.Keys.For(caller))
+		}
+	}
+	return out
 }

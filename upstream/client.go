@@ -206,7 +206,7 @@ func (c *Client) do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 		// backoff end), so the retry loop itself never sleeps.
 		Backoff:      func(time.Duration, time.Duration, int, *http.Response) time.Duration { return 0 },
 		ErrorHandler: func(resp *http.Response, err error, _ int) (*http.Response, error) { return resp, err },
-		Logger:       retryLog{c.log},
+		Logger:       retryLog{c.log, k.Scrubber()},
 	}
 	resp, err := rc.Do(req)
 	if err != nil {
@@ -412,10 +412,26 @@ func unwrapURL(err error) error {
 
 // retryLog hands go-retryablehttp's log lines to the debug level: it
 // reports a pause or a refused address as a failed request, and mcp-quota
-// reports what matters itself.
-type retryLog struct{ log *slog.Logger }
+// reports what matters itself. Its values (URLs, errors naming a
+// redirect's URL) go through the key's Scrubber.
+type retryLog struct {
+	log   *slog.Logger
+	scrub *keystore.Scrubber
+}
 
-func (l retryLog) Error(msg string, kv ...any) { l.log.Debug(msg, kv...) }
-func (l retryLog) Info(msg string, kv ...any)  { l.log.Debug(msg, kv...) }
-func (l retryLog) Debug(msg string, kv ...any) { l.log.Debug(msg, kv...) }
-func (l retryLog) Warn(msg string, kv ...any)  { l.log.Debug(msg, kv...) }
+func (l retryLog) line(msg string, kv []any) {
+	if !l.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	out := make([]any, len(kv))
+	for i, v := range kv {
+		s, _ := l.scrub.Scrub(fmt.Sprint(v))
+		out[i] = s
+	}
+	l.log.Debug(msg, out...)
+}
+
+func (l retryLog) Error(msg string, kv ...any) { l.line(msg, kv) }
+func (l retryLog) Info(msg string, kv ...any)  { l.line(msg, kv) }
+func (l retryLog) Debug(msg string, kv ...any) { l.line(msg, kv) }
+func (l retryLog) Warn(msg string, kv ...any)  { l.line(msg, kv) }

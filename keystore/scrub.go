@@ -273,9 +273,10 @@ func (s *Scrubber) Reader(r io.Reader) *ScrubReader {
 	return &ScrubReader{s: s, r: r}
 }
 
-// A ScrubReader is what Scrubber.Reader returns. It holds back the last
-// bytes of what it read until it knows they do not begin a form of the
-// credential. It is not safe for concurrent use, except for Hit.
+// A ScrubReader is what Scrubber.Reader returns. It holds back only a
+// tail of what it read that could begin a form of the credential, until
+// the next read tells; the rest goes out at once (a stream's events are
+// not delayed). It is not safe for concurrent use, except for Hit.
 type ScrubReader struct {
 	s       *Scrubber
 	r       io.Reader
@@ -304,13 +305,61 @@ func (sr *ScrubReader) Read(p []byte) (int, error) {
 		n, err := sr.r.Read(sr.pending[len(sr.pending):cap(sr.pending)])
 		sr.pending = sr.pending[:len(sr.pending)+n]
 		sr.err = err
-		if err == nil && len(sr.pending) > sr.s.hold {
-			sr.emit(len(sr.pending) - sr.s.hold)
+		if err == nil {
+			// Everything but a tail that could begin a form goes out now,
+			// so a stream's events are not held back.
+			cut := len(sr.pending)
+			for i := max(0, len(sr.pending)-sr.s.hold); i < len(sr.pending); i++ {
+				if sr.s.partialAt(sr.pending, i) {
+					cut = i
+					break
+				}
+			}
+			if cut > 0 {
+				sr.emit(cut)
+			}
 		}
 	}
 	n := copy(p, sr.out)
 	sr.out = sr.out[n:]
 	return n, nil
+}
+
+// partialAt reports whether b[i:] could be the start of a form of a
+// secret that the end of b cut short.
+func (s *Scrubber) partialAt(b []byte, i int) bool {
+	for _, v := range s.secrets {
+		if prefixForm(b, i, v) {
+			return true
+		}
+	}
+	rest := b[i:]
+	for _, core := range s.cores {
+		if len(rest) < len(core) && string(rest) == core[:len(rest)] {
+			return true
+		}
+	}
+	return false
+}
+
+// prefixForm reports whether b[j:], which runs to the end of b, spells
+// the start of v (not all of it) in the forms a Scrubber reads,
+// counting an escape the end of b cut short as a possible byte.
+func prefixForm(b []byte, j int, v string) bool {
+	if v == "" {
+		return false // all of v: a form, not a part of one
+	}
+	if j == len(b) {
+		return true
+	}
+	var opts [2]int
+	for _, n := range byteAt(b, j, v[0], opts[:0]) {
+		if prefixForm(b, j+n, v[1:]) {
+			return true
+		}
+	}
+	rest := b[j:]
+	return len(rest) < maxForm && (rest[0] == '%' || rest[0] == '\\' || rest[0] == '&')
 }
 
 // emit scrubs pending up to cut and moves it to out.

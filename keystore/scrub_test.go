@@ -134,3 +134,36 @@ func FuzzScrubber(f *testing.F) {
 		}
 	})
 }
+
+// TestScrubReaderDoesNotHoldBackAStream: what cannot begin a form goes
+// out as soon as it is read, so an event stream is not delayed; a tail
+// that could begin one waits for the next read.
+func TestScrubReaderDoesNotHoldBackAStream(t *testing.T) {
+	s := keystore.NewScrubber(scrubSecret)
+	pr, pw := io.Pipe()
+	sr := s.Reader(pr)
+	got := make(chan string)
+	go func() {
+		for {
+			b := make([]byte, 64)
+			n, err := sr.Read(b)
+			if err != nil {
+				close(got)
+				return
+			}
+			got <- string(b[:n])
+		}
+	}()
+	go pw.Write([]byte("data: {\"n\":1}\n\n"))
+	if g := <-got; g != "data: {\"n\":1}\n\n" {
+		t.Errorf("first event: %q", g)
+	}
+	go pw.Write([]byte("data: zqx%2"))
+	if g := <-got; g != "data: " {
+		t.Errorf("an event ending in what could begin the credential: %q, want only what cannot", g)
+	}
+	go func() { pw.Write([]byte("B9%2F8%3Dx%26y+%3C%22k%22%3E\n\n")); pw.Close() }()
+	if g := <-got; g != keystore.Redacted+"\n\n" {
+		t.Errorf("the rest: %q, want the credential replaced", g)
+	}
+}

@@ -37,8 +37,9 @@ type Scrubber struct {
 
 type scrubber struct {
 	secrets []string
-	cores   []string // base64 runs that only a text holding a secret contains
-	hold    int      // the longest form of any secret, in bytes
+	cores   []string  // base64 runs that only a text holding a secret contains
+	hold    int       // the longest form of any secret, in bytes
+	start   [256]bool // the bytes a form can begin with
 }
 
 func (s *Scrubber) String() string   { return "keystore.Scrubber(" + redacted + ")" }
@@ -48,11 +49,15 @@ func (s *Scrubber) GoString() string { return s.String() }
 // MinScrubLen are not looked for. It returns nil when none is left.
 func NewScrubber(secrets ...string) *Scrubber {
 	s := &Scrubber{&scrubber{}}
+	for _, c := range []byte{'%', '\\', '&', '+'} {
+		s.start[c] = true
+	}
 	for _, v := range secrets {
 		if len(v) < MinScrubLen {
 			continue
 		}
 		s.secrets = append(s.secrets, v)
+		s.start[v[0]] = true
 		s.hold = max(s.hold, maxForm*len(v))
 		for off := range 3 {
 			enc := base64.StdEncoding.EncodeToString(append(make([]byte, off), v...))
@@ -62,8 +67,10 @@ func NewScrubber(secrets ...string) *Scrubber {
 			from, to := (8*off+5)/6, 8*(off+len(v))/6
 			core := enc[from:to]
 			s.cores = append(s.cores, core)
+			s.start[core[0]] = true
 			if u := strings.NewReplacer("+", "-", "/", "_").Replace(core); u != core {
 				s.cores = append(s.cores, u)
+				s.start[u[0]] = true
 			}
 		}
 	}
@@ -118,6 +125,14 @@ func (s *Scrubber) scrub(b []byte, cut int) ([]byte, int, bool) {
 	hit := false
 	i := 0
 	for i < cut {
+		j := i
+		for j < cut && !s.start[b[j]] {
+			j++
+		}
+		out = append(out, b[i:j]...)
+		if i = j; i >= cut {
+			break
+		}
 		if n := s.matchAt(b, i); n > 0 {
 			out = append(out, redacted...)
 			i += n

@@ -506,7 +506,8 @@ name = "other"
 base_url = "%[1]s/"
 auth = "none"
 `
-	s := newStack(t, stackConfig{Upstream: brokenUpstream(t), Keys: keys, AnswerTimeout: 300 * time.Millisecond})
+	s := newStack(t, stackConfig{Upstream: brokenUpstream(t), Keys: keys, AnswerTimeout: 300 * time.Millisecond,
+		Callers: strings.ReplaceAll(callers, `keys = ["demo"]`, `keys = ["demo", "other"]`)})
 	mc := mcpClient(t, s, agentToken)
 	type want struct {
 		code      string // of an isError result; "" for a result
@@ -520,7 +521,11 @@ auth = "none"
 		"/trickle":      {truncated: true, says: "still sending the body"},
 	} {
 		t.Run(strings.TrimPrefix(path, "/"), func(t *testing.T) {
-			res, sc := callTool(t, mc, "fetch", map[string]any{"key": "demo", "path": path, "max_wait_s": 0})
+			key := "demo"
+			if path == "/never" {
+				key = "other" // a timeout is the upstream's failure: its backoff must not pause the others
+			}
+			res, sc := callTool(t, mc, "fetch", map[string]any{"key": key, "path": path, "max_wait_s": 0})
 			text := ""
 			for _, c := range res.Content {
 				if tc, ok := c.(mcp.TextContent); ok {

@@ -84,11 +84,19 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp.Body = &answerBody{body: resp.Body, ctx: actx, cancel: cancel}
 	cs.lastErr = nil
 	answeredAt := c.now()
+	// Signals are read from the answer as callers will see it: what they
+	// record (policy names, partitions, problem details) never holds the
+	// credential either. (The header itself stays as it came until Do
+	// returns: the redirect policy reads its Location.)
 	rr := ratelimit.Response{Status: resp.StatusCode, Header: resp.Header}
+	if s := k.Scrubber(); s != nil {
+		rr.Header = resp.Header.Clone()
+		scrubHeader(s, rr.Header)
+	}
 	if wantsBody(resp, k.Profile) {
 		prefix, err := io.ReadAll(io.LimitReader(resp.Body, peekLimit))
 		if err == nil || len(prefix) > 0 {
-			rr.Body = prefix
+			rr.Body, _ = k.Scrubber().ScrubBytes(prefix)
 			resp.Body = readCloser{io.MultiReader(bytes.NewReader(prefix), resp.Body), resp.Body}
 		}
 	}

@@ -424,6 +424,10 @@ func TestWallsStateUnavailable(t *testing.T) {
 	if !res.IsError || !strings.Contains(sc, `"stateUnavailable"`) {
 		t.Errorf("fetch with a failed state: %s; want isError stateUnavailable", sc)
 	}
+	res, sc = callTool(t, mc, "quota_status", map[string]any{})
+	if !res.IsError || !strings.Contains(sc, `"stateUnavailable"`) {
+		t.Errorf("quota_status with a failed state: %s; want isError stateUnavailable", sc)
+	}
 	if resp, b := s.do(t, "GET", "/healthz", "", nil); resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), `"stateUnavailable"`) {
 		t.Errorf("healthz with a failed state: %d %s; want 503 stateUnavailable", resp.StatusCode, b)
 	}
@@ -575,6 +579,10 @@ func TestWallsOwnKeysOnly(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackConfig{}) // keys demo and other; the agent may use demo only
 	mc := mcpClient(t, s, agentToken)
+	res, sc := callTool(t, mc, "quota_status", map[string]any{"key": "nope"})
+	if !res.IsError || !strings.Contains(sc, "unknownKey") || strings.Contains(sc, "other") {
+		t.Errorf("quota_status of an unknown key: %s; want unknownKey naming only the caller's keys", sc)
+	}
 	for _, name := range []string{"nope", ""} {
 		res, sc := callTool(t, mc, "fetch", map[string]any{"key": name, "path": "/v1/participants"})
 		if name == "nope" && (!res.IsError || !strings.Contains(sc, "unknownKey")) {

@@ -43,7 +43,7 @@ func (d *Deps) quotaStatus(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	}
 	st, err := report.Build(ctx, d.Pacer, keys, d.caller(ctx).Name, d.now())
 	if err != nil {
-		return nil, err
+		return d.stateUnavailable(a.Key, err), nil
 	}
 	return mcp.NewToolResultStructured(st, statusText(st)), nil
 }
@@ -55,7 +55,7 @@ func (d *Deps) keysFor(ctx context.Context, name string) ([]*keystore.Key, *mcp.
 	if name != "" {
 		k, err := d.Keys.Key(name)
 		if err != nil {
-			return nil, failure("unknownKey", sentence(err.Error()))
+			return nil, failure("unknownKey", unknownKey(d.Keys, caller, name))
 		}
 		if !caller.MayUse(k.Name) {
 			return nil, failure("forbidden", fmt.Sprintf("Caller '%s' may not use key '%s'.", caller.Name, k.Name))

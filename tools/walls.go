@@ -34,13 +34,19 @@ func (f *fetchCall) namedFailure(err error) *mcp.CallToolResult {
 	case errors.Is(err, upstream.ErrBadRequest):
 		return failure("badArguments", sentence(err.Error())+" Nothing was sent, and the key's budget and backoff are untouched.")
 	case errors.Is(err, upstream.ErrStateUnavailable):
-		f.d.Log.Error("the state file failed", "key", f.k.Name, "error", err)
-		return failure("stateUnavailable", "mcp-quota's state file cannot be used (it is full, unwritable or damaged), so no call can be admitted or recorded; nothing was sent. Tell the user; try again later.")
+		return f.d.stateUnavailable(f.k.Name, err)
 	case errors.Is(err, upstream.ErrAnswerTimeout):
 		return failure("upstreamTimeout", fmt.Sprintf("Key '%s': the upstream did not answer within %s; mcp-quota stopped waiting. Try again later, or ask for less (smaller pages).",
 			f.k.Name, f.d.answerTimeout()))
 	}
 	return nil
+}
+
+// stateUnavailable is the isError result of a tool whose state file
+// failed, and logs why.
+func (d *Deps) stateUnavailable(key string, err error) *mcp.CallToolResult {
+	d.Log.Error("the state file failed", "key", key, "error", err)
+	return failure("stateUnavailable", "mcp-quota's state file cannot be used (it is full, unwritable or damaged), so no call can be admitted or recorded; nothing was sent. Tell the user; try again later.")
 }
 
 // stateFailed marks err, from reading or writing the state file, as

@@ -297,7 +297,7 @@ func (f *fetchCall) answered(ctx context.Context, resp *upstream.Response) (*mcp
 	ct := resp.Header.Get("Content-Type")
 	notModified := resp.StatusCode == http.StatusNotModified && f.hasKept
 	if notModified {
-		raw, ct, complete = f.kept.Body, f.kept.ContentType, true
+		raw, ct, complete, cut = f.kept.Body, f.kept.ContentType, true, ""
 	}
 	unchanged := false
 	if f.method == http.MethodGet && complete && int64(len(raw)) <= f.lim.KeepBody && (resp.StatusCode == http.StatusOK || notModified) {
@@ -319,9 +319,6 @@ func (f *fetchCall) answered(ctx context.Context, resp *upstream.Response) (*mcp
 	status := resp.StatusCode
 	if notModified {
 		status = http.StatusNotModified
-	}
-	if notModified {
-		cut = ""
 	}
 	r := f.result(status, resp.Header, ct, raw, complete || cut != "")
 	markCut(&r, cut)

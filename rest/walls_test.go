@@ -691,3 +691,51 @@ auth = "none"
 		t.Errorf("the upstream's address saw %d connections; want 1 (the redirects were not followed)", conns)
 	}
 }
+
+// TestWallsStreamedBodyScrubbed: a streamed REST answer (chunked, larger
+// than the lookahead, the credential split across the upstream's
+// flushes, and an event stream) reaches the caller without the
+// credential, with a trailer saying it was removed.
+func TestWallsStreamedBodyScrubbed(t *testing.T) {
+	t.Parallel()
+	enc := url.QueryEscape(awkwardSecret)
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		if r.URL.Path == "/events" {
+			w.Header().Set("Content-Type", "text/event-stream")
+		}
+		io.WriteString(w, strings.Repeat("padding ", 300<<10/8))
+		rc.Flush()
+		io.WriteString(w, "data: "+enc[:7])
+		rc.Flush()
+		io.WriteString(w, enc[7:]+"\n\n")
+		rc.Flush()
+		io.WriteString(w, "data: "+awkwardSecret[:3])
+		rc.Flush()
+		io.WriteString(w, awkwardSecret[3:]+"\n\n")
+	})
+	keys := `
+[[keys]]
+name = "demo"
+base_url = "%[1]s/"
+secret_env = "UPSTREAM_SECRET"
+auth = "query:api_key"
+max_rate = 1000.0
+
+[[keys]]
+name = "other"
+base_url = %[1]q
+auth = "none"
+`
+	s := newStack(t, stackConfig{Upstream: up, Keys: keys, Secret: awkwardSecret})
+	for _, p := range []string{"/k/demo/big", "/k/demo/events"} {
+		resp, b := s.do(t, "GET", p, syncToken, nil)
+		scanChannels(t, awkwardSecret, map[string]string{p: fmt.Sprintf("%v %s %v", resp.Header, b, resp.Trailer)})
+		if n := strings.Count(string(b), "data: [redacted]\n\n"); n != 2 {
+			t.Errorf("%s: %d events with the credential replaced, want 2", p, n)
+		}
+		if !strings.Contains(resp.Trailer.Get(rest.WarningField), "the body") {
+			t.Errorf("%s: trailer %v; want %s naming the body", p, resp.Trailer, rest.WarningField)
+		}
+	}
+}

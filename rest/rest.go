@@ -220,6 +220,11 @@ func (h *Handler) activity(w http.ResponseWriter, r *http.Request) {
 	}
 	out := activityPage{Activity: make([]report.Activity, 0, len(list))}
 	for _, a := range list {
+		// Rows an older mcp-quota recorded may hold the credential.
+		if k, err := h.Keys.Key(a.Key); err == nil {
+			a.Target, _ = k.Scrubber().Scrub(a.Target)
+			a.Reason, _ = k.Scrubber().Scrub(a.Reason)
+		}
 		out.Activity = append(out.Activity, report.NewActivity(a))
 	}
 	if len(list) == f.Limit {

@@ -24,6 +24,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcp-quota/mcp-quota/rest"
+	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // awkwardSecret needs percent-encoding in a query, and is changed by form
@@ -738,4 +739,35 @@ auth = "none"
 			t.Errorf("%s: trailer %v; want %s naming the body", p, resp.Trailer, rest.WarningField)
 		}
 	}
+}
+
+// TestWallsOldRowsScrubbedOnTheWayOut: activity an older mcp-quota
+// recorded with the credential in its target is shown without it.
+func TestWallsOldRowsScrubbedOnTheWayOut(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackConfig{})
+	err := s.DB.Update(context.Background(), func(tx *state.Tx) error {
+		_, err := tx.InsertAttempt(state.Attempt{CallID: "old", Attempt: 1, Key: "demo", Caller: "sync", Transport: "rest", Method: "GET",
+			Target: "/slash/?api_key=" + url.QueryEscape(upstreamSecret), State: state.Confirmed, Status: 200,
+			Reason: "redirected to /slash/?api_key=" + upstreamSecret, At: time.Now()})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, b := s.do(t, "GET", "/v1/activity?key=demo", syncToken, nil)
+	if resp.StatusCode != 200 || !strings.Contains(string(b), "/slash/?api_key=[redacted]") {
+		t.Errorf("activity: %d %s; want the old row with the credential replaced", resp.StatusCode, b)
+	}
+	scanChannels(t, upstreamSecret, map[string]string{"activity": string(b)})
+	mc := mcpClient(t, s, agentToken)
+	rr, err := mc.ReadResource(context.Background(), mcp.ReadResourceRequest{Params: mcp.ReadResourceParams{URI: "quota://activity/demo"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, _ := json.Marshal(rr)
+	if !strings.Contains(string(j), "[redacted]") {
+		t.Errorf("activity resource: %s; want the old row with the credential replaced", j)
+	}
+	scanChannels(t, upstreamSecret, map[string]string{"activity resource": string(j)})
 }

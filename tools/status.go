@@ -143,6 +143,9 @@ func (d *Deps) readActivity(ctx context.Context, req mcp.ReadResourceRequest) ([
 	}
 	entries := make([]report.Activity, 0, len(list))
 	for _, a := range list {
+		// Rows an older mcp-quota recorded may hold the credential.
+		a.Target, _ = k.Scrubber().Scrub(a.Target)
+		a.Reason, _ = k.Scrubber().Scrub(a.Reason)
 		entries = append(entries, report.NewActivity(a))
 	}
 	b, err := json.MarshalIndent(entries, "", "  ")

@@ -182,6 +182,15 @@ auth = "none"
 			t.Errorf("GET %s: %d %s", p, resp.StatusCode, b)
 		}
 	}
+	// A burst, so that calls are admitted from a lease and their outcomes
+	// go through the process's journal (which is scanned below, if it is
+	// still there).
+	for range 40 {
+		resp, b := s.do(t, "GET", "/k/demo/slash?limit=5", syncToken, nil)
+		if resp.StatusCode != 200 {
+			t.Fatalf("burst: %d %s", resp.StatusCode, b)
+		}
+	}
 	// The answers still say what they are, with the credential replaced
 	// and a warning saying so.
 	resp, b := s.do(t, "GET", "/k/bearer/v1/items?limit=5", syncToken, nil)
@@ -260,6 +269,7 @@ auth = "none"
 		t.Errorf("the allowed host got a credential parameter or a Referer naming the upstream:\n%s", channels["allowed host"])
 	}
 	for name, text := range stateChannels(t, s) {
+		t.Logf("scanning %s (%d bytes)", name, len(text))
 		channels[name] = text
 	}
 	if !strings.Contains(channels["state file"]+channels["state file-wal"], "/slash/") {

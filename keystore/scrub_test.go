@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"html"
 	"io"
+	"log/slog"
 	"net/url"
 	"strings"
 	"testing"
@@ -180,5 +182,41 @@ func BenchmarkScrubReader(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		io.Copy(io.Discard, s.Reader(bytes.NewReader(body.Bytes())))
+	}
+}
+
+// TestScrubHandler: every credential of the store is removed from log
+// records — message, string, error and group values, and attributes
+// given to WithAttrs — once Use is called.
+func TestScrubHandler(t *testing.T) {
+	env := map[string]string{"K": scrubSecret, "T": "caller-token-0123456789"}
+	store, err := keystore.Parse([]byte(`
+[[keys]]
+name = "k"
+base_url = "https://api.example.com/"
+secret_env = "K"
+auth = "query:api_key"
+
+[[callers]]
+name = "c"
+token_env = "T"
+keys = ["k"]
+`), keystore.Env{Getenv: func(k string) string { return env[k] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	h := keystore.NewScrubHandler(slog.NewJSONHandler(&b, nil))
+	h.Use(store)
+	log := slog.New(h).With("url", "https://api.example.com/?api_key="+url.QueryEscape(scrubSecret))
+	log.Info("got "+scrubSecret, "err", fmt.Errorf("dial %s: refused", url.QueryEscape(scrubSecret)),
+		slog.Group("g", "token", "caller-token-0123456789"), "n", 3)
+	for _, v := range []string{scrubSecret, url.QueryEscape(scrubSecret), "caller-token-0123456789"} {
+		if strings.Contains(b.String(), v) {
+			t.Errorf("the log holds %q: %s", v, b.String())
+		}
+	}
+	if strings.Count(b.String(), keystore.Redacted) != 4 || !strings.Contains(b.String(), `"n":3`) {
+		t.Errorf("log %s; want four redactions and the rest kept", b.String())
 	}
 }

@@ -8,13 +8,10 @@ package gateway
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -42,7 +39,8 @@ type Config struct {
 	Loopback bool
 	// AllowOrigins are browser origins (scheme://host:port) allowed to call.
 	AllowOrigins []string
-	// MaxConcurrent caps each caller's calls in flight; 0 means 16.
+	// MaxConcurrent caps each caller's calls in flight, and apart from
+	// them its MCP event streams (GET /mcp); 0 means 16.
 	MaxConcurrent int
 	// MaxMCPBody caps an MCP request body; 0 means 1 MiB.
 	MaxMCPBody int64
@@ -166,7 +164,7 @@ func newGate(c Config) *gate {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	return &gate{c: c, failures: map[string][]failure{}, inFlight: map[string]int{}}
+	return &gate{c: c, throttle: newThrottle(), inFlight: map[string]int{}, streams: map[string]int{}}
 }
 
 // walls puts next behind every wall, in order: the size of the request's
@@ -199,22 +197,11 @@ func (g *gate) headerSize(next http.Handler) http.Handler {
 // gate holds the walls' state.
 type gate struct {
 	c        Config
+	throttle *throttle // bad tokens
 	mu       sync.Mutex
-	failures map[string][]failure // remote IP → recent bad tokens
-	inFlight map[string]int       // caller → calls in flight
+	inFlight map[string]int // caller → calls in flight
+	streams  map[string]int // caller → GET /mcp event streams open
 }
-
-// Bad-token throttling, per remote address over a minute: after this many
-// different bad tokens, the address is refused for the rest of that
-// minute, good tokens included (checking them would tell a guesser when
-// it guessed right); after this many tries of one bad token, that token
-// alone is refused. So a client stuck on a stale token, or on none, does
-// not lock out the other clients of its address, which on a loopback
-// listener is every local client.
-const (
-	badTokenLimit  = 20
-	badTokenWindow = time.Minute
-)
 
 // authenticate finds the caller of each request (except /healthz) from
 // its bearer token and holds it to its concurrency limit.
@@ -225,15 +212,15 @@ func (g *gate) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		ip, presented := remoteIP(r), tokenPrint(r)
-		if wait := g.throttled(ip, presented); wait > 0 {
+		if wait := g.throttle.wait(g.c.Now(), ip, presented, trusted(r, presented)); wait > 0 {
 			ratelimit.SetRetryAfter(w.Header(), wait)
 			rest.WriteProblem(w, http.StatusTooManyRequests, rest.CodeRateLimited,
-				"Too many requests with bad caller tokens came from this address; wait before trying again.", nil)
+				"Too many requests with bad caller tokens came from this address or its network; wait before trying again.", nil)
 			return
 		}
 		caller, ok := g.caller(r)
 		if !ok {
-			g.fail(ip, presented)
+			g.throttle.fail(g.c.Now(), ip, presented)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="mcp-quota"`)
 			detail := "A caller token is required: send Authorization: Bearer <token> (a [[callers]] token from mcp-quota's configuration)."
 			if r.Header.Get("Authorization") != "" {
@@ -242,13 +229,21 @@ func (g *gate) authenticate(next http.Handler) http.Handler {
 			rest.WriteProblem(w, http.StatusUnauthorized, rest.CodeUnauthorized, detail, nil)
 			return
 		}
-		if !g.enter(caller.Name) {
+		g.throttle.good(g.c.Now(), ip, presented)
+		trust(r, presented)
+		// An MCP event stream (GET /mcp) idles for as long as the client
+		// keeps it: it has slots of its own, so streams never starve calls.
+		slots, what := g.inFlight, "calls in flight"
+		if r.Method == http.MethodGet && r.URL.Path == "/mcp" {
+			slots, what = g.streams, "MCP event streams open"
+		}
+		if !g.enter(slots, caller.Name) {
 			ratelimit.SetRetryAfter(w.Header(), time.Second)
 			rest.WriteProblem(w, http.StatusTooManyRequests, rest.CodeRateLimited,
-				fmt.Sprintf("Caller '%s' has %d calls in flight, the most allowed at once.", caller.Name, g.c.MaxConcurrent), nil)
+				fmt.Sprintf("Caller '%s' has %d %s, the most allowed at once.", caller.Name, g.c.MaxConcurrent, what), nil)
 			return
 		}
-		defer g.leave(caller.Name)
+		defer g.leave(slots, caller.Name)
 		next.ServeHTTP(w, r.WithContext(keystore.WithCaller(r.Context(), caller)))
 	})
 }
@@ -269,109 +264,23 @@ func (g *gate) caller(r *http.Request) (*keystore.Caller, bool) {
 	return g.c.Keys.Authenticate(strings.TrimSpace(token))
 }
 
-// A failure is one bad token from an address: when, and a print of the
-// token (a hash prefix, kept in memory only) to tell tokens apart.
-type failure struct {
-	at    time.Time
-	token [8]byte
-}
-
-// tokenPrint is the print of the Authorization field r presents.
-func tokenPrint(r *http.Request) [8]byte {
-	sum := sha256.Sum256([]byte(r.Header.Get("Authorization")))
-	return [8]byte(sum[:8])
-}
-
-// throttled returns how long requests from ip presenting token are
-// refused for bad tokens; 0 when they are not.
-func (g *gate) throttled(ip string, token [8]byte) time.Duration {
+// enter takes one of caller's MaxConcurrent slots (of calls in flight,
+// or of event streams).
+func (g *gate) enter(slots map[string]int, caller string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	now := g.c.Now()
-	recent := g.failures[ip][:0]
-	for _, f := range g.failures[ip] {
-		if now.Sub(f.at) < badTokenWindow {
-			recent = append(recent, f)
-		}
-	}
-	g.failures[ip] = recent
-	if len(recent) == 0 {
-		delete(g.failures, ip)
-		return 0
-	}
-	// The address: once badTokenLimit different tokens failed, until the
-	// oldest of the latest failure of each leaves the window.
-	latest := map[[8]byte]time.Time{}
-	for _, f := range recent {
-		latest[f.token] = f.at
-	}
-	var wait time.Duration
-	if len(latest) >= badTokenLimit {
-		ends := make([]time.Time, 0, len(latest))
-		for _, at := range latest {
-			ends = append(ends, at)
-		}
-		slices.SortFunc(ends, time.Time.Compare)
-		wait = ends[len(ends)-badTokenLimit].Add(badTokenWindow).Sub(now)
-	}
-	// The token: once it failed badTokenLimit times.
-	var same []time.Time
-	for _, f := range recent {
-		if f.token == token {
-			same = append(same, f.at)
-		}
-	}
-	if len(same) >= badTokenLimit {
-		wait = max(wait, same[len(same)-badTokenLimit].Add(badTokenWindow).Sub(now))
-	}
-	return wait
-}
-
-// maxFailureAddrs bounds the addresses whose bad tokens are remembered;
-// past it, addresses with no bad token in the window are forgotten.
-const maxFailureAddrs = 4096
-
-// maxFailures bounds the bad tokens remembered per address.
-const maxFailures = 4 * badTokenLimit
-
-func (g *gate) fail(ip string, token [8]byte) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	now := g.c.Now()
-	if _, ok := g.failures[ip]; !ok && len(g.failures) >= maxFailureAddrs {
-		for a, fs := range g.failures {
-			if len(fs) == 0 || now.Sub(fs[len(fs)-1].at) >= badTokenWindow {
-				delete(g.failures, a)
-			}
-		}
-		for a := range g.failures { // still full: forget one at random
-			if len(g.failures) < maxFailureAddrs {
-				break
-			}
-			delete(g.failures, a)
-		}
-	}
-	g.failures[ip] = append(g.failures[ip], failure{at: now, token: token})
-	if n := len(g.failures[ip]); n > maxFailures {
-		g.failures[ip] = g.failures[ip][n-maxFailures:] // the oldest no longer matter
-	}
-}
-
-func (g *gate) enter(caller string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.inFlight[caller] >= g.c.MaxConcurrent {
+	if slots[caller] >= g.c.MaxConcurrent {
 		return false
 	}
-	g.inFlight[caller]++
+	slots[caller]++
 	return true
 }
 
-func (g *gate) leave(caller string) {
+func (g *gate) leave(slots map[string]int, caller string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.inFlight[caller]--; g.inFlight[caller] <= 0 {
-		delete(g.inFlight, caller)
+	if slots[caller]--; slots[caller] <= 0 {
+		delete(slots, caller)
 	}
 }
 
@@ -387,12 +296,12 @@ func (g *gate) origins(next http.Handler) http.Handler {
 			return
 		}
 		origin := r.Header.Get("Origin")
-		if origin != "" && origin != "null" && !g.originAllowed(origin, r.Host) {
+		if origin != "" && origin != "null" && !g.originAllowed(origin, r) {
 			rest.WriteProblem(w, http.StatusForbidden, rest.CodeForbidden,
 				fmt.Sprintf("Requests from origin %s are not allowed; start mcp-quota with --allow-origin to allow it.", origin), nil)
 			return
 		}
-		if origin == "null" || (r.Header.Get("Sec-Fetch-Site") == "cross-site" && !slices.Contains(g.c.AllowOrigins, origin)) {
+		if origin == "null" || !fetchSiteAllowed(r.Header.Values("Sec-Fetch-Site"), slices.Contains(g.c.AllowOrigins, origin)) {
 			rest.WriteProblem(w, http.StatusForbidden, rest.CodeForbidden, "Cross-site requests are not allowed.", nil)
 			return
 		}
@@ -401,22 +310,56 @@ func (g *gate) origins(next http.Handler) http.Handler {
 }
 
 // originAllowed reports whether origin is allow-listed, or is this very
-// server (same scheme-less host and port).
-func (g *gate) originAllowed(origin, host string) bool {
+// server's origin, compared as the Fetch standard serializes an origin
+// (scheme "://" host [":" port], lower case, no default port, no path):
+// exactly, so another scheme, a trailing slash or other spellings are
+// other origins.
+func (g *gate) originAllowed(origin string, r *http.Request) bool {
 	if slices.Contains(g.c.AllowOrigins, origin) {
 		return true
 	}
-	u, err := url.Parse(origin)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+	if g.c.Loopback && !loopbackHost(r.Host) {
 		return false
 	}
-	if g.c.Loopback {
-		return loopbackHost(u.Host) && sameHost(u.Host, host)
-	}
-	return sameHost(u.Host, host)
+	return origin == ownOrigin(r)
 }
 
-func sameHost(a, b string) bool { return strings.EqualFold(a, b) }
+// ownOrigin is the origin a browser names for pages served at r's Host
+// by this listener.
+func ownOrigin(r *http.Request) string {
+	scheme, port := "http", "80"
+	if r.TLS != nil {
+		scheme, port = "https", "443"
+	}
+	host := strings.ToLower(r.Host)
+	if h, p, err := net.SplitHostPort(host); err == nil && p == port {
+		host = h
+		if strings.Contains(h, ":") {
+			host = "[" + h + "]"
+		}
+	}
+	return scheme + "://" + host
+}
+
+// fetchSiteAllowed judges Sec-Fetch-Site, whose value is one of the
+// lower-case tokens "cross-site", "same-origin", "same-site" and "none"
+// (Fetch Metadata §2.4), compared exactly: cross-site only from an
+// allow-listed origin, and anything else that is not one of them refused.
+func fetchSiteAllowed(values []string, allowListed bool) bool {
+	if len(values) == 0 {
+		return true
+	}
+	if len(values) > 1 {
+		return false
+	}
+	switch values[0] {
+	case "same-origin", "same-site", "none":
+		return true
+	case "cross-site":
+		return allowListed
+	}
+	return false
+}
 
 // loopbackHost reports whether host (with or without port) names this
 // machine.
@@ -431,21 +374,6 @@ func loopbackHost(host string) bool {
 	}
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
-}
-
-// remoteIP is the address bad tokens are counted by: the client's IPv4
-// address, or its IPv6 /64 (one host commonly holds a whole /64).
-func remoteIP(r *http.Request) string {
-	ap, err := netip.ParseAddrPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	a := ap.Addr().Unmap()
-	if a.Is6() {
-		p, _ := a.WithZone("").Prefix(64)
-		return p.String()
-	}
-	return a.String()
 }
 
 // NewServer returns an *http.Server for h on addr with mcp-quota's
@@ -463,6 +391,7 @@ func NewServer(addr string, h http.Handler, log *slog.Logger) *http.Server {
 		WriteTimeout:      10 * time.Minute,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
+		ConnContext:       withConnTrust, // a token that authenticated on a connection is never throttled on it
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 }

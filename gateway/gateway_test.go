@@ -186,10 +186,10 @@ func TestBadTokenThrottle(t *testing.T) {
 	}
 	now = now.Add(2 * time.Minute)
 	call("192.0.2.1", "guess")
-	g.mu.Lock()
-	n := len(g.failures)
-	g.mu.Unlock()
-	if n > 2 {
+	g.throttle.mu.Lock()
+	n := len(g.throttle.failures)
+	g.throttle.mu.Unlock()
+	if n > 3 { // the address, its block and the whole listener
 		t.Errorf("%d addresses remembered, want the stale ones forgotten", n)
 	}
 }

@@ -364,6 +364,7 @@ func (kc keyConfig) key(env Env) (*Key, []*ConfigError) {
 	case k.Auth.Kind != AuthNone && kc.Secret == nil && authKnown:
 		bad("secret_env", fmt.Sprintf("auth %q needs a credential: set secret_env or secret_file (or auth = \"none\")", k.Auth))
 	}
+	k.scrub = NewScrubber(k.secret.Reveal())
 	for j, pc := range kc.Policies {
 		if pc.Name == "" {
 			pc.Name = "default"

@@ -100,7 +100,8 @@ type Key struct {
 	LowWater float64
 
 	secret    Secret
-	secretErr error // why the credential could not be read
+	secretErr error     // why the credential could not be read
+	scrub     *Scrubber // finds secret in what leaves mcp-quota
 }
 
 // Credential returns the key's secret, or an error wrapping
@@ -233,4 +234,17 @@ func WithCaller(ctx context.Context, c *Caller) context.Context {
 func CallerFrom(ctx context.Context) (*Caller, bool) {
 	c, ok := ctx.Value(callerKey{}).(*Caller)
 	return c, ok && c != nil
+}
+
+// For returns the Store as caller c sees it: only the keys c may use, and
+// no callers. What it returns is what an error or a description shown to
+// c may name.
+func (s *Store) For(c *Caller) *Store {
+	out := &Store{}
+	for _, k := range s.keys {
+		if c.MayUse(k.Name) {
+			out.keys = append(out.keys, k)
+		}
+	}
+	return out
 }

@@ -97,6 +97,14 @@ func (h *Handler) Forward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer resp.Body.Close()
+	// The answer's fields and body come scrubbed of the credential (see
+	// upstream.Client.Do); a body that fits the lookahead is read whole,
+	// so that its length is the one sent, and a broken one is named.
+	ans, err := lookahead(resp, r.Method)
+	if err != nil {
+		h.failed(w, r, k, caller, err)
+		return
+	}
 	hdr := w.Header()
 	copyResponseHeaders(hdr, resp.Header)
 	var from *url.URL
@@ -104,20 +112,23 @@ func (h *Handler) Forward(w http.ResponseWriter, r *http.Request) {
 		from = resp.Request.URL
 	}
 	rewriteRefs(hdr, k, from)
-	secret, _ := k.Credential()
-	dropSecret(hdr, secret.Reveal())
 	if ls := limits(resp.Result.Budgets); len(ls) > 0 {
 		ratelimit.SetHeaders(hdr, ls) // else the upstream's own fields pass as they came
 	}
+	ratelimit.ReplaceRetryAfter(hdr, decidedWait(resp))
 	if applied != "" {
 		hdr.Set("Preference-Applied", applied)
 	}
+	ans.header(hdr, resp, r.Method)
 	w.WriteHeader(resp.StatusCode)
 	if r.Method == http.MethodHead {
 		return
 	}
-	if _, err := copyBody(w, resp.Body, flushEach(resp.Response)); err != nil {
-		h.log().Debug("streaming an answer ended early", "key", k.Name, "error", err)
+	if err := ans.send(w, resp, flushEach(resp.Response)); err != nil {
+		h.log().Info("streaming an answer ended early", "key", k.Name, "error", err)
+		// The caller must not take a cut body for a whole one: end the
+		// exchange without its final chunk.
+		panic(http.ErrAbortHandler)
 	}
 }
 
@@ -176,8 +187,15 @@ func (h *Handler) failed(w http.ResponseWriter, r *http.Request, k *keystore.Key
 			fmt.Sprintf("Key '%s': %s. Nothing was sent upstream. Try again in %d seconds; the RateLimit header says what is left.", k.Name, pe.Reason, secs), ext)
 	case errors.As(err, &tooLarge):
 		h.bodyError(w, err)
-	case errors.Is(err, upstream.ErrBadPath):
+	case errors.Is(err, upstream.ErrBadPath), errors.Is(err, upstream.ErrBadRequest):
 		writeProblem(w, http.StatusBadRequest, CodeBadRequest, sentence(err.Error()), nil)
+	case errors.Is(err, upstream.ErrStateUnavailable):
+		h.log().Error("the state file failed", "key", k.Name, "error", err)
+		writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable,
+			"mcp-quota's state file cannot be used (it is full, unwritable or damaged), so no call can be admitted or recorded; nothing was sent upstream. Try again later; GET /healthz says when it is back.", nil)
+	case errors.Is(err, upstream.ErrAnswerTimeout), errors.Is(err, errAnswerBroken):
+		h.log().Info("the upstream's answer failed", "key", k.Name, "error", err)
+		writeProblem(w, http.StatusBadGateway, CodeUpstreamUnavailable, sentence(err.Error()), nil)
 	case errors.Is(err, keystore.ErrNoCredential):
 		writeProblem(w, http.StatusServiceUnavailable, CodeUpstreamUnavailable, sentence(err.Error()), nil)
 	case errors.Is(err, upstream.ErrForbiddenAddress):

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/gateway"
+	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/rest"
 )
 
@@ -327,10 +328,18 @@ auth = "none"
 			if strings.Contains(fmt.Sprint(resp.Header), upstreamSecret) {
 				t.Errorf("the answer's fields hold the key's secret: %v", resp.Header)
 			}
-			for _, f := range []string{"Set-Cookie", "X-Upstream-Hop", "Alt-Svc", "X-Debug-Auth"} {
+			for _, f := range []string{"Set-Cookie", "X-Upstream-Hop", "Alt-Svc"} {
 				if v := resp.Header.Values(f); len(v) > 0 {
 					t.Errorf("%s: %q came back", f, v)
 				}
+			}
+			// The field that echoed the credential comes back with the
+			// credential replaced, and the answer says so.
+			if v := resp.Header.Get("X-Debug-Auth"); !strings.Contains(v, keystore.Redacted) {
+				t.Errorf("X-Debug-Auth %q, want the credential in it replaced by %s", v, keystore.Redacted)
+			}
+			if w := resp.Header.Get(rest.WarningField); !strings.Contains(w, "X-Debug-Auth") || !strings.Contains(w, "Link") {
+				t.Errorf("%s %q, want it to name X-Debug-Auth and Link", rest.WarningField, w)
 			}
 			if resp.Header.Get("X-Kept") != "yes" {
 				t.Errorf("the end-to-end field X-Kept did not come back")
@@ -338,8 +347,8 @@ auth = "none"
 			wantLink := `</k/demo/v1/items?x=1>; rel="self", </k/demo/v1/items?page=2>; rel="next"`
 			if auth != "query:api_key" {
 				// api_key is no credential parameter here: the links keep
-				// it, so the field holding the secret does not come back.
-				wantLink = ""
+				// it, with the secret replaced.
+				wantLink = `</k/demo/v1/items?x=1&api_key=forged-by-caller>; rel="self", </k/demo/v1/items?page=2&api_key=` + keystore.Redacted + `>; rel="next"`
 			}
 			if got := resp.Header.Get("Link"); got != wantLink {
 				t.Errorf("Link %q, want %q", got, wantLink)
@@ -391,7 +400,9 @@ auth = "none"
 	s := newStack(t, stackConfig{Upstream: origin, Keys: keys})
 
 	resp, body := s.do(t, "GET", "/k/demo/moved", syncToken, nil)
-	if want := fmt.Sprintf("here with %q", "Bearer "+upstreamSecret); resp.StatusCode != 200 || string(body) != want {
+	// The credential went to the same host (the echo of it comes back
+	// redacted).
+	if want := fmt.Sprintf("here with %q", "Bearer "+keystore.Redacted); resp.StatusCode != 200 || string(body) != want {
 		t.Errorf("same host: %d %q, want 200 %q", resp.StatusCode, body, want)
 	}
 

@@ -34,24 +34,6 @@ func copyResponseHeaders(dst, src http.Header) {
 	}
 }
 
-// dropSecret removes every field of h whose value holds secret: an
-// upstream that echoes its credential must not make mcp-quota reveal it.
-// Secrets shorter than 8 bytes are not looked for: they would match
-// innocent values.
-func dropSecret(h http.Header, secret string) {
-	if len(secret) < 8 {
-		return
-	}
-	for name, vs := range h {
-		for _, v := range vs {
-			if strings.Contains(v, secret) {
-				delete(h, name)
-				break
-			}
-		}
-	}
-}
-
 // linkFields are the response fields that carry URI references an
 // upstream means relative to itself.
 var linkFields = []string{"Location", "Content-Location"}

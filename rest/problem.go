@@ -15,6 +15,9 @@ const (
 	CodeBadRequest          = "badRequest"
 	CodePayloadTooLarge     = "payloadTooLarge"
 	CodeInternal            = "internal"
+	// CodeStateUnavailable is mcp-quota's own state file failing (503):
+	// nothing can be admitted or recorded until it is back.
+	CodeStateUnavailable = "stateUnavailable"
 )
 
 // WriteProblem answers with an RFC 9457 problem: status, a stable code, a

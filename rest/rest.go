@@ -153,7 +153,7 @@ func (h *Handler) quota(w http.ResponseWriter, r *http.Request) {
 	st, err := report.Build(r.Context(), h.Pacer, keys, caller.Name, h.now())
 	if err != nil {
 		h.log().Error("quota status failed", "error", err)
-		writeProblem(w, http.StatusInternalServerError, CodeInternal, "The state file could not be read.", nil)
+		writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable, "mcp-quota's state file could not be read; GET /healthz says why.", nil)
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
@@ -215,11 +215,16 @@ func (h *Handler) activity(w http.ResponseWriter, r *http.Request) {
 	})
 	if err != nil {
 		h.log().Error("activity failed", "error", err)
-		writeProblem(w, http.StatusInternalServerError, CodeInternal, "The state file could not be read.", nil)
+		writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable, "mcp-quota's state file could not be read; GET /healthz says why.", nil)
 		return
 	}
 	out := activityPage{Activity: make([]report.Activity, 0, len(list))}
 	for _, a := range list {
+		// Rows an older mcp-quota recorded may hold the credential.
+		if k, err := h.Keys.Key(a.Key); err == nil {
+			a.Target, _ = k.Scrubber().Scrub(a.Target)
+			a.Reason, _ = k.Scrubber().Scrub(a.Reason)
+		}
 		out.Activity = append(out.Activity, report.NewActivity(a))
 	}
 	if len(list) == f.Limit {
@@ -240,14 +245,17 @@ func decodeCursor(s string) (int64, error) {
 	return strconv.ParseInt(string(b[1:]), 10, 64)
 }
 
-// Health serves GET /healthz: ok when the state file answers, with the
-// program's version when it is not empty.
+// Health serves GET /healthz: ok, with the program's version when it is
+// not empty, when the state file answers, passes SQLite's quick_check and
+// took its last write (see state.DB.Check); otherwise 503
+// stateUnavailable, saying which failed.
 func Health(db *state.DB, version string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if err := db.View(ctx, func(tx *state.Tx) error { _, err := tx.Keys(); return err }); err != nil {
-			writeProblem(w, http.StatusServiceUnavailable, CodeInternal, "The state file does not answer.", nil)
+		if err := db.Check(ctx); err != nil {
+			writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable,
+				sentence("The state file cannot be used: "+strings.TrimPrefix(err.Error(), "state: ")), map[string]any{"state": "unhealthy"})
 			return
 		}
 		body := map[string]string{"status": "ok"}

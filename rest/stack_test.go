@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/gateway"
@@ -53,6 +54,13 @@ type stackConfig struct {
 	Client func(*upstream.Client)
 	// QuietLog logs at Info; otherwise every Debug line is kept too.
 	QuietLog bool
+	// Secret is the key's credential (UPSTREAM_SECRET); "" means
+	// upstreamSecret.
+	Secret string
+	// StateDir holds the state file; "" means a new temporary directory.
+	StateDir string
+	// AnswerTimeout bounds each fetch's answer (tools.Deps.AnswerTimeout).
+	AnswerTimeout time.Duration
 }
 
 const defaultKeys = `
@@ -126,7 +134,11 @@ func newStack(t testing.TB, sc stackConfig) *stack {
 	if keys == "" {
 		keys = defaultKeys
 	}
-	env := map[string]string{"UPSTREAM_SECRET": upstreamSecret, "SYNC_TOKEN": syncToken,
+	secret := sc.Secret
+	if secret == "" {
+		secret = upstreamSecret
+	}
+	env := map[string]string{"UPSTREAM_SECRET": secret, "SYNC_TOKEN": syncToken,
 		"AGENT_TOKEN": agentToken, "STRANGER_TOKEN": strangerToken}
 	cs := sc.Callers
 	if cs == "" {
@@ -143,7 +155,11 @@ func newStack(t testing.TB, sc stackConfig) *stack {
 		level = slog.LevelInfo
 	}
 	log := slog.New(slog.NewJSONHandler(s.Log, &slog.HandlerOptions{Level: level}))
-	s.DBPath = filepath.Join(t.TempDir(), "state.db")
+	dir := sc.StateDir
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	s.DBPath = filepath.Join(dir, "state.db")
 	db, err := state.Open(context.Background(), s.DBPath)
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +171,8 @@ func newStack(t testing.TB, sc stackConfig) *stack {
 		sc.Client(s.Client)
 	}
 	s.REST = &rest.Handler{Keys: store, Client: s.Client, Pacer: s.Pacer, DB: db, Log: log, Limits: sc.Limits}
-	mcp := tools.NewServer(&tools.Deps{Keys: store, Client: s.Client, Pacer: s.Pacer, DB: db, Log: log, Transport: "mcp-http"}, "test")
+	mcp := tools.NewServer(&tools.Deps{Keys: store, Client: s.Client, Pacer: s.Pacer, DB: db, Log: log, Transport: "mcp-http",
+		AnswerTimeout: sc.AnswerTimeout}, "test")
 	gc := gateway.Config{Keys: store, REST: s.REST, MCP: mcp, DB: db, Log: log, Loopback: true}
 	if sc.Gateway != nil {
 		sc.Gateway(&gc)

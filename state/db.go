@@ -73,6 +73,8 @@ type DB struct {
 	journalMu sync.Mutex              // held while the journal is opened, and while the DB closes
 	jr        atomic.Pointer[journal] // the process's journal, once opened (see FinishLater)
 	closed    bool                    // under journalMu: Close was called
+
+	wh writeHealth // how the last writes ended (see Check)
 }
 
 // Open opens (creating if needed) the state file at path and brings its

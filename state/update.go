@@ -130,6 +130,10 @@ func (db *DB) handOver() {
 // and reports each outcome. While it waits, a receive from wake makes it
 // look at the queue at once, and a closed stop ends it.
 func (db *DB) batch(wake, stop <-chan struct{}) {
+	if err := db.relieve(); err != nil {
+		db.failQueue(fmt.Errorf("state: begin: %w", err))
+		return
+	}
 	if !db.begin(wake, stop) {
 		return
 	}
@@ -163,6 +167,7 @@ func (db *DB) begin(wake, stop <-chan struct{}) bool {
 		}
 		if !busy(err) {
 			db.control(cRollback) // in case a transaction was left open
+			db.noteWrite(err)
 			db.failQueue(fmt.Errorf("state: begin: %w", err))
 			return false
 		}
@@ -323,6 +328,11 @@ func (db *DB) run(ws []*write) {
 		if errs[i] == nil {
 			errs[i] = failed
 		}
+	}
+	if failed != nil || len(ws) > 1 || errs[0] == nil {
+		db.noteWrite(failed)
+	} else {
+		db.noteWrite(errs[0]) // a write alone: its statement's failure is the transaction's
 	}
 	ended = true
 	for i, w := range ws {

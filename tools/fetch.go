@@ -159,7 +159,7 @@ func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	caller := d.caller(ctx)
 	k, err := d.Keys.Key(a.Key)
 	if err != nil {
-		return failure("unknownKey", sentence(err.Error())), nil
+		return failure("unknownKey", unknownKey(d.Keys, caller, a.Key)), nil
 	}
 	if !caller.MayUse(k.Name) {
 		return failure("forbidden", fmt.Sprintf("Caller '%s' may not use key '%s'.", caller.Name, k.Name)), nil
@@ -199,7 +199,7 @@ func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	if err != nil {
 		return failure("badPath", sentence(err.Error())+" Give a path below the key's base URL, like /v1/items?limit=100."), nil
 	}
-	target := upstream.Target(k.BaseURL, u)
+	target := upstream.ActivityTarget(k, u)
 	var body []byte
 	if a.Body != "" {
 		body = []byte(a.Body)
@@ -216,15 +216,18 @@ func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	}
 	if method == http.MethodGet {
 		if res, ok, err := f.fromKept(ctx, header); err != nil {
-			return nil, err
+			return f.namedFailure(stateFailed(err)), nil
 		} else if ok {
 			return res, nil
 		}
 	}
 	resp, err := d.Client.Do(ctx, k, upstream.Request{Caller: caller.Name, Transport: d.Transport, Method: method,
 		Path: a.Path, Query: query, Header: header, Body: body, MaxWait: maxWait, Progress: progressSender(ctx, req, k.Name),
-		Digest: digest})
+		Digest: digest, AnswerTimeout: d.answerTimeout()})
 	if err != nil {
+		if res := f.namedFailure(err); res != nil {
+			return res, nil
+		}
 		return f.failed(err), nil
 	}
 	defer resp.Body.Close()
@@ -269,6 +272,7 @@ func (f *fetchCall) fromKept(ctx context.Context, header http.Header) (*mcp.Call
 	if !f.hasKept {
 		return nil, false, nil
 	}
+	f.kept = scrubKept(f.k, f.kept)
 	switch {
 	case f.start > 0 && now.Sub(f.kept.StoredAt) < f.lim.PageTTL:
 		res, err := f.keptResult(ctx, now, "", fmt.Sprintf("page read from the answer kept %s ago", ago(now.Sub(f.kept.StoredAt))))
@@ -311,6 +315,7 @@ func (f *fetchCall) keptResult(ctx context.Context, now time.Time, digest, why s
 // answers for conditional requests and the loop guard.
 func (f *fetchCall) answered(ctx context.Context, resp *upstream.Response) (*mcp.CallToolResult, error) {
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, f.lim.MaxBody+1))
+	cut := f.bodyCut(err, len(raw), resp.ContentLength) // a broken body is not a long one
 	complete := err == nil && int64(len(raw)) <= f.lim.MaxBody
 	if int64(len(raw)) > f.lim.MaxBody {
 		raw = raw[:f.lim.MaxBody]
@@ -318,7 +323,7 @@ func (f *fetchCall) answered(ctx context.Context, resp *upstream.Response) (*mcp
 	ct := resp.Header.Get("Content-Type")
 	notModified := resp.StatusCode == http.StatusNotModified && f.hasKept
 	if notModified {
-		raw, ct, complete = f.kept.Body, f.kept.ContentType, true
+		raw, ct, complete, cut = f.kept.Body, f.kept.ContentType, true, ""
 	}
 	unchanged := false
 	if f.method == http.MethodGet && complete && int64(len(raw)) <= f.lim.KeepBody && (resp.StatusCode == http.StatusOK || notModified) {
@@ -341,14 +346,15 @@ func (f *fetchCall) answered(ctx context.Context, resp *upstream.Response) (*mcp
 	if notModified {
 		status = http.StatusNotModified
 	}
-	r := f.result(status, resp.Header, ct, raw, complete)
+	r := f.result(status, resp.Header, ct, raw, complete || cut != "")
+	markCut(&r, cut)
 	r.Sent, r.NotModified = true, notModified
 	r.Attempts, r.WaitedS = resp.Attempts, resp.Waited.Seconds()
 	r.Quota, r.Advice = report.NewQuota(f.k.Name, resp.Result.Binding), report.WaitInstead(report.NewAdvice(resp.Result.Advice), f.lim.MaxMaxWait)
 	if f.repeats > 0 && unchanged {
 		r.Advice = loopAdvice(r.Advice, f.repeats+1, f.lim.LoopWindow, false)
 	}
-	r.Warnings = resp.Result.Warnings
+	r.Warnings = append(append(r.Warnings, resp.Result.Warnings...), redactionWarnings(resp)...)
 	for _, w := range resp.Result.Warnings {
 		f.d.warn(ctx, w)
 	}
@@ -498,7 +504,9 @@ func nextPage(h http.Header, k *keystore.Key) *nextCall {
 			if err != nil || u.Host != k.BaseURL.Host || !strings.HasPrefix(u.Path, k.BaseURL.Path) {
 				continue
 			}
-			return &nextCall{Path: upstream.Target(k.BaseURL, u)}
+			// Without the key's own query parameter (mcp-quota adds it) and
+			// without the credential in any form.
+			return &nextCall{Path: upstream.ActivityTarget(k, u)}
 		}
 	}
 	return nil

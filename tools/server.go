@@ -41,6 +41,9 @@ type Deps struct {
 	Now func() time.Time
 	// Limits of the fetch tool; zero values mean the documented defaults.
 	Fetch FetchLimits
+	// AnswerTimeout bounds each fetch's whole answer, header and body,
+	// once admitted; 0 means DefaultAnswerTimeout.
+	AnswerTimeout time.Duration
 }
 
 func (d *Deps) now() time.Time {
@@ -67,6 +70,7 @@ func NewServer(d *Deps, version string) *server.MCPServer {
 		server.WithInputSchemaValidation(),
 		server.WithOutputSchemaValidation(),
 		server.WithHooks(hooks),
+		server.WithToolFilter(d.ownKeysOnly),
 		server.WithInstructions(Instructions),
 	)
 	s.AddTool(fetchTool(d.Keys), d.fetch)

@@ -65,7 +65,7 @@ func (d *Deps) quotaStatus(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	}
 	st, err := report.Build(ctx, d.Pacer, keys, d.caller(ctx).Name, d.now())
 	if err != nil {
-		return nil, err
+		return d.stateUnavailable(a.Key, err), nil
 	}
 	st = st.Page(offset, limit)
 	maxWait := d.Fetch.withDefaults().MaxMaxWait
@@ -83,7 +83,7 @@ func (d *Deps) keysFor(ctx context.Context, name string) ([]*keystore.Key, *mcp.
 	if name != "" {
 		k, err := d.Keys.Key(name)
 		if err != nil {
-			return nil, failure("unknownKey", sentence(err.Error()))
+			return nil, failure("unknownKey", unknownKey(d.Keys, caller, name))
 		}
 		if !caller.MayUse(k.Name) {
 			return nil, failure("forbidden", fmt.Sprintf("Caller '%s' may not use key '%s'.", caller.Name, k.Name))
@@ -201,6 +201,9 @@ func (d *Deps) readActivity(ctx context.Context, req mcp.ReadResourceRequest) ([
 	}
 	entries := make([]report.Activity, 0, len(list))
 	for _, a := range list {
+		// Rows an older mcp-quota recorded may hold the credential.
+		a.Target, _ = k.Scrubber().Scrub(a.Target)
+		a.Reason, _ = k.Scrubber().Scrub(a.Reason)
 		entries = append(entries, report.NewActivity(a))
 	}
 	b, err := json.MarshalIndent(entries, "", "  ")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -36,7 +37,7 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 	cs.attempts++
 	remaining := max(cs.req.MaxWait, PaceGrace) - c.now().Sub(cs.start)
 	t, err := c.pacer.Admit(req.Context(), pacer.Call{Key: k, Caller: cs.req.Caller, Transport: cs.req.Transport,
-		Method: cs.method, Target: Target(k.BaseURL, req.URL), Digest: cs.digest, CallID: cs.id, Attempt: cs.attempts,
+		Method: cs.method, Target: ActivityTarget(k, req.URL), Digest: cs.digest, CallID: cs.id, Attempt: cs.attempts,
 		MaxWait: max(remaining, 0), Progress: cs.req.Progress})
 	if err != nil {
 		closeBody(req)
@@ -45,6 +46,10 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 			cs.lastState = state.RejectedLocal
 			c.observe(Event{Kind: Refused, Key: k.Name, Caller: cs.req.Caller, Transport: cs.req.Transport,
 				CallID: cs.id, Attempt: cs.attempts, State: state.RejectedLocal, Source: pe.Source})
+		} else if req.Context().Err() == nil {
+			// Not a refusal and not the caller leaving: the state file
+			// failed, and nothing was sent.
+			err = fmt.Errorf("%w: %w", ErrStateUnavailable, err)
 		}
 		return nil, err
 	}
@@ -53,41 +58,76 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 	out := req.Clone(req.Context())
 	if err := authorize(out, k); err != nil {
 		closeBody(req)
-		c.done(req.Context(), cs, t, pacer.Outcome{SentAt: c.now(), Err: err}, nil)
+		c.done(req.Context(), cs, t, pacer.Outcome{SentAt: c.now(), Err: err}, nil) // nothing went out
 		return nil, err
 	}
+	actx, cancel := withAnswerDeadline(out.Context(), cs.req.AnswerTimeout)
+	out = out.WithContext(actx)
 	sentAt := c.now()
 	resp, err := a.transport(k).RoundTrip(out)
 	if err != nil {
-		// The caller's body being too large, or the caller going away, is
-		// not the upstream's failure: it must not make the key back off.
-		abort := errors.As(err, new(*http.MaxBytesError)) || req.Context().Err() != nil
-		c.done(req.Context(), cs, t, pacer.Outcome{SentAt: sentAt, Err: err, CallerAbort: abort}, nil)
+		cancel()
+		if errors.Is(context.Cause(actx), ErrAnswerTimeout) && req.Context().Err() == nil {
+			err = fmt.Errorf("%w: no answer came within %s", ErrAnswerTimeout, cs.req.AnswerTimeout)
+		}
+		// The caller's body being too large or going bad, or the caller
+		// going away, is not the upstream's failure: it must not make the
+		// key back off. (mcp-quota's own bound on the answer's time is.)
+		gone := req.Context().Err() != nil
+		bodyErr := cs.body.err()
+		abort := errors.As(err, new(*http.MaxBytesError)) || gone || bodyErr != nil
+		if bodyErr != nil && !errors.As(err, new(*http.MaxBytesError)) {
+			err = &RequestError{Field: "body", Reason: "the request body could not be read to its end: " + bodyErr.Error()}
+		}
+		err = scrubErr(k.Scrubber(), err)
+		if derr := c.done(req.Context(), cs, t, pacer.Outcome{SentAt: sentAt, Err: err, CallerAbort: abort}, nil); derr != nil {
+			return nil, fmt.Errorf("%w: the attempt failed (%w) and could not be recorded: %w", ErrStateUnavailable, err, derr)
+		}
 		cs.lastErr = err
 		return nil, err
 	}
+	resp.Body = &answerBody{body: resp.Body, ctx: actx, cancel: cancel}
 	cs.lastErr = nil
 	answeredAt := c.now()
+	// Signals are read from the answer as callers will see it: what they
+	// record (policy names, partitions, problem details) never holds the
+	// credential either. (The header itself stays as it came until Do
+	// returns: the redirect policy reads its Location.)
 	rr := ratelimit.Response{Status: resp.StatusCode, Header: resp.Header}
+	if s := k.Scrubber(); s != nil {
+		rr.Header = resp.Header.Clone()
+		scrubHeader(s, rr.Header)
+	}
 	if wantsBody(resp, k.Profile) {
 		prefix, err := io.ReadAll(io.LimitReader(resp.Body, peekLimit))
 		if err == nil || len(prefix) > 0 {
-			rr.Body = prefix
+			rr.Body, _ = k.Scrubber().ScrubBytes(prefix)
 			resp.Body = readCloser{io.MultiReader(bytes.NewReader(prefix), resp.Body), resp.Body}
 		}
 	}
 	reading := ratelimit.Read(k.Profile, rr, answeredAt)
-	c.done(req.Context(), cs, t, pacer.Outcome{SentAt: sentAt, AnsweredAt: answeredAt, Status: resp.StatusCode, Reading: &reading}, &reading)
+	if err := c.done(req.Context(), cs, t, pacer.Outcome{SentAt: sentAt, AnsweredAt: answeredAt, Status: resp.StatusCode, Reading: &reading}, &reading); err != nil {
+		// mcp-quota answers nothing it could not record: the budget
+		// every other caller shares would not know of it.
+		resp.Body.Close()
+		return nil, fmt.Errorf("%w: the upstream answered %d, but the call could not be recorded, so its answer is not passed on (the call may have taken effect upstream): %w",
+			ErrStateUnavailable, resp.StatusCode, err)
+	}
 	return resp, nil
 }
 
-// done records an attempt's outcome. A failure to record is logged, not
-// returned: the caller still gets the answer the upstream gave.
-func (c *Client) done(ctx context.Context, cs *call, t pacer.Ticket, o pacer.Outcome, rd *ratelimit.Reading) {
+// done records an attempt's outcome, and returns the error when it could
+// not be recorded (which is also logged).
+func (c *Client) done(ctx context.Context, cs *call, t pacer.Ticket, o pacer.Outcome, rd *ratelimit.Reading) error {
 	// Recorded even when the caller has gone: the attempt happened.
 	res, err := c.pacer.Done(context.WithoutCancel(ctx), t, o)
 	if err != nil {
 		c.log.Error("recording an attempt failed", "key", cs.key.Name, "call", cs.id, "error", err)
+	}
+	s := cs.key.Scrubber()
+	res.Advice.Reason, _ = s.Scrub(res.Advice.Reason)
+	for i, w := range res.Warnings {
+		res.Warnings[i], _ = s.Scrub(w)
 	}
 	cs.lastState = res.State
 	e := Event{Kind: Attempted, Key: cs.key.Name, Caller: cs.req.Caller, Transport: cs.req.Transport, CallID: cs.id,
@@ -109,6 +149,7 @@ func (c *Client) done(ctx context.Context, cs *call, t pacer.Ticket, o pacer.Out
 	for _, w := range res.Warnings {
 		c.log.Warn(w, "key", cs.key.Name)
 	}
+	return err
 }
 
 func (a *attempts) transport(k *keystore.Key) http.RoundTripper {

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -102,6 +103,12 @@ type Request struct {
 	// Digest identifies the request (see Digest) for a caller whose
 	// repeats are counted (the fetch tool's loop guard); "" for none.
 	Digest string
+	// AnswerTimeout, when positive, bounds each attempt's whole answer:
+	// its header and its whole body must arrive within this long of its
+	// sending, or the attempt fails (an upstream failure), or the body's
+	// reads fail, with ErrAnswerTimeout. Zero means no bound beyond the
+	// transport's (which bounds only the header).
+	AnswerTimeout time.Duration
 }
 
 // A Response is the upstream's answer, with what mcp-quota learned from
@@ -114,17 +121,46 @@ type Response struct {
 	Reading  ratelimit.Reading
 	Result   pacer.Result // the quota that holds after the answer, and the advice
 	Target   string       // what was asked for, credential-free
+
+	redacted []string              // header fields the credential was removed from
+	body     *keystore.ScrubReader // the scrubbed body
+}
+
+// Redactions names the parts of the answer the key's credential was
+// removed from: header fields, and "the body" once a read of the body
+// met it. Nil when the answer never repeated it.
+func (r *Response) Redactions() []string {
+	out := slices.Clone(r.redacted)
+	if r.body != nil && r.body.Hit() {
+		out = append(out, "the body")
+	}
+	return out
 }
 
 // Do sends r through key k. It returns a *pacer.PauseError when the call
 // could not be admitted within r.MaxWait (nothing was sent), a
-// *PathError for a path that leaves the base URL, an error wrapping
-// keystore.ErrNoCredential or ErrMethod for calls that cannot be made,
-// and ErrUnreachable when no answer came.
+// *PathError for a path that leaves the base URL, a *RequestError (and
+// ErrBadRequest) for a malformed request or a body the caller could not
+// deliver, an error wrapping keystore.ErrNoCredential or ErrMethod for
+// calls that cannot be made, ErrStateUnavailable when mcp-quota's state
+// failed, ErrAnswerTimeout when the answer outlasted r.AnswerTimeout, and
+// ErrUnreachable when no answer came.
+//
+// The answer's header fields, status text and body come with the key's
+// credential removed in every form it can take (see keystore.Scrubber);
+// Redactions says where it was. Errors never hold it either.
 func (c *Client) Do(ctx context.Context, k *keystore.Key, r Request) (*Response, error) {
+	resp, err := c.do(ctx, k, r)
+	return resp, scrubErr(k.Scrubber(), err)
+}
+
+func (c *Client) do(ctx context.Context, k *keystore.Key, r Request) (*Response, error) {
 	method := strings.ToUpper(r.Method)
 	if method == "" {
 		method = http.MethodGet
+	}
+	if err := checkRequest(method, r.Header); err != nil {
+		return nil, err
 	}
 	if !r.AllMethods && !k.AllowsMethod(method) {
 		return nil, fmt.Errorf("%w: key '%s' allows %s through MCP", ErrMethod, k.Name, strings.Join(k.Methods, ", "))
@@ -136,7 +172,7 @@ func (c *Client) Do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 	if err != nil {
 		return nil, err
 	}
-	cs := &call{client: c, key: k, req: r, method: method, id: NewCallID(), start: c.now(), target: Target(k.BaseURL, u)}
+	cs := &call{client: c, key: k, req: r, method: method, id: NewCallID(), start: c.now(), target: ActivityTarget(k, u)}
 	var body any
 	var stream io.Reader
 	switch b := r.Body.(type) {
@@ -162,7 +198,8 @@ func (c *Client) Do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 		if !ok {
 			rc = io.NopCloser(stream)
 		}
-		req.Body, req.ContentLength = rc, r.ContentLength
+		cs.body = &callerBody{r: rc}
+		req.Body, req.ContentLength = cs.body, r.ContentLength
 	}
 	copyEndToEnd(req.Header, r.Header, k)
 	rc := &retryablehttp.Client{
@@ -173,12 +210,13 @@ func (c *Client) Do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 		// backoff end), so the retry loop itself never sleeps.
 		Backoff:      func(time.Duration, time.Duration, int, *http.Response) time.Duration { return 0 },
 		ErrorHandler: func(resp *http.Response, err error, _ int) (*http.Response, error) { return resp, err },
-		Logger:       retryLog{c.log},
+		Logger:       retryLog{c.log, k.Scrubber()},
 	}
 	resp, err := rc.Do(req)
 	cs.ended()
 	if err != nil {
 		var pe *pacer.PauseError
+		var reqErr *RequestError
 		var pathErr *PathError
 		switch {
 		case errors.As(err, &pe) && cs.last != nil:
@@ -194,14 +232,28 @@ func (c *Client) Do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 			return nil, pe
 		case errors.As(err, &pathErr):
 			return nil, pathErr
+		case errors.As(err, &reqErr):
+			return nil, reqErr
+		case errors.Is(err, ErrStateUnavailable):
+			return nil, fmt.Errorf("key '%s': %w", k.Name, err)
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
+		case errors.Is(err, ErrAnswerTimeout):
+			return nil, fmt.Errorf("key '%s': %w", k.Name, unwrapURL(err))
 		case errors.Is(err, ErrForbiddenAddress):
 			return nil, fmt.Errorf("key '%s': %w", k.Name, unwrapURL(err))
 		}
 		return nil, fmt.Errorf("%w: key '%s': %w", ErrUnreachable, k.Name, unwrapURL(err))
 	}
 	out := &Response{Response: resp, CallID: cs.id, Attempts: cs.attempts, Waited: cs.waited, Target: cs.target}
+	s := k.Scrubber()
+	out.redacted = scrubHeader(s, resp.Header)
+	if st, hit := s.Scrub(resp.Status); hit {
+		resp.Status = st
+		out.redacted = append(out.redacted, "the status line")
+	}
+	out.body = s.Reader(resp.Body)
+	resp.Body = readCloser{out.body, resp.Body}
 	if cs.last != nil {
 		out.Reading, out.Result = cs.last.reading, cs.last.result
 		out.Result.Warnings = cs.warnings // every attempt's
@@ -224,9 +276,10 @@ type call struct {
 	attempts   int
 	waited     time.Duration
 	last       *answer
-	lastErr    error    // the last attempt's transport error, if it had one
-	lastState  string   // the state the last recorded attempt ended in
-	warnings   []string // raised by any attempt
+	lastErr    error       // the last attempt's transport error, if it had one
+	lastState  string      // the state the last recorded attempt ended in
+	warnings   []string    // raised by any attempt
+	body       *callerBody // a streamed body; nil otherwise
 }
 
 // answer is what one attempt brought back.
@@ -248,7 +301,8 @@ func (cs *call) checkRetry(ctx context.Context, resp *http.Response, err error) 
 	}
 	if err != nil {
 		var pe *pacer.PauseError
-		if errors.As(err, &pe) || errors.Is(err, ErrForbiddenAddress) || errors.As(err, new(*PathError)) {
+		if errors.As(err, &pe) || errors.Is(err, ErrForbiddenAddress) || errors.As(err, new(*PathError)) ||
+			errors.Is(err, ErrBadRequest) || errors.Is(err, ErrStateUnavailable) {
 			return false, err
 		}
 	}
@@ -279,14 +333,26 @@ func idempotent(m string) bool {
 	return false
 }
 
-// redirectPolicy follows redirects only to hosts the key may reach, never
-// from https to http, at most 5 times; any other redirect is returned to
-// the caller as it came, and no credential leaves.
+// redirectPolicy follows redirects only to hosts the key may reach over
+// http or https — to the key's own host only over the base URL's scheme —
+// never from https to http, at most 5 times, and never to another host
+// with a URL that holds the credential; any other redirect is returned to
+// the caller as it came, before anything is dialled, and no credential
+// leaves. No Referer follows a redirect: the URL it would name may hold
+// the credential.
 func redirectPolicy(k *keystore.Key) func(*http.Request, []*http.Request) error {
 	return func(req *http.Request, via []*http.Request) error {
-		if len(via) >= 5 || !k.AllowsHost(req.URL.Host) || (via[0].URL.Scheme == "https" && req.URL.Scheme != "https") {
+		u := req.URL
+		own := strings.EqualFold(u.Host, k.BaseURL.Host)
+		switch {
+		case len(via) >= 5, !k.AllowsHost(u.Host),
+			u.Scheme != "http" && u.Scheme != "https",
+			own && u.Scheme != k.BaseURL.Scheme,
+			via[0].URL.Scheme == "https" && u.Scheme != "https",
+			!own && k.Scrubber().Contains(u.String()):
 			return http.ErrUseLastResponse
 		}
+		req.Header.Del("Referer")
 		return nil
 	}
 }
@@ -352,10 +418,26 @@ func unwrapURL(err error) error {
 
 // retryLog hands go-retryablehttp's log lines to the debug level: it
 // reports a pause or a refused address as a failed request, and mcp-quota
-// reports what matters itself.
-type retryLog struct{ log *slog.Logger }
+// reports what matters itself. Its values (URLs, errors naming a
+// redirect's URL) go through the key's Scrubber.
+type retryLog struct {
+	log   *slog.Logger
+	scrub *keystore.Scrubber
+}
 
-func (l retryLog) Error(msg string, kv ...any) { l.log.Debug(msg, kv...) }
-func (l retryLog) Info(msg string, kv ...any)  { l.log.Debug(msg, kv...) }
-func (l retryLog) Debug(msg string, kv ...any) { l.log.Debug(msg, kv...) }
-func (l retryLog) Warn(msg string, kv ...any)  { l.log.Debug(msg, kv...) }
+func (l retryLog) line(msg string, kv []any) {
+	if !l.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	out := make([]any, len(kv))
+	for i, v := range kv {
+		s, _ := l.scrub.Scrub(fmt.Sprint(v))
+		out[i] = s
+	}
+	l.log.Debug(msg, out...)
+}
+
+func (l retryLog) Error(msg string, kv ...any) { l.line(msg, kv) }
+func (l retryLog) Info(msg string, kv ...any)  { l.line(msg, kv) }
+func (l retryLog) Debug(msg string, kv ...any) { l.line(msg, kv) }
+func (l retryLog) Warn(msg string, kv ...any)  { l.line(msg, kv) }

@@ -121,7 +121,9 @@ func (e environment) logger(c common) (*slog.Logger, error) {
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", c.logLevel)
 	}
-	return slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})), nil
+	// The last wall of the logs: once the configuration is read (see
+	// loadKeys), no line holds a credential in any form.
+	return slog.New(keystore.NewScrubHandler(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))), nil
 }
 
 // configPath and statePath resolve the defaults.
@@ -179,6 +181,9 @@ func (e environment) loadKeys(c common, log *slog.Logger) (*keystore.Store, erro
 	}
 	if err != nil {
 		return nil, err
+	}
+	if h, ok := log.Handler().(*keystore.ScrubHandler); ok {
+		h.Use(s)
 	}
 	for _, k := range s.Keys() {
 		if _, err := k.Credential(); err != nil {

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// wallsSecret needs percent-encoding in a query and is changed by form
+// encoding and JSON escaping.
+const wallsSecret = "zqx+9/8=x&y-e2e-UPSTREAM-5d0b"
+
+// credentialForms are the ways the credential can be written where it
+// leaks, each found by plain substring search (independent of the
+// scrubber under test).
+func credentialForms(secret string) map[string]string {
+	lower := func(s string) string {
+		var b strings.Builder
+		for i := 0; i < len(s); i++ {
+			if s[i] == '%' && i+2 < len(s) {
+				b.WriteString("%" + strings.ToLower(s[i+1:i+3]))
+				i += 2
+				continue
+			}
+			b.WriteByte(s[i])
+		}
+		return b.String()
+	}
+	j, _ := json.Marshal(secret)
+	return map[string]string{
+		"raw":             secret,
+		"percent-encoded": url.QueryEscape(secret),
+		"percent, lower":  lower(url.QueryEscape(secret)),
+		"path-escaped":    url.PathEscape(secret),
+		"json":            strings.Trim(string(j), `"`),
+		"base64":          base64.StdEncoding.EncodeToString([]byte(secret)),
+		"base64url":       base64.RawURLEncoding.EncodeToString([]byte(secret)),
+	}
+}
+
+// scanForCredential fails t for every channel that holds secret in any
+// form.
+func scanForCredential(t *testing.T, secret string, channels map[string]string) {
+	t.Helper()
+	for name, text := range channels {
+		for form, v := range credentialForms(secret) {
+			if i := strings.Index(text, v); i >= 0 {
+				t.Errorf("%s holds the credential (%s): …%s…", name, form, text[max(i-160, 0):min(i+len(v)+40, len(text))])
+			}
+		}
+	}
+}
+
+// TestWallsEndToEnd runs the real binary — `stdio` as its own process,
+// `serve`, and the `activity` and `status` commands — against an
+// upstream that repeats its query credential in a Link, a percent-encoded
+// field, its body and a redirect that keeps the query, then scans every
+// output channel and every file mcp-quota wrote (the state file, its WAL,
+// the journals) for the credential in every encoding.
+func TestWallsEndToEnd(t *testing.T) {
+	leaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		full := "http://" + r.Host + r.URL.RequestURI()
+		switch r.URL.Path {
+		case "/v1/items":
+			next := r.URL.Query()
+			next.Set("page", "2")
+			w.Header().Set("Link", "<"+r.URL.Path+"?"+next.Encode()+`>; rel="next"`)
+			w.Header().Set("X-Echo-Url", url.QueryEscape(full))
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"items":[1,2],"query":%q,"b64":%q}`, r.URL.RawQuery, base64.StdEncoding.EncodeToString([]byte(r.URL.RawQuery)))
+		case "/slash":
+			http.Redirect(w, r, "/slash/?"+r.URL.RawQuery, http.StatusMovedPermanently)
+		case "/slash/":
+			io.WriteString(w, "ok")
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(leaky.Close)
+	dir := t.TempDir()
+	s := &setup{dir: dir, config: filepath.Join(dir, "config.toml"), state: filepath.Join(dir, "state.db"),
+		env: []string{"LEAKY_SECRET=" + wallsSecret, "AGENT_TOKEN=" + agentToken, "SYNC_TOKEN=" + syncToken}}
+	cfg := fmt.Sprintf(`[[keys]]
+name = "leaky"
+base_url = "%s/"
+secret_env = "LEAKY_SECRET"
+auth = "query:api_key"
+max_rate = 1000.0
+  [[keys.policies]]
+  quota = 1000
+  window = "60s"
+
+[[callers]]
+name = "agent"
+token_env = "AGENT_TOKEN"
+keys = ["leaky"]
+
+[[callers]]
+name = "sync"
+token_env = "SYNC_TOKEN"
+keys = ["leaky"]
+`, leaky.URL)
+	if err := os.WriteFile(s.config, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	var out strings.Builder
+	record := func(what string, v any) {
+		b, _ := json.Marshal(v)
+		fmt.Fprintf(&out, "== %s\n%s\n", what, b)
+	}
+	fetches := []map[string]any{
+		{"key": "leaky", "path": "/v1/items?limit=5"},
+		{"key": "leaky", "path": "/v1/items?limit=5"}, // conditional, against the kept answer
+		{"key": "leaky", "path": "/v1/items?limit=5", "start_index": 5},
+		{"key": "leaky", "path": "/slash?limit=5"},
+	}
+
+	// stdio, as its own process.
+	cmd, stdioErr := s.command(t, "stdio", "--log-level", "debug")
+	client := gomcp.NewClient(&gomcp.Implementation{Name: "walls", Version: "1"}, nil)
+	sess, err := client.Connect(t.Context(), &gomcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect over stdio: %v\n%s", err, stdioErr.String())
+	}
+	for _, args := range fetches {
+		res, sc := call(t, sess, "fetch", args)
+		record(fmt.Sprintf("stdio fetch %v", args), map[string]any{"structured": sc, "text": text(res)})
+	}
+	_, sc := call(t, sess, "fetch", fetches[0])
+	if next, _ := sc["next"].(map[string]any); next["path"] != "/v1/items?limit=5&page=2" {
+		t.Errorf("next %v; want the next page without the credential", sc["next"])
+	}
+	sess.Close()
+	cmd.Wait()
+	if !strings.Contains(stdioErr.String(), "level=DEBUG") && !strings.Contains(stdioErr.String(), `"level":"DEBUG"`) {
+		t.Logf("stdio logged no debug lines: %q", stdioErr.String())
+	}
+
+	// serve: REST and MCP over HTTP.
+	base, logs := s.serve(t)
+	for _, p := range []string{"/k/leaky/v1/items?limit=5", "/k/leaky/slash?limit=5", "/k/leaky/v1/items?limit=5&page=2"} {
+		req, _ := http.NewRequest("GET", base+p, nil)
+		req.Header.Set("Authorization", "Bearer "+syncToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		fmt.Fprintf(&out, "== REST %s\n%s %v\n%s\n", p, resp.Status, resp.Header, b)
+	}
+	hs := httpSession(t, base, agentToken, nil)
+	for _, args := range fetches {
+		res, sc := call(t, hs, "fetch", args)
+		record(fmt.Sprintf("http fetch %v", args), map[string]any{"structured": sc, "text": text(res)})
+	}
+	for _, p := range []string{"/v1/activity?key=leaky&limit=1000", "/v1/quota"} {
+		req, _ := http.NewRequest("GET", base+p, nil)
+		req.Header.Set("Authorization", "Bearer "+syncToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		fmt.Fprintf(&out, "== REST %s\n%s\n", p, b)
+	}
+
+	// The CLI's own views of the state file.
+	for _, args := range [][]string{{"activity", "--json", "--limit", "1000"}, {"activity"}, {"status"}, {"status", "--json"}} {
+		c, stderr := s.command(t, args...)
+		b, err := c.Output()
+		if err != nil {
+			t.Errorf("mcp-quota %v: %v\n%s", args, err, stderr.String())
+		}
+		fmt.Fprintf(&out, "== mcp-quota %v\n%s\n%s\n", args, b, stderr.String())
+	}
+
+	channels := map[string]string{"answers and CLI output": out.String(), "serve log": logs.String(), "stdio stderr": stdioErr.String()}
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		if b, err := os.ReadFile(s.state + suffix); err == nil {
+			channels["state file"+suffix] = string(b)
+		}
+	}
+	journals, _ := filepath.Glob(s.state + ".outcomes/*")
+	for _, name := range journals {
+		b, _ := os.ReadFile(name)
+		channels["journal "+filepath.Base(name)] = string(b)
+	}
+	if !strings.Contains(channels["answers and CLI output"], "/slash/") || !strings.Contains(channels["state file"]+channels["state file-wal"], "/slash/") {
+		t.Fatalf("the redirect's attempt is not in the activity and the state file: the scan would prove nothing")
+	}
+	scanForCredential(t, wallsSecret, channels)
+}

@@ -1,0 +1,41 @@
+package state_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mcp-quota/mcp-quota/state"
+)
+
+// BenchmarkCheck is what /healthz costs on a state file of about 30 MiB.
+func BenchmarkCheck(b *testing.B) {
+	db, err := state.Open(context.Background(), filepath.Join(b.TempDir(), "state.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	reason := strings.Repeat("r", 300)
+	for batch := range 50 {
+		err := db.Update(context.Background(), func(tx *state.Tx) error {
+			for i := range 2000 {
+				if _, err := tx.InsertAttempt(state.Attempt{CallID: fmt.Sprint("c", batch, "-", i), Attempt: 1, Key: "k",
+					Target: fmt.Sprintf("/v1/participants?cursor=%d-%d", batch, i), State: state.Admitted, Reason: reason, At: t0}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if err := db.Check(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,169 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sync"
+	"syscall"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// Storage reports whether err is the state file itself failing — full,
+// unwritable, damaged, gone, closed, or held by another process's writer
+// past BusyTimeout — rather than a caller's context ending or what a
+// statement wrote being refused.
+func Storage(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var e *sqlite.Error
+	if errors.As(err, &e) {
+		switch e.Code() & 0xff {
+		case sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB,
+			sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM, sqlite3.SQLITE_BUSY,
+			sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_PROTOCOL:
+			return true
+		}
+		return false
+	}
+	return errors.Is(err, ErrBusy) || errors.Is(err, errClosed) || errors.Is(err, syscall.ENOSPC) ||
+		errors.Is(err, syscall.EIO) || errors.Is(err, fs.ErrPermission)
+}
+
+// full reports SQLite's SQLITE_FULL, or ENOSPC.
+func full(err error) bool {
+	var e *sqlite.Error
+	return errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_FULL || errors.Is(err, syscall.ENOSPC)
+}
+
+// writeHealth is what the DB remembers of its last writes.
+type writeHealth struct {
+	mu       sync.Mutex
+	err      error     // the last write transaction's failure; nil once one commits
+	at       time.Time // when it failed
+	lowSpace bool      // a write found the disk full: the WAL is kept small for lowSpaceFor
+	held     bool      // writes wait for a checkpoint to give the WAL's space back
+	checked  time.Time // when quick_check last passed
+}
+
+// checkEvery is how long a quick_check that passed stands for Check:
+// it reads every page (about 70 ms for 100,000 attempts).
+const checkEvery = 30 * time.Second
+
+// noteWrite records how a write transaction ended. When the disk is full
+// the write-ahead log is checkpointed and truncated, and kept small, so
+// that space freed on the disk goes to new writes rather than to the log
+// growing back to its CheckpointPages (about 40 MiB) before it is reused.
+func (db *DB) noteWrite(err error) {
+	h := &db.wh
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err == nil {
+		h.err = nil
+		if h.lowSpace && time.Since(h.at) > lowSpaceFor {
+			h.lowSpace = false
+			db.wc.ExecContext(context.Background(), fmt.Sprintf("PRAGMA wal_autocheckpoint(%d)", CheckpointPages))
+		}
+		return
+	}
+	if !Storage(err) {
+		return
+	}
+	h.err, h.at = err, time.Now()
+	if full(err) {
+		h.held = true
+		if !h.lowSpace {
+			h.lowSpace = true
+			// On the writer's connection, outside any transaction (run
+			// rolled it back).
+			db.wc.ExecContext(context.Background(), fmt.Sprintf("PRAGMA wal_autocheckpoint(%d)", lowSpacePages))
+		}
+	}
+}
+
+// relieve runs before each write transaction. Once a write found the
+// disk full, each write transaction first copies the write-ahead log into
+// the file and truncates it, and fails when that fails: the log may hold
+// many copies of each page, and would otherwise take whatever space is
+// freed for the frames of writes that fail again. The first checkpoint
+// that succeeds lets writes go on. It runs on the writer's goroutine,
+// outside any transaction.
+func (db *DB) relieve() error {
+	h := &db.wh
+	h.mu.Lock()
+	if !h.held {
+		h.mu.Unlock()
+		return nil
+	}
+	h.mu.Unlock()
+	var busy, logPages, done int
+	err := db.wc.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logPages, &done)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err != nil {
+		h.err = err
+		return fmt.Errorf("the disk is full: %w", err)
+	}
+	h.held = false
+	return nil
+}
+
+// lowSpacePages is the checkpoint threshold while the disk is full, and
+// for lowSpaceFor after the last write that found it full.
+const (
+	lowSpacePages = 100
+	lowSpaceFor   = 10 * time.Minute
+)
+
+// Check reports whether the state file can be used: it answers a read,
+// its pages pass SQLite's quick_check (run at most every checkEvery while
+// it passes), and its last write did not fail. The error says which of
+// these failed.
+func (db *DB) Check(ctx context.Context) error {
+	db.wh.mu.Lock()
+	werr, at, checked := db.wh.err, db.wh.at, db.wh.checked
+	db.wh.mu.Unlock()
+	if werr != nil {
+		return fmt.Errorf("state: the last write, %s ago, failed: %w", time.Since(at).Round(time.Second), werr)
+	}
+	if time.Since(checked) >= checkEvery {
+		if err := db.quickCheck(ctx); err != nil {
+			return err
+		}
+		db.wh.mu.Lock()
+		db.wh.checked = time.Now()
+		db.wh.mu.Unlock()
+	}
+	return db.View(ctx, func(tx *Tx) error { _, err := tx.Keys(); return err })
+}
+
+// quickCheck runs PRAGMA quick_check.
+func (db *DB) quickCheck(ctx context.Context) error {
+	rows, err := db.r.QueryContext(ctx, "PRAGMA quick_check")
+	if err != nil {
+		return fmt.Errorf("state: check: %w", err)
+	}
+	defer rows.Close()
+	var problems []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return fmt.Errorf("state: check: %w", err)
+		}
+		if s != "ok" {
+			problems = append(problems, s)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("state: check: %w", err)
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("state: the file is damaged: %s", problems[0])
+	}
+	return nil
+}

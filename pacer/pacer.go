@@ -230,7 +230,7 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 				id, err := tx.InsertAttempt(state.Attempt{CallID: c.CallID, Attempt: c.Attempt, Key: c.Key.Name,
 					Caller: c.Caller, Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest,
 					State: state.Admitted, Reason: d.reason, Probe: d.probe, At: now, Wait: waited,
-					LeaseUntil: now.Add(p.lease())})
+					LeaseUntil: now.Add(p.lease()), ByCaller: len(c.Key.Reserves) > 0})
 				if err != nil {
 					return err
 				}

@@ -348,7 +348,8 @@ func mcpClient(t *testing.T, s *stack, token string) *client.Client {
 }
 
 // callTool calls a tool and returns its result with the structured
-// content as JSON.
+// content as JSON — for an error result, which has none, its code (from
+// _meta) and its sentence: {"code": "…", "message": "…"}.
 func callTool(t *testing.T, mc *client.Client, name string, args map[string]any) (*mcp.CallToolResult, string) {
 	t.Helper()
 	req := mcp.CallToolRequest{}
@@ -356,6 +357,21 @@ func callTool(t *testing.T, mc *client.Client, name string, args map[string]any)
 	res, err := mc.CallTool(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if res.IsError && res.StructuredContent == nil {
+		e := map[string]any{}
+		if res.Meta != nil {
+			if m, ok := res.Meta.AdditionalFields["mcp-quota/error"].(map[string]any); ok {
+				e["code"] = m["code"]
+			}
+		}
+		for _, c := range res.Content {
+			if tc, ok := c.(mcp.TextContent); ok {
+				e["message"] = tc.Text
+			}
+		}
+		sc, _ := json.Marshal(e)
+		return res, string(sc)
 	}
 	sc, _ := json.Marshal(res.StructuredContent)
 	return res, string(sc)

@@ -48,7 +48,7 @@ func benchWindow(b *testing.B, n int, read func(*state.Tx, string, time.Time) (s
 	err = db.Update(context.Background(), func(tx *state.Tx) error {
 		for i := range n {
 			if _, err := tx.InsertAttempt(state.Attempt{CallID: "c", Key: "k", Caller: fmt.Sprint("caller", i%3),
-				State: state.Admitted, At: t0.Add(time.Duration(i) * time.Millisecond)}); err != nil {
+				State: state.Admitted, At: t0.Add(time.Duration(i) * time.Millisecond), ByCaller: true}); err != nil {
 				return err
 			}
 		}

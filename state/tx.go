@@ -76,6 +76,10 @@ type Attempt struct {
 	AnsweredAt time.Time     // when the answer came
 	Status     int           // the upstream's HTTP status
 	LeaseUntil time.Time     // in flight until then; zero once finished
+	// ByCaller numbers an admission in its caller's own log too, for
+	// WindowOf: set it for keys whose callers have reservations (only
+	// they are counted per caller), and leave the others the cost.
+	ByCaller bool
 }
 
 var (
@@ -83,11 +87,13 @@ var (
 	(call_id, attempt, key, caller, transport, method, target, digest, state, reason, probe, counted, at, wait_us, lease_until, seq, cseq)
 	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	qLastSend       = newQuery(`SELECT seq, at FROM attempts WHERE key = ? AND counted = 1 ORDER BY at DESC, seq DESC LIMIT 1`)
-	qLastCallerSend = newQuery(`SELECT cseq FROM attempts WHERE key = ? AND caller = ? AND counted = 1 AND cseq IS NOT NULL
+	qLastCallerSend = newQuery(`SELECT cseq FROM attempts WHERE key = ? AND caller = ? AND cseq IS NOT NULL
 	ORDER BY at DESC, cseq DESC LIMIT 1`)
+	// Numbered again: every admission in the key's log, and those in a
+	// caller's log among that caller's.
 	qRenumber = newQuery(`UPDATE attempts SET seq = o.n, cseq = o.c
 	FROM (SELECT id, row_number() OVER (ORDER BY at, id) AS n,
-		CASE WHEN caller != '' THEN row_number() OVER (PARTITION BY caller ORDER BY at, id) END AS c
+		CASE WHEN cseq IS NOT NULL THEN row_number() OVER (PARTITION BY caller, cseq IS NULL ORDER BY at, id) END AS c
 		FROM attempts WHERE key = ? AND counted = 1) AS o
 	WHERE attempts.id = o.id`)
 )
@@ -112,7 +118,7 @@ func (tx *Tx) InsertAttempt(a Attempt) (int64, error) {
 			return 0, fmt.Errorf("state: record attempt: %w", err)
 		}
 		seq, renumber = last+1, micros(a.At) < lastAt
-		if a.Caller != "" {
+		if a.ByCaller && a.Caller != "" {
 			var lastOfCaller int64
 			err := tx.queryRow(qLastCallerSend, a.Key, a.Caller).Scan(&lastOfCaller)
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {
@@ -249,16 +255,20 @@ func (tx *Tx) WindowByCaller(key string, since time.Time) (Window, error) {
 // qCallerSends reads the first attempt of key (?1) by caller (?2) after a
 // time (?3), with the caller's last number.
 var qCallerSends = newQuery(`SELECT f.cseq, f.at,
-		(SELECT cseq FROM attempts WHERE key = ?1 AND caller = ?2 AND counted = 1 AND cseq IS NOT NULL
+		(SELECT cseq FROM attempts WHERE key = ?1 AND caller = ?2 AND cseq IS NOT NULL
 		ORDER BY at DESC, cseq DESC LIMIT 1)
-	FROM attempts AS f WHERE f.key = ?1 AND f.caller = ?2 AND f.counted = 1 AND f.cseq IS NOT NULL AND f.at > ?3
+	FROM attempts AS f WHERE f.key = ?1 AND f.caller = ?2 AND f.cseq IS NOT NULL AND f.at > ?3
 	ORDER BY f.at, f.cseq LIMIT 1`)
 
 // WindowOf is Window with ByCaller holding the counts of callers (those
 // with a call in the window): each is read from the caller's own numbered
 // log, so the cost grows with the number of callers asked about, not with
-// the calls the window holds. Slots a lease reserved and handed to a
-// caller count in the key's Count only.
+// the calls the window holds. Only admissions recorded with ByCaller are
+// in a caller's log: slots a lease handed to a caller, and calls recorded
+// before the key's callers had reservations (or by an earlier version),
+// count in the key's Count only. A caller's count then errs low, for at
+// most one window: the key's total stays exact, but a reservation may be
+// held back longer, or lent as idle, as if those calls had not been made.
 func (tx *Tx) WindowOf(key string, since time.Time, callers []string) (Window, error) {
 	w, err := tx.Window(key, since)
 	if err != nil || w.Count == 0 {

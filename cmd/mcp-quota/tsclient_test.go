@@ -131,7 +131,6 @@ secret_env = "DEMO_SECRET"
 `)
 	common := []tsCall{
 		{Name: "unknown key", Tool: "fetch", Args: map[string]any{"key": "nope", "path": "/"}, code: "unknownKey", says: "nope"},
-		{Name: "no key of several", Tool: "fetch", Args: map[string]any{"path": "/"}, code: "unknownKey", says: "name one of"},
 		{Name: "dot-dot path", Tool: "fetch", Args: map[string]any{"key": "demo", "path": "/v1/../../etc/passwd"}, code: "badPath", says: "'..'"},
 		{Name: "absolute URL", Tool: "fetch", Args: map[string]any{"key": "demo", "path": "http://169.254.169.254/latest"}, code: "badPath", says: "absolute URLs"},
 		{Name: "missing path", Tool: "fetch", Args: map[string]any{"key": "demo"}, code: "badArguments", says: "path is required"},
@@ -142,6 +141,7 @@ secret_env = "DEMO_SECRET"
 		{Name: "status with a bad argument", Tool: "quota_status", Args: map[string]any{"key": 7}, code: "badArguments", says: "key must be a string"},
 	}
 	local := []tsCall{
+		{Name: "no key of several", Tool: "fetch", Args: map[string]any{"path": "/"}, code: "unknownKey", says: "name one of"},
 		{Name: "no credential", Tool: "fetch", Args: map[string]any{"key": "nosecret", "path": "/"}, code: "noCredential", says: "UNSET_VARIABLE_FOR_TEST"},
 		{Name: "metadata address", Tool: "fetch", Args: map[string]any{"key": "metadata", "path": "/latest"}, code: "forbiddenAddress", says: "metadata"},
 		{Name: "unreachable upstream", Tool: "fetch", Args: map[string]any{"key": "gone", "path": "/"}, code: "upstreamUnavailable", says: "unreachable"},
@@ -179,6 +179,7 @@ secret_env = "DEMO_SECRET"
 	t.Run("http", func(t *testing.T) {
 		base, _ := s.serve(t)
 		calls := append(append([]tsCall{}, common...),
+			tsCall{Name: "no key, one of the caller's own", Tool: "fetch", Args: map[string]any{"path": "/"}, code: "unknownKey", says: `key="demo" is the one you may use`},
 			tsCall{Name: "another caller's key", Tool: "fetch", Args: map[string]any{"key": "tiny", "path": "/"}, code: "forbidden", says: "may not use key 'tiny'"},
 			tsCall{Name: "status of another caller's key", Tool: "quota_status", Args: map[string]any{"key": "tiny"}, code: "forbidden", says: "may not use key 'tiny'"},
 			tsCall{Name: "a call of its own key", Tool: "fetch", Args: map[string]any{"key": "demo", "path": "/v1/participants?limit=5"}})

@@ -18,12 +18,14 @@ import (
 // releasedByEnd is the reason of a slot whose process ended holding it.
 const releasedByEnd = "reserved by a process that ended before reporting it: counted as sent, whether or not it was"
 
+// A lease's slots are found by their IDs, a range of the table itself:
+// "+key" keeps SQLite from walking the key's index instead.
 var (
 	qReserve = newQuery(`WITH RECURSIVE slot(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM slot WHERE i < ?1)
 	INSERT INTO attempts (call_id, attempt, key, caller, transport, method, target, digest, state, reason,
 		probe, counted, at, wait_us, lease_until, seq)
 	SELECT '', 0, ?2, '', '', '', '', '', ?3, ?4, 0, 1, ?5, 0, ?6, ?7 + i FROM slot ORDER BY i`)
-	qReservedCount = newQuery(`SELECT count(*) FROM attempts WHERE key = ? AND id BETWEEN ? AND ? AND state = 'reserved'`)
+	qReservedCount = newQuery(`SELECT count(*) FROM attempts WHERE +key = ? AND id BETWEEN ? AND ? AND state = 'reserved'`)
 )
 
 // Reserve records n slots of key admitted at at, each in flight until
@@ -78,11 +80,11 @@ func (tx *Tx) FinishReserved(a Attempt) error {
 }
 
 var (
-	qDropReserved = newQuery(`DELETE FROM attempts WHERE key = ? AND id BETWEEN ? AND ? AND state = 'reserved'`)
+	qDropReserved = newQuery(`DELETE FROM attempts WHERE +key = ? AND id BETWEEN ? AND ? AND state = 'reserved'`)
 	qLastReserved = newQuery(`SELECT coalesce(max(seq), 0) FROM attempts
-	WHERE key = ? AND id BETWEEN ? AND ? AND counted = 1`)
+	WHERE +key = ? AND id BETWEEN ? AND ? AND counted = 1`)
 	qReleaseReserved = newQuery(`UPDATE attempts SET state = 'released', lease_until = NULL, reason = ?
-	WHERE key = ? AND id BETWEEN ? AND ? AND state = 'reserved'`)
+	WHERE +key = ? AND id BETWEEN ? AND ? AND state = 'reserved'`)
 )
 
 // Release gives back key's reserved slots first…last, none of which was

@@ -97,9 +97,16 @@ func New(c Config) http.Handler {
 		mux.Handle("GET /{$}", c.Dashboard)
 		mux.Handle("/ui/", c.Dashboard)
 	}
+	served := "/mcp (MCP), /k/{key}/… (REST), /v1/quota, /v1/activity"
+	if c.Dashboard != nil {
+		served += ", / (the dashboard)"
+	}
+	if c.Metrics != nil {
+		served += ", /metrics"
+	}
+	notFound := "Nothing is here. mcp-quota serves " + served + " and /healthz."
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		rest.WriteProblem(w, http.StatusNotFound, rest.CodeBadRequest,
-			"Nothing is here. mcp-quota serves /mcp (MCP), /k/{key}/… (REST), /v1/quota, /v1/activity and /healthz.", nil)
+		rest.WriteProblem(w, http.StatusNotFound, rest.CodeBadRequest, notFound, nil)
 	})
 	route := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// REST paths go to the forwarder as they came: the mux would

@@ -180,10 +180,13 @@ REST for a sync job:    %s/k/demo/
   curl -H "Authorization: Bearer $(cat %s)" '%s/v1/quota'
   curl -H "Authorization: Bearer $(cat %s)" '%s/v1/activity?key=demo'
 
+Dashboard:              %s/  (sign in with the contents of a token file above)
+Prometheus metrics:     %s/metrics  (with a caller token as a bearer token)
+
 Press Ctrl-C to stop.
 `, shellQuote(bin), shellQuote(d.configPath), shellQuote(statePath),
 		shellQuote(bin), shellQuote(d.configPath), shellQuote(statePath), bin, args,
-		base, shellQuote(d.syncToken), base, shellQuote(d.syncToken), base, shellQuote(d.syncToken), base)
+		base, shellQuote(d.syncToken), base, shellQuote(d.syncToken), base, shellQuote(d.syncToken), base, base, base)
 }
 
 // demoExecutable returns the path of the running binary for the stdio

@@ -180,7 +180,7 @@ func TestStatusStaysSmall(t *testing.T) {
 	if first := keys[0].(map[string]any)["key"]; first != "key-0500" {
 		t.Errorf("the first key shown is %v, want key-0500, the one with the least left", first)
 	}
-	res, out = call(t, sess, "quota_status", map[string]any{"offset": 995, "limit": 50})
+	_, out = call(t, sess, "quota_status", map[string]any{"offset": 995, "limit": 50})
 	if keys := out["keys"].([]any); len(keys) != 5 || out["more"].(map[string]any)["next_offset"] != nil {
 		t.Errorf("offset=995 shows %d keys, more=%v; want the last 5 and no next page", len(keys), out["more"])
 	}

@@ -3,6 +3,7 @@ package keystore
 import (
 	"encoding/base64"
 	"io"
+	"slices"
 	"strings"
 	"sync/atomic"
 )
@@ -90,7 +91,7 @@ func (s *Scrubber) Scrub(text string) (string, bool) {
 	if s == nil || text == "" {
 		return text, false
 	}
-	out, _, hit := s.scrub([]byte(text), len(text))
+	out, _, hit := s.scrub(nil, []byte(text), len(text))
 	if !hit {
 		return text, false
 	}
@@ -102,7 +103,7 @@ func (s *Scrubber) ScrubBytes(b []byte) ([]byte, bool) {
 	if s == nil || len(b) == 0 {
 		return b, false
 	}
-	out, _, hit := s.scrub(b, len(b))
+	out, _, hit := s.scrub(nil, b, len(b))
 	if !hit {
 		return b, false
 	}
@@ -115,13 +116,13 @@ func (s *Scrubber) Contains(text string) bool {
 	return hit
 }
 
-// scrub copies b's bytes from the start up to at least cut, with every
-// form of a secret that starts before cut replaced. It returns the copy,
-// how many bytes of b it consumed (cut, or the end of a form that
+// scrub appends to dst b's bytes from the start up to at least cut, with
+// every form of a secret that starts before cut replaced. It returns the
+// copy, how many bytes of b it consumed (cut, or the end of a form that
 // straddles it) and whether anything was replaced. A form starting
 // before len(b)-s.hold ends inside b.
-func (s *Scrubber) scrub(b []byte, cut int) ([]byte, int, bool) {
-	out := make([]byte, 0, len(b))
+func (s *Scrubber) scrub(dst, b []byte, cut int) ([]byte, int, bool) {
+	out := slices.Grow(dst[:0], len(b))
 	hit := false
 	i := 0
 	for i < cut {
@@ -297,6 +298,7 @@ type ScrubReader struct {
 	r       io.Reader
 	pending []byte // read, not yet scrubbed
 	out     []byte // scrubbed, not yet returned
+	buf     []byte // out's array, used again once out is drained
 	err     error  // r's error, returned once pending and out are empty
 	hit     atomic.Bool
 }
@@ -314,8 +316,11 @@ func (sr *ScrubReader) Read(p []byte) (int, error) {
 			sr.emit(len(sr.pending))
 			continue
 		}
-		if cap(sr.pending)-len(sr.pending) < 16<<10 {
-			sr.pending = append(make([]byte, 0, 2*cap(sr.pending)+32<<10), sr.pending...)
+		// Room to read into: 8 KiB to start with (most answers are
+		// smaller, and one is read per call), more only while a form
+		// held back at the tail fills it.
+		if cap(sr.pending)-len(sr.pending) < 4<<10 {
+			sr.pending = append(make([]byte, 0, 2*cap(sr.pending)+8<<10), sr.pending...)
 		}
 		n, err := sr.r.Read(sr.pending[len(sr.pending):cap(sr.pending)])
 		sr.pending = sr.pending[:len(sr.pending)+n]
@@ -379,11 +384,11 @@ func prefixForm(b []byte, j int, v string) bool {
 
 // emit scrubs pending up to cut and moves it to out.
 func (sr *ScrubReader) emit(cut int) {
-	out, used, hit := sr.s.scrub(sr.pending, cut)
+	out, used, hit := sr.s.scrub(sr.buf, sr.pending, cut)
 	if hit {
 		sr.hit.Store(true)
 	}
-	sr.out = out
+	sr.out, sr.buf = out, out
 	sr.pending = append(sr.pending[:0], sr.pending[used:]...)
 }
 

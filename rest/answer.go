@@ -43,7 +43,11 @@ func lookahead(resp *upstream.Response, method string) (*answer, error) {
 	if method == http.MethodHead || !bodyAllowed(resp.StatusCode) || flushEach(resp.Response) || resp.ContentLength > lookaheadLimit {
 		return a, nil
 	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, lookaheadLimit+1))
+	// Read into a buffer of the announced size (scrubbing may change it
+	// a little; the buffer grows then), not io.ReadAll's doublings.
+	buf := bytes.NewBuffer(make([]byte, 0, min(max(resp.ContentLength, 0), lookaheadLimit)+bytes.MinRead))
+	_, err := buf.ReadFrom(io.LimitReader(resp.Body, lookaheadLimit+1))
+	b := buf.Bytes()
 	if err != nil {
 		return nil, brokenBody(err, int64(len(b)), resp.ContentLength)
 	}

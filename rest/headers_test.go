@@ -171,6 +171,9 @@ func FuzzResponseHeaders(f *testing.F) {
 		}
 		if got := dst["Location"]; len(got) > 0 {
 			for i, v := range got {
+				if strings.Contains(v, "[redacted]") {
+					continue // the reference held the secret: what is left of it need not be a reference
+				}
 				checkRef(t, v, src["Location"][i], from)
 			}
 		}

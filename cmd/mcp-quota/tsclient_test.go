@@ -176,6 +176,15 @@ secret_env = "DEMO_SECRET"
 		calls := append(append([]tsCall{}, common...), local...)
 		check(t, calls, runTSClient(t, s, calls, "MCP_COMMAND="+string(command)))
 	})
+	t.Run("stdio with a state file it cannot use", func(t *testing.T) {
+		dir := t.TempDir() // a directory where the state file should be
+		command, _ := json.Marshal([]string{binary(t), "stdio", "--config", s.config, "--state", dir})
+		calls := []tsCall{
+			{Name: "fetch", Tool: "fetch", Args: map[string]any{"key": "demo", "path": "/"}, code: "stateUnavailable", says: "is a directory"},
+			{Name: "quota_status", Tool: "quota_status", Args: map[string]any{}, code: "stateUnavailable", says: "--state"},
+		}
+		check(t, calls, runTSClient(t, s, calls, "MCP_COMMAND="+string(command)))
+	})
 	t.Run("http", func(t *testing.T) {
 		base, _ := s.serve(t)
 		calls := append(append([]tsCall{}, common...),

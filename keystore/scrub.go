@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Redacted is what a Scrubber puts where it removed a credential.
@@ -91,6 +92,9 @@ func (s *Scrubber) Scrub(text string) (string, bool) {
 	if s == nil || text == "" {
 		return text, false
 	}
+	if !s.found(bytesOf(text)) { // most text: no copy
+		return text, false
+	}
 	out, _, hit := s.scrub(nil, []byte(text), len(text))
 	if !hit {
 		return text, false
@@ -98,9 +102,26 @@ func (s *Scrubber) Scrub(text string) (string, bool) {
 	return string(out), true
 }
 
+// bytesOf is text's bytes, not copied: only for reading.
+func bytesOf(text string) []byte { return unsafe.Slice(unsafe.StringData(text), len(text)) }
+
+// found reports whether a form of a secret starts anywhere in b: where
+// scrub would replace one, without copying anything.
+func (s *Scrubber) found(b []byte) bool {
+	for i, c := range b {
+		if s.start[c] && s.matchAt(b, i) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // ScrubBytes is Scrub for a byte slice; b itself is not changed.
 func (s *Scrubber) ScrubBytes(b []byte) ([]byte, bool) {
 	if s == nil || len(b) == 0 {
+		return b, false
+	}
+	if !s.found(b) {
 		return b, false
 	}
 	out, _, hit := s.scrub(nil, b, len(b))
@@ -112,8 +133,7 @@ func (s *Scrubber) ScrubBytes(b []byte) ([]byte, bool) {
 
 // Contains reports whether text holds the credential in any form.
 func (s *Scrubber) Contains(text string) bool {
-	_, hit := s.Scrub(text)
-	return hit
+	return s != nil && s.found(bytesOf(text))
 }
 
 // scrub appends to dst b's bytes from the start up to at least cut, with

@@ -23,6 +23,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcp-quota/mcp-quota/keystore/leaktest"
 	"github.com/mcp-quota/mcp-quota/rest"
 	"github.com/mcp-quota/mcp-quota/state"
 )
@@ -30,48 +31,6 @@ import (
 // awkwardSecret needs percent-encoding in a query, and is changed by form
 // encoding, JSON escaping and HTML escaping.
 const awkwardSecret = "zqx+9/8=x&y-UPSTREAM-41c7"
-
-// secretForms are the ways the credential can be written where it
-// leaks, each found by plain substring search (independent of the
-// scrubber under test).
-func secretForms(secret string) map[string]string {
-	lower := func(s string) string {
-		var b strings.Builder
-		for i := 0; i < len(s); i++ {
-			if s[i] == '%' && i+2 < len(s) {
-				b.WriteString("%" + strings.ToLower(s[i+1:i+3]))
-				i += 2
-				continue
-			}
-			b.WriteByte(s[i])
-		}
-		return b.String()
-	}
-	j, _ := json.Marshal(secret)
-	forms := map[string]string{
-		"raw":               secret,
-		"percent-encoded":   url.QueryEscape(secret),
-		"percent, lower":    lower(url.QueryEscape(secret)),
-		"path-escaped":      url.PathEscape(secret),
-		"json":              strings.Trim(string(j), `"`),
-		"base64":            base64.StdEncoding.EncodeToString([]byte(secret)),
-		"base64url":         base64.RawURLEncoding.EncodeToString([]byte(secret)),
-		"json-escaped, MCP": strings.ReplaceAll(strings.Trim(string(j), `"`), `\u0026`, `\\u0026`),
-	}
-	return forms
-}
-
-// scanChannels fails t for every channel that holds secret in any form.
-func scanChannels(t *testing.T, secret string, channels map[string]string) {
-	t.Helper()
-	for name, text := range channels {
-		for form, v := range secretForms(secret) {
-			if i := strings.Index(text, v); i >= 0 {
-				t.Errorf("%s holds the credential (%s): …%s…", name, form, text[max(i-160, 0):min(i+len(v)+40, len(text))])
-			}
-		}
-	}
-}
 
 // stateChannels are every file mcp-quota wrote for s: the state file, its
 // WAL and shared memory, and the journals of outcomes.
@@ -275,7 +234,7 @@ auth = "none"
 	if !strings.Contains(channels["state file"]+channels["state file-wal"], "/slash/") {
 		t.Fatalf("the state file does not hold the redirect's attempt: the scan would prove nothing")
 	}
-	scanChannels(t, awkwardSecret, channels)
+	leaktest.Scan(t, awkwardSecret, channels)
 }
 
 // TestWallsStatusLine: an upstream that repeats its credential in its
@@ -319,7 +278,7 @@ auth = "none"
 `
 	s := newStack(t, stackConfig{Keys: keys, Secret: awkwardSecret})
 	resp, b := s.do(t, "GET", "/k/demo/x", syncToken, nil)
-	scanChannels(t, awkwardSecret, map[string]string{"answer": fmt.Sprintf("%s %v %s", resp.Status, resp.Header, b)})
+	leaktest.Scan(t, awkwardSecret, map[string]string{"answer": fmt.Sprintf("%s %v %s", resp.Status, resp.Header, b)})
 	if resp.StatusCode != 200 || string(b) != "echo api_key=[redacted]" {
 		t.Errorf("%s %q; want 200 with the credential replaced", resp.Status, b)
 	}
@@ -757,7 +716,7 @@ auth = "none"
 	s := newStack(t, stackConfig{Upstream: up, Keys: keys, Secret: awkwardSecret})
 	for _, p := range []string{"/k/demo/big", "/k/demo/events"} {
 		resp, b := s.do(t, "GET", p, syncToken, nil)
-		scanChannels(t, awkwardSecret, map[string]string{p: fmt.Sprintf("%v %s %v", resp.Header, b, resp.Trailer)})
+		leaktest.Scan(t, awkwardSecret, map[string]string{p: fmt.Sprintf("%v %s %v", resp.Header, b, resp.Trailer)})
 		if n := strings.Count(string(b), "data: [redacted]\n\n"); n != 2 {
 			t.Errorf("%s: %d events with the credential replaced, want 2", p, n)
 		}
@@ -785,7 +744,7 @@ func TestWallsOldRowsScrubbedOnTheWayOut(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(b), "/slash/?api_key=[redacted]") {
 		t.Errorf("activity: %d %s; want the old row with the credential replaced", resp.StatusCode, b)
 	}
-	scanChannels(t, upstreamSecret, map[string]string{"activity": string(b)})
+	leaktest.Scan(t, upstreamSecret, map[string]string{"activity": string(b)})
 	mc := mcpClient(t, s, agentToken)
 	rr, err := mc.ReadResource(context.Background(), mcp.ReadResourceRequest{Params: mcp.ReadResourceParams{URI: "quota://activity/demo"}})
 	if err != nil {
@@ -795,5 +754,5 @@ func TestWallsOldRowsScrubbedOnTheWayOut(t *testing.T) {
 	if !strings.Contains(string(j), "[redacted]") {
 		t.Errorf("activity resource: %s; want the old row with the credential replaced", j)
 	}
-	scanChannels(t, upstreamSecret, map[string]string{"activity resource": string(j)})
+	leaktest.Scan(t, upstreamSecret, map[string]string{"activity resource": string(j)})
 }

@@ -14,52 +14,13 @@ import (
 	"testing"
 
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-quota/mcp-quota/keystore/leaktest"
 )
 
 // wallsSecret needs percent-encoding in a query and is changed by form
 // encoding and JSON escaping.
 const wallsSecret = "zqx+9/8=x&y-e2e-UPSTREAM-5d0b"
-
-// credentialForms are the ways the credential can be written where it
-// leaks, each found by plain substring search (independent of the
-// scrubber under test).
-func credentialForms(secret string) map[string]string {
-	lower := func(s string) string {
-		var b strings.Builder
-		for i := 0; i < len(s); i++ {
-			if s[i] == '%' && i+2 < len(s) {
-				b.WriteString("%" + strings.ToLower(s[i+1:i+3]))
-				i += 2
-				continue
-			}
-			b.WriteByte(s[i])
-		}
-		return b.String()
-	}
-	j, _ := json.Marshal(secret)
-	return map[string]string{
-		"raw":             secret,
-		"percent-encoded": url.QueryEscape(secret),
-		"percent, lower":  lower(url.QueryEscape(secret)),
-		"path-escaped":    url.PathEscape(secret),
-		"json":            strings.Trim(string(j), `"`),
-		"base64":          base64.StdEncoding.EncodeToString([]byte(secret)),
-		"base64url":       base64.RawURLEncoding.EncodeToString([]byte(secret)),
-	}
-}
-
-// scanForCredential fails t for every channel that holds secret in any
-// form.
-func scanForCredential(t *testing.T, secret string, channels map[string]string) {
-	t.Helper()
-	for name, text := range channels {
-		for form, v := range credentialForms(secret) {
-			if i := strings.Index(text, v); i >= 0 {
-				t.Errorf("%s holds the credential (%s): …%s…", name, form, text[max(i-160, 0):min(i+len(v)+40, len(text))])
-			}
-		}
-	}
-}
 
 // TestWallsEndToEnd runs the real binary — `stdio` as its own process,
 // `serve`, and the `activity` and `status` commands — against an
@@ -201,5 +162,5 @@ keys = ["leaky"]
 	if !strings.Contains(channels["answers and CLI output"], "/slash/") || !strings.Contains(channels["state file"]+channels["state file-wal"], "/slash/") {
 		t.Fatalf("the redirect's attempt is not in the activity and the state file: the scan would prove nothing")
 	}
-	scanForCredential(t, wallsSecret, channels)
+	leaktest.Scan(t, wallsSecret, channels)
 }

@@ -13,8 +13,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
@@ -96,20 +94,7 @@ max_rate = 1000.0
 
 	// MCP over HTTP, as the agent.
 	ctx := context.Background()
-	mc, err := client.NewStreamableHttpClient(s.URL+"/mcp", transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + agentToken}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { mc.Close() })
-	if err := mc.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
-	init.Params.ClientInfo = mcp.Implementation{Name: "secret-scan", Version: "1"}
-	if _, err := mc.Initialize(ctx, init); err != nil {
-		t.Fatal(err)
-	}
+	mc := mcpClient(t, s, agentToken)
 	callTool := func(name string, args map[string]any) {
 		req := mcp.CallToolRequest{}
 		req.Params.Name, req.Params.Arguments = name, args

@@ -169,20 +169,7 @@ auth = "none"
 
 	// MCP over HTTP: fetch returns headers, next.path, body and text.
 	ctx := context.Background()
-	mc, err := client.NewStreamableHttpClient(s.URL+"/mcp", transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + agentToken}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { mc.Close() })
-	if err := mc.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
-	init.Params.ClientInfo = mcp.Implementation{Name: "walls", Version: "1"}
-	if _, err := mc.Initialize(ctx, init); err != nil {
-		t.Fatal(err)
-	}
+	mc := mcpClient(t, s, agentToken)
 	fetch := func(args map[string]any) *mcp.CallToolResult {
 		req := mcp.CallToolRequest{}
 		req.Params.Name, req.Params.Arguments = "fetch", args

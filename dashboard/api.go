@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/report"
 	"github.com/mcp-quota/mcp-quota/rest"
-	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // me is GET /ui/api/session's answer: who the page acts as.
@@ -245,7 +245,7 @@ func (h *Handler) call(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := callPage{Call: id, Attempts: []callAttempt{}}
-	err := h.c.DB.View(r.Context(), func(tx *state.Tx) error {
+	err := h.c.DB.View(r.Context(), func(tx ledger.Tx) error {
 		list, err := tx.Call(key, id)
 		if err != nil {
 			return err

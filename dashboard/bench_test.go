@@ -17,6 +17,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/gateway"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/rest"
 	"github.com/mcp-quota/mcp-quota/state"
 	"github.com/mcp-quota/mcp-quota/tools"
@@ -73,15 +74,15 @@ max_rate = 1000
 	defer db.Close()
 	// Two windows of a sync job at the limit already in the log.
 	now := time.Now()
-	err = db.Update(ctx, func(tx *state.Tx) error {
+	err = db.Update(ctx, func(tx ledger.Tx) error {
 		for i := range 2 * quota {
 			at := now.Add(-2*window + time.Duration(i)*window/quota)
-			id, err := tx.InsertAttempt(state.Attempt{CallID: fmt.Sprintf("h%05d", i), Attempt: 1, Key: "k", Caller: "sync",
-				Transport: "rest", Method: "GET", Target: "/v1/echo", State: state.Admitted, At: at})
+			id, err := tx.InsertAttempt(ledger.Attempt{CallID: fmt.Sprintf("h%05d", i), Attempt: 1, Key: "k", Caller: "sync",
+				Transport: "rest", Method: "GET", Target: "/v1/echo", State: ledger.Admitted, At: at})
 			if err != nil {
 				return err
 			}
-			if err := tx.FinishAttempt(id, state.Confirmed, "HTTP 200 OK", 200, at, at.Add(5*time.Millisecond)); err != nil {
+			if err := tx.FinishAttempt(id, ledger.Confirmed, "HTTP 200 OK", 200, at, at.Add(5*time.Millisecond)); err != nil {
 				return err
 			}
 		}

@@ -25,8 +25,8 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/rest"
-	"github.com/mcp-quota/mcp-quota/state"
 )
 
 //go:embed static
@@ -36,7 +36,7 @@ var static embed.FS
 type Config struct {
 	Keys  *keystore.Store
 	Pacer *pacer.Pacer
-	DB    *state.DB
+	DB    ledger.Viewer
 	Log   *slog.Logger // nil means discard
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time

@@ -18,6 +18,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/metrics"
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/rest"
 	"github.com/mcp-quota/mcp-quota/state"
 	"github.com/mcp-quota/mcp-quota/tools"
@@ -229,14 +230,14 @@ func TestLoopbackWithoutCallersOpensDirectly(t *testing.T) {
 func TestKeysTightestFirst(t *testing.T) {
 	base, db := server(t, false)
 	now := time.Now()
-	err := db.Update(context.Background(), func(tx *state.Tx) error {
+	err := db.Update(context.Background(), func(tx ledger.Tx) error {
 		for i := range 9 { // 9 of k's 10 calls
 			at := now.Add(time.Duration(i-20) * time.Millisecond)
-			id, err := tx.InsertAttempt(state.Attempt{CallID: fmt.Sprint(i), Attempt: 1, Key: "k", Caller: "sync", State: state.Admitted, At: at})
+			id, err := tx.InsertAttempt(ledger.Attempt{CallID: fmt.Sprint(i), Attempt: 1, Key: "k", Caller: "sync", State: ledger.Admitted, At: at})
 			if err != nil {
 				return err
 			}
-			if err := tx.FinishAttempt(id, state.Confirmed, "HTTP 200 OK", 200, at, at); err != nil {
+			if err := tx.FinishAttempt(id, ledger.Confirmed, "HTTP 200 OK", 200, at, at); err != nil {
 				return err
 			}
 		}

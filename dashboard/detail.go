@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/report"
-	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // Timeline settings: the chart spans two of the key's longest windows,
@@ -62,17 +62,17 @@ type spender struct {
 // outcome is the chart's series an attempt state belongs to.
 func outcome(st string) string {
 	switch st {
-	case state.Confirmed, state.Accepted:
+	case ledger.Confirmed, ledger.Accepted:
 		return "sent"
-	case state.RejectedUpstream:
+	case ledger.RejectedUpstream:
 		return "refused_upstream"
-	case state.RejectedLocal:
+	case ledger.RejectedLocal:
 		return "refused_locally"
-	case state.Cached:
+	case ledger.Cached:
 		return "kept_copy"
-	case state.Interrupted, state.Released:
+	case ledger.Interrupted, ledger.Released:
 		return "interrupted"
-	case state.Failed:
+	case ledger.Failed:
 		return "failed"
 	}
 	return "in_flight"
@@ -114,7 +114,7 @@ func (h *Handler) detail(r *http.Request, k *keystore.Key, ks report.KeyStatus, 
 	if w == 0 {
 		w = span / 2
 	}
-	err := h.c.DB.View(r.Context(), func(tx *state.Tx) error {
+	err := h.c.DB.View(r.Context(), func(tx ledger.Tx) error {
 		buckets, err := tx.Timeline(k.Name, since, step)
 		if err != nil {
 			return err
@@ -147,7 +147,7 @@ func (h *Handler) detail(r *http.Request, k *keystore.Key, ks report.KeyStatus, 
 			return err
 		}
 		d.Spenders = spenders(k, win, claimed, q)
-		latest, err := tx.Activity(state.ActivityFilter{Key: k.Name, Limit: 1})
+		latest, err := tx.Activity(ledger.ActivityFilter{Key: k.Name, Limit: 1})
 		if err != nil {
 			return err
 		}
@@ -162,7 +162,7 @@ func (h *Handler) detail(r *http.Request, k *keystore.Key, ks report.KeyStatus, 
 // spenders are the callers that spent win, most first, and every caller
 // with a reservation, with what the reservation holds back or lends
 // (see the pacer: an idle reservation is lent).
-func spenders(k *keystore.Key, win state.Window, claimed map[string]bool, q int64) []spender {
+func spenders(k *keystore.Key, win ledger.Window, claimed map[string]bool, q int64) []spender {
 	byName := map[string]*spender{}
 	var out []*spender
 	get := func(name string) *spender {

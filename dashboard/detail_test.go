@@ -6,7 +6,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
-	"github.com/mcp-quota/mcp-quota/state"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
 // Who spends a window: callers by calls, and each reservation held back
@@ -14,7 +14,7 @@ import (
 // it is idle — as the pacer treats them.
 func TestSpenders(t *testing.T) {
 	k := &keystore.Key{Name: "k", Reserves: []keystore.Reserve{{Caller: "agent", Share: 0.25}, {Caller: "batch", Share: 0.5}, {Caller: "night", Share: 0.1}}}
-	win := state.Window{Count: 40, ByCaller: map[string]int{"sync": 30, "agent": 10}}
+	win := ledger.Window{Count: 40, ByCaller: map[string]int{"sync": 30, "agent": 10}}
 	got := spenders(k, win, map[string]bool{"night": true}, 100)
 	want := []spender{
 		{Caller: "sync", Used: 30, Share: 0.75},
@@ -28,9 +28,9 @@ func TestSpenders(t *testing.T) {
 }
 
 func TestOutcomeCoversEveryState(t *testing.T) {
-	for st, want := range map[string]string{state.Confirmed: "sent", state.Accepted: "sent", state.RejectedUpstream: "refused_upstream",
-		state.RejectedLocal: "refused_locally", state.Cached: "kept_copy", state.Interrupted: "interrupted", state.Released: "interrupted",
-		state.Failed: "failed", state.Admitted: "in_flight"} {
+	for st, want := range map[string]string{ledger.Confirmed: "sent", ledger.Accepted: "sent", ledger.RejectedUpstream: "refused_upstream",
+		ledger.RejectedLocal: "refused_locally", ledger.Cached: "kept_copy", ledger.Interrupted: "interrupted", ledger.Released: "interrupted",
+		ledger.Failed: "failed", ledger.Admitted: "in_flight"} {
 		if got := outcome(st); got != want {
 			t.Errorf("outcome(%s) = %s, want %s", st, got, want)
 		}

@@ -22,7 +22,6 @@ import (
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/rest"
-	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // Config is what the gateway serves. Keys, REST, MCP and DB are required.
@@ -30,7 +29,7 @@ type Config struct {
 	Keys *keystore.Store
 	REST *rest.Handler
 	MCP  *server.MCPServer
-	DB   *state.DB
+	DB   rest.Checker // the state, checked by GET /healthz
 	Log  *slog.Logger // nil means discard
 
 	// Loopback says the listener is bound to a loopback address: Host

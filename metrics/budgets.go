@@ -10,7 +10,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
-	"github.com/mcp-quota/mcp-quota/state"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
 // scrapeTimeout bounds the state file's reading for one scrape.
@@ -45,7 +45,7 @@ var gateSources = []string{"retry-after", "backoff", "circuit", "abnormal-usage"
 // budgets reads the shared budget of keys at scrape time.
 type budgets struct {
 	pacer *pacer.Pacer
-	db    *state.DB
+	db    ledger.Viewer
 	keys  []*keystore.Key
 	now   func() time.Time
 }
@@ -78,8 +78,8 @@ func (b *budgets) collectKey(ctx context.Context, k *keystore.Key, ch chan<- pro
 	if err != nil {
 		return err
 	}
-	var ks state.KeyState
-	if err := b.db.View(ctx, func(tx *state.Tx) error {
+	var ks ledger.KeyState
+	if err := b.db.View(ctx, func(tx ledger.Tx) error {
 		var err error
 		ks, err = tx.KeyState(k.Name)
 		return err

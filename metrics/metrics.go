@@ -31,7 +31,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
-	"github.com/mcp-quota/mcp-quota/state"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/upstream"
 )
 
@@ -55,7 +55,7 @@ var (
 type Metrics struct {
 	keys  *keystore.Store
 	pacer *pacer.Pacer
-	db    *state.DB
+	db    ledger.Viewer
 
 	reg      *prometheus.Registry
 	calls    *prometheus.CounterVec
@@ -71,7 +71,7 @@ type Metrics struct {
 // New returns Metrics for the keys of keys, whose shared budget it reads
 // at scrape time through p and db (the pacer on that state file). Its registry also holds the Go runtime's and the process's
 // collectors (CPU, memory, open files).
-func New(keys *keystore.Store, p *pacer.Pacer, db *state.DB) *Metrics {
+func New(keys *keystore.Store, p *pacer.Pacer, db ledger.Viewer) *Metrics {
 	m := &Metrics{keys: keys, pacer: p, db: db, reg: prometheus.NewRegistry(), values: map[string]map[string]bool{}}
 	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "calls_total",
 		Help: "Calls this process ended, by key, caller, transport and final state (that of the call's last attempt: confirmed, accepted, rejected_upstream, failed, rejected_local, cached; canceled when none was recorded)."},

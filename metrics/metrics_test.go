@@ -16,6 +16,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/metrics"
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/state"
 	"github.com/mcp-quota/mcp-quota/upstream"
 )
@@ -63,7 +64,7 @@ func scrape(t *testing.T, m *metrics.Metrics, caller *keystore.Caller) string {
 func TestLabelValuesStayBounded(t *testing.T) {
 	m, _ := newMetrics(t)
 	for i := range 150 {
-		m.Observe(upstream.Event{Kind: upstream.Ended, Key: "k", Caller: fmt.Sprintf("caller-%03d", i), Transport: "rest", State: state.Confirmed})
+		m.Observe(upstream.Event{Kind: upstream.Ended, Key: "k", Caller: fmt.Sprintf("caller-%03d", i), Transport: "rest", State: ledger.Confirmed})
 	}
 	body := scrape(t, m, keystore.Local("local"))
 	if n := strings.Count(body, "mcp_quota_calls_total{"); n != 101 {
@@ -97,14 +98,14 @@ func TestBudgetIsReadAtScrapeTime(t *testing.T) {
 		t.Fatalf("fresh key:\n%s", body)
 	}
 	now := time.Now()
-	err := db.Update(context.Background(), func(tx *state.Tx) error {
+	err := db.Update(context.Background(), func(tx ledger.Tx) error {
 		for i := range 3 {
-			if _, err := tx.InsertAttempt(state.Attempt{CallID: fmt.Sprint(i), Attempt: 1, Key: "k", Caller: "elsewhere", State: state.Admitted,
+			if _, err := tx.InsertAttempt(ledger.Attempt{CallID: fmt.Sprint(i), Attempt: 1, Key: "k", Caller: "elsewhere", State: ledger.Admitted,
 				At: now.Add(time.Duration(i) * time.Millisecond), LeaseUntil: now.Add(time.Minute)}); err != nil {
 				return err
 			}
 		}
-		return tx.PutGate(state.Gate{Key: "k", Until: now.Add(time.Minute), Source: "circuit", SetAt: now, Reason: "test"})
+		return tx.PutGate(ledger.Gate{Key: "k", Until: now.Add(time.Minute), Source: "circuit", SetAt: now, Reason: "test"})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +125,7 @@ func TestBudgetIsReadAtScrapeTime(t *testing.T) {
 	}
 	// A caller who may not use the key sees none of it.
 	stranger := &keystore.Caller{Name: "stranger", Keys: []string{"other"}}
-	m.Observe(upstream.Event{Kind: upstream.Ended, Key: "k", Caller: "x", Transport: "rest", State: state.Confirmed})
+	m.Observe(upstream.Event{Kind: upstream.Ended, Key: "k", Caller: "x", Transport: "rest", State: ledger.Confirmed})
 	if body := scrape(t, m, stranger); strings.Contains(body, `key="k"`) {
 		t.Errorf("a caller without key k sees it:\n%s", body)
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
-	"github.com/mcp-quota/mcp-quota/state"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
 // A reservation keeps a share of every policy for its caller while the
@@ -52,7 +52,7 @@ func TestReservations(t *testing.T) {
 		e := newEnv(t)
 		k := reserved()
 		// The agent waits in another process: it holds a claim.
-		err := e.db.Update(context.Background(), func(tx *state.Tx) error {
+		err := e.db.Update(context.Background(), func(tx ledger.Tx) error {
 			return tx.Claim("k", "agent", e.clk.now.Add(time.Minute))
 		})
 		if err != nil {
@@ -176,8 +176,8 @@ func TestWaitOrPause(t *testing.T) {
 		}
 		list := e.activity()
 		got := list[len(list)-1]
-		want := state.Attempt{ID: got.ID, CallID: c.CallID, Attempt: 1, Key: "k", Caller: "sync", Transport: "rest",
-			Method: "GET", Target: "/items?page=2", State: state.RejectedLocal, At: e.clk.now,
+		want := ledger.Attempt{ID: got.ID, CallID: c.CallID, Attempt: 1, Key: "k", Caller: "sync", Transport: "rest",
+			Method: "GET", Target: "/items?page=2", State: ledger.RejectedLocal, At: e.clk.now,
 			Reason: "refused locally, retry after 9 s: all 1 calls per 10 s allowed by policy 'default' are used"}
 		if diff := cmp.Diff(got, want); diff != "" {
 			t.Errorf("the refusal in the activity (-got +want):\n%s", diff)
@@ -236,13 +236,13 @@ func TestStatesOfACall(t *testing.T) {
 		err    error
 		want   string
 	}{
-		{200, nil, state.Confirmed},
-		{304, nil, state.Confirmed},
-		{202, nil, state.Accepted},
-		{404, nil, state.RejectedUpstream},
-		{503, nil, state.Failed},
-		{0, errors.New("connection reset"), state.Failed},
-		{429, nil, state.RejectedUpstream},
+		{200, nil, ledger.Confirmed},
+		{304, nil, ledger.Confirmed},
+		{202, nil, ledger.Accepted},
+		{404, nil, ledger.RejectedUpstream},
+		{503, nil, ledger.Failed},
+		{0, errors.New("connection reset"), ledger.Failed},
+		{429, nil, ledger.RejectedUpstream},
 	}
 	e := newEnv(t)
 	k := newKey()
@@ -250,7 +250,7 @@ func TestStatesOfACall(t *testing.T) {
 		e.clk.advance(2 * time.Second) // past any backoff
 		tk := e.mustAdmit(k, "agent", "/items")
 		list := e.activity()
-		if got := list[len(list)-1]; got.State != state.Admitted || got.LeaseUntil.IsZero() {
+		if got := list[len(list)-1]; got.State != ledger.Admitted || got.LeaseUntil.IsZero() {
 			t.Errorf("in flight: got %s with lease %v, want admitted with a lease", got.State, got.LeaseUntil)
 		}
 		sent := e.clk.now.Add(10 * time.Millisecond)
@@ -297,7 +297,7 @@ func TestEachRetryCounts(t *testing.T) {
 	}
 	var attempts []int
 	for _, a := range e.activity() {
-		if a.CallID == c.CallID && a.State != state.RejectedLocal {
+		if a.CallID == c.CallID && a.State != ledger.RejectedLocal {
 			attempts = append(attempts, a.Attempt)
 		}
 	}
@@ -366,9 +366,9 @@ func TestCallerAbortIsNotTheUpstreamsFault(t *testing.T) {
 		if _, err := e.p.Done(context.Background(), tk, pacer.Outcome{SentAt: e.clk.now, Err: errors.New("body too large"), CallerAbort: abort}); err != nil {
 			t.Fatal(err)
 		}
-		var gates []state.Gate
-		var ks state.KeyState
-		e.db.View(context.Background(), func(tx *state.Tx) error {
+		var gates []ledger.Gate
+		var ks ledger.KeyState
+		e.db.View(context.Background(), func(tx ledger.Tx) error {
 			gates, _ = tx.Gates(k.Name, e.clk.now)
 			ks, _ = tx.KeyState(k.Name)
 			return nil

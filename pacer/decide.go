@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
-	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // Tuning constants of the decisions. They are the documented defaults;
@@ -72,7 +72,7 @@ type log interface {
 	// Window returns the count and the oldest of the attempts admitted
 	// after since, and their count per caller when the key has
 	// reservations.
-	Window(since time.Time) (state.Window, error)
+	Window(since time.Time) (ledger.Window, error)
 	// Nth returns the admission time of the n-th oldest attempt admitted
 	// after since, or the zero time when there are fewer.
 	Nth(since time.Time, n int) (time.Time, error)
@@ -84,10 +84,10 @@ type snapshot struct {
 	key     *keystore.Key
 	caller  string
 	route   string // method and path of the request, to pick partitions
-	known   []state.Known
-	gates   []state.Gate
-	ks      state.KeyState
-	flight  state.Flight    // calls in flight, when counted
+	known   []ledger.Known
+	gates   []ledger.Gate
+	ks      ledger.KeyState
+	flight  ledger.Flight   // calls in flight, when counted
 	claimed map[string]bool // reserve callers with an open claim
 	log     log
 }
@@ -287,7 +287,7 @@ type policyWindow struct {
 
 // policyWindows returns k's documented policies of requests and those of
 // known that announced q and w in requests.
-func policyWindows(k *keystore.Key, known []state.Known) []policyWindow {
+func policyWindows(k *keystore.Key, known []ledger.Known) []policyWindow {
 	var ps []policyWindow
 	for _, p := range k.Policies {
 		if p.Unit == "" || p.Unit == ratelimit.Requests {
@@ -354,7 +354,7 @@ func (s snapshot) windowedBudgets() ([]windowed, error) {
 // for other callers' reservations in a window holding win. An idle
 // reservation (its caller made no call in the window and is not waiting)
 // is lent.
-func (s snapshot) held(q int64, win state.Window) int64 {
+func (s snapshot) held(q int64, win ledger.Window) int64 {
 	var held int64
 	for _, r := range s.key.Reserves {
 		if r.Caller == s.caller {
@@ -375,8 +375,8 @@ func (s snapshot) held(q int64, win state.Window) int64 {
 // route was last seen in; when the route was never seen, every partition
 // constrains (the safe guess). A per-route policy (its partition is a
 // route, see routePartition) constrains that route alone.
-func (s snapshot) applicable() []state.Known {
-	byPolicy := map[string][]state.Known{}
+func (s snapshot) applicable() []ledger.Known {
+	byPolicy := map[string][]ledger.Known{}
 	var order []string
 	own := routePartition(s.route)
 	for _, k := range s.known {
@@ -389,10 +389,10 @@ func (s snapshot) applicable() []state.Known {
 		}
 		byPolicy[id] = append(byPolicy[id], k)
 	}
-	var out []state.Known
+	var out []ledger.Known
 	for _, id := range order {
 		group := byPolicy[id]
-		var match []state.Known
+		var match []ledger.Known
 		for _, k := range group {
 			if k.Partition == "" || k.Route == s.route {
 				match = append(match, k)
@@ -411,7 +411,7 @@ func (s snapshot) applicable() []state.Known {
 // after every send since (by every caller and process), and whether its
 // effective window has passed. An expired observation that nothing has
 // answered since asks for one jittered probe; it never refills.
-func (s snapshot) observed(k state.Known) (b Budget, c constraint, probe bool, err error) {
+func (s snapshot) observed(k ledger.Known) (b Budget, c constraint, probe bool, err error) {
 	b = Budget{Policy: k.Policy, Unit: k.Unit, Partition: k.Partition, Limit: k.Quota, Remaining: -1,
 		Window: k.Window, Source: string(k.Shape), Observed: k.ReceivedAt, Hidden: k.Hidden}
 	if !k.HasRemaining {
@@ -480,7 +480,7 @@ func fillFromLog(b Budget, windows []windowed) Budget {
 // probeJitter bounds the jitter of the probe after k expires: ProbeJitter,
 // or less in a short window (a share of it, so that the probe costs the
 // same share of any window).
-func probeJitter(k state.Known) time.Duration {
+func probeJitter(k ledger.Known) time.Duration {
 	if isLeaky(k) {
 		return time.Microsecond // a bucket leaks whether or not clients probe together
 	}
@@ -505,7 +505,7 @@ func rounding(d time.Duration) time.Duration {
 // validity is how long an observation holds: its effective window t, else
 // the policy window w, else DefaultValidity. A leaky bucket's holds while
 // a full bucket would take to drain, w.
-func validity(k state.Known) time.Duration {
+func validity(k ledger.Known) time.Duration {
 	switch {
 	case isLeaky(k):
 		return k.Window

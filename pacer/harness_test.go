@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/state"
 )
@@ -152,12 +153,12 @@ func listed(name string, q int64, w time.Duration) ratelimit.Observation {
 }
 
 // activity returns the state file's attempts, oldest first.
-func (e *env) activity() []state.Attempt {
+func (e *env) activity() []ledger.Attempt {
 	e.t.Helper()
-	var list []state.Attempt
-	err := e.db.View(context.Background(), func(tx *state.Tx) error {
+	var list []ledger.Attempt
+	err := e.db.View(context.Background(), func(tx ledger.Tx) error {
 		var err error
-		list, err = tx.Activity(state.ActivityFilter{Limit: 10000})
+		list, err = tx.Activity(ledger.ActivityFilter{Limit: 10000})
 		return err
 	})
 	if err != nil {

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
-	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // Hidden-limit inference settings.
@@ -106,15 +106,15 @@ func maxBefore(sends []time.Time, w time.Duration) int64 {
 // since means the latest limit's window is longer than it seemed: it is
 // stretched to reach past the refusal (by Retry-After, or, without one,
 // to at least twice its length).
-func (p *Pacer) hiddenLimit(tx *state.Tx, t Ticket, rd *ratelimit.Reading, now time.Time) (string, error) {
+func (p *Pacer) hiddenLimit(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now time.Time) (string, error) {
 	c := t.Call
 	key := c.Key.Name
 	known, err := tx.Known(key)
 	if err != nil {
 		return "", err
 	}
-	var hidden []state.Known
-	var latest *state.Known
+	var hidden []ledger.Known
+	var latest *ledger.Known
 	for i, k := range known {
 		if k.Hidden {
 			if !k.ReceivedAt.Before(t.AdmittedAt) {
@@ -129,7 +129,7 @@ func (p *Pacer) hiddenLimit(tx *state.Tx, t Ticket, rd *ratelimit.Reading, now t
 	name := ""
 	if rd.Problem != nil && len(rd.Problem.ViolatedPolicies) > 0 {
 		announced := func(v string) bool {
-			return slices.ContainsFunc(known, func(k state.Known) bool { return k.Policy == v && !k.Hidden }) ||
+			return slices.ContainsFunc(known, func(k ledger.Known) bool { return k.Policy == v && !k.Hidden }) ||
 				slices.ContainsFunc(c.Key.Policies, func(pol keystore.Policy) bool { return pol.Name == v })
 		}
 		for _, v := range rd.Problem.ViolatedPolicies {
@@ -180,7 +180,7 @@ func (p *Pacer) hiddenLimit(tx *state.Tx, t Ticket, rd *ratelimit.Reading, now t
 		// Refused again before anything got through: the latest limit
 		// reaches further back than it seemed.
 		if !latest.HasQuota {
-			return "", tx.PutKnown(state.Known{Key: key, ReceivedAt: now, BasisAt: latest.BasisAt, Hidden: true,
+			return "", tx.PutKnown(ledger.Known{Key: key, ReceivedAt: now, BasisAt: latest.BasisAt, Hidden: true,
 				Route: latest.Route, Observation: latest.Observation})
 		}
 		name, stretched = latest.Policy, true
@@ -197,7 +197,7 @@ func (p *Pacer) hiddenLimit(tx *state.Tx, t Ticket, rd *ratelimit.Reading, now t
 	}
 	// For a hidden limit (which has no r) BasisAt keeps the start of the
 	// window that revealed it.
-	k := state.Known{Key: key, ReceivedAt: now, BasisAt: lim.start, Hidden: true, Route: c.route(),
+	k := ledger.Known{Key: key, ReceivedAt: now, BasisAt: lim.start, Hidden: true, Route: c.route(),
 		Observation: ratelimit.Observation{Policy: name, Unit: ratelimit.Requests, Quota: lim.quota, HasQuota: lim.quota > 0,
 			Window: lim.window, Shape: ratelimit.ShapeInferred}}
 	if err := tx.PutKnown(k); err != nil {
@@ -215,19 +215,19 @@ func (p *Pacer) hiddenLimit(tx *state.Tx, t Ticket, rd *ratelimit.Reading, now t
 		msg = fmt.Sprintf("key '%s' was refused by a limit the upstream never announced ('%s') before any call of it was accepted; calls wait for the upstream's Retry-After or back off",
 			key, name)
 	}
-	return msg, tx.AddWarning(state.Warning{Key: key, At: now, Kind: "hidden-limit", Message: msg})
+	return msg, tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "hidden-limit", Message: msg})
 }
 
 // hiddenName names a newly inferred limit of window w: the hidden limit
 // of about the same window it corrects, else the first free name.
-func hiddenName(hidden []state.Known, w time.Duration) string {
+func hiddenName(hidden []ledger.Known, w time.Duration) string {
 	for _, k := range hidden {
 		if k.Window > 0 && float64(max(w, k.Window)) <= sameLimit*float64(min(w, k.Window)) {
 			return k.Policy
 		}
 	}
 	name := "hidden"
-	for i := 2; slices.ContainsFunc(hidden, func(k state.Known) bool { return k.Policy == name }); i++ {
+	for i := 2; slices.ContainsFunc(hidden, func(k ledger.Known) bool { return k.Policy == name }); i++ {
 		name = fmt.Sprintf("hidden-%d", i)
 	}
 	return name
@@ -254,7 +254,7 @@ func maxTime(a, b time.Time) time.Time {
 // the rounding of Retry-After up to the second). A second such refusal
 // within two of the policy's windows is no race at a window's edge: then
 // nothing explains it.
-func windowEdge(tx *state.Tx, t Ticket, rd *ratelimit.Reading, now time.Time, known []state.Known, lease time.Duration) (string, error) {
+func windowEdge(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now time.Time, known []ledger.Known, lease time.Duration) (string, error) {
 	c := t.Call
 	for _, p := range policyWindows(c.Key, known) {
 		if p.hidden || p.q <= 0 {
@@ -264,7 +264,7 @@ func windowEdge(tx *state.Tx, t Ticket, rd *ratelimit.Reading, now time.Time, kn
 		if err != nil {
 			return "", err
 		}
-		if slices.ContainsFunc(ws, func(w state.Warning) bool { return w.Kind == windowEdgeKind }) {
+		if slices.ContainsFunc(ws, func(w ledger.Warning) bool { return w.Kind == windowEdgeKind }) {
 			continue
 		}
 		// A send admitted a lease before the window is answered or given up.
@@ -278,7 +278,7 @@ func windowEdge(tx *state.Tx, t Ticket, rd *ratelimit.Reading, now time.Time, kn
 		// The latest time each send can have been counted at.
 		var counted []time.Time
 		for _, s := range sends {
-			if s.ID == t.ID || !s.At.Before(t.AdmittedAt) || s.Status == http.StatusTooManyRequests || s.State == state.RejectedUpstream {
+			if s.ID == t.ID || !s.At.Before(t.AdmittedAt) || s.Status == http.StatusTooManyRequests || s.State == ledger.RejectedUpstream {
 				continue
 			}
 			at := s.AnsweredAt
@@ -299,7 +299,7 @@ func windowEdge(tx *state.Tx, t Ticket, rd *ratelimit.Reading, now time.Time, kn
 		}
 		msg := fmt.Sprintf("key '%s' was refused by the upstream for a call sent as policy '%s' (%d calls per %s) freed a slot; it reached the upstream a moment before the upstream's own window freed it, and calls wait as the refusal asks",
 			c.Key.Name, p.name, p.q, seconds(p.w))
-		return msg, tx.AddWarning(state.Warning{Key: c.Key.Name, At: now, Kind: windowEdgeKind, Message: msg})
+		return msg, tx.AddWarning(ledger.Warning{Key: c.Key.Name, At: now, Kind: windowEdgeKind, Message: msg})
 	}
 	return "", nil
 }

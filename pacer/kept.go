@@ -5,17 +5,17 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mcp-quota/mcp-quota/state"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
 // Kept records that c was answered at now from mcp-quota's kept copy of
 // its target's last answer, for the reason why: nothing was sent, nothing
 // is counted against the key, and the key's activity shows it
-// (state.Cached).
+// (ledger.Cached).
 func (p *Pacer) Kept(ctx context.Context, c Call, why string, now time.Time) error {
-	err := p.db.Update(ctx, func(tx *state.Tx) error {
-		_, err := tx.InsertAttempt(state.Attempt{CallID: c.CallID, Attempt: c.Attempt, Key: c.Key.Name, Caller: c.Caller,
-			Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest, State: state.Cached, Reason: why, At: now})
+	err := p.db.Update(ctx, func(tx ledger.Tx) error {
+		_, err := tx.InsertAttempt(ledger.Attempt{CallID: c.CallID, Attempt: c.Attempt, Key: c.Key.Name, Caller: c.Caller,
+			Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest, State: ledger.Cached, Reason: why, At: now})
 		return err
 	})
 	if err != nil {

@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
-	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // An answer a lease foresaw (see lease.go) is recorded at once with what
@@ -108,7 +108,7 @@ func samePolicy(a, b ratelimit.Observation) bool {
 // writeLearned writes in tx what the Pacer keeps for key, and returns it,
 // to be kept again (see relearn) if tx does not commit; nil when there was
 // nothing.
-func (p *Pacer) writeLearned(tx *state.Tx, key string) (*learned, error) {
+func (p *Pacer) writeLearned(tx ledger.Tx, key string) (*learned, error) {
 	p.mu.Lock()
 	l := p.learned[key]
 	delete(p.learned, key)
@@ -126,7 +126,7 @@ func (p *Pacer) writeLearned(tx *state.Tx, key string) (*learned, error) {
 		return l, err
 	}
 	for _, w := range l.words {
-		var prev *state.Known
+		var prev *ledger.Known
 		for i, k := range known {
 			if k.Policy == w.ob.Policy && k.Unit == w.ob.Unit && k.Partition == w.ob.Partition {
 				prev = &known[i]
@@ -139,7 +139,7 @@ func (p *Pacer) writeLearned(tx *state.Tx, key string) (*learned, error) {
 		if err != nil {
 			return l, err
 		}
-		if err := tx.PutKnown(state.Known{Key: key, Observation: ob, ReceivedAt: w.receivedAt, BasisAt: w.basis,
+		if err := tx.PutKnown(ledger.Known{Key: key, Observation: ob, ReceivedAt: w.receivedAt, BasisAt: w.basis,
 			Route: w.route}); err != nil {
 			return l, err
 		}
@@ -183,15 +183,15 @@ func (p *Pacer) writeLearnedNow(ctx context.Context, key string) error {
 	if none {
 		return nil
 	}
-	return p.update(ctx, func(*state.Tx) error { return nil }, key)
+	return p.update(ctx, func(ledger.Tx) error { return nil }, key)
 }
 
 // update runs fn in a write transaction that first writes what the Pacer
 // keeps for keys (see writeLearned); when it does not commit, that is
 // kept again.
-func (p *Pacer) update(ctx context.Context, fn func(*state.Tx) error, keys ...string) error {
+func (p *Pacer) update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
 	var taken []*learned
-	err := p.db.Update(ctx, func(tx *state.Tx) error {
+	err := p.db.Update(ctx, func(tx ledger.Tx) error {
 		taken = taken[:0]
 		for _, key := range keys {
 			l, err := p.writeLearned(tx, key)

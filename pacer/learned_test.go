@@ -8,8 +8,8 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
-	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // upstreamSays is an answer of an upstream announcing a policy of 100,000
@@ -20,11 +20,11 @@ func upstreamSays(r int64) *ratelimit.Reading {
 
 // word returns the latest word on k's policy "upstream" in the file, and
 // the key's pacing state.
-func (e *env) word(k *keystore.Key) (state.Known, state.KeyState) {
+func (e *env) word(k *keystore.Key) (ledger.Known, ledger.KeyState) {
 	e.t.Helper()
-	var w state.Known
-	var ks state.KeyState
-	err := e.db.View(context.Background(), func(tx *state.Tx) error {
+	var w ledger.Known
+	var ks ledger.KeyState
+	err := e.db.View(context.Background(), func(tx ledger.Tx) error {
 		known, err := tx.Known(k.Name)
 		if err != nil {
 			return err
@@ -77,16 +77,16 @@ func TestForeseenAnswersAreWrittenTogether(t *testing.T) {
 	fired := timers(e.p)
 
 	e.clk.advance(5 * time.Millisecond)
-	if res := e.answer(first, 200, upstreamSays(80_000)); res.State != state.Confirmed {
+	if res := e.answer(first, 200, upstreamSays(80_000)); res.State != ledger.Confirmed {
 		t.Fatalf("a foreseen answer's state: %s, want confirmed", res.State)
 	}
 	for _, a := range e.activity() {
-		if a.ID == first.ID && (a.State != state.Confirmed || a.Status != 200) {
+		if a.ID == first.ID && (a.State != ledger.Confirmed || a.Status != 200) {
 			t.Errorf("the leased call is recorded as %s %d, want confirmed 200", a.State, a.Status)
 		}
 	}
-	var obs []state.ObservationRecord
-	if err := e.db.View(context.Background(), func(tx *state.Tx) (err error) {
+	var obs []ledger.ObservationRecord
+	if err := e.db.View(context.Background(), func(tx ledger.Tx) (err error) {
 		obs, err = tx.Observations(k.Name, 1)
 		return err
 	}); err != nil {

@@ -6,8 +6,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
-	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // A key called often, far from every limit it knows, is admitted from a
@@ -107,7 +107,7 @@ func (p *Pacer) spentLease(key string, now time.Time) *lease {
 // breakLease ends l (when not nil) at an answer it did not foresee: the
 // answers still to come of its slots are advised as any other, and its
 // slots not handed out are given back in tx.
-func (p *Pacer) breakLease(tx *state.Tx, l *lease) error {
+func (p *Pacer) breakLease(tx ledger.Tx, l *lease) error {
 	if l == nil {
 		return nil
 	}
@@ -142,7 +142,7 @@ func (p *Pacer) dropLease(l *lease) *lease {
 
 // release gives back the slots of l never handed out; l is no longer the
 // Pacer's, so none will be.
-func (l *lease) release(tx *state.Tx) error {
+func (l *lease) release(tx ledger.Tx) error {
 	return tx.Release(l.key, l.next, l.last)
 }
 
@@ -225,7 +225,7 @@ func (p *Pacer) Close(ctx context.Context) error {
 	if len(ls) == 0 && len(keys) == 0 {
 		return nil
 	}
-	return p.update(ctx, func(tx *state.Tx) error {
+	return p.update(ctx, func(tx ledger.Tx) error {
 		for _, l := range ls {
 			if err := l.release(tx); err != nil {
 				return err
@@ -335,7 +335,7 @@ func (p *Pacer) leaseSize(snap snapshot, d decision) (int, time.Duration) {
 // gate or a warning.
 func unforeseen(o Outcome, res Result) bool {
 	if o.Err != nil || o.Status == 0 || o.Status == http.StatusTooManyRequests || o.Status >= 500 ||
-		res.State == state.RejectedUpstream || len(res.Warnings) > 0 || res.RetryIn > 0 || res.DoNotRetry {
+		res.State == ledger.RejectedUpstream || len(res.Warnings) > 0 || res.RetryIn > 0 || res.DoNotRetry {
 		return true
 	}
 	rd := o.Reading
@@ -415,7 +415,7 @@ func (p *Pacer) leaseResult(t Ticket, o Outcome, res Result, now time.Time) (Res
 // holder slower than that rate still hands slots out until the lease
 // ends: while it does, its calls and another process's are each spaced
 // by max_rate, not together.
-func (p *Pacer) grant(tx *state.Tx, c Call, snap snapshot, d decision, ks *state.KeyState, now time.Time) (*lease, error) {
+func (p *Pacer) grant(tx ledger.Tx, c Call, snap snapshot, d decision, ks *ledger.KeyState, now time.Time) (*lease, error) {
 	n, life := p.leaseSize(snap, d)
 	if n == 0 {
 		return nil, nil

@@ -8,8 +8,8 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
-	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // busyKey is a key far from its limits: a documented policy of q calls a
@@ -47,13 +47,13 @@ func (e *env) warmUp(p *pacer.Pacer, k *keystore.Key, rd func() *ratelimit.Readi
 // countReserved returns how many of k's attempts are reserved slots.
 func (e *env) countReserved(k *keystore.Key) (reserved, released int) {
 	e.t.Helper()
-	err := e.db.View(context.Background(), func(tx *state.Tx) error {
+	err := e.db.View(context.Background(), func(tx ledger.Tx) error {
 		sends, err := tx.Sends(k.Name, time.Time{}, 1<<20)
 		for _, s := range sends {
 			switch s.State {
-			case state.Reserved:
+			case ledger.Reserved:
 				reserved++
-			case state.Released:
+			case ledger.Released:
 				released++
 			}
 		}
@@ -98,14 +98,14 @@ func TestLeaseCountsForEveryProcess(t *testing.T) {
 
 	// Leased calls are recorded as they end.
 	res := answerWith(t, e.p, e.clk, first, 200, nil)
-	if res.State != state.Confirmed || res.Advice.Action != pacer.Continue {
+	if res.State != ledger.Confirmed || res.Advice.Action != pacer.Continue {
 		t.Errorf("a leased call's result: state %s, advice %s; want confirmed, continue", res.State, res.Advice.Action)
 	}
 	var found bool
 	for _, a := range e.activity() {
 		if a.ID == first.ID {
 			found = true
-			if a.Caller != "sync" || a.Target != "/items" || a.State != state.Confirmed || a.Status != 200 || !a.LeaseUntil.IsZero() {
+			if a.Caller != "sync" || a.Target != "/items" || a.State != ledger.Confirmed || a.Status != 200 || !a.LeaseUntil.IsZero() {
 				t.Errorf("the leased call is recorded as %+v, want caller sync, /items, confirmed 200, out of flight", a)
 			}
 		}
@@ -131,10 +131,10 @@ func TestLeaseCountsForEveryProcess(t *testing.T) {
 	}
 }
 
-func countAdmitted(list []state.Attempt) int {
+func countAdmitted(list []ledger.Attempt) int {
 	n := 0
 	for _, a := range list {
-		if a.State != state.RejectedLocal && a.State != state.Cached {
+		if a.State != ledger.RejectedLocal && a.State != ledger.Cached {
 			n++
 		}
 	}
@@ -228,7 +228,7 @@ func TestLeaseOfADeadProcess(t *testing.T) {
 		t.Errorf("after the sweep: %d reserved and %d released, want 0 and %d", left, released, reserved)
 	}
 	for _, a := range e.activity() {
-		if a.State == state.Released && a.Reason == "" {
+		if a.State == ledger.Released && a.Reason == "" {
 			t.Errorf("released slot %d has no reason", a.ID)
 		}
 	}

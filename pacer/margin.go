@@ -4,8 +4,8 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
-	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // The log records a send when it is admitted, but the upstream counts it
@@ -42,7 +42,7 @@ func (s snapshot) margin(w time.Duration) time.Duration {
 
 // latencyMargin is how long beyond w a send stays in a window of w for
 // the latencies ks has seen: the longest recent one, within marginCap(w).
-func latencyMargin(ks state.KeyState, w time.Duration) time.Duration {
+func latencyMargin(ks ledger.KeyState, w time.Duration) time.Duration {
 	return min(max(ks.Latency, ks.PrevLatency), marginCap(w))
 }
 
@@ -51,7 +51,7 @@ func latencyMargin(ks state.KeyState, w time.Duration) time.Duration {
 // one before, so that it covers at least the last period: every send that
 // can still be in a window is answered within it when period is the
 // longest window plus its margin.
-func noteLatency(ks *state.KeyState, lat time.Duration, now time.Time, period time.Duration) {
+func noteLatency(ks *ledger.KeyState, lat time.Duration, now time.Time, period time.Duration) {
 	lat = min(max(lat, 0), MaxMargin)
 	switch d := now.Sub(ks.LatencySince); {
 	case ks.LatencySince.IsZero() || d >= 2*period:
@@ -66,7 +66,7 @@ func noteLatency(ks *state.KeyState, lat time.Duration, now time.Time, period ti
 // latencyPeriod is how long a latency must be remembered for the windows
 // of k and of the policies known for it: the longest of them, with its
 // margin.
-func latencyPeriod(k *keystore.Key, known []state.Known) time.Duration {
+func latencyPeriod(k *keystore.Key, known []ledger.Known) time.Duration {
 	var w time.Duration
 	for _, p := range k.Policies {
 		w = max(w, p.Window)

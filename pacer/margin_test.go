@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-quota/mcp-quota/state"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
 // The latency margin keeps the longest latency of the current period and
@@ -12,7 +12,7 @@ import (
 func TestNoteLatency(t *testing.T) {
 	const period = 10 * time.Second
 	ms := time.Millisecond
-	var ks state.KeyState
+	var ks ledger.KeyState
 	steps := []struct {
 		at   time.Duration // from t0
 		lat  time.Duration

@@ -7,8 +7,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
-	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // Backoff and circuit-breaker settings, used when an upstream refuses or
@@ -72,7 +72,7 @@ func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 		// Only the call and its answer's observations are recorded now,
 		// through the process's journal (see state.FinishLater); what they
 		// teach waits for the key's next transaction (see learned).
-		fin := state.Finished{Attempt: finished(t, o, res.State), Observations: observations(t, o)}
+		fin := ledger.Finished{Attempt: finished(t, o, res.State), Observations: observations(t, o)}
 		if err := p.db.FinishLater(ctx, fin); err != nil {
 			return res, fmt.Errorf("pacer: record %s: %w", t.Call.Key.Name, err)
 		}
@@ -80,8 +80,8 @@ func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 		return res, nil
 	}
 	var res Result
-	err := p.update(ctx, func(tx *state.Tx) error {
-		var ks state.KeyState
+	err := p.update(ctx, func(tx ledger.Tx) error {
+		var ks ledger.KeyState
 		var err error
 		if res, ks, err = p.record(tx, t, o); err != nil {
 			return err
@@ -130,18 +130,18 @@ func (p *Pacer) foreseen(t Ticket, o Outcome) (Result, bool) {
 
 // observations are the observations of the answer to t, with their
 // context, as recorded.
-func observations(t Ticket, o Outcome) []state.ObservationRecord {
+func observations(t Ticket, o Outcome) []ledger.ObservationRecord {
 	rd := o.Reading
 	if rd == nil {
 		return nil
 	}
 	c := t.Call
-	obs := make([]state.ObservationRecord, len(rd.Observations))
+	obs := make([]ledger.ObservationRecord, len(rd.Observations))
 	for i, ob := range rd.Observations {
 		if ob.PerRoute && ob.Partition == "" {
 			ob.Partition = routePartition(c.route())
 		}
-		obs[i] = state.ObservationRecord{Key: c.Key.Name, AttemptID: t.ID, Observation: normalized(ob),
+		obs[i] = ledger.ObservationRecord{Key: c.Key.Name, AttemptID: t.ID, Observation: normalized(ob),
 			Status: o.Status, ReceivedAt: rd.ReceivedAt, ServerDate: rd.ServerDate, FromCache: rd.FromCache,
 			Method: c.Method, Target: c.Target}
 	}
@@ -160,7 +160,7 @@ func normalized(ob ratelimit.Observation) ratelimit.Observation {
 }
 
 // finished is t's attempt as it ended with o, in state st.
-func finished(t Ticket, o Outcome, st string) state.Attempt {
+func finished(t Ticket, o Outcome, st string) ledger.Attempt {
 	reason := ""
 	switch {
 	case o.Err != nil:
@@ -169,13 +169,13 @@ func finished(t Ticket, o Outcome, st string) state.Attempt {
 		reason = fmt.Sprintf("HTTP %d %s", o.Status, http.StatusText(o.Status))
 	}
 	c := t.Call
-	return state.Attempt{ID: t.ID, Key: c.Key.Name, CallID: c.CallID, Attempt: c.Attempt, Caller: c.Caller,
+	return ledger.Attempt{ID: t.ID, Key: c.Key.Name, CallID: c.CallID, Attempt: c.Attempt, Caller: c.Caller,
 		Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest, State: st, Reason: reason,
 		Status: o.Status, SentAt: o.SentAt, AnsweredAt: o.AnsweredAt}
 }
 
 // finish records how t's attempt ended: in state st.
-func finish(tx *state.Tx, t Ticket, o Outcome, st string) error {
+func finish(tx ledger.Tx, t Ticket, o Outcome, st string) error {
 	a := finished(t, o, st)
 	if t.Leased() {
 		return tx.FinishReserved(a)
@@ -185,7 +185,7 @@ func finish(tx *state.Tx, t Ticket, o Outcome, st string) error {
 
 // record is Done's work in tx: it returns what was learnt and the key's
 // pacing state as recorded.
-func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyState, error) {
+func (p *Pacer) record(tx ledger.Tx, t Ticket, o Outcome) (Result, ledger.KeyState, error) {
 	c := t.Call
 	key := c.Key.Name
 	now := o.AnsweredAt
@@ -238,7 +238,7 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 		if rd.FromCache {
 			continue
 		}
-		var prev *state.Known
+		var prev *ledger.Known
 		for i, k := range known {
 			if k.Policy == ob.Policy && k.Unit == ob.Unit && k.Partition == ob.Partition {
 				prev = &known[i]
@@ -250,7 +250,7 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 		if ob, err = settle(tx, c.Key, ob, rd.ReceivedAt, t.AdmittedAt, basis, prev, ks); err != nil {
 			return res, ks, err
 		}
-		if err := tx.PutKnown(state.Known{Key: key, Observation: ob, ReceivedAt: rd.ReceivedAt, BasisAt: basis,
+		if err := tx.PutKnown(ledger.Known{Key: key, Observation: ob, ReceivedAt: rd.ReceivedAt, BasisAt: basis,
 			Route: c.route()}); err != nil {
 			return res, ks, err
 		}
@@ -274,7 +274,7 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 		until := now.Add(rd.RetryAfter)
 		until = until.Add(time.Duration(p.rand() * 0.1 * float64(min(rd.RetryAfter, 10*time.Second))))
 		if !rd.RetryAfterPerRoute {
-			if err := tx.PutGate(state.Gate{Key: key, Until: until, Source: "retry-after", SetAt: now,
+			if err := tx.PutGate(ledger.Gate{Key: key, Until: until, Source: "retry-after", SetAt: now,
 				Reason: fmt.Sprintf("the upstream answered %d and asked to wait %s (Retry-After)", o.Status, seconds(rd.RetryAfter))}); err != nil {
 				return res, ks, err
 			}
@@ -286,10 +286,10 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 		until := now.Add(max(rd.RetryAfter, AbnormalPause))
 		msg := fmt.Sprintf("the upstream reported abnormal usage of key '%s'%s; calls are paused until %s — check what is calling it before resuming",
 			key, violated(rd.Problem), until.UTC().Format(time.RFC3339))
-		if err := tx.PutGate(state.Gate{Key: key, Until: until, Source: "abnormal-usage", SetAt: now, Reason: msg}); err != nil {
+		if err := tx.PutGate(ledger.Gate{Key: key, Until: until, Source: "abnormal-usage", SetAt: now, Reason: msg}); err != nil {
 			return res, ks, err
 		}
-		if err := tx.AddWarning(state.Warning{Key: key, At: now, Kind: "abnormal-usage", Message: msg}); err != nil {
+		if err := tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "abnormal-usage", Message: msg}); err != nil {
 			return res, ks, err
 		}
 		res.Warnings = append(res.Warnings, msg)
@@ -329,10 +329,10 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 				msg = fmt.Sprintf("the circuit for key '%s' opened again because its probe failed too, and the next probe goes in %s",
 					key, seconds(cool))
 			}
-			if err := tx.PutGate(state.Gate{Key: key, Until: now.Add(cool), Source: "circuit", SetAt: now, Reason: msg}); err != nil {
+			if err := tx.PutGate(ledger.Gate{Key: key, Until: now.Add(cool), Source: "circuit", SetAt: now, Reason: msg}); err != nil {
 				return res, ks, err
 			}
-			if err := tx.AddWarning(state.Warning{Key: key, At: now, Kind: "circuit-open", Message: msg}); err != nil {
+			if err := tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "circuit-open", Message: msg}); err != nil {
 				return res, ks, err
 			}
 			res.Warnings = append(res.Warnings, msg)
@@ -343,7 +343,7 @@ func (p *Pacer) record(tx *state.Tx, t Ticket, o Outcome) (Result, state.KeyStat
 			if short {
 				why = fmt.Sprintf("and asked to wait only %s, too short to trust", seconds(serverWait(rd)))
 			}
-			if err := tx.PutGate(state.Gate{Key: key, Until: now.Add(d), Source: "backoff", SetAt: now,
+			if err := tx.PutGate(ledger.Gate{Key: key, Until: now.Add(d), Source: "backoff", SetAt: now,
 				Reason: fmt.Sprintf("the upstream answered %s %s, so calls back off (failure %d in a row)",
 					statusWord(o), why, ks.Failures)}); err != nil {
 				return res, ks, err
@@ -415,17 +415,17 @@ const unnamedPolicy = "x-ratelimit"
 func classify(o Outcome, rd *ratelimit.Reading) string {
 	switch {
 	case o.Status == 0:
-		return state.Failed
+		return ledger.Failed
 	case rd.Throttled || o.Status == http.StatusTooManyRequests:
-		return state.RejectedUpstream
+		return ledger.RejectedUpstream
 	case o.Status == http.StatusAccepted:
-		return state.Accepted
+		return ledger.Accepted
 	case o.Status < 400:
-		return state.Confirmed
+		return ledger.Confirmed
 	case o.Status < 500:
-		return state.RejectedUpstream
+		return ledger.RejectedUpstream
 	}
-	return state.Failed
+	return ledger.Failed
 }
 
 // serverTrouble reports statuses that say the server could not serve now.

@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
-	"github.com/mcp-quota/mcp-quota/state"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
 // Defaults of a Pacer.
@@ -38,7 +38,7 @@ const (
 // state file and cannot be used); set Now, Rand and Lease before first
 // use. It is safe for concurrent use.
 type Pacer struct {
-	db *state.DB
+	db ledger.Store
 
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
@@ -63,7 +63,7 @@ type Pacer struct {
 }
 
 // New returns a Pacer keeping its state in db.
-func New(db *state.DB) *Pacer {
+func New(db ledger.Store) *Pacer {
 	return &Pacer{db: db, wake: map[string]chan struct{}{}, leases: map[string]*lease{},
 		granting: map[string]chan struct{}{}, recent: map[string]*admissions{}, learned: map[string]*learned{}}
 }
@@ -204,7 +204,7 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 		var now time.Time
 		var granted *lease
 		renewing := spent != nil
-		err := p.update(ctx, func(tx *state.Tx) error {
+		err := p.update(ctx, func(tx ledger.Tx) error {
 			if spent != nil {
 				if err := spent.release(tx); err != nil {
 					return err
@@ -227,9 +227,9 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 			waited := now.Sub(start)
 			if d.admit {
 				now = maxTime(now, ks.LastAdmitAt) // the log stays in order, whatever the clock did
-				id, err := tx.InsertAttempt(state.Attempt{CallID: c.CallID, Attempt: c.Attempt, Key: c.Key.Name,
+				id, err := tx.InsertAttempt(ledger.Attempt{CallID: c.CallID, Attempt: c.Attempt, Key: c.Key.Name,
 					Caller: c.Caller, Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest,
-					State: state.Admitted, Reason: d.reason, Probe: d.probe, At: now, Wait: waited,
+					State: ledger.Admitted, Reason: d.reason, Probe: d.probe, At: now, Wait: waited,
 					LeaseUntil: now.Add(p.lease()), ByCaller: len(c.Key.Reserves) > 0})
 				if err != nil {
 					return err
@@ -266,9 +266,9 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 					retry = time.Second
 				}
 				pause = &PauseError{Key: c.Key.Name, RetryAfter: retry, Reason: d.reason, Source: d.source, Binding: d.binding}
-				_, err := tx.InsertAttempt(state.Attempt{CallID: c.CallID, Attempt: c.Attempt, Key: c.Key.Name,
+				_, err := tx.InsertAttempt(ledger.Attempt{CallID: c.CallID, Attempt: c.Attempt, Key: c.Key.Name,
 					Caller: c.Caller, Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest,
-					State: state.RejectedLocal, Reason: pauseReason(pause), At: now, Wait: waited})
+					State: ledger.RejectedLocal, Reason: pauseReason(pause), At: now, Wait: waited})
 				return err
 			}
 			if hasReserve(c.Key, c.Caller) {
@@ -323,7 +323,7 @@ func hasReserve(k *keystore.Key, caller string) bool {
 
 // slowStart is the spacing calls resume at after a pause: the average pace
 // of the slowest known policy, between the key's maximum rate and 2 s.
-func slowStart(k *keystore.Key, known []state.Known) time.Duration {
+func slowStart(k *keystore.Key, known []ledger.Known) time.Duration {
 	s := minSpacing(k)
 	consider := func(q int64, w time.Duration) {
 		if q > 0 && w > 0 {
@@ -344,7 +344,7 @@ func slowStart(k *keystore.Key, known []state.Known) time.Duration {
 // load reads what a decision about c needs, inside tx. ks, when not nil,
 // is the key's pacing state as tx already holds it; calls in flight are
 // counted only when inFlight.
-func (p *Pacer) load(tx *state.Tx, c Call, now time.Time, ks *state.KeyState, inFlight bool) (snapshot, error) {
+func (p *Pacer) load(tx ledger.Tx, c Call, now time.Time, ks *ledger.KeyState, inFlight bool) (snapshot, error) {
 	key := c.Key.Name
 	if ks == nil {
 		s, err := tx.KeyState(key)
@@ -381,20 +381,20 @@ func (p *Pacer) load(tx *state.Tx, c Call, now time.Time, ks *state.KeyState, in
 // remembering what it read: a decision asks about the same windows more
 // than once (a documented policy and the upstream's twin of it).
 type txLog struct {
-	tx      *state.Tx
+	tx      ledger.Tx
 	key     string
 	callers []string // count these callers' calls too: those with reservations
 	counts  map[time.Time]int
-	windows map[time.Time]state.Window
+	windows map[time.Time]ledger.Window
 }
 
-func newTxLog(tx *state.Tx, k *keystore.Key) *txLog {
+func newTxLog(tx ledger.Tx, k *keystore.Key) *txLog {
 	var callers []string
 	for _, r := range k.Reserves {
 		callers = append(callers, r.Caller)
 	}
 	return &txLog{tx: tx, key: k.Name, callers: callers,
-		counts: map[time.Time]int{}, windows: map[time.Time]state.Window{}}
+		counts: map[time.Time]int{}, windows: map[time.Time]ledger.Window{}}
 }
 
 // Count is log.Count.
@@ -413,7 +413,7 @@ func (l *txLog) Count(since time.Time) (int, error) {
 }
 
 // Window is log.Window.
-func (l *txLog) Window(since time.Time) (state.Window, error) {
+func (l *txLog) Window(since time.Time) (ledger.Window, error) {
 	if w, ok := l.windows[since]; ok {
 		return w, nil
 	}

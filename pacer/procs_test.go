@@ -8,15 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // sends returns every admitted attempt of the shared key in the file at
 // path, oldest first.
-func sends(t *testing.T, db *state.DB) []state.Send {
+func sends(t *testing.T, db *state.DB) []ledger.Send {
 	t.Helper()
-	var out []state.Send
-	err := db.View(context.Background(), func(tx *state.Tx) error {
+	var out []ledger.Send
+	err := db.View(context.Background(), func(tx ledger.Tx) error {
 		var err error
 		out, err = tx.Sends("shared", time.Time{}, 1<<30)
 		return err
@@ -40,7 +41,7 @@ func openState(t *testing.T, path string) *state.DB {
 // hammer runs three helper processes on one key of a new state file with
 // a documented quota per window, for run, and returns the key's log with
 // how many calls the processes report.
-func hammer(t *testing.T, quota int64, window, run time.Duration) ([]state.Send, int) {
+func hammer(t *testing.T, quota int64, window, run time.Duration) ([]ledger.Send, int) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "state.db")
 	db := openState(t, path)
@@ -127,7 +128,7 @@ func TestProcessKilledMidLoad(t *testing.T) {
 	if problems, err := db.IntegrityCheck(context.Background()); err != nil || len(problems) > 0 {
 		t.Fatalf("integrity check: %v %q", err, problems)
 	}
-	after := map[int64]state.Send{}
+	after := map[int64]ledger.Send{}
 	for _, s := range sends(t, db) {
 		after[s.ID] = s
 	}
@@ -141,7 +142,7 @@ func TestProcessKilledMidLoad(t *testing.T) {
 			t.Errorf("attempt %d, committed by the victim, is gone", id)
 		}
 	}
-	if s := after[stuck]; s.State != state.Admitted {
+	if s := after[stuck]; s.State != ledger.Admitted {
 		t.Errorf("the victim's call in flight: got %q before its lease ran out, want admitted", s.State)
 	}
 
@@ -154,16 +155,16 @@ func TestProcessKilledMidLoad(t *testing.T) {
 	var inFlight []int64
 	for _, s := range sends(t, db) {
 		switch {
-		case s.State == state.Admitted:
+		case s.State == ledger.Admitted:
 			inFlight = append(inFlight, s.ID)
-		case s.ID == stuck && s.State != state.Interrupted:
+		case s.ID == stuck && s.State != ledger.Interrupted:
 			t.Errorf("the victim's call in flight: got %q after the sweep, want interrupted", s.State)
 		}
 	}
 	if len(inFlight) > 0 {
 		t.Errorf("attempts %v are still in flight after the sweep", inFlight)
 	}
-	if !slices.ContainsFunc(sends(t, db), func(s state.Send) bool { return s.ID == stuck && s.State == state.Interrupted }) {
+	if !slices.ContainsFunc(sends(t, db), func(s ledger.Send) bool { return s.ID == stuck && s.State == ledger.Interrupted }) {
 		t.Error("the victim's stuck call was not marked interrupted")
 	}
 }
@@ -186,9 +187,9 @@ func TestProcessesShareOneLeasedBudget(t *testing.T) {
 	for _, s := range list {
 		times = append(times, s.At)
 		switch s.State {
-		case state.Reserved:
+		case ledger.Reserved:
 			t.Errorf("slot %d is still reserved after every process closed", s.ID)
-		case state.Released:
+		case ledger.Released:
 			unused++
 		default:
 			calls++

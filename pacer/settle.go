@@ -4,8 +4,8 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
-	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // An observation's effective window t is whole seconds, rounded up by
@@ -28,8 +28,8 @@ import (
 //
 // Neither ever ends an observation later than its own t says. admitted
 // and basis are when the observing request was admitted and sent.
-func settle(tx *state.Tx, k *keystore.Key, ob ratelimit.Observation, receivedAt, admitted, basis time.Time,
-	prev *state.Known, ks state.KeyState) (ratelimit.Observation, error) {
+func settle(tx ledger.Tx, k *keystore.Key, ob ratelimit.Observation, receivedAt, admitted, basis time.Time,
+	prev *ledger.Known, ks ledger.KeyState) (ratelimit.Observation, error) {
 	if !ob.HasRemaining || !ob.HasReset || ob.Unit != ratelimit.Requests || ob.Shape == ratelimit.ShapeLeaky {
 		return ob, nil // a leaky bucket's t is a leak, not a window's end
 	}

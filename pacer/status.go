@@ -6,13 +6,13 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
-	"github.com/mcp-quota/mcp-quota/state"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
 // advise evaluates a next call by c's caller at now, given the key's
 // pacing state ks, ignoring the spacing of the call just made and the
 // calls in flight: the budgets that hold, the tightest, and advice.
-func (p *Pacer) advise(tx *state.Tx, c Call, now time.Time, ks state.KeyState) ([]Budget, *Budget, Advice, error) {
+func (p *Pacer) advise(tx ledger.Tx, c Call, now time.Time, ks ledger.KeyState) ([]Budget, *Budget, Advice, error) {
 	snap, err := p.load(tx, c, now, &ks, false)
 	if err != nil {
 		return nil, nil, Advice{}, err
@@ -82,8 +82,8 @@ type KeyStatus struct {
 	Key      string             // the key's name
 	Local    []Budget           // the documented policies, counted over every caller and process
 	Upstream []Budget           // every policy the upstream announced or a refusal revealed
-	Gates    []state.Gate       // closed gates, the latest to open first
-	Warnings []state.Warning    // raised in the last hour
+	Gates    []ledger.Gate      // closed gates, the latest to open first
+	Warnings []ledger.Warning   // raised in the last hour
 	InFlight int                // calls admitted and not yet answered, in every process
 	Reserves []keystore.Reserve // the key's reservations
 	Binding  *Budget            // the tightest budget; nil when none is known
@@ -100,7 +100,7 @@ func (p *Pacer) Status(ctx context.Context, k *keystore.Key, caller string) (Key
 	// more than the newer ones would.
 	_ = p.writeLearnedNow(ctx, k.Name)
 	now := p.now()
-	err := p.db.View(ctx, func(tx *state.Tx) error {
+	err := p.db.View(ctx, func(tx ledger.Tx) error {
 		snap, err := p.load(tx, Call{Key: k, Caller: caller}, now, nil, true)
 		if err != nil {
 			return err

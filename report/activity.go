@@ -3,7 +3,7 @@ package report
 import (
 	"time"
 
-	"github.com/mcp-quota/mcp-quota/state"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
 // Activity is one attempt (or one call answered without an attempt) as
@@ -26,7 +26,7 @@ type Activity struct {
 }
 
 // NewActivity renders a.
-func NewActivity(a state.Attempt) Activity {
+func NewActivity(a ledger.Attempt) Activity {
 	return Activity{ID: a.ID, At: a.At.UTC().Format(time.RFC3339Nano), Call: a.CallID, Attempt: a.Attempt, Key: a.Key,
 		Caller: a.Caller, Transport: a.Transport, Method: a.Method, Target: a.Target, State: a.State, Status: a.Status,
 		WaitMS: a.Wait.Milliseconds(), Probe: a.Probe, Reason: a.Reason}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
-	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // statuses is a fake statuser: a fixed status per key.
@@ -35,7 +35,7 @@ func TestBuild(t *testing.T) {
 		"calm": {Key: "calm", Local: []pacer.Budget{local}, Binding: &local,
 			Advice: pacer.Advice{Action: pacer.Continue, Reason: "You can make 117 more calls in the next 42 s."}},
 		"spent": {Key: "spent", Upstream: []pacer.Budget{up}, Binding: &up,
-			Gates:  []state.Gate{{Scope: "", Until: now.Add(90 * time.Second), Source: "retry-after", Reason: "the upstream asked to wait"}},
+			Gates:  []ledger.Gate{{Scope: "", Until: now.Add(90 * time.Second), Source: "retry-after", Reason: "the upstream asked to wait"}},
 			Advice: pacer.Advice{Action: pacer.Pause, RetryAfter: 90 * time.Second, Reason: "Wait 90 s before the next call."}},
 	}
 	got, err := Build(context.Background(), st, []*keystore.Key{key("calm"), key("spent")}, "agent", now)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/gateway"
-	"github.com/mcp-quota/mcp-quota/state"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
 // A sync job calling a key far from its limits as fast as it can is
@@ -40,10 +40,10 @@ func TestBusySyncJobIsLeased(t *testing.T) {
 	if err := s.Pacer.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	var list []state.Attempt
-	err := s.DB.View(context.Background(), func(tx *state.Tx) error {
+	var list []ledger.Attempt
+	err := s.DB.View(context.Background(), func(tx ledger.Tx) error {
 		var err error
-		list, err = tx.Activity(state.ActivityFilter{Key: "demo", Limit: 10 * calls})
+		list, err = tx.Activity(ledger.ActivityFilter{Key: "demo", Limit: 10 * calls})
 		return err
 	})
 	if err != nil {
@@ -55,7 +55,7 @@ func TestBusySyncJobIsLeased(t *testing.T) {
 	admittedAt := map[time.Time]bool{}
 	for _, a := range list {
 		admittedAt[a.At] = true
-		if a.State != state.Confirmed || a.Caller != "sync" || a.Transport != "rest" || a.Status != 200 {
+		if a.State != ledger.Confirmed || a.Caller != "sync" || a.Transport != "rest" || a.Status != 200 {
 			t.Fatalf("attempt %d is recorded as %s by %q over %q, status %d; want confirmed 200 by sync over rest",
 				a.ID, a.State, a.Caller, a.Transport, a.Status)
 		}

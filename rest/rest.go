@@ -26,8 +26,8 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/report"
-	"github.com/mcp-quota/mcp-quota/state"
 	"github.com/mcp-quota/mcp-quota/upstream"
 )
 
@@ -66,7 +66,7 @@ type Handler struct {
 	Keys   *keystore.Store
 	Client *upstream.Client
 	Pacer  *pacer.Pacer
-	DB     *state.DB
+	DB     ledger.Viewer
 	Log    *slog.Logger // nil means discard
 	Limits Limits
 	// Now returns the current time; nil means time.Now.
@@ -173,7 +173,7 @@ func (h *Handler) activity(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusUnauthorized, CodeUnauthorized, "A caller token is required.", nil)
 		return
 	}
-	f := state.ActivityFilter{Limit: 50}
+	f := ledger.ActivityFilter{Limit: 50}
 	if name := q.Get("key"); name != "" {
 		if _, _, ok := h.key(w, r, name); !ok {
 			return
@@ -207,8 +207,8 @@ func (h *Handler) activity(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Before = id
 	}
-	var list []state.Attempt
-	err := h.DB.View(r.Context(), func(tx *state.Tx) error {
+	var list []ledger.Attempt
+	err := h.DB.View(r.Context(), func(tx ledger.Tx) error {
 		var err error
 		list, err = tx.Activity(f)
 		return err
@@ -245,11 +245,17 @@ func decodeCursor(s string) (int64, error) {
 	return strconv.ParseInt(string(b[1:]), 10, 64)
 }
 
+// A Checker reports whether the state is usable.
+type Checker interface {
+	Check(ctx context.Context) error
+}
+
 // Health serves GET /healthz: ok, with the program's version when it is
-// not empty, when the state file answers, passes SQLite's quick_check and
-// took its last write (see state.DB.Check); otherwise 503
+// not empty, when the state answers and took its last write (a SQLite
+// file also passes quick_check; see state.DB.Check); otherwise 503
 // stateUnavailable, saying which failed.
-func Health(db *state.DB, version string) http.HandlerFunc {
+
+func Health(db Checker, version string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()

@@ -24,8 +24,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcp-quota/mcp-quota/keystore/leaktest"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/rest"
-	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // awkwardSecret needs percent-encoding in a query, and is changed by form
@@ -718,9 +718,9 @@ auth = "none"
 func TestWallsOldRowsScrubbedOnTheWayOut(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackConfig{})
-	err := s.DB.Update(context.Background(), func(tx *state.Tx) error {
-		_, err := tx.InsertAttempt(state.Attempt{CallID: "old", Attempt: 1, Key: "demo", Caller: "sync", Transport: "rest", Method: "GET",
-			Target: "/slash/?api_key=" + url.QueryEscape(upstreamSecret), State: state.Confirmed, Status: 200,
+	err := s.DB.Update(context.Background(), func(tx ledger.Tx) error {
+		_, err := tx.InsertAttempt(ledger.Attempt{CallID: "old", Attempt: 1, Key: "demo", Caller: "sync", Transport: "rest", Method: "GET",
+			Target: "/slash/?api_key=" + url.QueryEscape(upstreamSecret), State: ledger.Confirmed, Status: 200,
 			Reason: "redirected to /slash/?api_key=" + upstreamSecret, At: time.Now()})
 		return err
 	})

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -22,11 +23,11 @@ import (
 func BenchmarkWindow(b *testing.B) {
 	reads := []struct {
 		name string
-		read func(*state.Tx, string, time.Time) (state.Window, error)
+		read func(ledger.Tx, string, time.Time) (ledger.Window, error)
 	}{
-		{"total", (*state.Tx).Window},
-		{"by-caller", (*state.Tx).WindowByCaller},
-		{"of-callers", func(tx *state.Tx, key string, since time.Time) (state.Window, error) {
+		{"total", (ledger.Tx).Window},
+		{"by-caller", (ledger.Tx).WindowByCaller},
+		{"of-callers", func(tx ledger.Tx, key string, since time.Time) (ledger.Window, error) {
 			return tx.WindowOf(key, since, []string{"caller0", "caller1"})
 		}},
 	}
@@ -39,16 +40,16 @@ func BenchmarkWindow(b *testing.B) {
 
 // benchWindow fills a log with n sends of three callers, a millisecond
 // apart, and measures read over all but the first.
-func benchWindow(b *testing.B, n int, read func(*state.Tx, string, time.Time) (state.Window, error)) {
+func benchWindow(b *testing.B, n int, read func(ledger.Tx, string, time.Time) (ledger.Window, error)) {
 	db, err := state.Open(context.Background(), filepath.Join(b.TempDir(), "state.db"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer db.Close()
-	err = db.Update(context.Background(), func(tx *state.Tx) error {
+	err = db.Update(context.Background(), func(tx ledger.Tx) error {
 		for i := range n {
-			if _, err := tx.InsertAttempt(state.Attempt{CallID: "c", Key: "k", Caller: fmt.Sprint("caller", i%3),
-				State: state.Admitted, At: t0.Add(time.Duration(i) * time.Millisecond), ByCaller: true}); err != nil {
+			if _, err := tx.InsertAttempt(ledger.Attempt{CallID: "c", Key: "k", Caller: fmt.Sprint("caller", i%3),
+				State: ledger.Admitted, At: t0.Add(time.Duration(i) * time.Millisecond), ByCaller: true}); err != nil {
 				return err
 			}
 		}
@@ -57,7 +58,7 @@ func benchWindow(b *testing.B, n int, read func(*state.Tx, string, time.Time) (s
 	if err != nil {
 		b.Fatal(err)
 	}
-	err = db.View(context.Background(), func(tx *state.Tx) error {
+	err = db.View(context.Background(), func(tx ledger.Tx) error {
 		for b.Loop() {
 			if w, err := read(tx, "k", t0); err != nil || w.Count != n-1 {
 				return fmt.Errorf("window: %+v, %v", w, err)
@@ -78,14 +79,14 @@ func benchWindow(b *testing.B, n int, read func(*state.Tx, string, time.Time) (s
 func BenchmarkUpdate(b *testing.B) {
 	var n atomic.Int64
 	record := func(db *state.DB) error {
-		return db.Update(context.Background(), func(tx *state.Tx) error {
+		return db.Update(context.Background(), func(tx ledger.Tx) error {
 			// Admissions are recorded in order of time, as the pacer does.
 			at := t0.Add(time.Duration(n.Add(1)) * time.Microsecond)
-			if _, err := tx.InsertAttempt(state.Attempt{CallID: "c", Key: "k", State: state.Admitted, At: at,
+			if _, err := tx.InsertAttempt(ledger.Attempt{CallID: "c", Key: "k", State: ledger.Admitted, At: at,
 				LeaseUntil: at.Add(time.Minute)}); err != nil {
 				return err
 			}
-			return tx.PutKeyState(state.KeyState{Key: "k", LastAdmitAt: at})
+			return tx.PutKeyState(ledger.KeyState{Key: "k", LastAdmitAt: at})
 		})
 	}
 	for _, parallel := range []bool{false, true} {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -19,10 +20,10 @@ func BenchmarkCheck(b *testing.B) {
 	b.Cleanup(func() { db.Close() })
 	reason := strings.Repeat("r", 300)
 	for batch := range 50 {
-		err := db.Update(context.Background(), func(tx *state.Tx) error {
+		err := db.Update(context.Background(), func(tx ledger.Tx) error {
 			for i := range 2000 {
-				if _, err := tx.InsertAttempt(state.Attempt{CallID: fmt.Sprint("c", batch, "-", i), Attempt: 1, Key: "k",
-					Target: fmt.Sprintf("/v1/participants?cursor=%d-%d", batch, i), State: state.Admitted, Reason: reason, At: t0}); err != nil {
+				if _, err := tx.InsertAttempt(ledger.Attempt{CallID: fmt.Sprint("c", batch, "-", i), Attempt: 1, Key: "k",
+					Target: fmt.Sprintf("/v1/participants?cursor=%d-%d", batch, i), State: ledger.Admitted, Reason: reason, At: t0}); err != nil {
 					return err
 				}
 			}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -28,9 +29,9 @@ func TestCheckpointsEveryCheckpointPages(t *testing.T) {
 	// commit adds about 100 pages to the log, the file keeps about 100.
 	const rows = 100
 	var ids []int64
-	update(t, db, func(tx *state.Tx) error {
+	update(t, db, func(tx ledger.Tx) error {
 		for i := range rows {
-			id, err := tx.InsertAttempt(state.Attempt{CallID: fmt.Sprint("c", i), Attempt: 1, Key: "k", State: state.Admitted, At: t0})
+			id, err := tx.InsertAttempt(ledger.Attempt{CallID: fmt.Sprint("c", i), Attempt: 1, Key: "k", State: ledger.Admitted, At: t0})
 			if err != nil {
 				return err
 			}
@@ -44,9 +45,9 @@ func TestCheckpointsEveryCheckpointPages(t *testing.T) {
 		for range n {
 			commits++
 			reason := strings.Repeat(fmt.Sprint(commits%10), 3000)
-			update(t, db, func(tx *state.Tx) error {
+			update(t, db, func(tx ledger.Tx) error {
 				for _, id := range ids {
-					if err := tx.FinishAttempt(id, state.Confirmed, reason, 200, t0, t0); err != nil {
+					if err := tx.FinishAttempt(id, ledger.Confirmed, reason, 200, t0, t0); err != nil {
 						return err
 					}
 				}

@@ -29,6 +29,8 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite" // the "sqlite" driver
+
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
 //go:embed migrations/*.sql
@@ -219,7 +221,7 @@ func (db *DB) migrate(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		err = db.Update(ctx, func(tx *Tx) error {
+		err = db.update(ctx, func(tx *Tx) error {
 			var current int
 			if err := db.wc.QueryRowContext(ctx, "PRAGMA user_version").Scan(&current); err != nil {
 				return err
@@ -242,7 +244,12 @@ func (db *DB) migrate(ctx context.Context) error {
 
 // View runs fn in a read-only snapshot of the file, once every outcome
 // this process gave FinishLater is in it.
-func (db *DB) View(ctx context.Context, fn func(*Tx) error) error {
+func (db *DB) View(ctx context.Context, fn func(ledger.Tx) error) error {
+	return db.view(ctx, func(tx *Tx) error { return fn(tx) })
+}
+
+// view is View with the back end's own Tx.
+func (db *DB) view(ctx context.Context, fn func(*Tx) error) error {
 	// What this process finished is read as finished.
 	if err := db.flushJournal(ctx); err != nil {
 		return err

@@ -139,7 +139,7 @@ func (db *DB) Check(ctx context.Context) error {
 		db.wh.checked = time.Now()
 		db.wh.mu.Unlock()
 	}
-	return db.View(ctx, func(tx *Tx) error { _, err := tx.Keys(); return err })
+	return db.view(ctx, func(tx *Tx) error { _, err := tx.Keys(); return err })
 }
 
 // quickCheck runs PRAGMA quick_check.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -17,9 +18,9 @@ func TestCheckFindsDamage(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
 	ctx := context.Background()
 	db := open(t, path)
-	update(t, db, func(tx *state.Tx) error {
+	update(t, db, func(tx ledger.Tx) error {
 		for i := range 200 {
-			if _, err := tx.InsertAttempt(state.Attempt{CallID: fmt.Sprint("c", i), Attempt: 1, Key: "k", State: state.Admitted,
+			if _, err := tx.InsertAttempt(ledger.Attempt{CallID: fmt.Sprint("c", i), Attempt: 1, Key: "k", State: ledger.Admitted,
 				Reason: strings.Repeat("r", 2000), At: t0}); err != nil {
 				return err
 			}

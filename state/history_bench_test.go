@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -53,19 +54,19 @@ func history(b *testing.B, n int) string {
 		}
 		defer db.Close()
 		for from := 0; from < n && historyErr == nil; from += 50_000 {
-			historyErr = db.Update(context.Background(), func(tx *state.Tx) error {
+			historyErr = db.Update(context.Background(), func(tx ledger.Tx) error {
 				for i := from; i < min(from+50_000, n); i++ {
 					key, caller := "busy", "sync"
 					if i%1000 == 0 {
 						key, caller = "quiet", "agent"
 					}
 					at := t0.Add(time.Duration(i) * 100 * time.Millisecond)
-					id, err := tx.InsertAttempt(state.Attempt{CallID: fmt.Sprint("c", i), Attempt: 1, Key: key, Caller: caller,
-						Transport: "rest", Method: "GET", Target: "/v1/participants?limit=500", State: state.Admitted, At: at})
+					id, err := tx.InsertAttempt(ledger.Attempt{CallID: fmt.Sprint("c", i), Attempt: 1, Key: key, Caller: caller,
+						Transport: "rest", Method: "GET", Target: "/v1/participants?limit=500", State: ledger.Admitted, At: at})
 					if err != nil {
 						return err
 					}
-					if err := tx.FinishAttempt(id, state.Confirmed, "", 200, at, at.Add(20*time.Millisecond)); err != nil {
+					if err := tx.FinishAttempt(id, ledger.Confirmed, "", 200, at, at.Add(20*time.Millisecond)); err != nil {
 						return err
 					}
 				}
@@ -95,13 +96,13 @@ func BenchmarkActivity(b *testing.B) {
 	}
 	defer db.Close()
 	hour := historyEnd(n).Add(-time.Hour)
-	for _, f := range []state.ActivityFilter{
+	for _, f := range []ledger.ActivityFilter{
 		{Key: "quiet"}, {Key: "busy"}, {Key: "quiet", Since: hour}, {Key: "busy", Since: hour}, {},
 	} {
 		name := fmt.Sprintf("key=%s/since=%v", f.Key, !f.Since.IsZero())
 		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
-				err := db.View(context.Background(), func(tx *state.Tx) error {
+				err := db.View(context.Background(), func(tx ledger.Tx) error {
 					list, err := tx.Activity(f)
 					if err == nil && len(list) == 0 {
 						err = fmt.Errorf("no activity")

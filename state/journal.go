@@ -19,6 +19,8 @@ import (
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
 // How a reserved slot's call ended reaches the state file through the
@@ -35,21 +37,14 @@ import (
 // this process waits for the applier first, so the process reads what it
 // wrote.
 
-// A Finished is how the call of a reserved slot ended: the attempt as
-// FinishReserved records it, and the observations of its answer.
-type Finished struct {
-	Attempt      Attempt             `json:"attempt"`
-	Observations []ObservationRecord `json:"observations,omitempty"`
-}
-
 // finish records f in tx, unless its slot is no longer reserved: it was
 // recorded already (a journal is replayed after its process recorded some
 // of it), or swept away. A slot the sweep released meanwhile is recorded
 // as its call ended.
-func (tx *Tx) finish(f Finished) (bool, error) {
+func (tx *Tx) finish(f ledger.Finished) (bool, error) {
 	var st string
 	err := tx.queryRow(qSlotState, f.Attempt.ID, f.Attempt.Key).Scan(&st)
-	if errors.Is(err, sql.ErrNoRows) || err == nil && st != Reserved && st != Released {
+	if errors.Is(err, sql.ErrNoRows) || err == nil && st != ledger.Reserved && st != ledger.Released {
 		return false, nil
 	}
 	if err != nil {
@@ -59,7 +54,7 @@ func (tx *Tx) finish(f Finished) (bool, error) {
 }
 
 // record records f in tx: the slot's call and its answer's observations.
-func (tx *Tx) record(f Finished) error {
+func (tx *Tx) record(f ledger.Finished) error {
 	if err := tx.FinishReserved(f.Attempt); err != nil {
 		return err
 	}
@@ -112,7 +107,7 @@ type segment struct {
 }
 
 type queued struct {
-	f   Finished
+	f   ledger.Finished
 	seg *segment
 }
 
@@ -128,7 +123,7 @@ func journalDir(path string) string { return path + ".outcomes" }
 // after. Where the process has no journal (the system cannot lock its
 // file, or a write to it failed), f is recorded in the state file at once,
 // in a transaction that ctx bounds.
-func (db *DB) FinishLater(ctx context.Context, f Finished) error {
+func (db *DB) FinishLater(ctx context.Context, f ledger.Finished) error {
 	j, err := db.journal()
 	if err == nil {
 		err = j.write(f)
@@ -136,7 +131,7 @@ func (db *DB) FinishLater(ctx context.Context, f Finished) error {
 	if err == nil || errors.Is(err, errClosed) {
 		return err
 	}
-	return db.Update(ctx, func(tx *Tx) error { return tx.record(f) })
+	return db.update(ctx, func(tx *Tx) error { return tx.record(f) })
 }
 
 // errClosed reports a use of a closed DB.
@@ -211,7 +206,7 @@ func (j *journal) newSegment() (*segment, error) {
 
 // write appends f to the journal, in one write, and queues it for the
 // applier.
-func (j *journal) write(f Finished) error {
+func (j *journal) write(f ledger.Finished) error {
 	line, err := json.Marshal(f)
 	if err != nil {
 		return fmt.Errorf("state: journal: %w", err)
@@ -326,7 +321,7 @@ func (j *journal) apply() {
 // of its outcomes are done with. Its error is the state file's failure,
 // which left the others undone.
 func (j *journal) record(batch []queued) ([]bool, error) {
-	fs := make([]Finished, len(batch))
+	fs := make([]ledger.Finished, len(batch))
 	for i, q := range batch {
 		fs[i] = q.f
 	}
@@ -339,10 +334,10 @@ func (j *journal) record(batch []queued) ([]bool, error) {
 // done with (recorded, skipped as recorded already, or refused and set
 // aside) and how many it recorded. It stops at the state file's first
 // failure (busy, full, an I/O error): the others are undone.
-func (db *DB) recordAll(ctx context.Context, fs []Finished) (done []bool, recorded int, err error) {
+func (db *DB) recordAll(ctx context.Context, fs []ledger.Finished) (done []bool, recorded int, err error) {
 	done = make([]bool, len(fs))
-	record := func(fs []Finished) (n int, err error) {
-		err = db.Update(ctx, func(tx *Tx) error {
+	record := func(fs []ledger.Finished) (n int, err error) {
+		err = db.update(ctx, func(tx *Tx) error {
 			n = 0
 			for _, f := range fs {
 				ok, err := tx.finish(f)
@@ -368,7 +363,7 @@ func (db *DB) recordAll(ctx context.Context, fs []Finished) (done []bool, record
 		return done, 0, err
 	}
 	for i, f := range fs {
-		n, err := record([]Finished{f})
+		n, err := record([]ledger.Finished{f})
 		if err != nil && !refused(err) {
 			return done, recorded, err
 		}
@@ -565,11 +560,11 @@ func (db *DB) recoverFile(ctx context.Context, name string) (int, error) {
 	if err := lockFile(f); err != nil {
 		return 0, nil // its process is alive, or nothing can tell
 	}
-	var fs []Finished
+	var fs []ledger.Finished
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		var fin Finished
+		var fin ledger.Finished
 		if line := bytes.TrimSpace(sc.Bytes()); json.Unmarshal(line, &fin) == nil && fin.Attempt.ID != 0 {
 			fs = append(fs, fin) // a line cut short by a crash is skipped
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/state"
 )
@@ -19,7 +20,7 @@ import (
 func reserve(t *testing.T, db *state.DB, n int) []int64 {
 	t.Helper()
 	var ids []int64
-	update(t, db, func(tx *state.Tx) error {
+	update(t, db, func(tx ledger.Tx) error {
 		first, last, err := tx.Reserve("k", n, t0, t0.Add(time.Hour), "a batch")
 		for id := first; id <= last; id++ {
 			ids = append(ids, id)
@@ -30,13 +31,13 @@ func reserve(t *testing.T, db *state.DB, n int) []int64 {
 }
 
 // finishedSlot is slot id's call, confirmed, with one observation.
-func finishedSlot(id int64, r int64) state.Finished {
+func finishedSlot(id int64, r int64) ledger.Finished {
 	ob := ratelimit.Observation{Policy: "p", Unit: ratelimit.Requests, Remaining: r, HasRemaining: true, Shape: ratelimit.ShapeDraft}
-	return state.Finished{
-		Attempt: state.Attempt{ID: id, Key: "k", CallID: fmt.Sprint("call-", id), Attempt: 1, Caller: "sync", Transport: "rest",
-			Method: "GET", Target: "/items", State: state.Confirmed, Reason: "HTTP 200 OK", Status: 200,
+	return ledger.Finished{
+		Attempt: ledger.Attempt{ID: id, Key: "k", CallID: fmt.Sprint("call-", id), Attempt: 1, Caller: "sync", Transport: "rest",
+			Method: "GET", Target: "/items", State: ledger.Confirmed, Reason: "HTTP 200 OK", Status: 200,
 			SentAt: t0, AnsweredAt: t0.Add(time.Millisecond)},
-		Observations: []state.ObservationRecord{{Key: "k", AttemptID: id, Observation: ob, Status: 200,
+		Observations: []ledger.ObservationRecord{{Key: "k", AttemptID: id, Observation: ob, Status: 200,
 			ReceivedAt: t0.Add(time.Millisecond), Method: "GET", Target: "/items"}},
 	}
 }
@@ -50,7 +51,7 @@ func ended(t *testing.T, db *state.DB, ids []int64) (map[string]int, map[int64]i
 	for _, id := range ids {
 		want[id] = true
 	}
-	view(t, db, func(tx *state.Tx) error {
+	view(t, db, func(tx ledger.Tx) error {
 		sends, err := tx.Sends("k", time.Time{}, 1000)
 		if err != nil {
 			return err
@@ -94,7 +95,7 @@ func TestFinishLater(t *testing.T) {
 		}
 	}
 	states, obs := ended(t, db, ids)
-	if states[state.Confirmed] != 5 || states[state.Reserved] != 3 {
+	if states[ledger.Confirmed] != 5 || states[ledger.Reserved] != 3 {
 		t.Errorf("after FinishLater of 5 of 8 slots, a View sees %v, want 5 confirmed and 3 reserved", states)
 	}
 	for _, id := range ids[:5] {
@@ -123,7 +124,7 @@ func TestRecoverAnEndedProcess(t *testing.T) {
 	ids := reserve(t, db, 6)
 	// ids[0] was applied before the crash; ids[1:4] were not; ids[4:]
 	// were never handed out.
-	update(t, db, func(tx *state.Tx) error {
+	update(t, db, func(tx ledger.Tx) error {
 		f := finishedSlot(ids[0], 99)
 		if err := tx.FinishReserved(f.Attempt); err != nil {
 			return err
@@ -150,7 +151,7 @@ func TestRecoverAnEndedProcess(t *testing.T) {
 
 	other := open(t, path) // Open recovers
 	states, obs := ended(t, other, ids)
-	if states[state.Confirmed] != 4 || states[state.Reserved] != 2 {
+	if states[ledger.Confirmed] != 4 || states[ledger.Reserved] != 2 {
 		t.Errorf("after recovery: %v, want 4 confirmed (1 before the crash, 3 recovered) and 2 reserved", states)
 	}
 	for _, id := range ids[:4] {
@@ -189,7 +190,7 @@ func TestRecoverLeavesALiveJournal(t *testing.T) {
 	if err := db.FinishLater(context.Background(), finishedSlot(ids[1], 9)); err != nil {
 		t.Fatal(err)
 	}
-	if states, _ := ended(t, db, ids); states[state.Confirmed] != 2 {
+	if states, _ := ended(t, db, ids); states[ledger.Confirmed] != 2 {
 		t.Errorf("the live process's outcomes: %v, want 2 confirmed", states)
 	}
 }
@@ -243,7 +244,7 @@ func statesOf(t *testing.T, db *state.DB) map[string]int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	states := map[string]int{}
-	if err := db.View(ctx, func(tx *state.Tx) error {
+	if err := db.View(ctx, func(tx ledger.Tx) error {
 		sends, err := tx.Sends("k", time.Time{}, 100)
 		for _, s := range sends {
 			states[s.State]++
@@ -271,19 +272,19 @@ func TestJournalSetsARefusedOutcomeAside(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if states := statesOf(t, db); states[state.Confirmed] != 2 || states[state.Reserved] != 3 {
+	if states := statesOf(t, db); states[ledger.Confirmed] != 2 || states[ledger.Reserved] != 3 {
 		t.Errorf("with one of three outcomes refused: %v, want 2 confirmed and 3 reserved", states)
 	}
 	if err := db.FinishLater(context.Background(), finishedSlot(ids[3], 1)); err != nil { // refused, alone
 		t.Fatal(err)
 	}
-	if states := statesOf(t, db); states[state.Confirmed] != 2 {
+	if states := statesOf(t, db); states[ledger.Confirmed] != 2 {
 		t.Errorf("after a refused outcome alone: %v, want 2 confirmed still", states)
 	}
 	if err := db.FinishLater(context.Background(), finishedSlot(ids[4], 1)); err != nil {
 		t.Fatal(err)
 	}
-	if states := statesOf(t, db); states[state.Confirmed] != 3 {
+	if states := statesOf(t, db); states[ledger.Confirmed] != 3 {
 		t.Errorf("the outcome after a refused one: %v, want 3 confirmed", states)
 	}
 	if err := db.Close(); err != nil {
@@ -314,7 +315,7 @@ func TestRecoverSetsARefusedOutcomeAside(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := open(t, path)
-	if states := statesOf(t, other); states[state.Confirmed] != 2 || states[state.Reserved] != 1 {
+	if states := statesOf(t, other); states[ledger.Confirmed] != 2 || states[ledger.Reserved] != 1 {
 		t.Errorf("after recovery with one outcome refused: %v, want 2 confirmed and 1 reserved", states)
 	}
 	if files := journalFiles(t, path); len(files) != 0 {

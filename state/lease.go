@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
 // A lease lets one process admit a batch of calls without a transaction
@@ -41,7 +43,7 @@ func (tx *Tx) Reserve(key string, n int, at, leaseUntil time.Time, reason string
 	if micros(at) < lastAt {
 		return 0, 0, fmt.Errorf("state: reserve: slots at %v would precede the key's latest admission", at)
 	}
-	res, err := tx.exec(qReserve, n, key, Reserved, reason, micros(at), micros(leaseUntil), seq)
+	res, err := tx.exec(qReserve, n, key, ledger.Reserved, reason, micros(at), micros(leaseUntil), seq)
 	if err != nil {
 		return 0, 0, fmt.Errorf("state: reserve: %w", err)
 	}
@@ -63,7 +65,7 @@ var qFinishReserved = newQuery(`UPDATE attempts SET call_id = ?, attempt = ?, ca
 // FinishReserved records the call a reserved slot was handed to and how
 // it ended (a's ID, call, state, reason, status and times), and ends its
 // lease.
-func (tx *Tx) FinishReserved(a Attempt) error {
+func (tx *Tx) FinishReserved(a ledger.Attempt) error {
 	res, err := tx.exec(qFinishReserved, a.CallID, a.Attempt, a.Caller, a.Transport, a.Method, a.Target, a.Digest,
 		a.State, a.Reason, a.Wait.Microseconds(), nullInt(int64(a.Status)), nullInt(micros(a.SentAt)),
 		nullInt(micros(a.AnsweredAt)), a.ID)

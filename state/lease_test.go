@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // countAll is the window of key after since read both ways: through the
 // log's numbering (Count) and by counting rows; they must agree.
-func countAll(t *testing.T, tx *state.Tx, key string, since time.Time) int {
+func countAll(t *testing.T, tx ledger.Tx, key string, since time.Time) int {
 	t.Helper()
 	n, err := tx.Count(key, since)
 	if err != nil {
@@ -37,13 +38,13 @@ func TestReserveAndRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	admit := func(tx *state.Tx, at time.Time) {
-		if _, err := tx.InsertAttempt(state.Attempt{CallID: "c", Key: "k", Caller: "agent", State: state.Admitted, At: at,
+	admit := func(tx ledger.Tx, at time.Time) {
+		if _, err := tx.InsertAttempt(ledger.Attempt{CallID: "c", Key: "k", Caller: "agent", State: ledger.Admitted, At: at,
 			LeaseUntil: at.Add(time.Minute)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	err = db.Update(context.Background(), func(tx *state.Tx) error {
+	err = db.Update(context.Background(), func(tx ledger.Tx) error {
 		admit(tx, t0)
 		admit(tx, t0.Add(time.Millisecond))
 		at := t0.Add(2 * time.Millisecond)
@@ -63,8 +64,8 @@ func TestReserveAndRelease(t *testing.T) {
 		// Two slots are handed out and end; the other three are given back
 		// while they end the log: gone.
 		for _, id := range []int64{first, first + 1} {
-			if err := tx.FinishReserved(state.Attempt{ID: id, CallID: "x", Attempt: 1, Caller: "sync", Transport: "rest",
-				Method: "GET", Target: "/items", State: state.Confirmed, Reason: "HTTP 200 OK", Status: 200, SentAt: at, AnsweredAt: at}); err != nil {
+			if err := tx.FinishReserved(ledger.Attempt{ID: id, CallID: "x", Attempt: 1, Caller: "sync", Transport: "rest",
+				Method: "GET", Target: "/items", State: ledger.Confirmed, Reason: "HTTP 200 OK", Status: 200, SentAt: at, AnsweredAt: at}); err != nil {
 				return err
 			}
 		}
@@ -90,7 +91,7 @@ func TestReserveAndRelease(t *testing.T) {
 			t.Errorf("after giving back every slot: %d in flight (%v), want the 3 admissions", f.Count, err)
 		}
 		// A slot that is not recorded cannot be finished.
-		if err := tx.FinishReserved(state.Attempt{ID: last + 100, State: state.Confirmed}); err == nil {
+		if err := tx.FinishReserved(ledger.Attempt{ID: last + 100, State: ledger.Confirmed}); err == nil {
 			t.Error("finishing a slot that does not exist: got no error")
 		}
 		// Slots must not precede the log's latest admission.
@@ -102,21 +103,21 @@ func TestReserveAndRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = db.View(context.Background(), func(tx *state.Tx) error {
-		list, err := tx.Activity(state.ActivityFilter{Key: "k"})
+	err = db.View(context.Background(), func(tx ledger.Tx) error {
+		list, err := tx.Activity(ledger.ActivityFilter{Key: "k"})
 		states := map[string]int{}
 		for _, a := range list {
 			states[a.State]++
-			if a.State == state.Confirmed && (a.Caller != "sync" || a.Target != "/items" || a.Status != 200 || !a.LeaseUntil.IsZero()) {
+			if a.State == ledger.Confirmed && (a.Caller != "sync" || a.Target != "/items" || a.Status != 200 || !a.LeaseUntil.IsZero()) {
 				t.Errorf("a finished slot reads %+v", a)
 			}
 		}
-		if states[state.Confirmed] != 2 || states[state.Released] != 3 || states[state.Admitted] != 3 {
+		if states[ledger.Confirmed] != 2 || states[ledger.Released] != 3 || states[ledger.Admitted] != 3 {
 			t.Errorf("activity by state: %v; want 2 confirmed, 3 released, 3 admitted", states)
 		}
 		sends, err2 := tx.Sends("k", time.Time{}, 100)
 		for _, s := range sends {
-			if s.State == state.Reserved {
+			if s.State == ledger.Reserved {
 				t.Errorf("slot %d is still reserved after every slot was finished or given back", s.ID)
 			}
 		}

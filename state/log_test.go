@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -35,7 +36,7 @@ func openScan(t *testing.T, path string) scanLog {
 	return scanLog{t: t, db: db}
 }
 
-func (s scanLog) window(key string, since time.Time) state.Window {
+func (s scanLog) window(key string, since time.Time) ledger.Window {
 	s.t.Helper()
 	var n int
 	var oldest int64
@@ -45,9 +46,9 @@ func (s scanLog) window(key string, since time.Time) state.Window {
 		s.t.Fatal(err)
 	}
 	if n == 0 {
-		return state.Window{}
+		return ledger.Window{}
 	}
-	return state.Window{Count: n, Oldest: time.UnixMicro(oldest)}
+	return ledger.Window{Count: n, Oldest: time.UnixMicro(oldest)}
 }
 
 func (s scanLog) countByCaller(key string, since time.Time) map[string]int {
@@ -91,7 +92,7 @@ func (s scanLog) nth(key string, since time.Time, n int) time.Time {
 // many windows.
 func (s scanLog) check(db *state.DB, keys []string, from, to time.Time) {
 	s.t.Helper()
-	view(s.t, db, func(tx *state.Tx) error {
+	view(s.t, db, func(tx ledger.Tx) error {
 		for _, key := range keys {
 			for since := from.Add(-time.Second); !since.After(to); since = since.Add(2300 * time.Millisecond) {
 				want := s.window(key, since)
@@ -137,18 +138,18 @@ func TestLogReadsLikeAScan(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	keys := []string{"a", "b", "c"}
 	now := t0
-	states := []string{state.Admitted, state.Admitted, state.Admitted, state.RejectedLocal, state.Cached}
+	states := []string{ledger.Admitted, ledger.Admitted, ledger.Admitted, ledger.RejectedLocal, ledger.Cached}
 	callers := []string{"agent", "sync", "x"}
 	for round := range 4 {
-		update(t, db, func(tx *state.Tx) error {
+		update(t, db, func(tx ledger.Tx) error {
 			for range 60 {
 				now = now.Add(time.Duration(rng.IntN(400)) * time.Millisecond) // ties too
-				a := state.Attempt{CallID: "c", Attempt: 1, Key: keys[rng.IntN(len(keys))], Caller: callers[rng.IntN(len(callers))],
+				a := ledger.Attempt{CallID: "c", Attempt: 1, Key: keys[rng.IntN(len(keys))], Caller: callers[rng.IntN(len(callers))],
 					State: states[rng.IntN(len(states))], At: now, ByCaller: true}
 				if rng.IntN(10) == 0 {
 					a.At = now.Add(-time.Duration(rng.IntN(5000)) * time.Millisecond) // recorded late
 				}
-				if a.State == state.Admitted && rng.IntN(4) == 0 {
+				if a.State == ledger.Admitted && rng.IntN(4) == 0 {
 					a.LeaseUntil = now.Add(time.Duration(rng.IntN(20)) * time.Second)
 				}
 				if _, err := tx.InsertAttempt(a); err != nil {
@@ -195,8 +196,8 @@ func TestLogOfAnOlderFile(t *testing.T) {
 	scan.check(db, []string{"a", "b"}, t0, t0.Add(10*time.Second))
 
 	insert("a", t0.Add(11*time.Second), true) // by a process of the older version
-	update(t, db, func(tx *state.Tx) error {
-		_, err := tx.InsertAttempt(state.Attempt{CallID: "d", Key: "a", State: state.Admitted, At: t0.Add(12 * time.Second)})
+	update(t, db, func(tx ledger.Tx) error {
+		_, err := tx.InsertAttempt(ledger.Attempt{CallID: "d", Key: "a", State: ledger.Admitted, At: t0.Add(12 * time.Second)})
 		return err
 	})
 	scan.check(db, []string{"a", "b"}, t0, t0.Add(13*time.Second))
@@ -230,9 +231,9 @@ func TestKeyStateOfAnOlderFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := open(t, path)
-	view(t, db, func(tx *state.Tx) error {
+	view(t, db, func(tx ledger.Tx) error {
 		ks, err := tx.KeyState("k")
-		if want := (state.KeyState{Key: "k", LastAdmitAt: t0, Failures: 2}); err != nil || !ks.LastAdmitAt.Equal(t0) ||
+		if want := (ledger.KeyState{Key: "k", LastAdmitAt: t0, Failures: 2}); err != nil || !ks.LastAdmitAt.Equal(t0) ||
 			ks.Failures != 2 || ks.Latency != 0 || ks.PrevLatency != 0 || !ks.LatencySince.IsZero() {
 			t.Errorf("KeyState: got %+v, %v, want %+v", ks, err, want)
 		}

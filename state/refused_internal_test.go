@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
 // refused tells a refusal of what a statement writes from a file that is
@@ -26,8 +28,8 @@ func TestRefusedIsOnlyARefusal(t *testing.T) {
 	if _, err := raw.Exec(`CREATE TRIGGER refuse BEFORE INSERT ON warnings BEGIN SELECT RAISE(ABORT, 'refused'); END`); err != nil {
 		t.Fatal(err)
 	}
-	constraint := db.Update(context.Background(), func(tx *Tx) error {
-		return tx.AddWarning(Warning{Key: "k", At: time.Now(), Kind: "x", Message: "m"})
+	constraint := db.Update(context.Background(), func(tx ledger.Tx) error {
+		return tx.AddWarning(ledger.Warning{Key: "k", At: time.Now(), Kind: "x", Message: "m"})
 	})
 
 	// Another connection holds the write lock: an Update whose context
@@ -42,7 +44,7 @@ func TestRefusedIsOnlyARefusal(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	busy := db.Update(ctx, func(tx *Tx) error { return nil })
+	busy := db.Update(ctx, func(tx ledger.Tx) error { return nil })
 	conn.ExecContext(context.Background(), "ROLLBACK")
 
 	for _, c := range []struct {

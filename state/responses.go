@@ -5,29 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"time"
-)
 
-// A StoredResponse is the last answer to a GET of one URL of a key, for
-// conditional requests and the loop guard.
-type StoredResponse struct {
-	Key          string    // the key it was fetched with
-	Target       string    // path and query below the key's base URL
-	ETag         string    // the answer's ETag, for If-None-Match
-	LastModified string    // its Last-Modified, for If-Modified-Since
-	Status       int       // its HTTP status
-	ContentType  string    // its Content-Type
-	Body         []byte    // its body
-	Digest       string    // identifies the body, to tell an unchanged answer
-	StoredAt     time.Time // when it was stored
-	Unchanged    int       // how many answers in a row were the same as the one before
-}
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+)
 
 var qResponse = newQuery(`SELECT etag, last_modified, status, content_type, body, digest, stored_at, unchanged
 	FROM responses WHERE key = ? AND target = ?`)
 
 // Response returns the stored answer for key and target, if any.
-func (tx *Tx) Response(key, target string) (StoredResponse, bool, error) {
-	r := StoredResponse{Key: key, Target: target}
+func (tx *Tx) Response(key, target string) (ledger.StoredResponse, bool, error) {
+	r := ledger.StoredResponse{Key: key, Target: target}
 	var at int64
 	err := tx.queryRow(qResponse, key, target).
 		Scan(&r.ETag, &r.LastModified, &r.Status, &r.ContentType, &r.Body, &r.Digest, &at, &r.Unchanged)
@@ -54,7 +41,7 @@ var (
 
 // PutResponse stores r, keeping at most keep answers per key (the oldest
 // go first).
-func (tx *Tx) PutResponse(r StoredResponse, keep int) error {
+func (tx *Tx) PutResponse(r ledger.StoredResponse, keep int) error {
 	_, err := tx.exec(qPutResponse,
 		r.Key, r.Target, r.ETag, r.LastModified, r.Status, r.ContentType, r.Body, r.Digest, micros(r.StoredAt), r.Unchanged)
 	if err != nil {

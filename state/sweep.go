@@ -45,7 +45,7 @@ type Swept struct {
 // and no writer waits for more than one batch.
 func (db *DB) Sweep(ctx context.Context, now, before time.Time) (Swept, error) {
 	var out Swept
-	err := db.Update(ctx, func(tx *Tx) error {
+	err := db.update(ctx, func(tx *Tx) error {
 		res, err := tx.exec(qSweepInterrupted, micros(now))
 		if err == nil {
 			out.Interrupted, err = res.RowsAffected()
@@ -57,7 +57,7 @@ func (db *DB) Sweep(ctx context.Context, now, before time.Time) (Swept, error) {
 	}
 	for {
 		var n Swept
-		err := db.Update(ctx, func(tx *Tx) error {
+		err := db.update(ctx, func(tx *Tx) error {
 			n = Swept{}
 			for _, d := range []struct {
 				q     query
@@ -84,7 +84,7 @@ func (db *DB) Sweep(ctx context.Context, now, before time.Time) (Swept, error) {
 		}
 	}
 	if out.Attempts > 0 {
-		if err := db.Update(ctx, func(tx *Tx) error { return tx.renumberSwept(before) }); err != nil {
+		if err := db.update(ctx, func(tx *Tx) error { return tx.renumberSwept(before) }); err != nil {
 			return out, fmt.Errorf("state: sweep: %w", err)
 		}
 	}
@@ -111,7 +111,7 @@ var (
 func (db *DB) reclaim(ctx context.Context) error {
 	for {
 		free := 0
-		err := db.Update(ctx, func(tx *Tx) error {
+		err := db.update(ctx, func(tx *Tx) error {
 			var mode int
 			if err := tx.queryRow(qAutoVacuum).Scan(&mode); err != nil || mode != 2 {
 				return err

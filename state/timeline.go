@@ -3,15 +3,9 @@ package state
 import (
 	"fmt"
 	"time"
-)
 
-// A Bucket is how many attempts of one state a key saw in one step of a
-// Timeline.
-type Bucket struct {
-	Start time.Time // the step's start
-	State string    // Confirmed, RejectedLocal, … (reserved slots are not attempts yet)
-	Count int
-}
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+)
 
 var qTimeline = newQuery(`SELECT (coalesce(nullif(sent_at, 0), at) - ?2) / ?3 AS b, state, count(*) FROM attempts
 	WHERE key = ?1 AND coalesce(nullif(sent_at, 0), at) >= ?2 AND state != 'reserved'
@@ -20,7 +14,7 @@ var qTimeline = newQuery(`SELECT (coalesce(nullif(sent_at, 0), at) - ?2) / ?3 AS
 // Timeline counts key's attempts from since on, per step and state, by
 // the time each was sent (or refused, or admitted when not yet sent). Its
 // cost grows with the attempts counted.
-func (tx *Tx) Timeline(key string, since time.Time, step time.Duration) ([]Bucket, error) {
+func (tx *Tx) Timeline(key string, since time.Time, step time.Duration) ([]ledger.Bucket, error) {
 	us := step.Microseconds()
 	if us <= 0 {
 		return nil, fmt.Errorf("state: timeline: step %v is not positive", step)
@@ -30,9 +24,9 @@ func (tx *Tx) Timeline(key string, since time.Time, step time.Duration) ([]Bucke
 		return nil, fmt.Errorf("state: timeline: %w", err)
 	}
 	defer rows.Close()
-	var out []Bucket
+	var out []ledger.Bucket
 	for rows.Next() {
-		var b Bucket
+		var b ledger.Bucket
 		var n int64
 		if err := rows.Scan(&n, &b.State, &b.Count); err != nil {
 			return nil, err
@@ -49,7 +43,7 @@ var qCall = newQuery(`SELECT id, call_id, attempt, key, caller, transport, metho
 	FROM attempts WHERE key = ? AND call_id = ? AND state != 'reserved' ORDER BY attempt, id`)
 
 // Call returns the attempts of key's call callID, first first.
-func (tx *Tx) Call(key, callID string) ([]Attempt, error) {
+func (tx *Tx) Call(key, callID string) ([]ledger.Attempt, error) {
 	rows, err := tx.query(qCall, key, callID)
 	if err != nil {
 		return nil, fmt.Errorf("state: call: %w", err)
@@ -64,7 +58,7 @@ var qObservationsOf = newQuery(`SELECT id, coalesce(attempt_id, 0), policy, unit
 
 // ObservationsOf returns the observations the answer to key's attempt
 // attemptID produced, in the order they were recorded.
-func (tx *Tx) ObservationsOf(key string, attemptID int64) ([]ObservationRecord, error) {
+func (tx *Tx) ObservationsOf(key string, attemptID int64) ([]ledger.ObservationRecord, error) {
 	rows, err := tx.query(qObservationsOf, key, attemptID)
 	if err != nil {
 		return nil, fmt.Errorf("state: observations: %w", err)

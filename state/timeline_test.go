@@ -6,8 +6,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
-	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // A timeline counts attempts per step and state by when each was sent
@@ -17,36 +17,36 @@ func TestTimelineCallAndObservationsOf(t *testing.T) {
 	db := newDB(t)
 	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	var second int64
-	update(t, db, func(tx *state.Tx) error {
+	update(t, db, func(tx ledger.Tx) error {
 		add := func(call string, n int, st string, at time.Time) int64 {
-			id, err := tx.InsertAttempt(state.Attempt{CallID: call, Attempt: n, Key: "k", Caller: "a", State: st, At: at})
+			id, err := tx.InsertAttempt(ledger.Attempt{CallID: call, Attempt: n, Key: "k", Caller: "a", State: st, At: at})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return id
 		}
-		first := add("c1", 1, state.Admitted, t0.Add(500*time.Millisecond))
-		if err := tx.FinishAttempt(first, state.RejectedUpstream, "HTTP 429", 429, t0.Add(1500*time.Millisecond), t0.Add(1600*time.Millisecond)); err != nil {
+		first := add("c1", 1, ledger.Admitted, t0.Add(500*time.Millisecond))
+		if err := tx.FinishAttempt(first, ledger.RejectedUpstream, "HTTP 429", 429, t0.Add(1500*time.Millisecond), t0.Add(1600*time.Millisecond)); err != nil {
 			return err
 		}
-		second = add("c1", 2, state.Admitted, t0.Add(2*time.Second))
-		if err := tx.FinishAttempt(second, state.Confirmed, "HTTP 200", 200, t0.Add(2100*time.Millisecond), t0.Add(2200*time.Millisecond)); err != nil {
+		second = add("c1", 2, ledger.Admitted, t0.Add(2*time.Second))
+		if err := tx.FinishAttempt(second, ledger.Confirmed, "HTTP 200", 200, t0.Add(2100*time.Millisecond), t0.Add(2200*time.Millisecond)); err != nil {
 			return err
 		}
-		add("c2", 1, state.RejectedLocal, t0.Add(2500*time.Millisecond))
-		add("c3", 1, state.Cached, t0.Add(-time.Second)) // before the timeline
-		return tx.AddObservation(state.ObservationRecord{Key: "k", AttemptID: second, Status: 200, ReceivedAt: t0.Add(2200 * time.Millisecond),
+		add("c2", 1, ledger.RejectedLocal, t0.Add(2500*time.Millisecond))
+		add("c3", 1, ledger.Cached, t0.Add(-time.Second)) // before the timeline
+		return tx.AddObservation(ledger.ObservationRecord{Key: "k", AttemptID: second, Status: 200, ReceivedAt: t0.Add(2200 * time.Millisecond),
 			Observation: ratelimit.Observation{Policy: "default", Unit: ratelimit.Requests, Quota: 10, HasQuota: true, Remaining: 3, HasRemaining: true}})
 	})
-	view(t, db, func(tx *state.Tx) error {
+	view(t, db, func(tx ledger.Tx) error {
 		got, err := tx.Timeline("k", t0, time.Second)
 		if err != nil {
 			return err
 		}
-		want := []state.Bucket{
-			{Start: t0.Add(time.Second), State: state.RejectedUpstream, Count: 1},
-			{Start: t0.Add(2 * time.Second), State: state.Confirmed, Count: 1},
-			{Start: t0.Add(2 * time.Second), State: state.RejectedLocal, Count: 1},
+		want := []ledger.Bucket{
+			{Start: t0.Add(time.Second), State: ledger.RejectedUpstream, Count: 1},
+			{Start: t0.Add(2 * time.Second), State: ledger.Confirmed, Count: 1},
+			{Start: t0.Add(2 * time.Second), State: ledger.RejectedLocal, Count: 1},
 		}
 		if diff := cmp.Diff(want, got, cmp.Comparer(time.Time.Equal)); diff != "" {
 			t.Errorf("timeline (-want +got):\n%s", diff)
@@ -55,7 +55,7 @@ func TestTimelineCallAndObservationsOf(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if len(call) != 2 || call[0].State != state.RejectedUpstream || call[1].State != state.Confirmed {
+		if len(call) != 2 || call[0].State != ledger.RejectedUpstream || call[1].State != ledger.Confirmed {
 			t.Errorf("call c1 = %+v, want its two attempts in order", call)
 		}
 		obs, err := tx.ObservationsOf("k", second)

@@ -8,6 +8,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
 // A Tx is one transaction on the state file, from DB.Update (read-write)
@@ -18,6 +20,15 @@ type Tx struct {
 	stmts []*sql.Stmt // the DB's prepared statements, on the readers or on the writer's connection
 	ctx   context.Context
 }
+
+var (
+	_ ledger.Tx    = (*Tx)(nil)
+	_ ledger.Store = (*DB)(nil)
+)
+
+// Clock returns local: the processes sharing a SQLite file share the
+// host's clock.
+func (tx *Tx) Clock(local time.Time) time.Time { return local }
 
 // stmt returns the prepared statement q, bound to the transaction.
 func (tx *Tx) stmt(q query) *sql.Stmt {
@@ -37,49 +48,6 @@ func (tx *Tx) query(q query, args ...any) (*sql.Rows, error) {
 
 func (tx *Tx) queryRow(q query, args ...any) *sql.Row {
 	return tx.stmt(q).QueryRowContext(tx.ctx, args...)
-}
-
-// States of an attempt.
-const (
-	Admitted         = "admitted"          // admitted by the pacer, in flight
-	Confirmed        = "confirmed"         // answered by the server: executed (2xx), or answered 3xx/304
-	Accepted         = "accepted"          // accepted by the server, not yet executed (202)
-	RejectedUpstream = "rejected_upstream" // refused by the server (429, 4xx)
-	Failed           = "failed"            // no usable answer: network error, 5xx
-	RejectedLocal    = "rejected_local"    // refused by mcp-quota; nothing was sent
-	Cached           = "cached"            // answered by mcp-quota from its last answer; nothing was sent
-	Interrupted      = "interrupted"       // its process ended before it finished
-	Reserved         = "reserved"          // a slot of a lease: counted and in flight, not yet reported (see Reserve)
-	Released         = "released"          // a slot of a lease that was never reported: counted, nothing known of it
-)
-
-// An Attempt is one try to reach an upstream, or a call refused before
-// any try (State RejectedLocal) or answered from a kept copy (Cached). It
-// is a value; times are kept to the microsecond, and zero times and
-// statuses mean "not yet" or "never".
-type Attempt struct {
-	ID         int64         // assigned by InsertAttempt
-	CallID     string        // the call it belongs to; its attempts share it
-	Attempt    int           // 1, 2, … per call
-	Key        string        // the key it spends
-	Caller     string        // who asked
-	Transport  string        // stdio, mcp-http, rest
-	Method     string        // HTTP method
-	Target     string        // path and query below the key's base URL, credential-free
-	Digest     string        // identifies identical requests, for the loop guard
-	State      string        // Admitted, Confirmed, … (the constants above)
-	Reason     string        // why it waited, was refused or failed, in words
-	Probe      bool          // the one call let through to get a fresh answer
-	At         time.Time     // admitted or refused at
-	Wait       time.Duration // spent waiting for admission
-	SentAt     time.Time     // when the request left
-	AnsweredAt time.Time     // when the answer came
-	Status     int           // the upstream's HTTP status
-	LeaseUntil time.Time     // in flight until then; zero once finished
-	// ByCaller numbers an admission in its caller's own log too, for
-	// WindowOf: set it for keys whose callers have reservations (only
-	// they are counted per caller), and leave the others the cost.
-	ByCaller bool
 }
 
 var (
@@ -105,13 +73,13 @@ var (
 // (seq; see Window). An admission recorded after a later one (the pacer
 // never does this: it records admissions in order) renumbers the key's
 // log, at a cost that grows with it.
-func (tx *Tx) InsertAttempt(a Attempt) (int64, error) {
+func (tx *Tx) InsertAttempt(a ledger.Attempt) (int64, error) {
 	var lease, seq, cseq any
 	if !a.LeaseUntil.IsZero() {
 		lease = micros(a.LeaseUntil)
 	}
 	renumber := false
-	if a.State == Admitted {
+	if a.State == ledger.Admitted {
 		var last, lastAt int64
 		err := tx.queryRow(qLastSend, a.Key).Scan(&last, &lastAt)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
@@ -129,7 +97,7 @@ func (tx *Tx) InsertAttempt(a Attempt) (int64, error) {
 	}
 	res, err := tx.exec(qInsertAttempt,
 		a.CallID, a.Attempt, a.Key, a.Caller, a.Transport, a.Method, a.Target, a.Digest, a.State, a.Reason,
-		a.Probe, a.State == Admitted, micros(a.At), a.Wait.Microseconds(), lease, seq, cseq)
+		a.Probe, a.State == ledger.Admitted, micros(a.At), a.Wait.Microseconds(), lease, seq, cseq)
 	if err != nil {
 		return 0, fmt.Errorf("state: record attempt: %w", err)
 	}
@@ -200,34 +168,26 @@ func (tx *Tx) CountBy(key, caller string, since time.Time) (int, error) {
 	return n, err
 }
 
-// A Window is what the sliding-window log holds of one key after a time.
-// The zero Window is an empty one.
-type Window struct {
-	Count    int            // attempts admitted
-	Oldest   time.Time      // the oldest of them; zero when Count is 0
-	ByCaller map[string]int // Count per caller; nil when Count is 0
-}
-
 // Window returns how many attempts of key were admitted after since and
 // the oldest of them (leaving ByCaller nil), in one read whose cost does
 // not grow with the count.
-func (tx *Tx) Window(key string, since time.Time) (Window, error) {
+func (tx *Tx) Window(key string, since time.Time) (ledger.Window, error) {
 	seq, at, last, ok, err := tx.firstSend(key, since)
 	if !ok {
 		if err != nil {
 			err = fmt.Errorf("state: window: %w", err)
 		}
-		return Window{}, err
+		return ledger.Window{}, err
 	}
-	return Window{Count: int(last - seq + 1), Oldest: fromMicros(at)}, nil
+	return ledger.Window{Count: int(last - seq + 1), Oldest: fromMicros(at)}, nil
 }
 
 var qWindowByCaller = newQuery(`SELECT caller, count(*), min(at) FROM attempts
 	WHERE key = ? AND at > ? AND counted = 1 GROUP BY caller`)
 
 // WindowByCaller is Window with the count per caller too.
-func (tx *Tx) WindowByCaller(key string, since time.Time) (Window, error) {
-	var w Window
+func (tx *Tx) WindowByCaller(key string, since time.Time) (ledger.Window, error) {
+	var w ledger.Window
 	rows, err := tx.query(qWindowByCaller, key, micros(since))
 	if err != nil {
 		return w, fmt.Errorf("state: window: %w", err)
@@ -269,7 +229,7 @@ var qCallerSends = newQuery(`SELECT f.cseq, f.at,
 // count in the key's Count only. A caller's count then errs low, for at
 // most one window: the key's total stays exact, but a reservation may be
 // held back longer, or lent as idle, as if those calls had not been made.
-func (tx *Tx) WindowOf(key string, since time.Time, callers []string) (Window, error) {
+func (tx *Tx) WindowOf(key string, since time.Time, callers []string) (ledger.Window, error) {
 	w, err := tx.Window(key, since)
 	if err != nil || w.Count == 0 {
 		return w, err
@@ -309,29 +269,20 @@ func (tx *Tx) Nth(key string, since time.Time, n int) (time.Time, error) {
 	return fromMicros(us), err
 }
 
-// A Send is one admitted attempt in a key's log, as Sends reports it.
-type Send struct {
-	ID         int64     // the attempt's ID
-	At         time.Time // admitted at
-	State      string    // its state now
-	Status     int       // the upstream's answer; 0 while in flight or when none came
-	AnsweredAt time.Time // when the answer came; zero while in flight or when none came
-}
-
 var qSends = newQuery(`SELECT id, at, state, coalesce(status, 0), coalesce(answered_at, 0) FROM attempts
 	WHERE key = ? AND at > ? AND counted = 1 ORDER BY at DESC, seq DESC LIMIT ?`)
 
 // Sends returns the latest limit attempts of key admitted after since,
 // oldest first.
-func (tx *Tx) Sends(key string, since time.Time, limit int) ([]Send, error) {
+func (tx *Tx) Sends(key string, since time.Time, limit int) ([]ledger.Send, error) {
 	rows, err := tx.query(qSends, key, micros(since), limit)
 	if err != nil {
 		return nil, fmt.Errorf("state: sends: %w", err)
 	}
 	defer rows.Close()
-	var out []Send
+	var out []ledger.Send
 	for rows.Next() {
-		var s Send
+		var s ledger.Send
 		var at, answered int64
 		if err := rows.Scan(&s.ID, &at, &s.State, &s.Status, &answered); err != nil {
 			return nil, err
@@ -353,20 +304,13 @@ func (tx *Tx) InFlight(key string, now time.Time) (int, error) {
 	return f.Count, err
 }
 
-// A Flight is what a key has in flight: admitted attempts not yet
-// finished, whose lease has not run out. The zero Flight is nothing.
-type Flight struct {
-	Count  int       // attempts in flight
-	Oldest time.Time // the earliest admission among them; zero when Count is 0
-}
-
 // Flight returns what key has in flight at now, in one read of an index
 // whose cost grows with the calls in flight only.
-func (tx *Tx) Flight(key string, now time.Time) (Flight, error) {
-	var f Flight
+func (tx *Tx) Flight(key string, now time.Time) (ledger.Flight, error) {
+	var f ledger.Flight
 	var oldest int64
 	if err := tx.queryRow(qInFlight, key, micros(now)).Scan(&f.Count, &oldest); err != nil {
-		return Flight{}, fmt.Errorf("state: in flight: %w", err)
+		return ledger.Flight{}, fmt.Errorf("state: in flight: %w", err)
 	}
 	f.Oldest = fromMicros(oldest)
 	return f, nil
@@ -380,14 +324,6 @@ func (tx *Tx) Latest(key string) (time.Time, error) {
 	var us sql.NullInt64
 	err := tx.queryRow(qLatest, key).Scan(&us)
 	return fromMicros(us.Int64), err
-}
-
-// ActivityFilter selects attempts for Activity.
-type ActivityFilter struct {
-	Key    string    // "" for every key
-	Since  time.Time // attempts at or after; zero for all
-	Before int64     // cursor: the ID of the last attempt of the page before; this page starts below its (at, id). 0 for the newest
-	Limit  int       // at most this many; 0 means 100
 }
 
 // The activity, newest first by (at, id): of one key on attempts_key_at,
@@ -410,7 +346,7 @@ var (
 
 // Activity returns attempts matching f, newest first (by time, then ID). Reserved slots are
 // not attempts yet: they appear once reported (or released).
-func (tx *Tx) Activity(f ActivityFilter) ([]Attempt, error) {
+func (tx *Tx) Activity(f ledger.ActivityFilter) ([]ledger.Attempt, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
@@ -435,8 +371,8 @@ func (tx *Tx) Activity(f ActivityFilter) ([]Attempt, error) {
 }
 
 // scanAttempts reads the attempts selected as qActivity selects them.
-func scanAttempts(rows *sql.Rows) ([]Attempt, error) {
-	var out []Attempt
+func scanAttempts(rows *sql.Rows) ([]ledger.Attempt, error) {
+	var out []ledger.Attempt
 	for rows.Next() {
 		a, err := scanAttempt(rows)
 		if err != nil {
@@ -448,8 +384,8 @@ func scanAttempts(rows *sql.Rows) ([]Attempt, error) {
 }
 
 // scanAttempt reads an attempt selected as qActivity selects it.
-func scanAttempt(rows *sql.Rows) (Attempt, error) {
-	var a Attempt
+func scanAttempt(rows *sql.Rows) (ledger.Attempt, error) {
+	var a ledger.Attempt
 	var at, wait, sent, answered, lease int64
 	if err := rows.Scan(&a.ID, &a.CallID, &a.Attempt, &a.Key, &a.Caller, &a.Transport, &a.Method, &a.Target,
 		&a.Digest, &a.State, &a.Reason, &a.Probe, &at, &wait, &sent, &answered, &a.Status, &lease); err != nil {

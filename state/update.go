@@ -10,6 +10,8 @@ import (
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
 // maxBatch bounds how many Update calls share one transaction: other
@@ -59,7 +61,12 @@ func (w *write) outcome() error {
 // microseconds, for at most BusyTimeout or until ctx ends. Once fn has
 // started it runs to its end: ctx bounds the wait for the transaction, not
 // fn's statements.
-func (db *DB) Update(ctx context.Context, fn func(*Tx) error) error {
+func (db *DB) Update(ctx context.Context, fn func(ledger.Tx) error) error {
+	return db.update(ctx, func(tx *Tx) error { return fn(tx) })
+}
+
+// update is Update with the back end's own Tx.
+func (db *DB) update(ctx context.Context, fn func(*Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("state: begin: %w", err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/mcp-quota/mcp-quota/state"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
 // Updates made at the same time run one after another, each seeing what
@@ -29,7 +29,7 @@ func TestConcurrentUpdates(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = db.Update(context.Background(), func(tx *state.Tx) error {
+			errs[i] = db.Update(context.Background(), func(tx ledger.Tx) error {
 				if i == 0 { // hold the file while the others queue up
 					close(first)
 					<-release
@@ -38,7 +38,7 @@ func TestConcurrentUpdates(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if _, err := tx.InsertAttempt(state.Attempt{CallID: "c", Key: "k", State: state.Admitted,
+				if _, err := tx.InsertAttempt(ledger.Attempt{CallID: "c", Key: "k", State: ledger.Admitted,
 					At: t0.Add(time.Duration(c) * time.Second)}); err != nil {
 					return err
 				}
@@ -74,9 +74,9 @@ func TestConcurrentUpdates(t *testing.T) {
 			t.Fatalf("the counts successful updates read: got %v, want 0, 1, 2, … each once", seen)
 		}
 	}
-	view(t, db, func(tx *state.Tx) error {
+	view(t, db, func(tx ledger.Tx) error {
 		w, err := tx.Window("k", time.Time{})
-		if want := (state.Window{Count: len(seen), Oldest: t0}); !cmp.Equal(w, want) {
+		if want := (ledger.Window{Count: len(seen), Oldest: t0}); !cmp.Equal(w, want) {
 			t.Errorf("Window after the updates: got %+v, want %+v", w, want)
 		}
 		last, _ := tx.Nth("k", time.Time{}, len(seen))
@@ -94,7 +94,7 @@ func TestUpdateCancelledWhileQueued(t *testing.T) {
 	holding, release := make(chan struct{}), make(chan struct{})
 	done := make(chan error)
 	go func() {
-		done <- db.Update(context.Background(), func(tx *state.Tx) error {
+		done <- db.Update(context.Background(), func(tx ledger.Tx) error {
 			close(holding)
 			<-release
 			return nil
@@ -105,7 +105,7 @@ func TestUpdateCancelledWhileQueued(t *testing.T) {
 	ran := false
 	queued := make(chan error)
 	go func() {
-		queued <- db.Update(ctx, func(tx *state.Tx) error { ran = true; return nil })
+		queued <- db.Update(ctx, func(tx ledger.Tx) error { ran = true; return nil })
 	}()
 	time.Sleep(10 * time.Millisecond)
 	cancel()
@@ -119,7 +119,7 @@ func TestUpdateCancelledWhileQueued(t *testing.T) {
 	if ran {
 		t.Error("the cancelled update's function ran")
 	}
-	update(t, db, func(tx *state.Tx) error { return nil }) // the file is still usable
+	update(t, db, func(tx ledger.Tx) error { return nil }) // the file is still usable
 }
 
 // A function that panics rolls back what it wrote, and the panic reaches
@@ -127,13 +127,13 @@ func TestUpdateCancelledWhileQueued(t *testing.T) {
 // commit.
 func TestUpdatePanics(t *testing.T) {
 	db := newDB(t)
-	insert := func(tx *state.Tx, sec int) error {
-		_, err := tx.InsertAttempt(state.Attempt{CallID: "c", Key: "k", State: state.Admitted, At: t0.Add(time.Duration(sec) * time.Second)})
+	insert := func(tx ledger.Tx, sec int) error {
+		_, err := tx.InsertAttempt(ledger.Attempt{CallID: "c", Key: "k", State: ledger.Admitted, At: t0.Add(time.Duration(sec) * time.Second)})
 		return err
 	}
 	panics := func(sec int) (v any) {
 		defer func() { v = recover() }()
-		db.Update(context.Background(), func(tx *state.Tx) error {
+		db.Update(context.Background(), func(tx ledger.Tx) error {
 			if err := insert(tx, sec); err != nil {
 				return err
 			}
@@ -150,7 +150,7 @@ func TestUpdatePanics(t *testing.T) {
 	wg.Add(4)
 	commits := func(sec int, before func()) {
 		defer wg.Done()
-		err := db.Update(context.Background(), func(tx *state.Tx) error {
+		err := db.Update(context.Background(), func(tx ledger.Tx) error {
 			before()
 			return insert(tx, sec)
 		})
@@ -170,7 +170,7 @@ func TestUpdatePanics(t *testing.T) {
 	if v != "boom" {
 		t.Errorf("a panic in a shared transaction: got %v, want it raised again in its caller", v)
 	}
-	view(t, db, func(tx *state.Tx) error {
+	view(t, db, func(tx ledger.Tx) error {
 		sends, err := tx.Sends("k", time.Time{}, 10)
 		var got []time.Duration
 		for _, s := range sends {

@@ -19,8 +19,8 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/report"
-	"github.com/mcp-quota/mcp-quota/state"
 	"github.com/mcp-quota/mcp-quota/upstream"
 )
 
@@ -247,7 +247,7 @@ type fetchCall struct {
 	maxLen int
 	// askedLen is the max_length asked for, when one was.
 	askedLen int
-	kept     state.StoredResponse
+	kept     ledger.StoredResponse
 	hasKept  bool
 	repeats  int
 }
@@ -258,7 +258,7 @@ type fetchCall struct {
 // also arms the conditional request.
 func (f *fetchCall) fromKept(ctx context.Context, header http.Header) (*mcp.CallToolResult, bool, error) {
 	now := f.d.now()
-	err := f.d.DB.View(ctx, func(tx *state.Tx) error {
+	err := f.d.DB.View(ctx, func(tx ledger.Tx) error {
 		var err error
 		if f.kept, f.hasKept, err = tx.Response(f.k.Name, f.target); err != nil {
 			return err
@@ -328,7 +328,7 @@ func (f *fetchCall) answered(ctx context.Context, resp *upstream.Response) (*mcp
 	unchanged := false
 	if f.method == http.MethodGet && complete && int64(len(raw)) <= f.lim.KeepBody && (resp.StatusCode == http.StatusOK || notModified) {
 		sum := upstream.Digest("", "", raw)
-		kept := state.StoredResponse{Key: f.k.Name, Target: f.target, ETag: resp.Header.Get("ETag"),
+		kept := ledger.StoredResponse{Key: f.k.Name, Target: f.target, ETag: resp.Header.Get("ETag"),
 			LastModified: resp.Header.Get("Last-Modified"), Status: http.StatusOK, ContentType: ct, Body: raw,
 			Digest: sum, StoredAt: f.d.now()}
 		if notModified {
@@ -338,7 +338,7 @@ func (f *fetchCall) answered(ctx context.Context, resp *upstream.Response) (*mcp
 			unchanged = true
 			kept.Unchanged = f.kept.Unchanged + 1
 		}
-		if err := f.d.DB.Update(ctx, func(tx *state.Tx) error { return tx.PutResponse(kept, f.lim.KeepResponses) }); err != nil {
+		if err := f.d.DB.Update(ctx, func(tx ledger.Tx) error { return tx.PutResponse(kept, f.lim.KeepResponses) }); err != nil {
 			f.d.Log.Error("keeping an answer failed", "key", f.k.Name, "error", err)
 		}
 	}

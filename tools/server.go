@@ -14,7 +14,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
-	"github.com/mcp-quota/mcp-quota/state"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/upstream"
 )
 
@@ -30,7 +30,7 @@ type Deps struct {
 	Keys   *keystore.Store
 	Client *upstream.Client
 	Pacer  *pacer.Pacer
-	DB     *state.DB
+	DB     ledger.Store
 	Log    *slog.Logger
 	// Transport names the MCP transport in the activity: stdio or mcp-http.
 	Transport string

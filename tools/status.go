@@ -10,8 +10,8 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/report"
-	"github.com/mcp-quota/mcp-quota/state"
 )
 
 type statusArgs struct {
@@ -190,10 +190,10 @@ func (d *Deps) readActivity(ctx context.Context, req mcp.ReadResourceRequest) ([
 	if err != nil {
 		return nil, err
 	}
-	var list []state.Attempt
-	err = d.DB.View(ctx, func(tx *state.Tx) error {
+	var list []ledger.Attempt
+	err = d.DB.View(ctx, func(tx ledger.Tx) error {
 		var err error
-		list, err = tx.Activity(state.ActivityFilter{Key: k.Name, Limit: 100})
+		list, err = tx.Activity(ledger.ActivityFilter{Key: k.Name, Limit: 100})
 		return err
 	})
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
-	"github.com/mcp-quota/mcp-quota/state"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/upstream"
 )
 
@@ -93,7 +93,7 @@ func redactionWarnings(resp *upstream.Response) []string {
 
 // scrubKept removes the key's credential from a kept answer (one kept
 // before answers were scrubbed, or by another version).
-func scrubKept(k *keystore.Key, r state.StoredResponse) state.StoredResponse {
+func scrubKept(k *keystore.Key, r ledger.StoredResponse) ledger.StoredResponse {
 	s := k.Scrubber()
 	r.Body, _ = s.ScrubBytes(r.Body)
 	r.ContentType, _ = s.Scrub(r.ContentType)

@@ -11,8 +11,8 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
-	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // peekLimit is how much of an answer's body is read for signals (problem
@@ -43,9 +43,9 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		var pe *pacer.PauseError
 		if errors.As(err, &pe) { // recorded in the activity
-			cs.lastState = state.RejectedLocal
+			cs.lastState = ledger.RejectedLocal
 			c.observe(Event{Kind: Refused, Key: k.Name, Caller: cs.req.Caller, Transport: cs.req.Transport,
-				CallID: cs.id, Attempt: cs.attempts, State: state.RejectedLocal, Source: pe.Source})
+				CallID: cs.id, Attempt: cs.attempts, State: ledger.RejectedLocal, Source: pe.Source})
 		} else if req.Context().Err() == nil {
 			// Not a refusal and not the caller leaving: the state file
 			// failed, and nothing was sent.

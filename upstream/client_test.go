@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -90,18 +91,18 @@ func newClient(t *testing.T, f http.RoundTripper) (*Client, *state.DB) {
 	return c, db
 }
 
-func activity(t *testing.T, db *state.DB) []state.Attempt {
+func activity(t *testing.T, db *state.DB) []ledger.Attempt {
 	t.Helper()
-	var list []state.Attempt
-	db.View(context.Background(), func(tx *state.Tx) error {
+	var list []ledger.Attempt
+	db.View(context.Background(), func(tx ledger.Tx) error {
 		var err error
-		list, err = tx.Activity(state.ActivityFilter{Key: "k"})
+		list, err = tx.Activity(ledger.ActivityFilter{Key: "k"})
 		return err
 	})
 	return list
 }
 
-func states(list []state.Attempt) []string {
+func states(list []ledger.Attempt) []string {
 	var out []string
 	for i := len(list) - 1; i >= 0; i-- {
 		out = append(out, list[i].State)
@@ -283,7 +284,7 @@ func TestUnreachable(t *testing.T) {
 	if !errors.Is(err, ErrUnreachable) || strings.Contains(err.Error(), secret) {
 		t.Errorf("err = %v, want ErrUnreachable without the secret", err)
 	}
-	if got := states(activity(t, db)); len(got) != 1 || got[0] != state.Failed {
+	if got := states(activity(t, db)); len(got) != 1 || got[0] != ledger.Failed {
 		t.Errorf("activity = %v, want one failed attempt", got)
 	}
 }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
-	"github.com/mcp-quota/mcp-quota/state"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
 // An EventKind says which step of a call an Event reports.
@@ -15,12 +15,12 @@ type EventKind int
 // The steps a Client reports to its Observe hook.
 const (
 	// Refused: the pacer refused an attempt; nothing was sent. The
-	// refusal is in the key's activity (state.RejectedLocal).
+	// refusal is in the key's activity (ledger.RejectedLocal).
 	Refused EventKind = iota + 1
 	// Attempted: an admitted attempt ended, answered or failed.
 	Attempted
 	// Ended: a call ended, after its last attempt or answered from a
-	// kept copy (state.Cached, no attempt at all).
+	// kept copy (ledger.Cached, no attempt at all).
 	Ended
 )
 
@@ -35,8 +35,8 @@ type Event struct {
 	Transport string // stdio, mcp-http, rest
 	CallID    string
 	Attempt   int // the attempt's number; for Ended, how many the call made
-	// State is the attempt's state as recorded (state.Confirmed,
-	// state.RejectedLocal, …); for Ended, that of the call's last
+	// State is the attempt's state as recorded (ledger.Confirmed,
+	// ledger.RejectedLocal, …); for Ended, that of the call's last
 	// recorded attempt, or Canceled when none was recorded.
 	State   string
 	Status  int           // the upstream's HTTP status; 0 when no answer came
@@ -59,7 +59,7 @@ func (c *Client) observe(e Event) {
 // Kept records that caller's request r through k was answered at at from
 // mcp-quota's kept copy of target's last answer, for the reason why:
 // nothing was sent and no quota was spent. It is in the activity as
-// state.Cached, and ends a call for the Observe hook.
+// ledger.Cached, and ends a call for the Observe hook.
 func (c *Client) Kept(ctx context.Context, k *keystore.Key, r Request, target, why string, at time.Time) error {
 	method := r.Method
 	if method == "" {
@@ -71,6 +71,6 @@ func (c *Client) Kept(ctx context.Context, k *keystore.Key, r Request, target, w
 	if err != nil {
 		return err
 	}
-	c.observe(Event{Kind: Ended, Key: k.Name, Caller: r.Caller, Transport: r.Transport, CallID: id, State: state.Cached})
+	c.observe(Event{Kind: Ended, Key: k.Name, Caller: r.Caller, Transport: r.Transport, CallID: id, State: ledger.Cached})
 	return nil
 }

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/report"
-	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // status prints every key's budget from the state file: a table, or JSON
@@ -115,10 +115,10 @@ func (e environment) activity(ctx context.Context, args []string) error {
 		return err
 	}
 	defer a.Close()
-	var list []state.Attempt
-	err = a.View(ctx, func(tx *state.Tx) error {
+	var list []ledger.Attempt
+	err = a.View(ctx, func(tx ledger.Tx) error {
 		var err error
-		list, err = tx.Activity(state.ActivityFilter{Key: *key, Limit: *limit})
+		list, err = tx.Activity(ledger.ActivityFilter{Key: *key, Limit: *limit})
 		return err
 	})
 	if err != nil {

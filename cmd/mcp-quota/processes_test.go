@@ -19,6 +19,7 @@ import (
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-quota/mcp-quota/demo"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -129,17 +130,17 @@ func TestTwoProcessesShareOneBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	var list []state.Attempt
-	if err := db.View(t.Context(), func(tx *state.Tx) error {
+	var list []ledger.Attempt
+	if err := db.View(t.Context(), func(tx ledger.Tx) error {
 		var err error
-		list, err = tx.Activity(state.ActivityFilter{Key: "demo", Limit: 10000})
+		list, err = tx.Activity(ledger.ActivityFilter{Key: "demo", Limit: 10000})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	byCaller := map[string]int64{}
 	for _, a := range list {
-		if a.State != state.RejectedLocal {
+		if a.State != ledger.RejectedLocal {
 			continue
 		}
 		byCaller[a.Caller]++
@@ -172,8 +173,8 @@ func TestServeGivesBackLeasedSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	var sends []state.Send
-	if err := db.View(t.Context(), func(tx *state.Tx) error {
+	var sends []ledger.Send
+	if err := db.View(t.Context(), func(tx ledger.Tx) error {
 		var err error
 		sends, err = tx.Sends("demo", time.Time{}, 10*calls)
 		return err
@@ -186,10 +187,10 @@ func TestServeGivesBackLeasedSlots(t *testing.T) {
 		byState[s.State]++
 		at[s.At] = true
 	}
-	if byState[state.Reserved] != 0 {
-		t.Errorf("%d slots left reserved after serve stopped", byState[state.Reserved])
+	if byState[ledger.Reserved] != 0 {
+		t.Errorf("%d slots left reserved after serve stopped", byState[ledger.Reserved])
 	}
-	if byState[state.Confirmed] != calls {
+	if byState[ledger.Confirmed] != calls {
 		t.Errorf("the log holds %v, want %d confirmed calls", byState, calls)
 	}
 	if len(at) > calls/4 {
@@ -216,9 +217,9 @@ func TestServeKilledLosesNoOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	var sends []state.Send
-	var obs []state.ObservationRecord
-	if err := db.View(t.Context(), func(tx *state.Tx) error {
+	var sends []ledger.Send
+	var obs []ledger.ObservationRecord
+	if err := db.View(t.Context(), func(tx ledger.Tx) error {
 		var err error
 		if sends, err = tx.Sends("demo", time.Time{}, 10*calls); err != nil {
 			return err
@@ -236,11 +237,11 @@ func TestServeKilledLosesNoOutcome(t *testing.T) {
 	unobserved := 0
 	for _, s := range sends {
 		byState[s.State]++
-		if s.State == state.Confirmed && !observed[s.ID] {
+		if s.State == ledger.Confirmed && !observed[s.ID] {
 			unobserved++
 		}
 	}
-	if byState[state.Confirmed] != calls || unobserved > 0 {
+	if byState[ledger.Confirmed] != calls || unobserved > 0 {
 		t.Errorf("after SIGKILL the log holds %v with %d confirmed calls lacking their observation; want %d confirmed, each observed",
 			byState, unobserved, calls)
 	}

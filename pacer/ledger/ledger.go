@@ -1,0 +1,333 @@
+// Package ledger is what the pacer keeps of every key, and the interfaces
+// of the storage that keeps it: the attempts (the activity and the
+// sliding-window log), the policies seen with their latest observation,
+// every observation with its provenance, gates, each key's pacing state,
+// warnings, claims and kept answers.
+//
+// The pacer and the other consumers own these types and interfaces; the
+// back ends in package state (SQLite on one host, PostgreSQL across
+// hosts) implement them, and one conformance suite (state/conformance)
+// holds each to the same behaviour.
+package ledger
+
+import (
+	"context"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+)
+
+// A Store keeps the ledger of every key for every process that shares it.
+type Store interface {
+	Viewer
+	// Update runs fn in a read-write transaction, and commits what it
+	// wrote when fn returns nil. Each key's reads and writes in it are
+	// serialised with every other transaction touching that key, in this
+	// process or any other sharing the store: a decision read in fn
+	// still holds when its admission is written. Different keys do not
+	// wait for each other (on a back end that can tell them apart).
+	Update(ctx context.Context, fn func(Tx) error) error
+	// FinishLater records how a reserved slot's call ended (see
+	// Log.Reserve) without waiting for a transaction of its own: once it
+	// returns, the outcome survives a crash of the process, and until it
+	// is recorded the slot stays counted as sent and in flight.
+	FinishLater(ctx context.Context, f Finished) error
+}
+
+// A Viewer reads the ledger.
+type Viewer interface {
+	// View runs fn in a read-only transaction: a consistent snapshot that
+	// includes what this process's Updates and FinishLaters wrote.
+	View(ctx context.Context, fn func(Tx) error) error
+}
+
+// A Tx is one transaction on a Store. It is not safe for concurrent use
+// and must not be kept after the function it was passed to returns.
+type Tx interface {
+	Log
+	Signals
+	Kept
+	History
+	// Clock returns the instant the transaction takes place at, given the
+	// process's own clock: the database server's clock for a back end
+	// that many hosts share, so that every host counts one window, and
+	// local as it is otherwise. In an Update it is read once the
+	// transaction holds its first key, and does not go back from one
+	// transaction of a key to the next.
+	Clock(local time.Time) time.Time
+}
+
+// Log is the sliding-window log and the attempts in it.
+type Log interface {
+	// InsertAttempt records a and returns its ID. An attempt recorded as
+	// Admitted counts against its key's budget from then on, whatever its
+	// end.
+	InsertAttempt(a Attempt) (int64, error)
+	// FinishAttempt records how attempt id ended, and ends its lease.
+	FinishAttempt(id int64, state, reason string, status int, sentAt, answeredAt time.Time) error
+	// Count returns how many attempts of key were admitted after since.
+	Count(key string, since time.Time) (int, error)
+	// CountBy is Count of caller's attempts only.
+	CountBy(key, caller string, since time.Time) (int, error)
+	// Window returns how many attempts of key were admitted after since,
+	// and the oldest of them, at a cost that does not grow with the count.
+	Window(key string, since time.Time) (Window, error)
+	// WindowByCaller is Window with the count of every caller.
+	WindowByCaller(key string, since time.Time) (Window, error)
+	// WindowOf is Window with the counts of callers only, each at a cost
+	// that does not grow with the window (see Attempt.ByCaller).
+	WindowOf(key string, since time.Time, callers []string) (Window, error)
+	// Nth returns the admission time of the n-th (1-based) oldest
+	// admission of key after since, or the zero time when there are fewer.
+	Nth(key string, since time.Time, n int) (time.Time, error)
+	// Sends returns the latest limit admissions of key after since, oldest
+	// first.
+	Sends(key string, since time.Time, limit int) ([]Send, error)
+	// InFlight returns how many attempts of key are unfinished with a
+	// lease that has not run out by now.
+	InFlight(key string, now time.Time) (int, error)
+	// Flight is InFlight with the earliest admission among them.
+	Flight(key string, now time.Time) (Flight, error)
+	// Latest returns the time of key's latest admission, or zero.
+	Latest(key string) (time.Time, error)
+	// Repeats counts caller's attempts of key with digest after since.
+	Repeats(key, caller, digest string, since time.Time) (int, error)
+	// Reserve records n slots of key admitted at at, each in flight until
+	// leaseUntil, and returns the first and last of their IDs
+	// (consecutive). They must not precede the key's latest admission.
+	Reserve(key string, n int, at, leaseUntil time.Time, reason string) (first, last int64, err error)
+	// FinishReserved records the call a reserved slot was handed to and
+	// how it ended, and ends its lease.
+	FinishReserved(a Attempt) error
+	// Release gives back key's reserved slots first…last, none of which
+	// was handed out.
+	Release(key string, first, last int64) error
+}
+
+// Signals is what the upstream said of a key, and what the pacer made of it.
+type Signals interface {
+	// Known returns every policy ever seen for key.
+	Known(key string) ([]Known, error)
+	// PutKnown records k, the latest fresh observation of its policy.
+	PutKnown(k Known) error
+	// AddObservation records o.
+	AddObservation(o ObservationRecord) error
+	// Gates returns key's gates still closed at now, the latest to open
+	// first.
+	Gates(key string, now time.Time) ([]Gate, error)
+	// PutGate closes g's scope until g.Until; a gate is never shortened.
+	PutGate(g Gate) error
+	// KeyState returns key's pacing state; a key never used has the zero
+	// state.
+	KeyState(key string) (KeyState, error)
+	// PutKeyState records s.
+	PutKeyState(s KeyState) error
+	// AddWarning records w.
+	AddWarning(w Warning) error
+	// Claimed returns the callers of key with a claim still open at now.
+	Claimed(key string, now time.Time) (map[string]bool, error)
+	// Claim says caller of key waits for admission until until.
+	Claim(key, caller string, until time.Time) error
+}
+
+// Kept is the last answer of each URL of a key.
+type Kept interface {
+	// Response returns the kept answer for key and target, if any.
+	Response(key, target string) (StoredResponse, bool, error)
+	// PutResponse keeps r, and at most keep answers of its key.
+	PutResponse(r StoredResponse, keep int) error
+}
+
+// History is what people read of the ledger.
+type History interface {
+	// Activity returns attempts matching f, newest first.
+	Activity(f ActivityFilter) ([]Attempt, error)
+	// Call returns the attempts of one call of key, in order.
+	Call(key, callID string) ([]Attempt, error)
+	// Observations returns key's latest limit observations, newest first.
+	Observations(key string, limit int) ([]ObservationRecord, error)
+	// ObservationsOf returns what the answer to one attempt said.
+	ObservationsOf(key string, attemptID int64) ([]ObservationRecord, error)
+	// Warnings returns key's warnings raised after since, newest first.
+	Warnings(key string, since time.Time) ([]Warning, error)
+	// Timeline counts key's attempts from since on, per step and state.
+	Timeline(key string, since time.Time, step time.Duration) ([]Bucket, error)
+	// Keys returns every key the ledger holds anything of.
+	Keys() ([]string, error)
+}
+
+// States of an attempt.
+const (
+	Admitted         = "admitted"          // admitted by the pacer, in flight
+	Confirmed        = "confirmed"         // answered by the server: executed (2xx), or answered 3xx/304
+	Accepted         = "accepted"          // accepted by the server, not yet executed (202)
+	RejectedUpstream = "rejected_upstream" // refused by the server (429, 4xx)
+	Failed           = "failed"            // no usable answer: network error, 5xx
+	RejectedLocal    = "rejected_local"    // refused by mcp-quota; nothing was sent
+	Cached           = "cached"            // answered by mcp-quota from its last answer; nothing was sent
+	Interrupted      = "interrupted"       // its process ended before it finished
+	Reserved         = "reserved"          // a slot of a lease: counted and in flight, not yet reported (see Reserve)
+	Released         = "released"          // a slot of a lease that was never reported: counted, nothing known of it
+)
+
+// An Attempt is one try to reach an upstream, or a call refused before
+// any try (State RejectedLocal) or answered from a kept copy (Cached). It
+// is a value; times are kept to the microsecond, and zero times and
+// statuses mean "not yet" or "never".
+type Attempt struct {
+	ID         int64         // assigned by InsertAttempt
+	CallID     string        // the call it belongs to; its attempts share it
+	Attempt    int           // 1, 2, … per call
+	Key        string        // the key it spends
+	Caller     string        // who asked
+	Transport  string        // stdio, mcp-http, rest
+	Method     string        // HTTP method
+	Target     string        // path and query below the key's base URL, credential-free
+	Digest     string        // identifies identical requests, for the loop guard
+	State      string        // Admitted, Confirmed, … (the constants above)
+	Reason     string        // why it waited, was refused or failed, in words
+	Probe      bool          // the one call let through to get a fresh answer
+	At         time.Time     // admitted or refused at
+	Wait       time.Duration // spent waiting for admission
+	SentAt     time.Time     // when the request left
+	AnsweredAt time.Time     // when the answer came
+	Status     int           // the upstream's HTTP status
+	LeaseUntil time.Time     // in flight until then; zero once finished
+	Instance   string        // the process that recorded it (host and process ID), set by the store
+	// ByCaller numbers an admission in its caller's own log too, for
+	// WindowOf: set it for keys whose callers have reservations (only
+	// they are counted per caller), and leave the others the cost.
+	ByCaller bool
+}
+
+// A Window is what the sliding-window log holds of one key after a time.
+// The zero Window is an empty one.
+type Window struct {
+	Count    int            // attempts admitted
+	Oldest   time.Time      // the oldest of them; zero when Count is 0
+	ByCaller map[string]int // Count per caller; nil when Count is 0
+}
+
+// A Send is one admitted attempt in a key's log, as Sends reports it.
+type Send struct {
+	ID         int64     // the attempt's ID
+	At         time.Time // admitted at
+	State      string    // its state now
+	Status     int       // the upstream's answer; 0 while in flight or when none came
+	AnsweredAt time.Time // when the answer came; zero while in flight or when none came
+}
+
+// A Flight is what a key has in flight: admitted attempts not yet
+// finished, whose lease has not run out. The zero Flight is nothing.
+type Flight struct {
+	Count  int       // attempts in flight
+	Oldest time.Time // the earliest admission among them; zero when Count is 0
+}
+
+// ActivityFilter selects attempts for Activity.
+type ActivityFilter struct {
+	Key    string    // "" for every key
+	Since  time.Time // attempts at or after; zero for all
+	Before int64     // cursor: the ID of the last attempt of the page before; this page starts below its (at, id). 0 for the newest
+	Limit  int       // at most this many; 0 means 100
+}
+
+// A Known is a policy seen for a key (or inferred from a refusal), with
+// its latest fresh observation. It is a value.
+type Known struct {
+	Key string // the key it limits
+	ratelimit.Observation
+	ReceivedAt time.Time // of the latest observation (for a hidden limit: of its inference)
+	// BasisAt is when the observing request was sent: later sends are
+	// subtracted from Remaining. A hidden limit, which has no Remaining,
+	// keeps there the start of the window it was inferred from.
+	BasisAt time.Time
+	Hidden  bool   // inferred from a refusal, never announced
+	Route   string // method and path of the request that observed it
+}
+
+// An ObservationRecord is an observation as stored, with its context:
+// which answer to which request said it, and when. It is a value.
+type ObservationRecord struct {
+	ID        int64  // assigned when stored
+	Key       string // the key whose answer said it
+	AttemptID int64  // the attempt answered; 0 when none
+	ratelimit.Observation
+	Status     int       // the answer's HTTP status
+	ReceivedAt time.Time // when the answer came (local clock)
+	ServerDate time.Time // the answer's Date; zero when it had none
+	FromCache  bool      // the answer came from a cache: not a fresh word
+	Method     string    // of the request
+	Target     string    // of the request, credential-free
+}
+
+// A Gate is a time before which nothing of its key (or of one policy of
+// it, Scope) may be sent.
+type Gate struct {
+	Key    string    // the key it closes
+	Scope  string    // "" for the whole key
+	Until  time.Time // closed until then
+	Reason string    // why, as a clause a caller is shown
+	Source string    // retry-after, backoff, circuit, abnormal-usage, problem
+	SetAt  time.Time // when it was closed
+}
+
+// KeyState is the pacing state of one key, shared by every process. The
+// zero KeyState is a key never used.
+type KeyState struct {
+	Key            string        // the key's name
+	LastAdmitAt    time.Time     // the latest admission, by any process
+	Interval       time.Duration // slow-start spacing between admissions
+	LastResponseAt time.Time     // the latest answer from the upstream
+	Failures       int           // consecutive 429/5xx answers without guidance
+	Opens          int           // times the circuit opened in a row
+	HalfOpen       bool          // the next call is a probe
+	ProbeAttempt   int64         // the probe in flight; 0 when none
+	ProbeUntil     time.Time     // the probe's lease
+	// Latency is the longest time from admission to answer of the key's
+	// calls answered since LatencySince, and PrevLatency the longest of
+	// the period before: a send may reach the upstream that long after
+	// its admission.
+	Latency      time.Duration
+	PrevLatency  time.Duration
+	LatencySince time.Time
+}
+
+// A Warning is something a key's users should hear about.
+type Warning struct {
+	ID      int64     // assigned when stored
+	Key     string    // the key it is about
+	At      time.Time // when it was raised
+	Kind    string    // hidden-limit, abnormal-usage, circuit-open
+	Message string    // a clause a caller is shown
+}
+
+// A StoredResponse is the last answer to a GET of one URL of a key, for
+// conditional requests and the loop guard.
+type StoredResponse struct {
+	Key          string    // the key it was fetched with
+	Target       string    // path and query below the key's base URL
+	ETag         string    // the answer's ETag, for If-None-Match
+	LastModified string    // its Last-Modified, for If-Modified-Since
+	Status       int       // its HTTP status
+	ContentType  string    // its Content-Type
+	Body         []byte    // its body
+	Digest       string    // identifies the body, to tell an unchanged answer
+	StoredAt     time.Time // when it was stored
+	Unchanged    int       // how many answers in a row were the same as the one before
+}
+
+// A Bucket is how many attempts of one state a key saw in one step of a
+// Timeline.
+type Bucket struct {
+	Start time.Time // the step's start
+	State string    // Confirmed, RejectedLocal, … (reserved slots are not attempts yet)
+	Count int
+}
+
+// A Finished is how the call of a reserved slot ended: the attempt as
+// FinishReserved records it, and the observations of its answer.
+type Finished struct {
+	Attempt      Attempt             `json:"attempt"`
+	Observations []ObservationRecord `json:"observations,omitempty"`
+}

@@ -201,7 +201,7 @@ func (p *Pacer) update(ctx context.Context, fn func(ledger.Tx) error, keys ...st
 			}
 		}
 		return fn(tx)
-	})
+	}, keys...)
 	if err != nil {
 		for _, l := range taken {
 			p.relearn(l)

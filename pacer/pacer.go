@@ -210,12 +210,14 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 					return err
 				}
 			}
-			// The time is read with the file's write lock held: a call
-			// admitted after another is never recorded before it. It is
-			// taken to the microsecond, as the file keeps it: a decision
-			// made a fraction of a microsecond after the time it is
-			// recorded at could let one call too many into a window.
-			snap, err := p.load(tx, c, p.now().Truncate(time.Microsecond), nil, true)
+			// The time is read with the key held (the file's write lock,
+			// the key's row): a call admitted after another is never
+			// recorded before it. It is the transaction's clock — the
+			// database server's, when hosts share one — taken to the
+			// microsecond, as the state keeps it: a decision made a
+			// fraction of a microsecond after the time it is recorded at
+			// could let one call too many into a window.
+			snap, err := p.load(tx, c, tx.Clock(p.now()).Truncate(time.Microsecond), nil, true)
 			if err != nil {
 				return err
 			}

@@ -177,16 +177,27 @@ func (db *DB) Close() error {
 // running most of them).
 type query int
 
-var queries []string
+// queries are the package's statements, in each back end's dialect.
+var queries []queryText
 
-// newQuery registers text as a statement to prepare.
+type queryText struct{ sqlite, postgres string }
+
+// newQuery registers text, written for SQLite, as a statement to prepare;
+// its PostgreSQL form is the same text translated (see pgDialect).
 func newQuery(text string) query {
-	queries = append(queries, text)
+	return newQueryFor(text, pgDialect(text))
+}
+
+// newQueryFor registers a statement whose dialects differ more than
+// pgDialect translates.
+func newQueryFor(sqlite, postgres string) query {
+	queries = append(queries, queryText{sqlite, postgres})
 	return query(len(queries) - 1)
 }
 
 func (db *DB) prepare(ctx context.Context) error {
-	for _, text := range queries {
+	for _, q := range queries {
+		text := q.sqlite
 		s, err := db.wc.PrepareContext(ctx, text)
 		if err != nil {
 			return fmt.Errorf("prepare %q: %w", text, err)

@@ -18,6 +18,9 @@ import (
 // past BusyTimeout — rather than a caller's context ending or what a
 // statement wrote being refused.
 func Storage(err error) bool {
+	if errors.Is(err, ErrUnavailable) {
+		return true
+	}
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}

@@ -17,16 +17,26 @@ import (
 // out with Release. A slot stays counted as sent whatever its end, so
 // a process that dies with a lease has spent no more than it held.
 
+// maxReserve is the most slots one Reserve records: a block of attempt
+// IDs on PostgreSQL.
+const maxReserve = 1024
+
 // releasedByEnd is the reason of a slot whose process ended holding it.
 const releasedByEnd = "reserved by a process that ended before reporting it: counted as sent, whether or not it was"
 
 // A lease's slots are found by their IDs, a range of the table itself:
 // "+key" keeps SQLite from walking the key's index instead.
 var (
-	qReserve = newQuery(`WITH RECURSIVE slot(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM slot WHERE i < ?1)
+	// On PostgreSQL the IDs of one INSERT are consecutive only when they
+	// come from one block (see the schema's attempt_blocks).
+	qReserve = newQueryFor(`WITH RECURSIVE slot(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM slot WHERE i < ?1)
 	INSERT INTO attempts (call_id, attempt, key, caller, transport, method, target, digest, state, reason,
-		probe, counted, at, wait_us, lease_until, seq)
-	SELECT '', 0, ?2, '', '', '', '', '', ?3, ?4, 0, 1, ?5, 0, ?6, ?7 + i FROM slot ORDER BY i`)
+		probe, counted, at, wait_us, lease_until, seq, instance)
+	SELECT '', 0, ?2, '', '', '', '', '', ?3, ?4, 0, 1, ?5, 0, ?6, ?7 + i, ?8 FROM slot ORDER BY i RETURNING id`,
+		`INSERT INTO attempts (id, call_id, attempt, key, caller, transport, method, target, digest, state, reason,
+		probe, counted, at, wait_us, lease_until, seq, instance)
+	SELECT b.base + i - 1, '', 0, $2, '', '', '', '', '', $3, $4, 0, 1, $5, 0, $6, $7 + i, $8
+	FROM (SELECT nextval('attempt_blocks') * 1024 AS base) AS b, generate_series(1, $1::integer) AS i ORDER BY i RETURNING id`)
 	qReservedCount = newQuery(`SELECT count(*) FROM attempts WHERE +key = ? AND id BETWEEN ? AND ? AND state = 'reserved'`)
 )
 
@@ -35,6 +45,9 @@ var (
 // (consecutive). They must not be recorded before the key's latest
 // admission: the pacer reserves in order of time.
 func (tx *Tx) Reserve(key string, n int, at, leaseUntil time.Time, reason string) (first, last int64, err error) {
+	if err := tx.admits(key); err != nil {
+		return 0, 0, fmt.Errorf("state: reserve: %w", err)
+	}
 	var seq, lastAt int64
 	err = tx.queryRow(qLastSend, key).Scan(&seq, &lastAt)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
@@ -43,14 +56,28 @@ func (tx *Tx) Reserve(key string, n int, at, leaseUntil time.Time, reason string
 	if micros(at) < lastAt {
 		return 0, 0, fmt.Errorf("state: reserve: slots at %v would precede the key's latest admission", at)
 	}
-	res, err := tx.exec(qReserve, n, key, ledger.Reserved, reason, micros(at), micros(leaseUntil), seq)
+	if n < 1 || n > maxReserve {
+		return 0, 0, fmt.Errorf("state: reserve: %d slots: a lease holds 1 to %d", n, maxReserve)
+	}
+	rows, err := tx.query(qReserve, n, key, ledger.Reserved, reason, micros(at), micros(leaseUntil), seq, tx.instance)
 	if err != nil {
 		return 0, 0, fmt.Errorf("state: reserve: %w", err)
 	}
-	if last, err = res.LastInsertId(); err != nil {
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, 0, fmt.Errorf("state: reserve: %w", err)
+		}
+		if first == 0 || id < first {
+			first = id
+		}
+		last = max(last, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
 		return 0, 0, fmt.Errorf("state: reserve: %w", err)
 	}
-	first = last - int64(n) + 1
 	var got int64
 	if err := tx.queryRow(qReservedCount, key, first, last).Scan(&got); err != nil || got != int64(n) {
 		return 0, 0, fmt.Errorf("state: reserve: slots %d…%d are not the %d just recorded (%v)", first, last, n, err)

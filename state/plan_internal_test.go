@@ -28,7 +28,8 @@ func TestNoStatementScansHistory(t *testing.T) {
 	}
 	defer db.Close()
 	numbered := regexp.MustCompile(`\?(\d+)`)
-	for _, q := range queries {
+	for _, text := range queries {
+		q := text.sqlite
 		n := strings.Count(q, "?")
 		if m := numbered.FindAllStringSubmatch(q, -1); m != nil {
 			n = 0

@@ -44,12 +44,12 @@ var qPutKnown = newQuery(`INSERT INTO policies
 	(key, policy, unit, partition, q, w_us, r, t_us, received_at, basis_at, source, hidden, route)
 	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 	ON CONFLICT (key, policy, unit, partition) DO UPDATE SET
-		q = coalesce(excluded.q, q), w_us = coalesce(excluded.w_us, w_us),
-		r           = CASE WHEN excluded.r IS NULL THEN r ELSE excluded.r END,
-		t_us        = CASE WHEN excluded.r IS NULL THEN t_us ELSE excluded.t_us END,
-		received_at = CASE WHEN excluded.r IS NULL AND NOT excluded.hidden THEN received_at ELSE excluded.received_at END,
-		basis_at    = CASE WHEN excluded.r IS NULL AND NOT excluded.hidden THEN basis_at ELSE excluded.basis_at END,
-		route       = CASE WHEN excluded.r IS NULL AND NOT excluded.hidden THEN route ELSE excluded.route END,
+		q = coalesce(excluded.q, policies.q), w_us = coalesce(excluded.w_us, policies.w_us),
+		r           = CASE WHEN excluded.r IS NULL THEN policies.r ELSE excluded.r END,
+		t_us        = CASE WHEN excluded.r IS NULL THEN policies.t_us ELSE excluded.t_us END,
+		received_at = CASE WHEN excluded.r IS NULL AND excluded.hidden = 0 THEN policies.received_at ELSE excluded.received_at END,
+		basis_at    = CASE WHEN excluded.r IS NULL AND excluded.hidden = 0 THEN policies.basis_at ELSE excluded.basis_at END,
+		route       = CASE WHEN excluded.r IS NULL AND excluded.hidden = 0 THEN policies.route ELSE excluded.route END,
 		source = excluded.source, hidden = excluded.hidden`)
 
 // PutKnown records k as the latest state of its policy. A field the new

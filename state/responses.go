@@ -97,8 +97,10 @@ func (tx *Tx) Claimed(key string, now time.Time) (map[string]bool, error) {
 	return out, rows.Err()
 }
 
-var qClaim = newQuery(`INSERT INTO claims (key, caller, until) VALUES (?, ?, ?)
-	ON CONFLICT (key, caller) DO UPDATE SET until = max(until, excluded.until)`)
+var qClaim = newQueryFor(`INSERT INTO claims (key, caller, until) VALUES (?, ?, ?)
+	ON CONFLICT (key, caller) DO UPDATE SET until = max(until, excluded.until)`,
+	`INSERT INTO claims (key, caller, until) VALUES ($1, $2, $3)
+	ON CONFLICT (key, caller) DO UPDATE SET until = greatest(claims.until, excluded.until)`)
 
 // Claim opens (or extends) caller's claim on key until until.
 func (tx *Tx) Claim(key, caller string, until time.Time) error {

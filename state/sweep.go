@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -44,8 +45,19 @@ type Swept struct {
 // first along an index, so its cost is in proportion to what it deletes
 // and no writer waits for more than one batch.
 func (db *DB) Sweep(ctx context.Context, now, before time.Time) (Swept, error) {
+	out, err := sweep(ctx, db.update, now, before)
+	if err == nil && out != (Swept{}) {
+		if err := db.reclaim(ctx); err != nil {
+			return out, fmt.Errorf("state: sweep: %w", err)
+		}
+	}
+	return out, err
+}
+
+// sweep is Sweep in the transactions of update.
+func sweep(ctx context.Context, update func(context.Context, func(*Tx) error) error, now, before time.Time) (Swept, error) {
 	var out Swept
-	err := db.update(ctx, func(tx *Tx) error {
+	err := update(ctx, func(tx *Tx) error {
 		res, err := tx.exec(qSweepInterrupted, micros(now))
 		if err == nil {
 			out.Interrupted, err = res.RowsAffected()
@@ -57,7 +69,7 @@ func (db *DB) Sweep(ctx context.Context, now, before time.Time) (Swept, error) {
 	}
 	for {
 		var n Swept
-		err := db.update(ctx, func(tx *Tx) error {
+		err := update(ctx, func(tx *Tx) error {
 			n = Swept{}
 			for _, d := range []struct {
 				q     query
@@ -84,12 +96,7 @@ func (db *DB) Sweep(ctx context.Context, now, before time.Time) (Swept, error) {
 		}
 	}
 	if out.Attempts > 0 {
-		if err := db.update(ctx, func(tx *Tx) error { return tx.renumberSwept(before) }); err != nil {
-			return out, fmt.Errorf("state: sweep: %w", err)
-		}
-	}
-	if out != (Swept{}) {
-		if err := db.reclaim(ctx); err != nil {
+		if err := update(ctx, func(tx *Tx) error { return tx.renumberSwept(before) }); err != nil {
 			return out, fmt.Errorf("state: sweep: %w", err)
 		}
 	}
@@ -150,6 +157,7 @@ func (tx *Tx) renumberSwept(before time.Time) error {
 	if err := rows.Err(); err != nil {
 		return err
 	}
+	slices.Sort(keys) // held in one order on PostgreSQL, as Update holds them
 	for _, k := range keys {
 		if err := tx.renumber(k); err != nil {
 			return err

@@ -37,9 +37,7 @@ func (tx *Tx) Timeline(key string, since time.Time, step time.Duration) ([]ledge
 	return out, rows.Err()
 }
 
-var qCall = newQuery(`SELECT id, call_id, attempt, key, caller, transport, method, target,
-	digest, state, reason, probe, at, wait_us, coalesce(sent_at, 0), coalesce(answered_at, 0), coalesce(status, 0),
-	coalesce(lease_until, 0)
+var qCall = newQuery(`SELECT ` + activityColumns + `
 	FROM attempts WHERE key = ? AND call_id = ? AND state != 'reserved' ORDER BY attempt, id`)
 
 // Call returns the attempts of key's call callID, first first.

@@ -19,16 +19,44 @@ type Tx struct {
 	tx    *sql.Tx     // a View's transaction; nil in an Update, which runs on the writer's connection
 	stmts []*sql.Stmt // the DB's prepared statements, on the readers or on the writer's connection
 	ctx   context.Context
+	pg    *pgTx // on PostgreSQL: what the transaction holds; nil on SQLite
+
+	instance string // the process recording attempts (Attempt.Instance)
 }
 
 var (
 	_ ledger.Tx    = (*Tx)(nil)
 	_ ledger.Store = (*DB)(nil)
+	_ ledger.Store = (*Postgres)(nil)
 )
 
-// Clock returns local: the processes sharing a SQLite file share the
-// host's clock.
-func (tx *Tx) Clock(local time.Time) time.Time { return local }
+// Clock returns local on SQLite, whose processes share the host's
+// clock, and the server's clock on PostgreSQL (see Postgres).
+func (tx *Tx) Clock(local time.Time) time.Time {
+	if tx.pg != nil {
+		return tx.pg.clock(tx, local)
+	}
+	return local
+}
+
+// hold makes sure tx holds key: on SQLite every write transaction holds
+// every key; on PostgreSQL the key's row is locked, when Update did not
+// lock it before fn (the sweep's renumbering).
+func (tx *Tx) hold(key string) error {
+	if tx.pg == nil {
+		return nil
+	}
+	return tx.pg.hold(tx, key)
+}
+
+// admits checks that tx may record an admission of key: that it held key
+// before reading what the admission was decided on.
+func (tx *Tx) admits(key string) error {
+	if tx.pg == nil || tx.pg.held[key] {
+		return nil
+	}
+	return fmt.Errorf("an admission of %q in a transaction that does not hold it (pass the key to Update)", key)
+}
 
 // stmt returns the prepared statement q, bound to the transaction.
 func (tx *Tx) stmt(q query) *sql.Stmt {
@@ -39,21 +67,31 @@ func (tx *Tx) stmt(q query) *sql.Stmt {
 }
 
 func (tx *Tx) exec(q query, args ...any) (sql.Result, error) {
+	if tx.pg != nil {
+		return tx.tx.ExecContext(tx.ctx, queries[q].postgres, pgArgs(args)...)
+	}
 	return tx.stmt(q).ExecContext(tx.ctx, args...)
 }
 
 func (tx *Tx) query(q query, args ...any) (*sql.Rows, error) {
+	if tx.pg != nil {
+		return tx.tx.QueryContext(tx.ctx, queries[q].postgres, pgArgs(args)...)
+	}
 	return tx.stmt(q).QueryContext(tx.ctx, args...)
 }
 
 func (tx *Tx) queryRow(q query, args ...any) *sql.Row {
+	if tx.pg != nil {
+		return tx.tx.QueryRowContext(tx.ctx, queries[q].postgres, pgArgs(args)...)
+	}
 	return tx.stmt(q).QueryRowContext(tx.ctx, args...)
 }
 
 var (
 	qInsertAttempt = newQuery(`INSERT INTO attempts
-	(call_id, attempt, key, caller, transport, method, target, digest, state, reason, probe, counted, at, wait_us, lease_until, seq, cseq)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	(call_id, attempt, key, caller, transport, method, target, digest, state, reason, probe, counted, at, wait_us, lease_until, seq, cseq,
+	 instance)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`)
 	qLastSend       = newQuery(`SELECT seq, at FROM attempts WHERE key = ? AND counted = 1 ORDER BY at DESC, seq DESC LIMIT 1`)
 	qLastCallerSend = newQuery(`SELECT cseq FROM attempts WHERE key = ? AND caller = ? AND cseq IS NOT NULL
 	ORDER BY at DESC, cseq DESC LIMIT 1`)
@@ -80,6 +118,9 @@ func (tx *Tx) InsertAttempt(a ledger.Attempt) (int64, error) {
 	}
 	renumber := false
 	if a.State == ledger.Admitted {
+		if err := tx.admits(a.Key); err != nil {
+			return 0, fmt.Errorf("state: record attempt: %w", err)
+		}
 		var last, lastAt int64
 		err := tx.queryRow(qLastSend, a.Key).Scan(&last, &lastAt)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
@@ -95,9 +136,10 @@ func (tx *Tx) InsertAttempt(a ledger.Attempt) (int64, error) {
 			cseq = lastOfCaller + 1
 		}
 	}
-	res, err := tx.exec(qInsertAttempt,
+	var id int64
+	err := tx.queryRow(qInsertAttempt,
 		a.CallID, a.Attempt, a.Key, a.Caller, a.Transport, a.Method, a.Target, a.Digest, a.State, a.Reason,
-		a.Probe, a.State == ledger.Admitted, micros(a.At), a.Wait.Microseconds(), lease, seq, cseq)
+		a.Probe, a.State == ledger.Admitted, micros(a.At), a.Wait.Microseconds(), lease, seq, cseq, tx.instance).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("state: record attempt: %w", err)
 	}
@@ -106,12 +148,15 @@ func (tx *Tx) InsertAttempt(a ledger.Attempt) (int64, error) {
 			return 0, fmt.Errorf("state: record attempt: %w", err)
 		}
 	}
-	return res.LastInsertId()
+	return id, nil
 }
 
 // renumber numbers key's admitted attempts 1, 2, … again, in the order of
 // (at, id).
 func (tx *Tx) renumber(key string) error {
+	if err := tx.hold(key); err != nil {
+		return err
+	}
 	_, err := tx.exec(qRenumber, key)
 	return err
 }
@@ -333,7 +378,7 @@ func (tx *Tx) Latest(key string) (time.Time, error) {
 // history and however far back since is.
 const activityColumns = `id, call_id, attempt, key, caller, transport, method, target,
 	digest, state, reason, probe, at, wait_us, coalesce(sent_at, 0), coalesce(answered_at, 0), coalesce(status, 0),
-	coalesce(lease_until, 0)`
+	coalesce(lease_until, 0), instance`
 
 var (
 	qActivityKey = newQuery(`SELECT ` + activityColumns + ` FROM attempts INDEXED BY attempts_key_at
@@ -388,7 +433,7 @@ func scanAttempt(rows *sql.Rows) (ledger.Attempt, error) {
 	var a ledger.Attempt
 	var at, wait, sent, answered, lease int64
 	if err := rows.Scan(&a.ID, &a.CallID, &a.Attempt, &a.Key, &a.Caller, &a.Transport, &a.Method, &a.Target,
-		&a.Digest, &a.State, &a.Reason, &a.Probe, &at, &wait, &sent, &answered, &a.Status, &lease); err != nil {
+		&a.Digest, &a.State, &a.Reason, &a.Probe, &at, &wait, &sent, &answered, &a.Status, &lease, &a.Instance); err != nil {
 		return a, err
 	}
 	a.At, a.SentAt, a.AnsweredAt, a.LeaseUntil = fromMicros(at), fromMicros(sent), fromMicros(answered), fromMicros(lease)

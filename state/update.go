@@ -61,7 +61,10 @@ func (w *write) outcome() error {
 // microseconds, for at most BusyTimeout or until ctx ends. Once fn has
 // started it runs to its end: ctx bounds the wait for the transaction, not
 // fn's statements.
-func (db *DB) Update(ctx context.Context, fn func(ledger.Tx) error) error {
+//
+// Every write transaction on the file holds every key: keys says nothing
+// more to it.
+func (db *DB) Update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
 	return db.update(ctx, func(tx *Tx) error { return fn(tx) })
 }
 

@@ -21,12 +21,14 @@ import (
 type Store interface {
 	Viewer
 	// Update runs fn in a read-write transaction, and commits what it
-	// wrote when fn returns nil. Each key's reads and writes in it are
-	// serialised with every other transaction touching that key, in this
-	// process or any other sharing the store: a decision read in fn
-	// still holds when its admission is written. Different keys do not
-	// wait for each other (on a back end that can tell them apart).
-	Update(ctx context.Context, fn func(Tx) error) error
+	// wrote when fn returns nil. It holds keys, the keys fn decides for,
+	// before fn runs: their transactions are serialised with every other
+	// that holds them, in this process or any other sharing the store, so
+	// a decision read in fn still holds when its admission is written.
+	// Transactions holding different keys do not wait for each other (on
+	// a back end that can tell them apart). An admission of a key not
+	// held (Log.InsertAttempt of an Admitted attempt, Log.Reserve) fails.
+	Update(ctx context.Context, fn func(Tx) error, keys ...string) error
 	// FinishLater records how a reserved slot's call ended (see
 	// Log.Reserve) without waiting for a transaction of its own: once it
 	// returns, the outcome survives a crash of the process, and until it

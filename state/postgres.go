@@ -1,0 +1,570 @@
+package state
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/url"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+)
+
+// Postgres is the state in a PostgreSQL database, shared by every host
+// (and every process on it) that names the same database: each key's
+// budget is counted over all of them.
+//
+// An Update holds each key it is given by locking the key's row (SELECT …
+// FOR UPDATE, not an advisory lock, so the same SQL runs on
+// PostgreSQL-compatible distributed databases): one key's read-decide-write
+// is serialised across hosts, other keys go on beside it. Admission times
+// are the server's clock (Tx.Clock), read once the key is held, so hosts
+// whose clocks differ count one window. Every transaction is bounded by
+// the Timeout it was opened with: a database that is down, unreachable or
+// stuck fails calls with ErrUnavailable within it (Storage reports them),
+// and service resumes by itself once it answers again. Nothing falls back
+// to a local store: a budget counted apart from the other hosts could be
+// spent twice.
+//
+// Its tables are in their own schema, mcp_quota, which Open creates and
+// migrates (several hosts may start at once). It is safe for concurrent
+// use.
+type Postgres struct {
+	db       *sql.DB
+	where    string // user@host:port/database, for errors: never a credential
+	timeout  time.Duration
+	local    func() time.Time
+	instance string
+	offset   atomic.Int64 // nanoseconds from the process's clock to the server's, as last measured
+}
+
+// PostgresOptions tune a Postgres; the zero value is the default.
+type PostgresOptions struct {
+	// Timeout bounds each transaction: connecting, waiting for a key's
+	// lock, its statements and its commit. Zero means
+	// DefaultPostgresTimeout.
+	Timeout time.Duration
+	// Instance names this process in the attempts it records (the
+	// activity's "instance"); empty means its host name and process ID.
+	Instance string
+	// MaxConns caps the process's connections; zero means 16.
+	MaxConns int
+	// Local is the process's own clock, which the server's is measured
+	// against (see Now); nil means time.Now.
+	Local func() time.Time
+}
+
+// DefaultPostgresTimeout is a transaction's bound when PostgresOptions
+// gives none: an admission holds a key for about a millisecond, so waiting
+// longer than this means the database is not answering.
+const DefaultPostgresTimeout = 2 * time.Second
+
+// ErrUnavailable reports a state database that did not answer: down,
+// unreachable, restarting, out of connections, or slower than the
+// transaction's bound.
+var ErrUnavailable = errors.New("the state database is unavailable")
+
+// pgMigrations are the schema's migrations on PostgreSQL, numbered from
+// 0001 without gaps; the newest is the version this program writes.
+//
+//go:embed postgres/*.sql
+var pgMigrations embed.FS
+
+// IsPostgresURL reports whether state names a PostgreSQL database
+// (postgres:// or postgresql://) rather than a SQLite file.
+func IsPostgresURL(state string) bool {
+	return strings.HasPrefix(state, "postgres://") || strings.HasPrefix(state, "postgresql://")
+}
+
+// Instance returns the name a process gets in the activity when none is
+// configured: its host name and process ID.
+func Instance() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return host + "/" + strconv.Itoa(os.Getpid())
+}
+
+// OpenPostgres connects to the database rawURL names
+// (postgres://user@host:port/database?sslmode=…; the standard PG*
+// variables fill what it leaves out), creates or migrates mcp-quota's
+// schema in it, and measures the server's clock. The password must not be
+// in the URL: it comes from PGPASSWORD or a password file (~/.pgpass, or
+// PGPASSFILE), so that it is in no config file, command line or process
+// list. Errors say what to fix, and never hold the password.
+func OpenPostgres(ctx context.Context, rawURL string, o PostgresOptions) (*Postgres, error) {
+	cfg, where, err := pgConfig(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultPostgresTimeout
+	}
+	if o.Instance == "" {
+		o.Instance = Instance()
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = 16
+	}
+	if o.Local == nil {
+		o.Local = time.Now
+	}
+	if cfg.ConnectTimeout == 0 || cfg.ConnectTimeout > o.Timeout {
+		cfg.ConnectTimeout = o.Timeout
+	}
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["search_path"] = "mcp_quota"
+	if cfg.RuntimeParams["application_name"] == "" {
+		cfg.RuntimeParams["application_name"] = "mcp-quota"
+	}
+	db := stdlib.OpenDB(*cfg)
+	db.SetMaxOpenConns(o.MaxConns)
+	db.SetMaxIdleConns(o.MaxConns)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	pg := &Postgres{db: db, where: where, timeout: o.Timeout, local: o.Local, instance: o.Instance}
+	if err := pg.connect(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := pg.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return pg, nil
+}
+
+// pgConfig parses rawURL, refusing one that carries a password.
+func pgConfig(rawURL string) (*pgx.ConnConfig, string, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URL, which may hold a password
+		}
+		return nil, "", fmt.Errorf("state: the PostgreSQL URL does not parse (%v): write it as postgres://user@host:5432/database?sslmode=require", err)
+	}
+	if !IsPostgresURL(rawURL) || u.Opaque != "" {
+		return nil, "", errors.New("state: a PostgreSQL state is a URL of the form postgres://user@host:5432/database?sslmode=require")
+	}
+	if _, ok := u.User.Password(); ok || u.Query().Has("password") {
+		return nil, "", errors.New("state: the PostgreSQL URL carries a password: remove it, and give it in PGPASSWORD or a password file " +
+			"(~/.pgpass, or the file PGPASSFILE names), so that it is in no config file, command line or process list")
+	}
+	cfg, err := pgx.ParseConfig(rawURL)
+	if err != nil {
+		var pe *pgconn.ParseConfigError
+		if errors.As(err, &pe) && pe.Unwrap() != nil {
+			err = pe.Unwrap()
+		}
+		return nil, "", fmt.Errorf("state: the PostgreSQL URL is not usable (%v)", redact(err.Error(), cfg))
+	}
+	where := fmt.Sprintf("%s@%s/%s", cfg.User, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), cfg.Database)
+	return cfg, where, nil
+}
+
+// redact removes cfg's password from s, should an error quote it.
+func redact(s string, cfg *pgx.ConnConfig) string {
+	if cfg != nil && cfg.Password != "" {
+		s = strings.ReplaceAll(s, cfg.Password, "xxxxx")
+	}
+	return s
+}
+
+// connect opens a first connection, measures the server's clock, and says
+// in words what stopped it.
+func (pg *Postgres) connect(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, pg.timeout)
+	defer cancel()
+	err := pg.db.PingContext(ctx) // the clock is read on a connection made already: its round trip alone
+	if err == nil {
+		before := pg.local()
+		var server time.Time
+		if err = pg.db.QueryRowContext(ctx, "SELECT clock_timestamp()").Scan(&server); err == nil {
+			pg.noteClock(before, server, pg.local())
+			return nil
+		}
+	}
+	var pe *pgconn.PgError
+	switch {
+	case errors.As(err, &pe) && (pe.Code == "28P01" || pe.Code == "28000"):
+		return fmt.Errorf("state: PostgreSQL at %s refused the login (%s): set the password in PGPASSWORD or ~/.pgpass (PGPASSFILE), "+
+			"or allow the user in pg_hba.conf", pg.where, pe.Message)
+	case errors.As(err, &pe) && pe.Code == "3D000":
+		return fmt.Errorf("state: PostgreSQL at %s has no such database (%s): create it (createdb) or name one that exists", pg.where, pe.Message)
+	case errors.As(err, &pe):
+		return fmt.Errorf("state: PostgreSQL at %s: %s (SQLSTATE %s)", pg.where, pe.Message, pe.Code)
+	case ctx.Err() != nil:
+		return fmt.Errorf("state: PostgreSQL at %s did not answer within %s: is it running, and is the address right? %w",
+			pg.where, pg.timeout, ErrUnavailable)
+	}
+	return fmt.Errorf("state: cannot reach PostgreSQL at %s (%v): is it running, and is the address right? %w", pg.where, pgCause(err), ErrUnavailable)
+}
+
+// pgCause is the innermost useful part of a connection error.
+func pgCause(err error) error {
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) && ce.Unwrap() != nil {
+		return ce.Unwrap()
+	}
+	return err
+}
+
+// migrate creates mcp-quota's schema, or brings it up to date, in one
+// transaction that other hosts starting at once wait for; a schema newer
+// than this version knows is refused, with nothing written.
+func (pg *Postgres) migrate(ctx context.Context) error {
+	entries, err := fs.ReadDir(pgMigrations, "postgres")
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	slices.Sort(names)
+	latest := len(names)
+	ctx, cancel := context.WithTimeout(ctx, 4*pg.timeout+10*time.Second)
+	defer cancel()
+	tx, err := pg.db.BeginTx(ctx, nil)
+	if err != nil {
+		return pg.failed("migrate", ctx, err)
+	}
+	defer tx.Rollback()
+	// One host at a time: CREATE … IF NOT EXISTS run at once by two can
+	// still collide.
+	steps := []string{
+		"SELECT pg_advisory_xact_lock(7195203418764071)",
+		"CREATE SCHEMA IF NOT EXISTS mcp_quota",
+		"CREATE TABLE IF NOT EXISTS mcp_quota.schema_version (version INTEGER NOT NULL)",
+	}
+	for _, s := range steps {
+		if _, err := tx.ExecContext(ctx, s); err != nil {
+			return pg.explainMigration(ctx, err)
+		}
+	}
+	current := 0
+	err = tx.QueryRowContext(ctx, "SELECT version FROM mcp_quota.schema_version").Scan(&current)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return pg.explainMigration(ctx, err)
+	}
+	if current > latest {
+		return fmt.Errorf("state: the database at %s holds mcp-quota's schema version %d, newer than this mcp-quota knows (%d): "+
+			"run the newer mcp-quota here too; nothing was written", pg.where, current, latest)
+	}
+	if current == latest {
+		return nil // rolled back: nothing to write
+	}
+	for i := current; i < latest; i++ {
+		body, err := pgMigrations.ReadFile("postgres/" + names[i])
+		if err != nil {
+			return err
+		}
+		if v, _, _ := strings.Cut(names[i], "_"); v != fmt.Sprintf("%04d", i+1) {
+			return fmt.Errorf("state: migration %s is out of order", names[i])
+		}
+		if _, err := tx.ExecContext(ctx, "SET LOCAL search_path TO mcp_quota"); err != nil {
+			return pg.explainMigration(ctx, err)
+		}
+		if _, err := tx.ExecContext(ctx, string(body)); err != nil {
+			return fmt.Errorf("state: migration %s: %w", names[i], pg.explainMigration(ctx, err))
+		}
+	}
+	if _, err := tx.ExecContext(ctx, "DELETE FROM mcp_quota.schema_version"); err != nil {
+		return pg.explainMigration(ctx, err)
+	}
+	if _, err := tx.ExecContext(ctx, "INSERT INTO mcp_quota.schema_version (version) VALUES ($1)", latest); err != nil {
+		return pg.explainMigration(ctx, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return pg.explainMigration(ctx, err)
+	}
+	return nil
+}
+
+func (pg *Postgres) explainMigration(ctx context.Context, err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42501" {
+		return fmt.Errorf("state: PostgreSQL at %s does not let this user create mcp-quota's schema (%s): "+
+			"grant it CREATE on the database, or create the schema mcp_quota owned by it", pg.where, pe.Message)
+	}
+	return pg.failed("migrate", ctx, err)
+}
+
+// noteClock records the server's clock as read at server, between the
+// process's before and after.
+func (pg *Postgres) noteClock(before, server, after time.Time) {
+	mid := before.Add(after.Sub(before) / 2)
+	pg.offset.Store(int64(server.Sub(mid)))
+}
+
+// Now returns the server's clock as this process reckons it: its own
+// clock corrected by the difference last measured. The pacer times its
+// waits by it; admissions take the server's own (Tx.Clock).
+func (pg *Postgres) Now() time.Time {
+	return pg.local().Add(time.Duration(pg.offset.Load()))
+}
+
+// Instance returns the name of this process in the attempts it records.
+func (pg *Postgres) Instance() string { return pg.instance }
+
+// Where names the database, with no credential.
+func (pg *Postgres) Where() string { return pg.where }
+
+// Close closes the process's connections.
+func (pg *Postgres) Close() error { return pg.db.Close() }
+
+// Recover does nothing on PostgreSQL: outcomes are recorded as they come
+// (FinishLater), with no journal of the process's own to replay.
+func (pg *Postgres) Recover(context.Context) (int, error) { return 0, nil }
+
+// Check reports whether the database answers a read within the bound.
+func (pg *Postgres) Check(ctx context.Context) error {
+	return pg.View(ctx, func(tx ledger.Tx) error {
+		var one int
+		return tx.(*Tx).tx.QueryRowContext(tx.(*Tx).ctx, "SELECT 1").Scan(&one)
+	})
+}
+
+// View runs fn in a read-only snapshot of the database.
+func (pg *Postgres) View(ctx context.Context, fn func(ledger.Tx) error) error {
+	return pg.run(ctx, &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead}, nil,
+		func(tx *Tx) error { return fn(tx) })
+}
+
+// Update runs fn in a read-write transaction holding keys (see Postgres).
+// A transaction the server aborts to break a deadlock, or that a dropped
+// connection ended before fn ran, is run again, within the bound.
+func (pg *Postgres) Update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
+	return pg.update(ctx, func(tx *Tx) error { return fn(tx) }, keys...)
+}
+
+func (pg *Postgres) update(ctx context.Context, fn func(*Tx) error, keys ...string) error {
+	keys = slices.Clone(keys)
+	slices.Sort(keys) // every transaction locks in one order: no deadlock between two
+	keys = slices.Compact(keys)
+	return pg.run(ctx, nil, keys, fn)
+}
+
+// FinishLater records how a reserved slot's call ended, at once: a commit
+// on PostgreSQL survives the process as a journal would.
+func (pg *Postgres) FinishLater(ctx context.Context, f ledger.Finished) error {
+	return pg.update(ctx, func(tx *Tx) error {
+		_, err := tx.finish(f)
+		return err
+	})
+}
+
+// Sweep is DB.Sweep on PostgreSQL, whose autovacuum gives freed space
+// back by itself.
+func (pg *Postgres) Sweep(ctx context.Context, now, before time.Time) (Swept, error) {
+	return sweep(ctx, func(ctx context.Context, fn func(*Tx) error) error { return pg.update(ctx, fn) }, now, before)
+}
+
+// run runs fn in one transaction of opts (nil for read-write) holding
+// keys, within the bound, again when the server asks for it.
+func (pg *Postgres) run(ctx context.Context, opts *sql.TxOptions, keys []string, fn func(*Tx) error) error {
+	bounded, cancel := context.WithTimeout(ctx, pg.timeout)
+	defer cancel()
+	for try := 1; ; try++ {
+		err := pg.once(bounded, opts, keys, fn)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("state: %w", ctx.Err())
+		}
+		if try < 4 && bounded.Err() == nil && retryable(err) {
+			continue
+		}
+		return pg.failed("transaction", bounded, err)
+	}
+}
+
+func (pg *Postgres) once(ctx context.Context, opts *sql.TxOptions, keys []string, fn func(*Tx) error) error {
+	stx, err := pg.db.BeginTx(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer stx.Rollback()
+	tx := &Tx{tx: stx, ctx: ctx, pg: &pgTx{db: pg}, instance: pg.instance}
+	for _, k := range keys {
+		if err := tx.pg.hold(tx, k); err != nil {
+			return err
+		}
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return stx.Commit()
+}
+
+// retryable says the server aborted a transaction that may simply be run
+// again: a deadlock broken, a serialisation failure, or a connection that
+// was dropped (a restart) before the pool noticed.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "40001" || pe.Code == "40P01"
+	}
+	return errors.Is(err, driver.ErrBadConn) || pgconn.SafeToRetry(err)
+}
+
+// failed wraps err, from what, as ErrUnavailable when the database did
+// not answer rather than refuse.
+func (pg *Postgres) failed(what string, ctx context.Context, err error) error {
+	if errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("state: PostgreSQL at %s did not answer within %s: %w", pg.where, pg.timeout, ErrUnavailable)
+	}
+	if unavailable(err) {
+		return fmt.Errorf("state: PostgreSQL at %s: %s: %v: %w", pg.where, what, pgCause(err), ErrUnavailable)
+	}
+	return fmt.Errorf("state: PostgreSQL %s: %w", what, err)
+}
+
+// unavailable says err is the database not answering: a connection that
+// failed or was cut, or a server shutting down, starting, or out of
+// resources.
+func unavailable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code[:2] {
+		case "08", "53", "57", "58":
+			return true
+		}
+		return false
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, driver.ErrBadConn) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, sql.ErrConnDone) || pgconn.Timeout(err) || strings.Contains(err.Error(), "conn closed")
+}
+
+// pgTx is what a PostgreSQL transaction holds.
+type pgTx struct {
+	db   *Postgres
+	held map[string]bool // keys whose rows it locked
+	now  time.Time       // the server's clock when it locked its first key; zero before
+}
+
+const (
+	qHoldKey = `SELECT clock_timestamp() FROM keys WHERE key = $1 FOR UPDATE`
+	qAddKey  = `INSERT INTO keys (key) VALUES ($1) ON CONFLICT DO NOTHING`
+)
+
+// hold locks key's row, adding it the first time, until tx ends.
+func (p *pgTx) hold(tx *Tx, key string) error {
+	if p.held[key] {
+		return nil
+	}
+	before := p.db.local()
+	var server time.Time
+	err := tx.tx.QueryRowContext(tx.ctx, qHoldKey, key).Scan(&server)
+	if errors.Is(err, sql.ErrNoRows) {
+		if _, err = tx.tx.ExecContext(tx.ctx, qAddKey, key); err == nil {
+			err = tx.tx.QueryRowContext(tx.ctx, qHoldKey, key).Scan(&server)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("state: hold key %s: %w", key, err)
+	}
+	if p.held == nil {
+		p.held = map[string]bool{}
+	}
+	p.held[key] = true
+	if p.now.IsZero() {
+		p.now = server
+		p.db.noteClock(before, server, p.db.local())
+	}
+	return nil
+}
+
+// clock returns the transaction's instant: the server's clock when it
+// locked its first key, or read now when it holds none.
+func (p *pgTx) clock(tx *Tx, local time.Time) time.Time {
+	if !p.now.IsZero() {
+		return p.now
+	}
+	before := p.db.local()
+	var server time.Time
+	if err := tx.tx.QueryRowContext(tx.ctx, "SELECT clock_timestamp()").Scan(&server); err != nil {
+		return p.db.Now() // the statements after it fail the same way
+	}
+	p.now = server
+	p.db.noteClock(before, server, p.db.local())
+	return server
+}
+
+// pgArgs passes flags as the 0 and 1 the tables hold.
+func pgArgs(args []any) []any {
+	for i, a := range args {
+		if b, ok := a.(bool); ok {
+			args[i] = int64(0)
+			if b {
+				args[i] = int64(1)
+			}
+		}
+	}
+	return args
+}
+
+var (
+	sqliteIndexedBy = regexp.MustCompile(`\s+INDEXED BY \w+`)
+	sqliteUnaryKey  = regexp.MustCompile(`\+key\b`)
+)
+
+// pgDialect translates a statement written for SQLite into PostgreSQL's
+// dialect: SQLite's planner hints go (INDEXED BY, +column), and its
+// parameters ? and ?N become $N. Statements that differ more are written
+// twice (newQueryFor).
+func pgDialect(text string) string {
+	text = sqliteIndexedBy.ReplaceAllString(text, "")
+	text = sqliteUnaryKey.ReplaceAllString(text, "key")
+	var b strings.Builder
+	highest := 0
+	quoted := false
+	for i := 0; i < len(text); i++ {
+		c := text[i]
+		switch {
+		case c == '\'':
+			quoted = !quoted
+		case c == '?' && !quoted:
+			j := i + 1
+			for j < len(text) && text[j] >= '0' && text[j] <= '9' {
+				j++
+			}
+			n := highest + 1
+			if j > i+1 {
+				n, _ = strconv.Atoi(text[i+1 : j])
+			}
+			highest = max(highest, n)
+			fmt.Fprintf(&b, "$%d", n)
+			i = j - 1
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}

@@ -49,9 +49,15 @@ func (e Env) readFile(name string) ([]byte, error) {
 type fileConfig struct {
 	// Retention is how long the state keeps attempts, observations and
 	// warnings (the activity); default DefaultRetention.
-	Retention duration       `toml:"retention"`
-	Keys      []keyConfig    `toml:"keys"`
-	Callers   []callerConfig `toml:"callers"`
+	Retention duration `toml:"retention"`
+	// State is where the state is kept: a SQLite file's path, or a
+	// PostgreSQL URL (postgres://user@host:5432/db?sslmode=…) without a
+	// password. --state and MCP_QUOTA_STATE override it.
+	State string `toml:"state"`
+	// StateTimeout bounds each transaction on a PostgreSQL state.
+	StateTimeout duration       `toml:"state_timeout"`
+	Keys         []keyConfig    `toml:"keys"`
+	Callers      []callerConfig `toml:"callers"`
 }
 
 // DefaultRetention is how long the state keeps the activity when the
@@ -285,10 +291,35 @@ func Parse(data []byte, env Env) (*Store, error) {
 				s.retention, shortest, shortest.String())})
 		}
 	}
+	if err := checkState(fc.State); err != nil {
+		errs = append(errs, err)
+	}
+	s.state = fc.State
+	if fc.StateTimeout != 0 {
+		s.stateTimeout = time.Duration(fc.StateTimeout)
+		if s.stateTimeout < 100*time.Millisecond || s.stateTimeout > time.Minute {
+			errs = append(errs, &ConfigError{Field: "state_timeout", Msg: fmt.Sprintf(
+				"state_timeout %s is outside 100ms to 1m: it bounds how long a call waits for the database before it fails with stateUnavailable", s.stateTimeout)})
+		}
+	}
 	if len(errs) > 0 {
 		return nil, located(errs, lines)
 	}
 	return s, nil
+}
+
+// checkState refuses a state URL with a password in it: a config file is
+// no place for a credential.
+func checkState(state string) *ConfigError {
+	u, err := url.Parse(state)
+	if err != nil || u.Scheme == "" {
+		return nil // a file path; opening it says what is wrong with it
+	}
+	if _, ok := u.User.Password(); ok || u.Query().Has("password") {
+		return &ConfigError{Field: "state", Msg: "the state URL carries a password: remove it, and give it in PGPASSWORD or a password file " +
+			"(~/.pgpass, or the file PGPASSFILE names)"}
+	}
+	return nil
 }
 
 // located gives each error the line of its field and returns one error

@@ -155,7 +155,18 @@ type Store struct {
 	keys      []*Key
 	callers   []*Caller
 	retention time.Duration
+
+	state        string
+	stateTimeout time.Duration
 }
+
+// State is where the configuration puts the state (a file path or a
+// PostgreSQL URL); empty when it says nothing.
+func (s *Store) State() string { return s.state }
+
+// StateTimeout is the configuration's bound on a PostgreSQL state's
+// transactions; zero when it says nothing.
+func (s *Store) StateTimeout() time.Duration { return s.stateTimeout }
 
 // Retention is how long the state keeps the activity: the configuration's
 // retention, or DefaultRetention.

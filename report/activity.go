@@ -23,11 +23,14 @@ type Activity struct {
 	WaitMS    int64  `json:"wait_ms"`
 	Probe     bool   `json:"probe,omitempty"`
 	Reason    string `json:"reason,omitempty"`
+	// Instance is the process that recorded it: with many hosts on one
+	// PostgreSQL state, the host that admitted it (host name/process ID).
+	Instance string `json:"instance,omitempty"`
 }
 
 // NewActivity renders a.
 func NewActivity(a ledger.Attempt) Activity {
 	return Activity{ID: a.ID, At: a.At.UTC().Format(time.RFC3339Nano), Call: a.CallID, Attempt: a.Attempt, Key: a.Key,
 		Caller: a.Caller, Transport: a.Transport, Method: a.Method, Target: a.Target, State: a.State, Status: a.Status,
-		WaitMS: a.Wait.Milliseconds(), Probe: a.Probe, Reason: a.Reason}
+		WaitMS: a.Wait.Milliseconds(), Probe: a.Probe, Reason: a.Reason, Instance: a.Instance}
 }

@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"database/sql/driver"
 	"embed"
@@ -16,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -52,6 +54,9 @@ type Postgres struct {
 	local    func() time.Time
 	instance string
 	offset   atomic.Int64 // nanoseconds from the process's clock to the server's, as last measured
+
+	readyMu sync.Mutex
+	ready   atomic.Bool // connected once and migrated
 }
 
 // PostgresOptions tune a Postgres; the zero value is the default.
@@ -68,6 +73,11 @@ type PostgresOptions struct {
 	// Local is the process's own clock, which the server's is measured
 	// against (see Now); nil means time.Now.
 	Local func() time.Time
+	// WaitForServer makes a server that does not answer at open no
+	// error: the Postgres answers ErrUnavailable until it does, then
+	// migrates and serves. Other failures (a refused login, a missing
+	// database, a newer schema) still fail OpenPostgres.
+	WaitForServer bool
 }
 
 // DefaultPostgresTimeout is a transaction's bound when PostgresOptions
@@ -141,15 +151,32 @@ func OpenPostgres(ctx context.Context, rawURL string, o PostgresOptions) (*Postg
 	db.SetMaxIdleConns(o.MaxConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	pg := &Postgres{db: db, where: where, timeout: o.Timeout, local: o.Local, instance: o.Instance}
-	if err := pg.connect(ctx); err != nil {
-		db.Close()
-		return nil, err
-	}
-	if err := pg.migrate(ctx); err != nil {
+	if err := pg.prepare(ctx); err != nil && !(o.WaitForServer && errors.Is(err, ErrUnavailable) && ctx.Err() == nil) {
 		db.Close()
 		return nil, err
 	}
 	return pg, nil
+}
+
+// prepare connects and migrates, once: every transaction waits for it
+// until it has succeeded.
+func (pg *Postgres) prepare(ctx context.Context) error {
+	if pg.ready.Load() {
+		return nil
+	}
+	pg.readyMu.Lock()
+	defer pg.readyMu.Unlock()
+	if pg.ready.Load() {
+		return nil
+	}
+	if err := pg.connect(ctx); err != nil {
+		return err
+	}
+	if err := pg.migrate(ctx); err != nil {
+		return err
+	}
+	pg.ready.Store(true)
+	return nil
 }
 
 // pgConfig parses rawURL, refusing one that carries a password.
@@ -329,6 +356,22 @@ func (pg *Postgres) Instance() string { return pg.instance }
 // Where names the database, with no credential.
 func (pg *Postgres) Where() string { return pg.where }
 
+// SigningKey returns the shared key called name, made (130 random bits)
+// by the first host to ask: what one host signs, every host sharing the
+// database can check (MCP session IDs). It is no credential: every
+// request still carries its caller's token.
+func (pg *Postgres) SigningKey(ctx context.Context, name string) ([]byte, error) {
+	var key []byte
+	err := pg.update(ctx, func(tx *Tx) error {
+		if _, err := tx.tx.ExecContext(tx.ctx, `INSERT INTO signing_keys (name, value) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+			name, []byte(rand.Text())); err != nil {
+			return err
+		}
+		return tx.tx.QueryRowContext(tx.ctx, `SELECT value FROM signing_keys WHERE name = $1`, name).Scan(&key)
+	})
+	return key, err
+}
+
 // Close closes the process's connections.
 func (pg *Postgres) Close() error { return pg.db.Close() }
 
@@ -382,6 +425,9 @@ func (pg *Postgres) Sweep(ctx context.Context, now, before time.Time) (Swept, er
 // run runs fn in one transaction of opts (nil for read-write) holding
 // keys, within the bound, again when the server asks for it.
 func (pg *Postgres) run(ctx context.Context, opts *sql.TxOptions, keys []string, fn func(*Tx) error) error {
+	if err := pg.prepare(ctx); err != nil {
+		return err
+	}
 	bounded, cancel := context.WithTimeout(ctx, pg.timeout)
 	defer cancel()
 	for try := 1; ; try++ {

@@ -38,12 +38,12 @@ func (e environment) status(ctx context.Context, args []string) error {
 		}
 		list = []*keystore.Key{k}
 	}
-	a, err := e.open(ctx, c, keys, log)
+	a, err := e.open(ctx, c, keys, log, false)
 	if err != nil {
 		return err
 	}
 	defer a.close()
-	now := time.Now()
+	now := a.now()
 	st, err := report.Build(ctx, a.pacer, list, "", now)
 	if err != nil {
 		return err
@@ -110,7 +110,15 @@ func (e environment) activity(ctx context.Context, args []string) error {
 	if err := e.parse(fs, args); err != nil {
 		return err
 	}
-	a, err := e.openState(ctx, c)
+	log, err := e.logger(c)
+	if err != nil {
+		return err
+	}
+	keys, err := e.loadKeys(c, log) // for the state it names
+	if err != nil {
+		return err
+	}
+	a, _, err := e.openState(ctx, c, keys, log, false)
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // demoSetup is a running demo upstream and the files that describe it: a
@@ -54,7 +55,11 @@ func (d *demoSetup) close() {
 // what is missing of the folder's files. listenSet says listen was given
 // with --demo-listen.
 func (e environment) startDemo(ctx context.Context, c common, listen string, listenSet bool, log *slog.Logger) (*demoSetup, error) {
-	dir, err := filepath.Abs(filepath.Join(filepath.Dir(e.statePath(c)), "demo"))
+	near := e.statePath(c, nil)
+	if state.IsPostgresURL(near) {
+		near = e.statePath(common{}, nil) // the demo's files stay on this host
+	}
+	dir, err := filepath.Abs(filepath.Join(filepath.Dir(near), "demo"))
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +125,7 @@ keys = ["demo"]
 name = "sync"
 token_file = %[5]q
 keys = ["demo"]
-`, d.configPath, d.baseURL, secretPath, d.agentToken, d.syncToken, absPath(e.statePath(c)))
+`, d.configPath, d.baseURL, secretPath, d.agentToken, d.syncToken, stateShown(e.statePath(c, nil)))
 	if old, err := os.ReadFile(d.configPath); err != nil || string(old) != cfg {
 		if err := writeFileAtomic(d.configPath, []byte(cfg)); err != nil {
 			d.close()
@@ -150,7 +155,7 @@ func previousUpstream(path string) string {
 // from their files with $(cat …), so they appear on no screen.
 func (d *demoSetup) announce(w io.Writer, base, statePath, exe string) {
 	d.lock.announce(d.dir, fmt.Sprintf("MCP at %s/mcp, process %d", base, os.Getpid()))
-	statePath = absPath(statePath)
+	statePath = stateShown(statePath)
 	fmt.Fprintf(w, `mcp-quota demo: a demo upstream that allows 120 calls per minute per key is running at %s
 (key "demo"; its credential stays inside mcp-quota). The demo's files are in %s;
 later demos reuse them, so the tokens below stay valid.

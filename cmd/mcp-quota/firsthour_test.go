@@ -160,8 +160,9 @@ func TestExplicitConfigMustExist(t *testing.T) {
 	}
 }
 
-// TestStateURLRefused: a URL for the state is refused before anything is
-// made, naming where it came from and hiding its password.
+// TestStateURLRefused: a state URL of a scheme with no back end, or a
+// PostgreSQL URL with a password in it, is refused before anything is
+// made, naming where it came from and hiding the password.
 func TestStateURLRefused(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir)
@@ -170,16 +171,18 @@ func TestStateURLRefused(t *testing.T) {
 		args   []string
 		env    map[string]string
 		source string
+		says   string
 	}{
-		{"flag", []string{"status", "--state", "postgres://mcp:hunter2@db.example/quota"}, nil, "--state"},
-		{"variable", []string{"stdio"}, map[string]string{"MCP_QUOTA_STATE": "postgres://mcp:hunter2@db.example/quota"}, "MCP_QUOTA_STATE"},
-		{"other scheme", []string{"activity", "--state", "s3://bucket/state.db"}, nil, "--state"},
+		{"flag", []string{"status", "--state", "postgres://mcp:hunter2@db.example/quota"}, nil, "--state", "carries a password"},
+		{"variable", []string{"stdio"}, map[string]string{"MCP_QUOTA_STATE": "postgresql://mcp:hunter2@db.example/quota"}, "MCP_QUOTA_STATE", "carries a password"},
+		{"in the query", []string{"activity", "--state", "postgres://db.example/quota?password=hunter2"}, nil, "--state", "PGPASSWORD"},
+		{"other scheme", []string{"activity", "--state", "s3://bucket/state.db"}, nil, "--state", "no state back end for s3://"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, _, err := runCmd(t, func(k string) string { return tt.env[k] }, tt.args...)
-			if err == nil || !strings.Contains(err.Error(), tt.source) || !strings.Contains(err.Error(), "is a URL") ||
-				!strings.Contains(err.Error(), "no state back end") || strings.Contains(err.Error(), "hunter2") {
-				t.Errorf("%v: %v; want a refusal naming %s, without the password", tt.args, err, tt.source)
+			if err == nil || !strings.Contains(err.Error(), tt.source) || !strings.Contains(err.Error(), tt.says) ||
+				strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("%v: %v; want a refusal naming %s that says %q, without the password", tt.args, err, tt.source, tt.says)
 			}
 		})
 	}

@@ -55,7 +55,7 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	}
 	defer ln.Close()
 	loopback := isLoopback(ln.Addr())
-	a, err := e.open(ctx, c, keys, log)
+	a, err := e.open(ctx, c, keys, log, true)
 	if err != nil {
 		return err
 	}
@@ -72,15 +72,15 @@ func (e environment) serve(ctx context.Context, args []string) error {
 
 	base := "http://" + ln.Addr().String()
 	if d != nil {
-		d.announce(e.stdout, base, e.statePath(c), demoExecutable())
+		d.announce(e.stdout, base, stateShown(e.statePath(c, keys)), demoExecutable())
 	} else {
 		fmt.Fprintf(e.stdout, "mcp-quota %s\n  MCP (Streamable HTTP): %s/mcp\n  REST:                  %s/k/{key}/\n  keys: %v\n  state: %s\n",
-			version, base, base, keys.KeyNames(), e.statePath(c))
+			version, base, base, keys.KeyNames(), stateShown(e.statePath(c, keys)))
 		if len(keys.Keys()) == 0 {
 			fmt.Fprintf(e.stdout, "  no keys are configured: write %s (see README), or try --demo\n", e.configPath(c))
 		}
 	}
-	log.Info("serving", "addr", ln.Addr().String(), "keys", keys.KeyNames(), "state", e.statePath(c))
+	log.Info("serving", "addr", ln.Addr().String(), "keys", keys.KeyNames(), "state", stateShown(e.statePath(c, keys)))
 	return serveUntil(ctx, srv, ln)
 }
 
@@ -130,7 +130,7 @@ func (e environment) stdio(ctx context.Context, args []string, stdin io.Reader) 
 	if err != nil {
 		return err
 	}
-	a, err := e.open(ctx, c, keys, log)
+	a, err := e.open(ctx, c, keys, log, true)
 	if err != nil {
 		return e.stdioUnavailable(ctx, stdin, err, log)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/rest"
 	"github.com/mcp-quota/mcp-quota/state"
 	"github.com/mcp-quota/mcp-quota/tools"
@@ -41,15 +42,15 @@ type common struct {
 func (e environment) flags(name string, c *common, defaultLevel string) *flag.FlagSet {
 	fs := flag.NewFlagSet("mcp-quota "+name, flag.ContinueOnError)
 	fs.StringVar(&c.config, "config", e.getenv("MCP_QUOTA_CONFIG"), "configuration file (default: the user config dir, mcp-quota/config.toml)")
-	fs.StringVar(&c.state, "state", e.getenv("MCP_QUOTA_STATE"), "state file (default: the user state dir, mcp-quota/state.db)")
+	fs.StringVar(&c.state, "state", e.getenv("MCP_QUOTA_STATE"), "the state: a SQLite file, or a PostgreSQL URL postgres://user@host:5432/db shared by many hosts (default: the config's state, else the user state dir, mcp-quota/state.db)")
 	fs.StringVar(&c.logLevel, "log-level", defaultLevel, "log level: debug, info, warn or error (logs go to stderr)")
 	return fs
 }
 
 // parse parses a command's flags. -h prints the command's flags to stdout
 // (errHelp: exit status 0); a mistake prints them to stderr (errUsage).
-// A --state (or MCP_QUOTA_STATE) that is a URL is refused here, before
-// anything is opened.
+// A --state (or MCP_QUOTA_STATE) that is a URL of another scheme than
+// PostgreSQL's is refused here, before anything is opened.
 func (e environment) parse(fs *flag.FlagSet, args []string) error {
 	var out strings.Builder
 	fs.SetOutput(&out)
@@ -92,26 +93,39 @@ func (e environment) source(fs *flag.FlagSet, name, envVar string) string {
 // by "://"; a Windows path (C:\…) has no "//".
 var urlScheme = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*)://`)
 
-// refuseURL refuses a state location that is a URL: the state is a SQLite
-// file, and no back end for another scheme exists yet.
+// refuseURL refuses a state location that is a URL of a scheme with no
+// back end: the state is a SQLite file or a PostgreSQL database.
 func refuseURL(location, source string) error {
 	m := urlScheme.FindStringSubmatch(location)
 	if m == nil {
 		return nil
 	}
-	return fmt.Errorf("%s %s is a URL, and mcp-quota has no state back end for %s:// yet: "+
-		"its state is a SQLite file, so give %s a file path (every process sharing a budget names the same file)",
+	if state.IsPostgresURL(location) {
+		if u, err := url.Parse(location); err == nil {
+			if _, ok := u.User.Password(); ok || u.Query().Has("password") {
+				return fmt.Errorf("%s %s carries a password: remove it, and give it in PGPASSWORD or a password file "+
+					"(~/.pgpass, or the file PGPASSFILE names), so that it is in no command line, config file or process list",
+					source, redactURL(location))
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("%s %s is a URL, and mcp-quota has no state back end for %s://: "+
+		"its state is a SQLite file (give %s a file path; every process on the host sharing a budget names the same file) "+
+		"or a PostgreSQL database shared by many hosts (postgres://user@host:5432/database)",
 		source, redactURL(location), m[1], source)
 }
 
-// redactURL drops the password a URL may carry, for the error message.
+// redactURL drops the password a URL may carry (in its user part or as
+// a password= parameter), for messages.
 func redactURL(s string) string {
 	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		if err != nil {
-			return "(a URL)"
-		}
-		return s
+	if err != nil {
+		return "(a URL)"
+	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
 }
@@ -138,11 +152,40 @@ func (e environment) configPath(c common) string {
 	return filepath.Join(dir, "mcp-quota", "config.toml")
 }
 
-func (e environment) statePath(c common) string {
+// statePath is where the state is: --state (or MCP_QUOTA_STATE), else
+// the configuration's state, else the file in the user's state directory.
+func (e environment) statePath(c common, keys *keystore.Store) string {
 	if c.state != "" {
 		return c.state
 	}
+	if keys != nil && keys.State() != "" {
+		return keys.State()
+	}
 	return filepath.Join(stateDir(e.getenv), "mcp-quota", "state.db")
+}
+
+// stateShown is the state location as it may be shown: a file's absolute
+// path, or a URL without a password.
+func stateShown(location string) string {
+	if urlScheme.MatchString(location) {
+		return redactURL(location)
+	}
+	return absPath(location)
+}
+
+// clock is the process's clock: time.Now, moved by MCP_QUOTA_CLOCK_SKEW
+// (a duration such as -5s) when it is set — for tests of hosts whose
+// clocks disagree.
+func (e environment) clock() (func() time.Time, error) {
+	s := e.getenv("MCP_QUOTA_CLOCK_SKEW")
+	if s == "" {
+		return time.Now, nil
+	}
+	skew, err := time.ParseDuration(s)
+	if err != nil {
+		return nil, fmt.Errorf("MCP_QUOTA_CLOCK_SKEW %q: give a duration such as 5s or -2s", s)
+	}
+	return func() time.Time { return time.Now().Add(skew) }, nil
 }
 
 // stateDir is the user's state directory: $XDG_STATE_HOME, else
@@ -196,30 +239,64 @@ func (e environment) loadKeys(c common, log *slog.Logger) (*keystore.Store, erro
 // app is everything the servers share.
 type app struct {
 	keys   *keystore.Store
-	db     *state.DB
+	db     store
+	now    func() time.Time // the state's clock: the database server's, when hosts share one
 	pacer  *pacer.Pacer
 	client *upstream.Client
 	log    *slog.Logger
 }
 
-func (e environment) open(ctx context.Context, c common, keys *keystore.Store, log *slog.Logger) (*app, error) {
-	db, err := e.openState(ctx, c)
+// store is what the commands use of a state back end: a SQLite file
+// (*state.DB) or a PostgreSQL database (*state.Postgres).
+type store interface {
+	ledger.Store
+	Check(ctx context.Context) error
+	Sweep(ctx context.Context, now, before time.Time) (state.Swept, error)
+	Recover(ctx context.Context) (int, error)
+	Close() error
+}
+
+// open opens the state and what runs on it. A command that serves calls
+// for long waits for a PostgreSQL state that does not answer at its start
+// (its calls fail with stateUnavailable until it does); the others fail.
+func (e environment) open(ctx context.Context, c common, keys *keystore.Store, log *slog.Logger, serving bool) (*app, error) {
+	db, now, err := e.openState(ctx, c, keys, log, serving)
 	if err != nil {
 		return nil, err
 	}
 	p := pacer.New(db)
-	return &app{keys: keys, db: db, pacer: p, client: upstream.New(p, log), log: log}, nil
+	p.Now = now
+	return &app{keys: keys, db: db, now: now, pacer: p, client: upstream.New(p, log), log: log}, nil
 }
 
-// openState opens the state file; a failure says in words what is wrong
-// with it (see explainState).
-func (e environment) openState(ctx context.Context, c common) (*state.DB, error) {
-	path := e.statePath(c)
+// openState opens the state, and returns the clock its admissions keep.
+// A failure says in words what is wrong (see explainState; a PostgreSQL
+// state's errors say it themselves).
+func (e environment) openState(ctx context.Context, c common, keys *keystore.Store, log *slog.Logger, serving bool) (store, func() time.Time, error) {
+	local, err := e.clock()
+	if err != nil {
+		return nil, nil, err
+	}
+	path := e.statePath(c, keys)
+	if state.IsPostgresURL(path) {
+		o := state.PostgresOptions{Local: local, WaitForServer: serving, Instance: e.getenv("MCP_QUOTA_INSTANCE")}
+		if keys != nil {
+			o.Timeout = keys.StateTimeout()
+		}
+		pg, err := state.OpenPostgres(ctx, path, o)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := pg.Check(ctx); err != nil && log != nil {
+			log.Warn("the PostgreSQL state does not answer yet: calls fail with stateUnavailable until it does", "state", pg.Where(), "error", err)
+		}
+		return pg, pg.Now, nil
+	}
 	db, err := state.Open(ctx, path)
 	if err != nil && ctx.Err() == nil {
-		return nil, explainState(path, err)
+		return nil, nil, explainState(path, err)
 	}
-	return db, err
+	return db, local, err
 }
 
 // close gives back the slots of the pacer's leases, then closes the state
@@ -251,7 +328,7 @@ func (a *app) sweep(ctx context.Context) {
 		if _, err := a.db.Recover(ctx); err != nil && ctx.Err() == nil {
 			a.log.Warn("recording the journal of a process that ended failed", "error", err)
 		}
-		now := time.Now()
+		now := a.now()
 		if _, err := a.db.Sweep(ctx, now, now.Add(-a.keys.Retention())); err != nil && ctx.Err() == nil {
 			a.log.Warn("sweeping the state file failed", "error", err)
 		}

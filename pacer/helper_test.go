@@ -31,7 +31,7 @@ const helperEnv = "PACER_TEST_HELPER"
 
 // helperConfig is what a helper process is told through its environment.
 type helperConfig struct {
-	Path      string        // the state file
+	Path      string        // the state file, or a PostgreSQL URL (its password in PGPASSWORD)
 	Caller    string        // the caller name it uses
 	Quota     int64         // the key's documented policy
 	Window    time.Duration // (none when Quota is 0)
@@ -96,12 +96,15 @@ func runHelper() error {
 		return err
 	}
 	ctx := context.Background()
-	db, err := state.Open(ctx, cfg.Path)
+	db, err := state.OpenStore(ctx, cfg.Path, state.PostgresOptions{JournalDir: os.Getenv("PACER_JOURNAL")})
 	if err != nil {
 		return err
 	}
 	defer db.Close()
 	p := pacer.New(db)
+	if pg, ok := db.(*state.Postgres); ok {
+		p.Now = pg.Now
+	}
 	p.Lease = cfg.Lease
 	key := hammerKey(cfg.Quota, cfg.Window)
 	out := bufio.NewWriter(os.Stdout)

@@ -25,7 +25,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // the "sqlite" driver
@@ -72,9 +71,7 @@ type DB struct {
 	queue   []*write // Update calls waiting for a transaction
 	writing bool     // a goroutine runs transactions for the queue
 
-	journalMu sync.Mutex              // held while the journal is opened, and while the DB closes
-	jr        atomic.Pointer[journal] // the process's journal, once opened (see FinishLater)
-	closed    bool                    // under journalMu: Close was called
+	out outcomes // the process's journal (see FinishLater)
 
 	wh writeHealth // how the last writes ended (see Check)
 }
@@ -121,6 +118,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	}
 	r.SetMaxOpenConns(4)
 	db := &DB{w: w, r: r, path: path}
+	db.out.dir, db.out.update = journalDir(path), db.update
 	if err := db.prepareControl(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("state: open %s: %w", path, err)
@@ -150,17 +148,11 @@ func (db *DB) Path() string { return db.path }
 // Close records what the process's journal holds (see FinishLater) and
 // closes the file.
 func (db *DB) Close() error {
-	db.journalMu.Lock()
-	if db.closed {
-		db.journalMu.Unlock()
+	first, err := db.out.close()
+	if !first {
 		return nil
 	}
-	db.closed = true
-	db.journalMu.Unlock()
-	var errs []error
-	if j := db.jr.Load(); j != nil {
-		errs = append(errs, j.close())
-	}
+	errs := []error{err}
 	for _, s := range append(append(db.ws, db.rs...), db.ctl[:]...) {
 		if s != nil {
 			errs = append(errs, s.Close())
@@ -262,7 +254,7 @@ func (db *DB) View(ctx context.Context, fn func(ledger.Tx) error) error {
 // view is View with the back end's own Tx.
 func (db *DB) view(ctx context.Context, fn func(*Tx) error) error {
 	// What this process finished is read as finished.
-	if err := db.flushJournal(ctx); err != nil {
+	if err := db.out.flush(ctx); err != nil {
 		return err
 	}
 	// A read-only transaction is a deferred one: readers never take the

@@ -15,11 +15,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
@@ -72,9 +74,20 @@ var qSlotState = newQuery(`SELECT state FROM attempts WHERE id = ? AND key = ? A
 // file; a file is removed once all it holds is applied.
 const journalSegment = 4 << 20
 
+// outcomes is a back end's journal of foreseen outcomes: where the
+// journals of its processes live, and how their outcomes are recorded.
+type outcomes struct {
+	dir    string                                       // the journals' directory; "" for none: FinishLater records at once
+	update func(context.Context, func(*Tx) error) error // the back end's write transaction
+
+	mu     sync.Mutex              // held while the journal is opened, and while the store closes
+	jr     atomic.Pointer[journal] // the process's journal, once opened
+	closed bool                    // under mu: the store was closed
+}
+
 // A journal is the process's file of outcomes not yet in the state file.
 type journal struct {
-	db  *DB
+	out *outcomes
 	dir string
 
 	mu       sync.Mutex
@@ -124,14 +137,18 @@ func journalDir(path string) string { return path + ".outcomes" }
 // file, or a write to it failed), f is recorded in the state file at once,
 // in a transaction that ctx bounds.
 func (db *DB) FinishLater(ctx context.Context, f ledger.Finished) error {
-	j, err := db.journal()
+	return db.out.finishLater(ctx, f)
+}
+
+func (o *outcomes) finishLater(ctx context.Context, f ledger.Finished) error {
+	j, err := o.journal()
 	if err == nil {
 		err = j.write(f)
 	}
 	if err == nil || errors.Is(err, errClosed) {
 		return err
 	}
-	return db.update(ctx, func(tx *Tx) error { return tx.record(f) })
+	return o.update(ctx, func(tx *Tx) error { _, err := tx.finish(f); return err })
 }
 
 // errClosed reports a use of a closed DB.
@@ -139,31 +156,48 @@ var errClosed = errors.New("state: closed")
 
 // journal returns the process's journal, opened at its first use. When it
 // cannot be opened, the next call tries again.
-func (db *DB) journal() (*journal, error) {
-	if j := db.jr.Load(); j != nil {
+func (o *outcomes) journal() (*journal, error) {
+	if j := o.jr.Load(); j != nil {
 		return j, nil
 	}
-	db.journalMu.Lock()
-	defer db.journalMu.Unlock()
-	if db.closed {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
 		return nil, errClosed
 	}
-	if j := db.jr.Load(); j != nil {
+	if j := o.jr.Load(); j != nil {
 		return j, nil
 	}
-	j, err := openJournal(db)
+	j, err := openJournal(o)
 	if err != nil {
 		return nil, err
 	}
-	db.jr.Store(j)
+	o.jr.Store(j)
 	return j, nil
 }
 
-func openJournal(db *DB) (*journal, error) {
-	if !journaling {
+// close closes the process's journal (see journal.close); FinishLater
+// takes no more outcomes after it. It reports whether it was the first
+// close.
+func (o *outcomes) close() (first bool, err error) {
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		return false, nil
+	}
+	o.closed = true
+	o.mu.Unlock()
+	if j := o.jr.Load(); j != nil {
+		return true, j.close()
+	}
+	return true, nil
+}
+
+func openJournal(o *outcomes) (*journal, error) {
+	if !journaling || o.dir == "" {
 		return nil, errNoJournal
 	}
-	j := &journal{db: db, dir: journalDir(db.path), progress: make(chan struct{}),
+	j := &journal{out: o, dir: o.dir, progress: make(chan struct{}),
 		wake: make(chan struct{}, 1), hurry: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if err := os.MkdirAll(j.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("state: journal: %w", err)
@@ -325,7 +359,7 @@ func (j *journal) record(batch []queued) ([]bool, error) {
 	for i, q := range batch {
 		fs[i] = q.f
 	}
-	done, _, err := j.db.recordAll(j.ctx, fs)
+	done, _, err := j.out.recordAll(j.ctx, fs)
 	return done, err
 }
 
@@ -334,10 +368,10 @@ func (j *journal) record(batch []queued) ([]bool, error) {
 // done with (recorded, skipped as recorded already, or refused and set
 // aside) and how many it recorded. It stops at the state file's first
 // failure (busy, full, an I/O error): the others are undone.
-func (db *DB) recordAll(ctx context.Context, fs []ledger.Finished) (done []bool, recorded int, err error) {
+func (o *outcomes) recordAll(ctx context.Context, fs []ledger.Finished) (done []bool, recorded int, err error) {
 	done = make([]bool, len(fs))
 	record := func(fs []ledger.Finished) (n int, err error) {
-		err = db.update(ctx, func(tx *Tx) error {
+		err = o.update(ctx, func(tx *Tx) error {
 			n = 0
 			for _, f := range fs {
 				ok, err := tx.finish(f)
@@ -377,6 +411,10 @@ func (db *DB) recordAll(ctx context.Context, fs []ledger.Finished) (done []bool,
 // would refuse it at every try; not that the file is busy, full or
 // failing, nor that a context ended.
 func refused(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code[:2] == "22" || pe.Code[:2] == "23" // data exception, integrity constraint violation
+	}
 	var e *sqlite.Error
 	if !errors.As(err, &e) {
 		return false
@@ -502,9 +540,9 @@ func (j *journal) close() error {
 	return err
 }
 
-// flushJournal waits for the process's journal, when it has one.
-func (db *DB) flushJournal(ctx context.Context) error {
-	if j := db.jr.Load(); j != nil {
+// flush waits for the process's journal, when it has one.
+func (o *outcomes) flush(ctx context.Context) error {
+	if j := o.jr.Load(); j != nil {
 		return j.flush(ctx)
 	}
 	return nil
@@ -514,8 +552,13 @@ func (db *DB) flushJournal(ctx context.Context) error {
 // state file does not, and removes them. Open runs it; a long-lived
 // process runs it from time to time, for the processes that end beside
 // it. It returns how many outcomes it recorded.
-func (db *DB) Recover(ctx context.Context) (int, error) {
-	dir := journalDir(db.path)
+func (db *DB) Recover(ctx context.Context) (int, error) { return db.out.recover(ctx) }
+
+func (o *outcomes) recover(ctx context.Context) (int, error) {
+	dir := o.dir
+	if dir == "" {
+		return 0, nil
+	}
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
@@ -537,7 +580,7 @@ func (db *DB) Recover(ctx context.Context) (int, error) {
 		default:
 			continue
 		}
-		m, err := db.recoverFile(ctx, name)
+		m, err := o.recoverFile(ctx, name)
 		n += m
 		if err != nil {
 			return n, err
@@ -548,7 +591,7 @@ func (db *DB) Recover(ctx context.Context) (int, error) {
 
 // recoverFile records what the journal file at name holds, unless its
 // process is alive (it holds the file's lock), and removes it.
-func (db *DB) recoverFile(ctx context.Context, name string) (int, error) {
+func (o *outcomes) recoverFile(ctx context.Context, name string) (int, error) {
 	f, err := os.OpenFile(name, os.O_RDWR, 0)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -574,7 +617,7 @@ func (db *DB) recoverFile(ctx context.Context, name string) (int, error) {
 	}
 	n := 0
 	if len(fs) > 0 {
-		if _, n, err = db.recordAll(ctx, fs); err != nil {
+		if _, n, err = o.recordAll(ctx, fs); err != nil {
 			return n, fmt.Errorf("state: recover %s: %w", filepath.Base(name), err)
 		}
 	}

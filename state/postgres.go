@@ -57,6 +57,8 @@ type Postgres struct {
 
 	readyMu sync.Mutex
 	ready   atomic.Bool // connected once and migrated
+
+	out outcomes // the process's journal (see FinishLater)
 }
 
 // PostgresOptions tune a Postgres; the zero value is the default.
@@ -73,6 +75,10 @@ type PostgresOptions struct {
 	// Local is the process's own clock, which the server's is measured
 	// against (see Now); nil means time.Now.
 	Local func() time.Time
+	// JournalDir is where this host keeps the journals of its processes
+	// (see FinishLater): a local directory of this database's own. Empty
+	// means none: outcomes are recorded at once.
+	JournalDir string
 	// WaitForServer makes a server that does not answer at open no
 	// error: the Postgres answers ErrUnavailable until it does, then
 	// migrates and serves. Other failures (a refused login, a missing
@@ -151,6 +157,13 @@ func OpenPostgres(ctx context.Context, rawURL string, o PostgresOptions) (*Postg
 	db.SetMaxIdleConns(o.MaxConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	pg := &Postgres{db: db, where: where, timeout: o.Timeout, local: o.Local, instance: o.Instance}
+	pg.out.dir, pg.out.update = o.JournalDir, func(ctx context.Context, fn func(*Tx) error) error { return pg.update(ctx, fn) }
+	if o.JournalDir != "" {
+		if err := os.MkdirAll(o.JournalDir, 0o700); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("state: the journal directory: %w", err)
+		}
+	}
 	if err := pg.prepare(ctx); err != nil && !(o.WaitForServer && errors.Is(err, ErrUnavailable) && ctx.Err() == nil) {
 		db.Close()
 		return nil, err
@@ -372,12 +385,21 @@ func (pg *Postgres) SigningKey(ctx context.Context, name string) ([]byte, error)
 	return key, err
 }
 
-// Close closes the process's connections.
-func (pg *Postgres) Close() error { return pg.db.Close() }
+// Close records what the process's journal holds and closes its
+// connections.
+func (pg *Postgres) Close() error {
+	first, err := pg.out.close()
+	if !first {
+		return nil
+	}
+	return errors.Join(err, pg.db.Close())
+}
 
-// Recover does nothing on PostgreSQL: outcomes are recorded as they come
-// (FinishLater), with no journal of the process's own to replay.
-func (pg *Postgres) Recover(context.Context) (int, error) { return 0, nil }
+// Recover records what the journals of this host's processes that ended
+// hold (see DB.Recover). A host that never comes back takes its journal
+// with it: how those calls ended, not what they spent — their slots stay
+// counted as sent.
+func (pg *Postgres) Recover(ctx context.Context) (int, error) { return pg.out.recover(ctx) }
 
 // Check reports whether the database answers a read within the bound.
 func (pg *Postgres) Check(ctx context.Context) error {
@@ -387,8 +409,12 @@ func (pg *Postgres) Check(ctx context.Context) error {
 	})
 }
 
-// View runs fn in a read-only snapshot of the database.
+// View runs fn in a read-only snapshot of the database, once every
+// outcome this process gave FinishLater is in it.
 func (pg *Postgres) View(ctx context.Context, fn func(ledger.Tx) error) error {
+	if err := pg.out.flush(ctx); err != nil {
+		return err
+	}
 	return pg.run(ctx, &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead}, nil,
 		func(tx *Tx) error { return fn(tx) })
 }
@@ -407,13 +433,12 @@ func (pg *Postgres) update(ctx context.Context, fn func(*Tx) error, keys ...stri
 	return pg.run(ctx, nil, keys, fn)
 }
 
-// FinishLater records how a reserved slot's call ended, at once: a commit
-// on PostgreSQL survives the process as a journal would.
+// FinishLater records how a reserved slot's call ended: in the process's
+// journal on this host, and in the database a moment later with the
+// other outcomes that came meanwhile (see DB.FinishLater); without a
+// JournalDir, at once.
 func (pg *Postgres) FinishLater(ctx context.Context, f ledger.Finished) error {
-	return pg.update(ctx, func(tx *Tx) error {
-		_, err := tx.finish(f)
-		return err
-	})
+	return pg.out.finishLater(ctx, f)
 }
 
 // Sweep is DB.Sweep on PostgreSQL, whose autovacuum gives freed space
@@ -613,4 +638,27 @@ func pgDialect(text string) string {
 		b.WriteByte(c)
 	}
 	return b.String()
+}
+
+// A Store is what both back ends offer: the ledger, and the upkeep the
+// commands run.
+type Store interface {
+	ledger.Store
+	// Check reports whether the state can be used.
+	Check(ctx context.Context) error
+	// Sweep ends the leases that ran out before now and drops the
+	// history older than before (see DB.Sweep).
+	Sweep(ctx context.Context, now, before time.Time) (Swept, error)
+	// Recover records what processes that ended left unrecorded.
+	Recover(ctx context.Context) (int, error)
+	Close() error
+}
+
+// OpenStore opens the state at location: a PostgreSQL database for a
+// postgres:// URL (with o), else a SQLite file.
+func OpenStore(ctx context.Context, location string, o PostgresOptions) (Store, error) {
+	if IsPostgresURL(location) {
+		return OpenPostgres(ctx, location, o)
+	}
+	return Open(ctx, location)
 }

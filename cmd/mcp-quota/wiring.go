@@ -18,7 +18,6 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
-	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/rest"
 	"github.com/mcp-quota/mcp-quota/state"
 	"github.com/mcp-quota/mcp-quota/tools"
@@ -164,6 +163,19 @@ func (e environment) statePath(c common, keys *keystore.Store) string {
 	return filepath.Join(stateDir(e.getenv), "mcp-quota", "state.db")
 }
 
+// journalDir is where this host keeps the journals of its processes for
+// the PostgreSQL state at url: in the user's state directory, one
+// directory per database.
+func (e environment) journalDir(url string) string {
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' {
+			return r
+		}
+		return '_'
+	}, strings.TrimPrefix(strings.TrimPrefix(redactURL(url), "postgresql://"), "postgres://"))
+	return filepath.Join(stateDir(e.getenv), "mcp-quota", "journals", name)
+}
+
 // stateShown is the state location as it may be shown: a file's absolute
 // path, or a URL without a password.
 func stateShown(location string) string {
@@ -239,21 +251,11 @@ func (e environment) loadKeys(c common, log *slog.Logger) (*keystore.Store, erro
 // app is everything the servers share.
 type app struct {
 	keys   *keystore.Store
-	db     store
+	db     state.Store
 	now    func() time.Time // the state's clock: the database server's, when hosts share one
 	pacer  *pacer.Pacer
 	client *upstream.Client
 	log    *slog.Logger
-}
-
-// store is what the commands use of a state back end: a SQLite file
-// (*state.DB) or a PostgreSQL database (*state.Postgres).
-type store interface {
-	ledger.Store
-	Check(ctx context.Context) error
-	Sweep(ctx context.Context, now, before time.Time) (state.Swept, error)
-	Recover(ctx context.Context) (int, error)
-	Close() error
 }
 
 // open opens the state and what runs on it. A command that serves calls
@@ -272,14 +274,15 @@ func (e environment) open(ctx context.Context, c common, keys *keystore.Store, l
 // openState opens the state, and returns the clock its admissions keep.
 // A failure says in words what is wrong (see explainState; a PostgreSQL
 // state's errors say it themselves).
-func (e environment) openState(ctx context.Context, c common, keys *keystore.Store, log *slog.Logger, serving bool) (store, func() time.Time, error) {
+func (e environment) openState(ctx context.Context, c common, keys *keystore.Store, log *slog.Logger, serving bool) (state.Store, func() time.Time, error) {
 	local, err := e.clock()
 	if err != nil {
 		return nil, nil, err
 	}
 	path := e.statePath(c, keys)
 	if state.IsPostgresURL(path) {
-		o := state.PostgresOptions{Local: local, WaitForServer: serving, Instance: e.getenv("MCP_QUOTA_INSTANCE")}
+		o := state.PostgresOptions{Local: local, WaitForServer: serving, Instance: e.getenv("MCP_QUOTA_INSTANCE"),
+			JournalDir: e.journalDir(path)}
 		if keys != nil {
 			o.Timeout = keys.StateTimeout()
 		}

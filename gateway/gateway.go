@@ -53,6 +53,12 @@ type Config struct {
 	// DefaultSessionIdle. A request naming a session that ended is
 	// answered 404, and the client starts a new one.
 	SessionIdle time.Duration
+	// SessionSecret signs the IDs of those sessions, so that every
+	// gateway holding the same secret serves every session any of them
+	// opened: hosts that share a state must share it (32 random bytes
+	// suffice). The zero Secret means a random secret of this process,
+	// so sessions work on this host only, until it restarts.
+	SessionSecret keystore.Secret
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
 	// Version is the program's version, shown by GET /healthz; empty
@@ -123,7 +129,7 @@ func New(c Config) http.Handler {
 // newMCP returns the Streamable HTTP side of c.MCP behind the sessions
 // that keep it.
 func newMCP(c Config) *sessions {
-	ss := newSessions(c.SessionIdle, c.Now)
+	ss := newSessions(c.SessionIdle, c.Now, c.SessionSecret)
 	ss.mcp = server.NewStreamableHTTPServer(c.MCP,
 		server.WithSessionIdManager(ss),
 		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {

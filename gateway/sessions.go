@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 )
 
@@ -37,14 +37,57 @@ const DefaultSessionIdle = time.Hour
 // mcp-go is freed through the same DELETE a client would send. The
 // 2026-07-28 revision has no sessions: its requests pass untouched.
 //
+// # Many hosts
+//
+// A session works on every host that shares the secret its ID is signed
+// with (sessionIDs), with no lookup in a shared state: a host that gets a
+// request naming a session it has no record of checks the ID and, when it
+// is signed with this secret and was issued within SessionMaxAge, adopts
+// the session — makes it live here, as if it had opened it. A forged or
+// altered ID, or one signed with another secret, is refused like any
+// unknown session. What a host knows of a session is its own:
+//
+//   - Idle expiry: each host ends the session once it has been idle there
+//     for idle, and keeps its own last request. A client whose requests
+//     alternate between hosts keeps the session alive on each.
+//   - DELETE ends the session on the host that gets it. Another host that
+//     has it live, or that never saw it, serves it until it idles out
+//     there (or, unseen, until SessionMaxAge). A session grants nothing
+//     — every request is authorized by its own caller token — so an
+//     ended session served elsewhere costs only its memory, for idle.
+//   - A session that ended here (idle or DELETE) is never adopted here
+//     again: the host keeps the ID's random part until the ID expires,
+//     SessionMaxAge after its issue (under 100 bytes a session, against
+//     12 KB for a live one).
+//
+// mcp-go keeps, of a session, what initialize told it (the client's info
+// and capabilities, the negotiated revision), the log level that
+// logging/setLevel sets, per-session tools and resources (mcp-quota has
+// none), the requests in flight that notifications/cancelled may cancel,
+// and an open GET stream. On a host that adopted a session, mcp-go saw no
+// initialize: it answers each POST through a session made for that
+// request alone, whose Initialized is true (as every session of this
+// transport's is), so tools/list, tools/call, resources/read and ping are
+// answered as on the host that opened it, and a GET opens a stream as it
+// does there. The revision, which it lacks, serves mcp-go only to tell
+// 2026-07-28 requests from older ones, and a session's is always older.
+// What holds on one host only: logging/setLevel (elsewhere the level
+// stays mcp-go's default, error, so mcp-quota's warnings are not sent as
+// log messages there), notifications/cancelled (it cancels a request only
+// on the host that runs it), and a GET stream (it carries what its own
+// host sends, which for mcp-quota is nothing: it sends no requests to
+// clients, whose answers would have to reach the host that asked).
+//
 // Its methods are safe for concurrent use.
 type sessions struct {
 	idle time.Duration
 	now  func() time.Time
+	ids  sessionIDs
 	mcp  http.Handler // the StreamableHTTPServer, set once before use
 
 	mu        sync.Mutex
 	live      map[string]*sessionUse
+	ended     map[[sessionRandomLen]byte]time.Time // sessions that ended here → when their IDs expire
 	nextSweep time.Time
 }
 
@@ -54,22 +97,27 @@ type sessionUse struct {
 	busy int       // its requests in flight, GET streams included
 }
 
-func newSessions(idle time.Duration, now func() time.Time) *sessions {
+// newSessions returns the sessions that end after idle (0 means
+// DefaultSessionIdle), with IDs signed with secret (the zero Secret means
+// a random one of this process).
+func newSessions(idle time.Duration, now func() time.Time, secret keystore.Secret) *sessions {
 	if idle <= 0 {
 		idle = DefaultSessionIdle
 	}
 	if now == nil {
 		now = time.Now
 	}
-	return &sessions{idle: idle, now: now, live: map[string]*sessionUse{}}
+	return &sessions{idle: idle, now: now, ids: newSessionIDs(secret),
+		live: map[string]*sessionUse{}, ended: map[[sessionRandomLen]byte]time.Time{}}
 }
 
 // Generate opens a session (mcp-go calls it for initialize).
 func (ss *sessions) Generate() string {
-	id := rand.Text()
+	now := ss.now()
+	id := ss.ids.issue(now)
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	ss.live[id] = &sessionUse{last: ss.now()}
+	ss.live[id] = &sessionUse{last: now}
 	return id
 }
 
@@ -87,12 +135,21 @@ func (ss *sessions) Validate(id string) (isTerminated bool, err error) {
 	return false, nil
 }
 
-// Terminate ends session id (a client's DELETE, or the sweep's).
+// Terminate ends session id here (a client's DELETE, or the sweep's).
 func (ss *sessions) Terminate(id string) (isNotAllowed bool, err error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	delete(ss.live, id)
+	ss.endLocked(id, ss.now())
 	return false, nil
+}
+
+// endLocked forgets session id and remembers that it ended here, for as
+// long as its ID could be adopted.
+func (ss *sessions) endLocked(id string, now time.Time) {
+	delete(ss.live, id)
+	if s, _, err := parseSessionID(id); err == nil && now.Before(s.expires()) {
+		ss.ended[s.random] = s.expires()
+	}
 }
 
 // count returns how many sessions are live.
@@ -123,10 +180,15 @@ func (ss *sessions) serve(w http.ResponseWriter, r *http.Request) {
 				// old one (mcp-go ignores the header on initialize).
 				break
 			}
-			http.Error(w, fmt.Sprintf("The MCP session is not known here: it ended after %s without a request, "+
-				"or mcp-quota restarted. Start a new one with initialize, without Mcp-Session-Id.", pacer.FormatDuration(ss.idle)),
-				http.StatusNotFound)
-			return
+			if !ss.adopt(id) {
+				http.Error(w, fmt.Sprintf("The MCP session is not known here: it ended (after %s without a request, or with DELETE), "+
+					"or another host opened it more than %s ago, or an mcp-quota that does not share this one's session secret "+
+					"opened it (such as this one before it restarted, when none is shared). "+
+					"Start a new one with initialize, without Mcp-Session-Id.",
+					pacer.FormatDuration(ss.idle), pacer.FormatDuration(SessionMaxAge)),
+					http.StatusNotFound)
+				return
+			}
 		}
 		defer ss.leave(id)
 	}
@@ -156,21 +218,47 @@ func (e errReader) Read([]byte) (int, error) {
 }
 
 // enter marks a request of session id in flight, and reports whether id
-// is live. A session idle for too long ends here, whether or not the
+// is live here. A session idle for too long ends here, whether or not the
 // sweep has come by.
 func (ss *sessions) enter(id string) bool {
+	now := ss.now()
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	return ss.enterLocked(id, now)
+}
+
+func (ss *sessions) enterLocked(id string, now time.Time) bool {
 	u, ok := ss.live[id]
 	if !ok {
 		return false
 	}
-	now := ss.now()
 	if u.busy == 0 && now.Sub(u.last) >= ss.idle {
 		return false // the sweep frees it in mcp-go
 	}
 	u.busy++
 	u.last = now
+	return true
+}
+
+// adopt makes session id live here and marks a request of it in flight,
+// when id is a session ID another host (or this one, before it forgot)
+// issued with this secret within SessionMaxAge, and the session has not
+// ended here; it reports whether id is live.
+func (ss *sessions) adopt(id string) bool {
+	now := ss.now()
+	s, err := ss.ids.check(id, now)
+	if err != nil {
+		return false
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if _, ok := ss.live[id]; ok {
+		return ss.enterLocked(id, now) // adopted meanwhile, or idle for too long
+	}
+	if _, ok := ss.ended[s.random]; ok {
+		return false
+	}
+	ss.live[id] = &sessionUse{last: now, busy: 1}
 	return true
 }
 
@@ -184,8 +272,9 @@ func (ss *sessions) leave(id string) {
 	}
 }
 
-// sweep ends the sessions idle for idle or longer, at most once in a
-// tenth of idle (and once a second at most).
+// sweep ends the sessions idle for idle or longer, and forgets those
+// that ended here once their IDs expire, at most once in a tenth of idle
+// (and once a second at most).
 func (ss *sessions) sweep() {
 	now := ss.now()
 	ss.mu.Lock()
@@ -197,8 +286,13 @@ func (ss *sessions) sweep() {
 	var ended []string
 	for id, u := range ss.live {
 		if u.busy == 0 && now.Sub(u.last) >= ss.idle {
-			delete(ss.live, id)
+			ss.endLocked(id, now)
 			ended = append(ended, id)
+		}
+	}
+	for random, expires := range ss.ended {
+		if !now.Before(expires) {
+			delete(ss.ended, random)
 		}
 	}
 	ss.mu.Unlock()

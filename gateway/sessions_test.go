@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
 )
 
 // clock is a settable time for the sessions.
@@ -42,12 +44,19 @@ type mcpSide struct {
 
 func newMCPSide(t *testing.T, idle time.Duration) *mcpSide {
 	t.Helper()
-	m := &mcpSide{clock: &clock{t: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}}
+	return newMCPHost(t, idle, keystore.Secret{}, &clock{t: t0})
+}
+
+// newMCPHost is newMCPSide for one of several hosts that share secret
+// and clock.
+func newMCPHost(t *testing.T, idle time.Duration, secret keystore.Secret, c *clock) *mcpSide {
+	t.Helper()
+	m := &mcpSide{clock: c}
 	hooks := &server.Hooks{}
 	hooks.AddOnRegisterSession(func(ctx context.Context, s server.ClientSession) { m.registered.Add(1) })
 	hooks.AddOnUnregisterSession(func(ctx context.Context, s server.ClientSession) { m.registered.Add(-1) })
 	srv := server.NewMCPServer("sessions-test", "1", server.WithHooks(hooks))
-	m.ss = newMCP(Config{MCP: srv, SessionIdle: idle, Now: m.clock.now})
+	m.ss = newMCP(Config{MCP: srv, SessionIdle: idle, Now: m.clock.now, SessionSecret: secret})
 	return m
 }
 

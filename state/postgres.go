@@ -2,7 +2,6 @@ package state
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
 	"database/sql/driver"
 	"embed"
@@ -369,22 +368,6 @@ func (pg *Postgres) Instance() string { return pg.instance }
 // Where names the database, with no credential.
 func (pg *Postgres) Where() string { return pg.where }
 
-// SigningKey returns the shared key called name, made (130 random bits)
-// by the first host to ask: what one host signs, every host sharing the
-// database can check (MCP session IDs). It is no credential: every
-// request still carries its caller's token.
-func (pg *Postgres) SigningKey(ctx context.Context, name string) ([]byte, error) {
-	var key []byte
-	err := pg.update(ctx, func(tx *Tx) error {
-		if _, err := tx.tx.ExecContext(tx.ctx, `INSERT INTO signing_keys (name, value) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
-			name, []byte(rand.Text())); err != nil {
-			return err
-		}
-		return tx.tx.QueryRowContext(tx.ctx, `SELECT value FROM signing_keys WHERE name = $1`, name).Scan(&key)
-	})
-	return key, err
-}
-
 // Close records what the process's journal holds and closes its
 // connections.
 func (pg *Postgres) Close() error {
@@ -651,6 +634,9 @@ type Store interface {
 	Sweep(ctx context.Context, now, before time.Time) (Swept, error)
 	// Recover records what processes that ended left unrecorded.
 	Recover(ctx context.Context) (int, error)
+	// SigningKey returns the key called name that every process sharing
+	// the state signs with (see signingKey).
+	SigningKey(ctx context.Context, name string) ([]byte, error)
 	Close() error
 }
 

@@ -315,6 +315,19 @@ func (a *app) close() {
 	}
 }
 
+// sessionSecret is what MCP session IDs are signed with: a key kept in the
+// state, so that every host (and process) sharing it serves every session.
+// When the state cannot give it now, the process signs with a secret of
+// its own: its sessions then work on it alone, until it restarts.
+func (a *app) sessionSecret(ctx context.Context) keystore.Secret {
+	key, err := a.db.SigningKey(ctx, "mcp-sessions")
+	if err != nil {
+		a.log.Warn("the state gives no session key now: MCP sessions opened here work on this process only, until it restarts", "error", err)
+		return keystore.Secret{}
+	}
+	return keystore.NewSecret(string(key))
+}
+
 func (a *app) tools(transport, localCaller string) *tools.Deps {
 	return &tools.Deps{Keys: a.keys, Client: a.client, Pacer: a.pacer, DB: a.db, Log: a.log, Transport: transport, LocalCaller: localCaller}
 }

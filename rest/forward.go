@@ -18,6 +18,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/report"
 	"github.com/mcp-quota/mcp-quota/upstream"
@@ -190,9 +191,9 @@ func (h *Handler) failed(w http.ResponseWriter, r *http.Request, k *keystore.Key
 	case errors.Is(err, upstream.ErrBadPath), errors.Is(err, upstream.ErrBadRequest):
 		writeProblem(w, http.StatusBadRequest, CodeBadRequest, sentence(err.Error()), nil)
 	case errors.Is(err, upstream.ErrStateUnavailable):
-		h.log().Error("the state file failed", "key", k.Name, "error", err)
+		h.log().Error("the state failed", "key", k.Name, "error", err)
 		writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable,
-			"mcp-quota's state file cannot be used (it is full, unwritable or damaged), so no call can be admitted or recorded; nothing was sent upstream. Try again later; GET /healthz says when it is back.", nil)
+			ledger.Unavailable(err)+", so no call can be admitted or recorded; nothing was sent upstream. Try again later; GET /healthz says when it is back.", nil)
 	case errors.Is(err, upstream.ErrAnswerTimeout), errors.Is(err, errAnswerBroken):
 		h.log().Info("the upstream's answer failed", "key", k.Name, "error", err)
 		writeProblem(w, http.StatusBadGateway, CodeUpstreamUnavailable, sentence(err.Error()), nil)

@@ -153,7 +153,7 @@ func (h *Handler) quota(w http.ResponseWriter, r *http.Request) {
 	st, err := report.Build(r.Context(), h.Pacer, keys, caller.Name, h.now())
 	if err != nil {
 		h.log().Error("quota status failed", "error", err)
-		writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable, "mcp-quota's state file could not be read; GET /healthz says why.", nil)
+		writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable, ledger.Unavailable(err)+"; GET /healthz says why.", nil)
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
@@ -215,7 +215,7 @@ func (h *Handler) activity(w http.ResponseWriter, r *http.Request) {
 	})
 	if err != nil {
 		h.log().Error("activity failed", "error", err)
-		writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable, "mcp-quota's state file could not be read; GET /healthz says why.", nil)
+		writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable, ledger.Unavailable(err)+"; GET /healthz says why.", nil)
 		return
 	}
 	out := activityPage{Activity: make([]report.Activity, 0, len(list))}

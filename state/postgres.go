@@ -93,7 +93,7 @@ const DefaultPostgresTimeout = 2 * time.Second
 // ErrUnavailable reports a state database that did not answer: down,
 // unreachable, restarting, out of connections, or slower than the
 // transaction's bound.
-var ErrUnavailable = errors.New("the state database is unavailable")
+var ErrUnavailable = ledger.ErrUnavailable
 
 // pgMigrations are the schema's migrations on PostgreSQL, numbered from
 // 0001 without gaps; the newest is the version this program writes.

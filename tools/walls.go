@@ -45,8 +45,8 @@ func (f *fetchCall) namedFailure(err error) *mcp.CallToolResult {
 // stateUnavailable is the isError result of a tool whose state file
 // failed, and logs why.
 func (d *Deps) stateUnavailable(key string, err error) *mcp.CallToolResult {
-	d.Log.Error("the state file failed", "key", key, "error", err)
-	return failure("stateUnavailable", "mcp-quota's state file cannot be used (it is full, unwritable or damaged), so no call can be admitted or recorded; nothing was sent. Tell the user; try again later.")
+	d.Log.Error("the state failed", "key", key, "error", err)
+	return failure("stateUnavailable", ledger.Unavailable(err)+", so no call can be admitted or recorded; nothing was sent. Tell the user; try again later.")
 }
 
 // stateFailed marks err, from reading or writing the state file, as

@@ -12,10 +12,25 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 )
+
+// ErrUnavailable reports a store that did not answer: a database down,
+// unreachable, restarting, or slower than its bound. Nothing is counted
+// apart from it meanwhile: calls fail rather than go unaccounted.
+var ErrUnavailable = errors.New("the state database is unavailable")
+
+// Unavailable says in words why the state cannot be used, for a caller:
+// its database does not answer (ErrUnavailable), or else its file failed.
+func Unavailable(err error) string {
+	if errors.Is(err, ErrUnavailable) {
+		return "mcp-quota's state database does not answer"
+	}
+	return "mcp-quota's state file cannot be used (it is full, unwritable or damaged)"
+}
 
 // A Store keeps the ledger of every key for every process that shares it.
 type Store interface {

@@ -71,7 +71,8 @@ type DB struct {
 	queue   []*write // Update calls waiting for a transaction
 	writing bool     // a goroutine runs transactions for the queue
 
-	out outcomes // the process's journal (see FinishLater)
+	out      outcomes // the process's journal (see FinishLater)
+	instance string   // this process in the attempts it records (see Instance)
 
 	wh writeHealth // how the last writes ended (see Check)
 }
@@ -117,7 +118,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 		return nil, fmt.Errorf("state: open %s: %w", path, err)
 	}
 	r.SetMaxOpenConns(4)
-	db := &DB{w: w, r: r, path: path}
+	db := &DB{w: w, r: r, path: path, instance: Instance()}
 	db.out.dir, db.out.update = journalDir(path), db.update
 	if err := db.prepareControl(ctx); err != nil {
 		db.Close()

@@ -67,7 +67,7 @@ type PostgresOptions struct {
 	// DefaultPostgresTimeout.
 	Timeout time.Duration
 	// Instance names this process in the attempts it records (the
-	// activity's "instance"); empty means its host name and process ID.
+	// activity's "instance"); empty means Instance().
 	Instance string
 	// MaxConns caps the process's connections; zero means 16.
 	MaxConns int
@@ -107,9 +107,13 @@ func IsPostgresURL(state string) bool {
 	return strings.HasPrefix(state, "postgres://") || strings.HasPrefix(state, "postgresql://")
 }
 
-// Instance returns the name a process gets in the activity when none is
-// configured: its host name and process ID.
+// Instance returns the name this process gets in the attempts it
+// records: MCP_QUOTA_INSTANCE when it is set, else its host name and
+// process ID.
 func Instance() string {
+	if name := os.Getenv("MCP_QUOTA_INSTANCE"); name != "" {
+		return name
+	}
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "unknown-host"

@@ -281,7 +281,7 @@ func (e environment) openState(ctx context.Context, c common, keys *keystore.Sto
 	}
 	path := e.statePath(c, keys)
 	if state.IsPostgresURL(path) {
-		o := state.PostgresOptions{Local: local, WaitForServer: serving, Instance: e.getenv("MCP_QUOTA_INSTANCE"),
+		o := state.PostgresOptions{Local: local, WaitForServer: serving,
 			JournalDir: e.journalDir(path)}
 		if keys != nil {
 			o.Timeout = keys.StateTimeout()

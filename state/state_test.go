@@ -184,7 +184,8 @@ func TestAttemptLifecycle(t *testing.T) {
 		list, err := tx.Activity(ledger.ActivityFilter{Key: "k"})
 		want := []ledger.Attempt{{ID: id, CallID: "c1", Attempt: 1, Key: "k", Caller: "agent", Transport: "stdio",
 			Method: "GET", Target: "/items", Digest: "d", State: ledger.Confirmed, Reason: "HTTP 200 OK", Probe: true,
-			At: t0, Wait: 1500 * time.Millisecond, SentAt: t0.Add(time.Millisecond), AnsweredAt: t0.Add(time.Second), Status: 200}}
+			At: t0, Wait: 1500 * time.Millisecond, SentAt: t0.Add(time.Millisecond), AnsweredAt: t0.Add(time.Second), Status: 200,
+			Instance: state.Instance()}}
 		if diff := cmp.Diff(list, want); diff != "" {
 			t.Errorf("Activity (-got +want):\n%s", diff)
 		}

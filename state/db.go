@@ -49,6 +49,10 @@ const BusyTimeout = 10 * time.Second
 // CheckpointPages × 4 KiB (40 MiB).
 const CheckpointPages = 10000
 
+// ErrNewerSchema reports a state written by a newer mcp-quota, which
+// this one does not open: nothing is written to it.
+var ErrNewerSchema = errors.New("the state was written by a newer mcp-quota")
+
 // ErrBusy reports a state file that stayed locked by another process's
 // writer for longer than BusyTimeout.
 var ErrBusy = errors.New("state file busy")
@@ -216,6 +220,14 @@ func (db *DB) migrate(ctx context.Context) error {
 		names = append(names, e.Name())
 	}
 	sort.Strings(names)
+	var current int
+	if err := db.r.QueryRowContext(ctx, "PRAGMA user_version").Scan(&current); err != nil {
+		return err
+	}
+	if latest, _ := strconv.Atoi(strings.SplitN(names[len(names)-1], "_", 2)[0]); current > latest {
+		return fmt.Errorf("%w: its schema is version %d, newer than this mcp-quota knows (%d): run the newer mcp-quota, "+
+			"or point this one at another file", ErrNewerSchema, current, latest)
+	}
 	for _, name := range names {
 		version, err := strconv.Atoi(strings.SplitN(name, "_", 2)[0])
 		if err != nil {

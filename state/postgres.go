@@ -311,7 +311,7 @@ func (pg *Postgres) migrate(ctx context.Context) error {
 	}
 	if current > latest {
 		return fmt.Errorf("state: the database at %s holds mcp-quota's schema version %d, newer than this mcp-quota knows (%d): "+
-			"run the newer mcp-quota here too; nothing was written", pg.where, current, latest)
+			"run the newer mcp-quota here too; nothing was written (%w)", pg.where, current, latest, ErrNewerSchema)
 	}
 	if current == latest {
 		return nil // rolled back: nothing to write

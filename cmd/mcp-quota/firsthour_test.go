@@ -1,8 +1,10 @@
 package main
 
 import (
+	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // What a new user types and what they get back: each command's output,
@@ -211,10 +214,13 @@ func TestStateFileErrors(t *testing.T) {
 	if err := os.Mkdir(aDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	newer := filepath.Join(dir, "newer.db")
+	newerVersion := writeNewerState(t, newer)
 	tests := []struct {
 		name, state, says string
 	}{
 		{"corrupt", corrupt, "is not an SQLite database (it is damaged, or another kind of file): move it away to start afresh"},
+		{"newer", newer, "was written by a newer mcp-quota, and is left as it is: run the newer mcp-quota"},
 		{"under a file", filepath.Join(aFile, "state.db"), "cannot be created: " + aFile + " is a file, not a directory"},
 		{"a directory", aDir, "is a directory, not a file"},
 	}
@@ -229,6 +235,44 @@ func TestStateFileErrors(t *testing.T) {
 			}
 		})
 	}
+	if v := userVersion(t, newer); v != newerVersion {
+		t.Errorf("the newer file's schema version is %d after the refusals, want %d: it was written to", v, newerVersion)
+	}
+}
+
+// writeNewerState makes a state file at path as a later mcp-quota would
+// leave it: this version's schema, with a higher version number.
+func writeNewerState(t *testing.T, path string) int {
+	t.Helper()
+	db, err := state.Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	v := userVersion(t, path) + 1
+	conn, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Exec(fmt.Sprintf("PRAGMA user_version = %d", v)); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func userVersion(t *testing.T, path string) int {
+	t.Helper()
+	conn, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var v int
+	if err := conn.QueryRow("PRAGMA user_version").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // TestStdioWithoutState: under stdio a state file that cannot be used

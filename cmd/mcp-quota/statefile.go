@@ -14,6 +14,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/mcp-quota/mcp-quota/state"
 	"github.com/mcp-quota/mcp-quota/tools"
 )
 
@@ -62,6 +63,9 @@ func explainState(path string, err error) error {
 	}
 	dir := filepath.Dir(path)
 	switch {
+	case errors.Is(err, state.ErrNewerSchema):
+		e.what = "was written by a newer mcp-quota, and is left as it is"
+		e.fix = "run the newer mcp-quota"
 	case notDirectory(dir) != "":
 		e.what = fmt.Sprintf("cannot be created: %s is a file, not a directory", notDirectory(dir))
 	case errors.Is(err, fs.ErrPermission) && !exists(dir):

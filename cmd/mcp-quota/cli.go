@@ -141,12 +141,24 @@ func (e environment) activity(ctx context.Context, args []string) error {
 		}
 		return nil
 	}
+	// The instance that recorded each attempt is a column once there are
+	// several (hosts sharing a PostgreSQL state, processes one file).
+	instances := map[string]bool{}
+	for _, at := range list {
+		instances[at.Instance] = true
+	}
 	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+	if len(instances) > 1 {
+		fmt.Fprint(tw, "INSTANCE\t")
+	}
 	fmt.Fprintln(tw, "TIME\tKEY\tCALLER\tTRANSPORT\tREQUEST\tSTATE\tSTATUS\tWAIT\tREASON\t")
 	for _, at := range list {
 		status := "-"
 		if at.Status > 0 {
 			status = fmt.Sprint(at.Status)
+		}
+		if len(instances) > 1 {
+			fmt.Fprintf(tw, "%s\t", at.Instance)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s %s\t%s\t%s\t%s\t%s\t\n", at.At.Local().Format("15:04:05.000"), at.Key, at.Caller,
 			at.Transport, at.Method, at.Target, at.State, status, at.Wait.Round(time.Millisecond), at.Reason)

@@ -270,7 +270,7 @@ async function loadActivity() {
   $("newest").disabled = page === 0;
   $("activity").tBodies[0].replaceChildren(...rows.map((a) => {
     const tr = el("tr", { class: REFUSED.has(a.state) ? "refused" : "", "data-state": a.state, "data-call": a.call },
-      el("td", {}, new Date(a.at).toLocaleTimeString()), el("td", {}, a.caller), el("td", {}, a.transport), el("td", {}, a.method),
+      el("td", {}, new Date(a.at).toLocaleTimeString()), el("td", {}, a.caller), el("td", {}, a.transport), el("td", {}, a.instance || ""), el("td", {}, a.method),
       el("td", {}, a.target), el("td", {}, a.attempt), el("td", { class: "state" }, a.state), el("td", {}, a.status || ""),
       el("td", {}, a.wait_ms ? a.wait_ms + " ms" : ""), el("td", {}, a.reason || ""));
     tr.addEventListener("click", () => showCall(a.call));

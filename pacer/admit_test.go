@@ -14,6 +14,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // A reservation keeps a share of every policy for its caller while the
@@ -178,7 +179,8 @@ func TestWaitOrPause(t *testing.T) {
 		got := list[len(list)-1]
 		want := ledger.Attempt{ID: got.ID, CallID: c.CallID, Attempt: 1, Key: "k", Caller: "sync", Transport: "rest",
 			Method: "GET", Target: "/items?page=2", State: ledger.RejectedLocal, At: e.clk.now,
-			Reason: "refused locally, retry after 9 s: all 1 calls per 10 s allowed by policy 'default' are used"}
+			Reason:   "refused locally, retry after 9 s: all 1 calls per 10 s allowed by policy 'default' are used",
+			Instance: state.Instance()}
 		if diff := cmp.Diff(got, want); diff != "" {
 			t.Errorf("the refusal in the activity (-got +want):\n%s", diff)
 		}

@@ -266,9 +266,13 @@ func (e environment) open(ctx context.Context, c common, keys *keystore.Store, l
 	if err != nil {
 		return nil, err
 	}
+	// Every clock of the process is the state's: on a PostgreSQL state the
+	// database server's, as this process reckons it.
 	p := pacer.New(db)
 	p.Now = now
-	return &app{keys: keys, db: db, now: now, pacer: p, client: upstream.New(p, log), log: log}, nil
+	client := upstream.New(p, log)
+	client.Now = now
+	return &app{keys: keys, db: db, now: now, pacer: p, client: client, log: log}, nil
 }
 
 // openState opens the state, and returns the clock its admissions keep.
@@ -329,11 +333,12 @@ func (a *app) sessionSecret(ctx context.Context) keystore.Secret {
 }
 
 func (a *app) tools(transport, localCaller string) *tools.Deps {
-	return &tools.Deps{Keys: a.keys, Client: a.client, Pacer: a.pacer, DB: a.db, Log: a.log, Transport: transport, LocalCaller: localCaller}
+	return &tools.Deps{Keys: a.keys, Client: a.client, Pacer: a.pacer, DB: a.db, Log: a.log, Transport: transport, LocalCaller: localCaller,
+		Now: a.now}
 }
 
 func (a *app) rest() *rest.Handler {
-	return &rest.Handler{Keys: a.keys, Client: a.client, Pacer: a.pacer, DB: a.db, Log: a.log}
+	return &rest.Handler{Keys: a.keys, Client: a.client, Pacer: a.pacer, DB: a.db, Log: a.log, Now: a.now}
 }
 
 // sweep records what the journals of processes that died hold, marks

@@ -1,0 +1,408 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-quota/mcp-quota/demo"
+	"github.com/mcp-quota/mcp-quota/internal/pgtest"
+	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report"
+)
+
+// TestHostsShareOneBudget stands three `serve` processes for three hosts
+// (each with its own HOME, state directory, working directory and
+// instance name; host-c's clock seven seconds ahead) and a `stdio` agent
+// on one key and one PostgreSQL database, and has them spend the key's
+// budget as greedily as they can against the demo upstream for seven and
+// a half windows: REST callers on every host and the agent's fetch loop.
+// During the run PostgreSQL stops for three seconds and restarts on its
+// port; host-b is killed with SIGKILL half-way; and PostgreSQL hangs for
+// three seconds (its processes stopped: only the state_timeout ends a
+// call's wait for it).
+//
+// Then: no rolling window holds more admissions than the quota, on the
+// database's clock; the upstream, by its own log, received no more than
+// the quota in any rolling window (shortened by how much the machine
+// delayed a send beyond the pacer's margin, should it have) and refused
+// nothing with 429. Every request the upstream received is in the shared
+// activity read from host-a, attributed to the instance that sent it,
+// the three hosts and the agent all there. While the database was gone
+// calls failed closed — REST 503 and MCP isError, code stateUnavailable —
+// within a bound of the state_timeout, and service came back by itself.
+func TestHostsShareOneBudget(t *testing.T) {
+	const (
+		quota        = 30
+		window       = 4 * time.Second
+		stateTimeout = time.Second
+		load         = 30 * time.Second // how long the callers keep at it
+		restartAt    = 8 * time.Second  // PostgreSQL stops then for downFor, and restarts
+		downFor      = 3 * time.Second
+		killAt       = 15 * time.Second // host-b is killed then
+		hangAt       = 19 * time.Second // PostgreSQL hangs then for downFor
+		workers      = 3                // REST callers on each host
+		maxWait      = 2                // seconds a call waits for the budget: less than downFor
+		// slack is room for a loaded machine in every bound on time.
+		slack = 2 * time.Second
+	)
+	pg := pgtest.Start(t)
+	db := pg.CreateDatabase(t)
+	freeze, err := newPGFreeze(t, pg.URLWithPassword("postgres"))
+	if err != nil {
+		t.Logf("PostgreSQL will not hang in this run: %v", err)
+	}
+	up := newUpstreamLog(t, demo.Config{Quota: quota, Window: window})
+	cfg := hostsConfig(db, up.url, quota, window, stateTimeout)
+
+	hosts := []*host{
+		newHost(t, "host-a", cfg, pg.Password()),
+		newHost(t, "host-b", cfg, pg.Password()),
+		newHost(t, "host-c", cfg, pg.Password(), "MCP_QUOTA_CLOCK_SKEW=7s"),
+	}
+	for _, h := range hosts {
+		h.serve(t)
+	}
+	a, b := hosts[0], hosts[1]
+	agentHost := newHost(t, "agent", cfg, pg.Password())
+	agent := agentHost.stdioSession(t)
+	client := &http.Client{Timeout: 30 * time.Second} // a hang fails the call, not the test run
+	defer client.CloseIdleConnections()
+	goroutinesBefore := goroutines(t, a.base)
+
+	var log callLog
+	ctx, stop := context.WithTimeout(context.Background(), load)
+	defer stop()
+	start := time.Now()
+	since := func(at time.Time) time.Duration { return at.Sub(start).Round(time.Millisecond) }
+	var wg sync.WaitGroup
+	t.Cleanup(func() { stop(); wg.Wait() }) // should the test end early: no caller outlives it
+	for _, h := range hosts {
+		for w := range workers {
+			wg.Go(func() { h.restCalls(ctx, t, client, w+1, maxWait, &log) })
+		}
+	}
+	wg.Go(func() { agentCalls(ctx, t, agent, maxWait, &log) })
+
+	time.Sleep(time.Until(start.Add(restartAt)))
+	restart := &outage{name: "restart", from: time.Now()}
+	pg.Stop(t)
+	time.Sleep(downFor)
+	pg.Restart(t)
+	restart.to = time.Now()
+	outages := []*outage{restart}
+
+	time.Sleep(time.Until(start.Add(killAt)))
+	b.killed.Store(true)
+	b.cmd.Process.Kill()
+	b.cmd.Wait()
+	killed := time.Now()
+
+	if freeze != nil {
+		time.Sleep(time.Until(start.Add(hangAt)))
+		hang := &outage{name: "hang", from: time.Now()}
+		if err := freeze.freeze(t.Context()); err != nil {
+			t.Errorf("freeze PostgreSQL: %v", err)
+		}
+		time.Sleep(downFor)
+		freeze.thaw()
+		hang.to = time.Now()
+		outages = append(outages, hang)
+	}
+	wg.Wait()
+	end := time.Now()
+	client.CloseIdleConnections()
+	t.Logf("PostgreSQL restarted from %v to %v; host-b killed at %v; load ended at %v", since(restart.from), since(restart.to), since(killed), since(end))
+
+	// What the callers saw: failures while the database was gone, each
+	// soon after it went, and answers again once it was back.
+	byWho := map[string]map[string]int{}
+	var slowest time.Duration
+	var elsewhere []string // calls that failed outside the outages
+	calls := log.all()
+	for _, c := range calls {
+		if byWho[c.who] == nil {
+			byWho[c.who] = map[string]int{}
+		}
+		byWho[c.who][c.kind]++
+		// No call hangs: it waits for the budget, then takes at most
+		// three bounded transactions (admission, outcome, the quota).
+		slowest = max(slowest, c.end.Sub(c.start))
+		if took, bound := c.end.Sub(c.start), maxWait*time.Second+3*stateTimeout+slack; took > bound {
+			t.Errorf("%s: call %s took %v; want at most %v", c.who, c.id, took.Round(time.Millisecond), bound)
+		}
+		var in *outage
+		for _, o := range outages {
+			if o.note(c) {
+				in = o
+			}
+		}
+		if c.kind != callUnavailable {
+			continue
+		}
+		if in == nil {
+			elsewhere = append(elsewhere, fmt.Sprintf("%s (%v to %v)", c.id, since(c.start), since(c.end)))
+			continue
+		}
+		// A call that began while the database was gone fails within
+		// one bounded transaction over MCP, two over REST (its 503 first
+		// reads the quota for its headers: see rest's Handler.failed);
+		// one that began before may first have waited for the budget.
+		bound := stateTimeout
+		if c.who != "agent" {
+			bound = 2 * stateTimeout
+		}
+		if c.start.Before(in.from) {
+			bound += maxWait * time.Second
+		}
+		if took := c.end.Sub(later(c.start, in.from)); took > bound+slack {
+			t.Errorf("%s: call %s failed %v into the %s; want within %v", c.who, c.id, took.Round(time.Millisecond), in.name, bound+slack)
+		}
+	}
+	t.Logf("calls by caller and result: %v; the slowest took %v", byWho, slowest.Round(time.Millisecond))
+	for _, o := range outages {
+		t.Logf("%s (%v to %v): %d calls failed, by caller %v; the slowest to fail, from when it (or the call) began: %v; the first answers after it: %v",
+			o.name, since(o.from), since(o.to), o.failures, o.failed, o.slowest, o.resumed)
+		for _, who := range []string{"host-a", "host-c", "agent"} {
+			if o.failed[who] == 0 {
+				t.Errorf("%s: no call of %s failed with stateUnavailable", o.name, who)
+			}
+			if _, ok := o.resumed[who]; !ok {
+				t.Errorf("%s: no call of %s was answered after it", o.name, who)
+			}
+		}
+	}
+	// A transaction that outlasts the state_timeout on a loaded machine
+	// fails its call closed too: not wrong, but worth seeing.
+	t.Logf("%d calls found the state unavailable outside the outages: %v", len(elsewhere), elsewhere)
+	for _, who := range []string{"host-a", "host-b", "host-c", "agent"} {
+		if byWho[who][callAnswered] == 0 {
+			t.Errorf("%s: no call was answered", who)
+		}
+	}
+
+	// The shared activity, read from host-a.
+	activity := readActivity(t, a.base, syncToken)
+	sent := map[string][]report.Activity{} // by call ID: attempts that were admitted, and may have gone out
+	var admitted []time.Time
+	instances := map[string]int{}
+	for _, at := range activity {
+		instances[at.Instance]++
+		when, err := time.Parse(time.RFC3339Nano, at.At)
+		if err != nil || when.Before(start.Add(-slack)) || when.After(end.Add(slack)) {
+			t.Errorf("activity %d of %s at %s: want a time on the database's clock within the run (%v to %v)",
+				at.ID, at.Instance, at.At, start.UTC().Format(time.RFC3339Nano), end.UTC().Format(time.RFC3339Nano))
+		}
+		u, err := url.Parse(at.Target)
+		if err != nil {
+			t.Errorf("activity %d: target %q: %v", at.ID, at.Target, err)
+			continue
+		}
+		if at.State != ledger.RejectedLocal && at.State != ledger.Cached {
+			id := u.Query().Get("call")
+			sent[id] = append(sent[id], at)
+			admitted = append(admitted, when)
+		}
+	}
+	t.Logf("the activity holds %d attempts, %d admitted; by instance %v", len(activity), len(admitted), instances)
+	for _, want := range []string{"host-a", "host-b", "host-c", "agent"} {
+		if instances[want] == 0 {
+			t.Errorf("no attempt of instance %s in the activity", want)
+		}
+	}
+	// The hosts admitted no more than the quota in any window, on the
+	// database's clock.
+	if most := (demo.Stats{Accepted: admitted}).MaxInWindow(window); most > quota {
+		t.Errorf("the hosts admitted %d calls in one rolling %v window; want at most %d", most, window, quota)
+	}
+
+	// Every request the upstream received is in the activity, admitted by
+	// the instance that sent it; and every answer the activity holds, the
+	// upstream gave.
+	arrivals := up.log()
+	received := map[string]int{}
+	var sendLatency time.Duration // the longest from an admission to its arrival upstream
+	missing := 0
+	for _, r := range arrivals {
+		received[r.call]++
+		got := sent[r.call]
+		if len(got) < received[r.call] {
+			missing++
+			if missing <= 10 {
+				t.Errorf("the upstream received call %q %d times; the activity holds %d admitted attempts of it: %+v", r.call, received[r.call], len(got), got)
+			}
+			continue
+		}
+		who, _, _ := strings.Cut(r.call, ".")
+		var last time.Time // the attempt that arrived: the latest admitted before it
+		for _, at := range got {
+			if at.Instance != who {
+				t.Errorf("call %q is in the activity as instance %q's; it went through %s", r.call, at.Instance, who)
+			}
+			if when, _ := time.Parse(time.RFC3339Nano, at.At); !when.After(r.at) && when.After(last) {
+				last = when
+			}
+		}
+		sendLatency = max(sendLatency, r.at.Sub(last))
+	}
+	if missing > 0 {
+		t.Errorf("%d of %d requests the upstream received are not in the activity", missing, len(arrivals))
+	}
+	for id, list := range sent {
+		for _, at := range list {
+			if at.Status != 0 && received[id] == 0 {
+				t.Errorf("activity %d: call %q answered %d, but the upstream never received it", at.ID, id, at.Status)
+			}
+		}
+	}
+	// A call whose outcome could not be recorded fails too, though it
+	// reached the upstream.
+	var sentThenFailed []string
+	told := map[string]string{} // by transport: what such a call was told
+	for _, c := range calls {
+		if c.kind == callUnavailable && received[c.id] > 0 {
+			sentThenFailed = append(sentThenFailed, c.id)
+			transport := "REST"
+			if c.who == "agent" {
+				transport = "MCP"
+			}
+			told[transport] = c.detail
+		}
+	}
+	t.Logf("%d calls reached the upstream and were answered stateUnavailable: %v", len(sentThenFailed), sentThenFailed)
+	for transport, detail := range told {
+		t.Logf("  one of them was told over %s: %q", transport, detail)
+	}
+
+	// The upstream, by its own log: never more than the quota in a
+	// rolling window, and no 429. It counts a call from its arrival, the
+	// log from its admission: the pacer keeps a send in the window a
+	// margin longer, at most marginCap (pacer/margin.go: w/20, and
+	// MaxMargin), so a machine that delays a send by more than that
+	// between admission and arrival can crowd the upstream's window by
+	// that much more. The window checked is shorter by the excess, if
+	// there is one.
+	stats := up.api.Stats(upstreamSecret)
+	marginCap := min(pacer.MaxMargin, window/20)
+	excess := max(sendLatency-marginCap, 0)
+	most := stats.MaxInWindow(window - excess)
+	t.Logf("the upstream received %d requests, accepted %d, refused %d; most in a rolling %v: %d of %d; "+
+		"the longest from admission to arrival %v (the margin at most %v)",
+		stats.Requests, len(stats.Accepted), stats.Rejected, window, stats.MaxInWindow(window), quota,
+		sendLatency.Round(time.Millisecond), marginCap)
+	if len(arrivals) != stats.Requests {
+		t.Errorf("the upstream's log holds %d requests, its stats %d", len(arrivals), stats.Requests)
+	}
+	if most > quota {
+		t.Errorf("the upstream accepted %d calls in one rolling %v window; want at most %d", most, window-excess, quota)
+	}
+	switch {
+	case stats.Rejected > 0 && excess == 0:
+		t.Errorf("the upstream refused %d calls with 429; want none", stats.Rejected)
+	case stats.Rejected > 0:
+		t.Logf("the upstream refused %d calls with 429: a send took %v more than the margin to arrive", stats.Rejected, excess.Round(time.Millisecond))
+	}
+	if excess > 0 || stats.MaxInWindow(window) > quota {
+		t.Logf("sends arrived up to %v later than the margin allows for: the fullest %v window at the upstream:", excess.Round(time.Millisecond), window)
+		for _, r := range fullest(arrivals, window) {
+			var adm []string
+			for _, at := range sent[r.call] {
+				when, _ := time.Parse(time.RFC3339Nano, at.At)
+				adm = append(adm, fmt.Sprintf("by %s at %v (%v before)", at.Instance, since(when), r.at.Sub(when).Round(time.Millisecond)))
+			}
+			t.Logf("  %s arrived at %v, answered %d; admitted %s", r.call, since(r.at), r.status, strings.Join(adm, ", "))
+		}
+	}
+
+	// The command line reads the same activity, on another host.
+	var cli []int64
+	out := hosts[2].run(t, "activity", "--json", "--key", "demo", "--limit", "100000", "--state", db)
+	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+		var at report.Activity
+		if err := json.Unmarshal([]byte(line), &at); err != nil {
+			t.Fatalf("activity --json line %q: %v", line, err)
+		}
+		cli = append(cli, at.ID)
+	}
+	var rest []int64
+	for _, at := range activity {
+		rest = append(rest, at.ID)
+	}
+	if diff := cmp.Diff(rest, cli); diff != "" {
+		t.Errorf("mcp-quota activity --json on host-c and GET /v1/activity on host-a differ (-rest +cli):\n%s", diff)
+	}
+
+	// And so does the agent, in its activity resource: the newest 100.
+	res, err := agent.ReadResource(t.Context(), &gomcp.ReadResourceParams{URI: "quota://activity/demo"})
+	if err != nil || len(res.Contents) != 1 {
+		t.Fatalf("read quota://activity/demo: %v %v", res, err)
+	}
+	var newest []report.Activity
+	if err := json.Unmarshal([]byte(res.Contents[0].Text), &newest); err != nil {
+		t.Fatalf("quota://activity/demo: %v", err)
+	}
+	if diff := cmp.Diff(activity[:min(100, len(activity))], newest); diff != "" {
+		t.Errorf("the agent's quota://activity/demo and GET /v1/activity on host-a differ (-rest +mcp):\n%s", diff)
+	}
+
+	// Each host keeps its journals in its own state directory.
+	for _, h := range append(hosts, agentHost) {
+		if dirs, _ := filepath.Glob(filepath.Join(h.dir, "state", "mcp-quota", "journals", "*")); len(dirs) != 1 {
+			t.Errorf("%s: journal directories %v; want one, for the database", h.name, dirs)
+		}
+	}
+
+	// No goroutines piled up in host-a through the outages.
+	time.Sleep(time.Second)
+	after := goroutines(t, a.base)
+	t.Logf("host-a's goroutines: %d before the run, %d after", goroutinesBefore, after)
+	if after > goroutinesBefore+50 {
+		t.Errorf("host-a has %d goroutines after the run, %d before it", after, goroutinesBefore)
+	}
+}
+
+// An outage is a time the database was gone, from from to to, and what
+// the callers saw of it.
+type outage struct {
+	name     string
+	from, to time.Time
+
+	failures int
+	failed   map[string]int           // by caller: calls that failed in it
+	slowest  map[string]time.Duration // by caller: the longest a failed call took from when the outage (or the call) began
+	resumed  map[string]time.Duration // by caller: how long after it the first call begun after it was answered
+}
+
+// resumeBound is how long after an outage a call may still fail for it:
+// the hosts' connections to the database are made again meanwhile.
+const resumeBound = 5 * time.Second
+
+// note counts c in o, and reports whether c failed in o.
+func (o *outage) note(c hostCall) bool {
+	if o.failed == nil {
+		o.failed, o.slowest, o.resumed = map[string]int{}, map[string]time.Duration{}, map[string]time.Duration{}
+	}
+	switch {
+	case c.kind == callUnavailable && !c.end.Before(o.from) && !c.start.After(o.to.Add(resumeBound)):
+		o.failures++
+		o.failed[c.who]++
+		o.slowest[c.who] = max(o.slowest[c.who], c.end.Sub(later(c.start, o.from)).Round(time.Millisecond))
+		return true
+	case c.kind == callAnswered && c.start.After(o.to):
+		if d, ok := o.resumed[c.who]; !ok || c.end.Sub(o.to) < d {
+			o.resumed[c.who] = c.end.Sub(o.to)
+		}
+	}
+	return false
+}

@@ -175,7 +175,9 @@ func (h *Handler) failed(w http.ResponseWriter, r *http.Request, k *keystore.Key
 	if r.Context().Err() != nil && !errors.As(err, &pe) {
 		return // the caller went away; there is no one to answer
 	}
-	h.quotaHeaders(w, r, k, caller)
+	if !errors.Is(err, upstream.ErrStateUnavailable) { // its headers are read from the state that just failed
+		h.quotaHeaders(w, r, k, caller)
+	}
 	switch {
 	case errors.As(err, &pe):
 		ratelimit.SetRetryAfter(w.Header(), pe.RetryAfter)
@@ -190,6 +192,11 @@ func (h *Handler) failed(w http.ResponseWriter, r *http.Request, k *keystore.Key
 		h.bodyError(w, err)
 	case errors.Is(err, upstream.ErrBadPath), errors.Is(err, upstream.ErrBadRequest):
 		writeProblem(w, http.StatusBadRequest, CodeBadRequest, sentence(err.Error()), nil)
+	case errors.Is(err, upstream.ErrSentUnrecorded):
+		h.log().Error("the state failed after a call went upstream", "key", k.Name, "error", err)
+		writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable,
+			ledger.Unavailable(err)+": the call went upstream and may have taken effect there, but its outcome could not be recorded, "+
+				"so its answer is withheld. Check before repeating a request that changes something.", nil)
 	case errors.Is(err, upstream.ErrStateUnavailable):
 		h.log().Error("the state failed", "key", k.Name, "error", err)
 		writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable,

@@ -33,6 +33,10 @@ func (f *fetchCall) namedFailure(err error) *mcp.CallToolResult {
 	switch {
 	case errors.Is(err, upstream.ErrBadRequest):
 		return failure("badArguments", sentence(err.Error())+" Nothing was sent, and the key's budget and backoff are untouched.")
+	case errors.Is(err, upstream.ErrSentUnrecorded):
+		f.d.Log.Error("the state failed after a call went upstream", "key", f.k.Name, "error", err)
+		return failure("stateUnavailable", ledger.Unavailable(err)+": the call went upstream and may have taken effect there, "+
+			"but its outcome could not be recorded, so its answer is withheld. Tell the user; check before repeating a request that changes something.")
 	case errors.Is(err, upstream.ErrStateUnavailable):
 		return f.d.stateUnavailable(f.k.Name, err)
 	case errors.Is(err, upstream.ErrAnswerTimeout):

@@ -81,7 +81,7 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		err = scrubErr(k.Scrubber(), err)
 		if derr := c.done(req.Context(), cs, t, pacer.Outcome{SentAt: sentAt, Err: err, CallerAbort: abort}, nil); derr != nil {
-			return nil, fmt.Errorf("%w: the attempt failed (%w) and could not be recorded: %w", ErrStateUnavailable, err, derr)
+			return nil, fmt.Errorf("%w: %w: the attempt failed (%w) and could not be recorded: %w", ErrStateUnavailable, ErrSentUnrecorded, err, derr)
 		}
 		cs.lastErr = err
 		return nil, err
@@ -110,8 +110,8 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 		// mcp-quota answers nothing it could not record: the budget
 		// every other caller shares would not know of it.
 		resp.Body.Close()
-		return nil, fmt.Errorf("%w: the upstream answered %d, but the call could not be recorded, so its answer is not passed on (the call may have taken effect upstream): %w",
-			ErrStateUnavailable, resp.StatusCode, err)
+		return nil, fmt.Errorf("%w: %w: the upstream answered %d, but the call could not be recorded, so its answer is not passed on (the call may have taken effect upstream): %w",
+			ErrStateUnavailable, ErrSentUnrecorded, resp.StatusCode, err)
 	}
 	return resp, nil
 }

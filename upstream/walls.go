@@ -26,9 +26,16 @@ var ErrBadRequest = errors.New("bad request")
 var ErrAnswerTimeout = errors.New("the upstream's answer took too long")
 
 // ErrStateUnavailable reports a call that could not be admitted or
-// recorded because mcp-quota's own state file failed (disk full, an I/O
-// error, a corrupt page). Nothing was sent.
+// recorded because mcp-quota's own state failed (a file's disk full, an
+// I/O error, a corrupt page; a database that does not answer). Nothing
+// was sent, unless ErrSentUnrecorded says otherwise.
 var ErrStateUnavailable = errors.New("state unavailable")
+
+// ErrSentUnrecorded reports a call that went to the upstream — it may
+// have taken effect there — whose outcome mcp-quota could not record, so
+// its answer is not passed on. errors.Is(err, ErrStateUnavailable) is
+// true for it too; the budget counted it when it was admitted.
+var ErrSentUnrecorded = errors.New("the call went upstream, but its outcome could not be recorded")
 
 // A RequestError is a malformed request, refused before any attempt.
 // errors.Is(err, ErrBadRequest) is true for it.

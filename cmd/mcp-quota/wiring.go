@@ -343,17 +343,20 @@ func (a *app) rest() *rest.Handler {
 
 // sweep records what the journals of processes that died hold, marks
 // their attempts as interrupted and drops old history, now and every ten
-// minutes until ctx ends.
+// minutes until ctx ends (every 30 s while the state fails).
 func (a *app) sweep(ctx context.Context) {
 	for {
+		next := 10 * time.Minute
 		if _, err := a.db.Recover(ctx); err != nil && ctx.Err() == nil {
-			a.log.Warn("recording the journal of a process that ended failed", "error", err)
+			a.log.Warn("recording the journal of a process that ended failed; trying again in 30 s", "error", err)
+			next = 30 * time.Second // a state that did not answer at the start: its journals wait
 		}
 		now := a.now()
 		if _, err := a.db.Sweep(ctx, now, now.Add(-a.keys.Retention())); err != nil && ctx.Err() == nil {
-			a.log.Warn("sweeping the state file failed", "error", err)
+			a.log.Warn("sweeping the state failed; trying again in 30 s", "error", err)
+			next = 30 * time.Second
 		}
-		t := time.NewTimer(10 * time.Minute)
+		t := time.NewTimer(next)
 		select {
 		case <-ctx.Done():
 			t.Stop()

@@ -105,11 +105,16 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	// creating the same file). A file made by an earlier version keeps
 	// its freed pages for its own reuse; VACUUM with the processes
 	// stopped gives them back.
-	first := ""
+	//
+	// The DSN holds one busy_timeout: the driver runs its pragmas sorted,
+	// busy_timeout first, in no set order between two of them. Once the
+	// connection is open, the writer of a new file waits for no lock in
+	// SQLite's busy handler either (see below).
+	first, creating := "_pragma=busy_timeout(0)&", false
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		first = "_pragma=busy_timeout(10000)&_pragma=auto_vacuum(2)&"
+		first, creating = "_pragma=busy_timeout(10000)&_pragma=auto_vacuum(2)&", true
 	}
-	w, err := sql.Open("sqlite", file+"?"+first+fmt.Sprintf("_pragma=busy_timeout(0)&_pragma=wal_autocheckpoint(%d)", CheckpointPages)+pragmas)
+	w, err := sql.Open("sqlite", file+"?"+first+fmt.Sprintf("_pragma=wal_autocheckpoint(%d)", CheckpointPages)+pragmas)
 	if err != nil {
 		return nil, fmt.Errorf("state: open %s: %w", path, err)
 	}
@@ -127,6 +132,12 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	if err := db.prepareControl(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("state: open %s: %w", path, err)
+	}
+	if creating {
+		if _, err := db.wc.ExecContext(ctx, "PRAGMA busy_timeout = 0"); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("state: open %s: %w", path, err)
+		}
 	}
 	if err := db.migrate(ctx); err != nil {
 		db.Close()

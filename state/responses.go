@@ -42,8 +42,12 @@ var (
 // PutResponse stores r, keeping at most keep answers per key (the oldest
 // go first).
 func (tx *Tx) PutResponse(r ledger.StoredResponse, keep int) error {
+	body := r.Body
+	if body == nil {
+		body = []byte{} // no body is an empty one: a nil slice would be NULL, which the column refuses
+	}
 	_, err := tx.exec(qPutResponse,
-		r.Key, r.Target, r.ETag, r.LastModified, r.Status, r.ContentType, r.Body, r.Digest, micros(r.StoredAt), r.Unchanged)
+		r.Key, r.Target, r.ETag, r.LastModified, r.Status, r.ContentType, body, r.Digest, micros(r.StoredAt), r.Unchanged)
 	if err != nil {
 		return fmt.Errorf("state: store response: %w", err)
 	}

@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -54,8 +53,10 @@ type Postgres struct {
 	instance string
 	offset   atomic.Int64 // nanoseconds from the process's clock to the server's, as last measured
 
-	readyMu sync.Mutex
-	ready   atomic.Bool // connected once and migrated
+	// preparing is held (a value in it) by the call that connects and
+	// migrates; the others wait for it within their own bound.
+	preparing chan struct{}
+	ready     atomic.Bool // connected once and migrated
 
 	out outcomes // the process's journal (see FinishLater)
 }
@@ -159,7 +160,7 @@ func OpenPostgres(ctx context.Context, rawURL string, o PostgresOptions) (*Postg
 	db.SetMaxOpenConns(o.MaxConns)
 	db.SetMaxIdleConns(o.MaxConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	pg := &Postgres{db: db, where: where, timeout: o.Timeout, local: o.Local, instance: o.Instance}
+	pg := &Postgres{db: db, where: where, timeout: o.Timeout, local: o.Local, instance: o.Instance, preparing: make(chan struct{}, 1)}
 	pg.out.dir, pg.out.update = o.JournalDir, func(ctx context.Context, fn func(*Tx) error) error { return pg.update(ctx, fn) }
 	if o.JournalDir != "" {
 		if err := os.MkdirAll(o.JournalDir, 0o700); err != nil {
@@ -167,7 +168,7 @@ func OpenPostgres(ctx context.Context, rawURL string, o PostgresOptions) (*Postg
 			return nil, fmt.Errorf("state: the journal directory: %w", err)
 		}
 	}
-	if err := pg.prepare(ctx); err != nil && !(o.WaitForServer && errors.Is(err, ErrUnavailable) && ctx.Err() == nil) {
+	if err := pg.prepare(ctx, ctx); err != nil && !(o.WaitForServer && errors.Is(err, ErrUnavailable) && ctx.Err() == nil) {
 		db.Close()
 		return nil, err
 	}
@@ -175,17 +176,23 @@ func OpenPostgres(ctx context.Context, rawURL string, o PostgresOptions) (*Postg
 }
 
 // prepare connects and migrates, once: every transaction waits for it
-// until it has succeeded.
-func (pg *Postgres) prepare(ctx context.Context) error {
+// until it has succeeded. Waiting for another call that prepares, and
+// connecting, end with wait (a transaction's bound); migrating, with ctx
+// (see migrate).
+func (pg *Postgres) prepare(ctx, wait context.Context) error {
 	if pg.ready.Load() {
 		return nil
 	}
-	pg.readyMu.Lock()
-	defer pg.readyMu.Unlock()
+	select {
+	case pg.preparing <- struct{}{}:
+	case <-wait.Done():
+		return pg.failed("connect", wait, wait.Err())
+	}
+	defer func() { <-pg.preparing }()
 	if pg.ready.Load() {
 		return nil
 	}
-	if err := pg.connect(ctx); err != nil {
+	if err := pg.connect(wait); err != nil {
 		return err
 	}
 	if err := pg.migrate(ctx); err != nil {
@@ -437,11 +444,14 @@ func (pg *Postgres) Sweep(ctx context.Context, now, before time.Time) (Swept, er
 // run runs fn in one transaction of opts (nil for read-write) holding
 // keys, within the bound, again when the server asks for it.
 func (pg *Postgres) run(ctx context.Context, opts *sql.TxOptions, keys []string, fn func(*Tx) error) error {
-	if err := pg.prepare(ctx); err != nil {
-		return err
-	}
 	bounded, cancel := context.WithTimeout(ctx, pg.timeout)
 	defer cancel()
+	if err := pg.prepare(ctx, bounded); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("state: %w", ctx.Err())
+		}
+		return err
+	}
 	for try := 1; ; try++ {
 		err := pg.once(bounded, opts, keys, fn)
 		if err == nil {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"maps"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -21,9 +19,6 @@ import (
 type scanLog struct {
 	t  *testing.T
 	db *sql.DB
-	// byCaller: every admission was recorded with ByCaller, so WindowOf
-	// must count each caller's as a scan does.
-	byCaller bool
 }
 
 func openScan(t *testing.T, path string) scanLog {
@@ -49,29 +44,6 @@ func (s scanLog) window(key string, since time.Time) ledger.Window {
 		return ledger.Window{}
 	}
 	return ledger.Window{Count: n, Oldest: time.UnixMicro(oldest)}
-}
-
-func (s scanLog) countByCaller(key string, since time.Time) map[string]int {
-	s.t.Helper()
-	rows, err := s.db.Query(`SELECT caller, count(*) FROM attempts WHERE key = ? AND at > ? AND counted = 1 AND caller != ''
-		GROUP BY caller`, key, since.UnixMicro())
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer rows.Close()
-	var out map[string]int
-	for rows.Next() {
-		var c string
-		var n int
-		if err := rows.Scan(&c, &n); err != nil {
-			s.t.Fatal(err)
-		}
-		if out == nil {
-			out = map[string]int{}
-		}
-		out[c] = n
-	}
-	return out
 }
 
 func (s scanLog) nth(key string, since time.Time, n int) time.Time {
@@ -103,12 +75,6 @@ func (s scanLog) check(db *state.DB, keys []string, from, to time.Time) {
 				if got.Count != want.Count || !got.Oldest.Equal(want.Oldest) {
 					s.t.Errorf("Window(%s, %v): got %d from %v, want %d from %v", key, since.Sub(from), got.Count, got.Oldest, want.Count, want.Oldest)
 				}
-				if s.byCaller {
-					got, err := tx.WindowOf(key, since, []string{"agent", "sync", "x", "nobody"})
-					if wantBy := s.countByCaller(key, since); err != nil || !maps.Equal(got.ByCaller, wantBy) || got.Count != want.Count {
-						s.t.Errorf("WindowOf(%s, %v): got %d, %v, %v; want %d, %v", key, since.Sub(from), got.Count, got.ByCaller, err, want.Count, wantBy)
-					}
-				}
 				if n, err := tx.Count(key, since); err != nil || n != want.Count {
 					s.t.Errorf("Count(%s, %v): got %d, %v; want %d", key, since.Sub(from), n, err, want.Count)
 				}
@@ -125,46 +91,6 @@ func (s scanLog) check(db *state.DB, keys []string, from, to time.Time) {
 		}
 		return nil
 	})
-}
-
-// The log read by the attempts' numbers says what a scan of the attempts
-// says: with several keys, attempts that do not count, admissions recorded
-// out of order, and sweeps that keep attempts still in flight.
-func TestLogReadsLikeAScan(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
-	db := open(t, path)
-	scan := openScan(t, path)
-	scan.byCaller = true
-	rng := rand.New(rand.NewPCG(1, 2))
-	keys := []string{"a", "b", "c"}
-	now := t0
-	states := []string{ledger.Admitted, ledger.Admitted, ledger.Admitted, ledger.RejectedLocal, ledger.Cached}
-	callers := []string{"agent", "sync", "x"}
-	for round := range 4 {
-		update(t, db, func(tx ledger.Tx) error {
-			for range 60 {
-				now = now.Add(time.Duration(rng.IntN(400)) * time.Millisecond) // ties too
-				a := ledger.Attempt{CallID: "c", Attempt: 1, Key: keys[rng.IntN(len(keys))], Caller: callers[rng.IntN(len(callers))],
-					State: states[rng.IntN(len(states))], At: now, ByCaller: true}
-				if rng.IntN(10) == 0 {
-					a.At = now.Add(-time.Duration(rng.IntN(5000)) * time.Millisecond) // recorded late
-				}
-				if a.State == ledger.Admitted && rng.IntN(4) == 0 {
-					a.LeaseUntil = now.Add(time.Duration(rng.IntN(20)) * time.Second)
-				}
-				if _, err := tx.InsertAttempt(a); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		scan.check(db, keys, t0, now)
-		if round%2 == 1 {
-			before := t0.Add(now.Sub(t0) / 2)
-			sweep(t, db, before, before)
-			scan.check(db, keys, t0, now)
-		}
-	}
 }
 
 // A file written before attempts were numbered has its log numbered when

@@ -1,18 +1,21 @@
-package state_test
+package conformance
 
 import (
-	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
-	"github.com/mcp-quota/mcp-quota/state"
 )
 
+// leases: slots reserved for a batch of calls.
+var leases = []behaviour{
+	{"reserved slots count as sent and in flight, and are given back or kept", reserveAndRelease},
+	{"reserved slots are not attempts until reported", reservedSlotsAreNoActivity},
+}
+
 // countAll is the window of key after since read both ways: through the
-// log's numbering (Count) and by counting rows; they must agree.
+// log's numbering (Count) and by its rows (Sends); they must agree.
 func countAll(t *testing.T, tx ledger.Tx, key string, since time.Time) int {
 	t.Helper()
 	n, err := tx.Count(key, since)
@@ -32,19 +35,14 @@ func countAll(t *testing.T, tx ledger.Tx, key string, since time.Time) int {
 // Reserved slots count as sent and in flight from their reservation;
 // those never handed out are deleted when they end the log, and kept
 // counted (released) when admissions follow them.
-func TestReserveAndRelease(t *testing.T) {
-	db, err := state.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+func reserveAndRelease(t *testing.T, b Backend) {
+	s, _ := b.fresh(t)
 	admit := func(tx ledger.Tx, at time.Time) {
-		if _, err := tx.InsertAttempt(ledger.Attempt{CallID: "c", Key: "k", Caller: "agent", State: ledger.Admitted, At: at,
-			LeaseUntil: at.Add(time.Minute)}); err != nil {
-			t.Fatal(err)
-		}
+		a := admission("k", "agent", at)
+		a.LeaseUntil = at.Add(time.Minute)
+		insert(t, tx, a)
 	}
-	err = db.Update(context.Background(), func(tx ledger.Tx) error {
+	update(t, s, func(tx ledger.Tx) error {
 		admit(tx, t0)
 		admit(tx, t0.Add(time.Millisecond))
 		at := t0.Add(2 * time.Millisecond)
@@ -60,6 +58,9 @@ func TestReserveAndRelease(t *testing.T) {
 		}
 		if f, err := tx.Flight("k", at); err != nil || f.Count != 7 {
 			t.Errorf("after reserving 5: %d in flight (%v), want 7", f.Count, err)
+		}
+		if f, err := tx.Flight("k", at.Add(time.Minute)); err != nil || f.Count != 0 {
+			t.Errorf("once the lease ran out: %d in flight (%v), want none", f.Count, err)
 		}
 		// Two slots are handed out and end; the other three are given back
 		// while they end the log: gone.
@@ -90,20 +91,24 @@ func TestReserveAndRelease(t *testing.T) {
 		if f, err := tx.Flight("k", at); err != nil || f.Count != 3 {
 			t.Errorf("after giving back every slot: %d in flight (%v), want the 3 admissions", f.Count, err)
 		}
+		if err := tx.Release("k", last, first); err != nil {
+			t.Errorf("giving back an empty range: %v", err)
+		}
 		// A slot that is not recorded cannot be finished.
 		if err := tx.FinishReserved(ledger.Attempt{ID: last + 100, State: ledger.Confirmed}); err == nil {
 			t.Error("finishing a slot that does not exist: got no error")
 		}
-		// Slots must not precede the log's latest admission.
+		// Slots must not precede the log's latest admission, and a lease
+		// holds at least one.
 		if _, _, err := tx.Reserve("k", 2, t0, t0.Add(time.Minute), "a batch"); err == nil {
 			t.Error("reserving slots before the latest admission: got no error")
 		}
+		if _, _, err := tx.Reserve("k", 0, at.Add(time.Second), at.Add(time.Minute), "a batch"); err == nil {
+			t.Error("reserving no slot: got no error")
+		}
 		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = db.View(context.Background(), func(tx ledger.Tx) error {
+	}, "k")
+	view(t, s, func(tx ledger.Tx) error {
 		list, err := tx.Activity(ledger.ActivityFilter{Key: "k"})
 		states := map[string]int{}
 		for _, a := range list {
@@ -123,7 +128,51 @@ func TestReserveAndRelease(t *testing.T) {
 		}
 		return errors.Join(err, err2)
 	})
-	if err != nil {
-		t.Fatal(err)
+}
+
+// A slot reserved and not yet reported is counted, but it is no attempt
+// yet: the activity, the timeline and the calls leave it out until it is
+// reported.
+func reservedSlotsAreNoActivity(t *testing.T, b Backend) {
+	s, _ := b.fresh(t)
+	var first, last int64
+	update(t, s, func(tx ledger.Tx) error {
+		var err error
+		first, last, err = tx.Reserve("k", 3, t0, t0.Add(time.Minute), "a batch")
+		return err
+	}, "k")
+	check := func(wantActivity int) {
+		t.Helper()
+		view(t, s, func(tx ledger.Tx) error {
+			if n := countAll(t, tx, "k", time.Time{}); n != 3 {
+				t.Errorf("%d sent, want the 3 slots", n)
+			}
+			list, err := tx.Activity(ledger.ActivityFilter{})
+			if len(list) != wantActivity {
+				t.Errorf("Activity: got %d attempts, want %d", len(list), wantActivity)
+			}
+			buckets, err2 := tx.Timeline("k", t0.Add(-time.Minute), time.Minute)
+			n := 0
+			for _, b := range buckets {
+				n += b.Count
+			}
+			if n != wantActivity {
+				t.Errorf("Timeline: counts %d attempts (%+v), want %d", n, buckets, wantActivity)
+			}
+			call, err3 := tx.Call("k", "")
+			if len(call) != 0 {
+				t.Errorf("Call of the slots' empty call ID: got %d attempts, want none", len(call))
+			}
+			return errors.Join(err, err2, err3)
+		})
+	}
+	check(0)
+	update(t, s, func(tx ledger.Tx) error {
+		return tx.FinishReserved(ledger.Attempt{ID: first, CallID: "x", Attempt: 1, Key: "k", Caller: "sync",
+			State: ledger.Confirmed, Status: 200, SentAt: t0, AnsweredAt: t0})
+	}, "k")
+	check(1)
+	if last-first != 2 {
+		t.Errorf("slots %d…%d, want 3 consecutive IDs", first, last)
 	}
 }

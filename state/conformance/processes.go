@@ -1,0 +1,326 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+)
+
+// processes: several processes on one store, through the real pacer, and
+// one of them killed in the middle of its work.
+var processes = []behaviour{
+	{"processes admitting on one key never admit more than its quota in a window", processesShareOneBudget},
+	{"processes leasing slots of one key never admit more than its quota in a window", processesShareOneLeasedBudget},
+	{"a process killed mid-load loses nothing committed, and its calls stay counted until swept", processKilledMidLoad},
+}
+
+// mostIn returns the most of times (sorted) in any window of w: in
+// (t-w, t], as a window counts the admissions after its start.
+func mostIn(times []time.Time, w time.Duration) int {
+	most, lo := 0, 0
+	for i, t := range times {
+		for !times[lo].After(t.Add(-w)) {
+			lo++
+		}
+		most = max(most, i-lo+1)
+	}
+	return most
+}
+
+// hammer runs three helper processes admitting calls of one key of a new
+// store with a documented quota per window, for run, and returns the
+// key's log with how many calls the processes report.
+func hammer(t *testing.T, b Backend, quota int64, window, run time.Duration) ([]ledger.Send, int) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	s, loc := b.fresh(t)
+	var hs []*helper
+	for i := range 3 {
+		hs = append(hs, startHelper(t, b, helperJob{Location: loc, Caller: fmt.Sprintf("p%d", i), Quota: quota, Window: window,
+			Run: run, Lease: time.Minute, Quiet: true}))
+	}
+	made := 0
+	for _, h := range hs {
+		made += h.wait(t)
+	}
+	return sends(t, s, "shared"), made
+}
+
+// times returns the admission times of list, oldest first.
+func times(list []ledger.Send) []time.Time {
+	out := make([]time.Time, len(list))
+	for i, s := range list {
+		out[i] = s.At
+	}
+	slices.SortFunc(out, time.Time.Compare)
+	return out
+}
+
+// Three processes hammering one key share its budget exactly: no rolling
+// window of the log ever holds more than the quota, and the quota is
+// used.
+func processesShareOneBudget(t *testing.T, b Backend) {
+	const (
+		quota  = 25
+		window = 300 * time.Millisecond
+		run    = 1500 * time.Millisecond
+	)
+	list, made := hammer(t, b, quota, window, run)
+	if len(list) != made {
+		t.Errorf("the store holds %d admissions, the processes report %d", len(list), made)
+	}
+	got := mostIn(times(list), window)
+	if got > quota {
+		t.Errorf("got %d admissions in one rolling window of %v, want at most %d", got, window, quota)
+	}
+	if got < quota {
+		t.Errorf("got at most %d admissions in any window of %v, want the quota of %d used", got, window, quota)
+	}
+	t.Logf("%s: %d admissions by 3 processes in %v", b.Name, len(list), run)
+}
+
+// Three processes hammering a key with a quota large enough to lease
+// share it exactly too: every process counts the slots the others hold,
+// so no rolling window of the log ever holds more than the quota.
+func processesShareOneLeasedBudget(t *testing.T, b Backend) {
+	const (
+		quota  = 3000
+		window = 10 * time.Second // leases of 250 ms: a pace of 64 calls a second leases, even under -race
+		run    = 1500 * time.Millisecond
+	)
+	list, made := hammer(t, b, quota, window, run)
+	calls, unused := 0, 0
+	for _, s := range list {
+		switch s.State {
+		case ledger.Reserved:
+			t.Errorf("slot %d is still reserved after every process closed", s.ID)
+		case ledger.Released:
+			unused++
+		default:
+			calls++
+		}
+	}
+	if calls != made {
+		t.Errorf("the store holds %d calls, the processes report %d", calls, made)
+	}
+	ts := times(list)
+	if got := mostIn(ts, window); got > quota {
+		t.Errorf("got %d admissions in one rolling window of %v, want at most %d", got, window, quota)
+	}
+	// Slots of a lease share its grant's time. While the quota binds,
+	// calls are admitted one at a time; before that, from leases.
+	at := map[time.Time]bool{}
+	for _, t := range ts {
+		at[t] = true
+	}
+	if len(at) > len(ts)/2 {
+		t.Errorf("%d admissions at %d different times: want many from leases", len(ts), len(at))
+	}
+	t.Logf("%s: %d calls by 3 processes in %v, %d slots released unused", b.Name, calls, run, unused)
+}
+
+// errHeld ends the transaction that holds the victim's slots.
+var errHeld = errors.New("held, and rolled back")
+
+// One of two processes is killed with SIGKILL in the middle of a load,
+// holding a call in flight, slots reserved, and outcomes its journal has
+// not yet recorded: the other keeps serving; every record committed
+// before the kill is still there; its call and slots stay counted and in
+// flight until their lease ends, and a sweep by a live process then marks
+// them interrupted and released; Recover records its journal.
+func processKilledMidLoad(t *testing.T, b Backend) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	const lease = 10 * time.Second
+	s, loc := b.fresh(t)
+	job := helperJob{Location: loc, Quota: 1 << 30, Window: time.Second, Lease: lease}
+	job.Caller, job.Victim = "victim", true
+	victim := startHelper(t, b, job)
+	job.Caller, job.Victim = "survivor", false
+	survivor := startHelper(t, b, job)
+	stuck, slots := victim.ids("stuck")[0], victim.ids("reserved")
+	if len(slots) != 2 || slots[1]-slots[0] != victimSlots-1 {
+		t.Fatalf("the victim reserved slots %v, want %d", slots, victimSlots)
+	}
+	var reserved []int64
+	for id := slots[0]; id <= slots[1]; id++ {
+		reserved = append(reserved, id)
+	}
+	victim.admitted(t, 100)
+
+	// The victim finishes three slots while this process holds them: its
+	// journal has their outcomes, the store does not.
+	finished := reserved[:3]
+	holding, release := make(chan struct{}), make(chan struct{})
+	held := make(chan error)
+	go func() {
+		held <- s.Update(context.Background(), func(tx ledger.Tx) error {
+			for _, id := range finished {
+				if err := tx.FinishAttempt(id, ledger.Reserved, "held", 0, time.Time{}, time.Time{}); err != nil {
+					return err
+				}
+			}
+			close(holding)
+			<-release
+			return errHeld
+		})
+	}()
+	select {
+	case <-holding:
+	case err := <-held:
+		t.Fatalf("holding the victim's slots: %v", err)
+	}
+	for _, id := range finished {
+		victim.order(t, fmt.Sprint("finish ", id))
+	}
+	for _, id := range finished {
+		victim.await(t, func(l string) bool { return l == fmt.Sprint("finished ", id) })
+	}
+	committed := slices.Concat(victim.ids("admitted"), []int64{stuck}, reserved)
+	before := map[int64]bool{}
+	for _, s := range sends(t, s, "shared") {
+		before[s.ID] = true
+	}
+	victim.kill(t)
+	close(release)
+	if err := <-held; !errors.Is(err, errHeld) {
+		t.Fatalf("holding the victim's slots: %v", err)
+	}
+	killedAt := clock(t, s)
+
+	n := len(survivor.ids("admitted"))
+	survivor.admitted(t, n+50) // the survivor keeps serving
+	survivor.stop(t)
+
+	after := map[int64]ledger.Send{}
+	for _, key := range []string{"shared", "leased"} {
+		for _, s := range sends(t, s, key) {
+			after[s.ID] = s
+		}
+	}
+	for id := range before {
+		if _, ok := after[id]; !ok {
+			t.Errorf("attempt %d, in the log at the kill, is gone", id)
+		}
+	}
+	for _, id := range committed {
+		if _, ok := after[id]; !ok {
+			t.Errorf("attempt %d, committed by the victim, is gone", id)
+		}
+	}
+	if st := after[stuck].State; st != ledger.Admitted {
+		t.Errorf("the victim's call in flight: got %q before its lease ran out, want admitted", st)
+	}
+	for _, id := range reserved {
+		if st := after[id].State; st != ledger.Reserved {
+			t.Errorf("the victim's slot %d: got %q before its lease ran out, want reserved (its outcome only in its journal)", id, st)
+		}
+	}
+	view(t, s, func(tx ledger.Tx) error {
+		f, err := tx.Flight("leased", killedAt)
+		if f.Count != victimSlots {
+			t.Errorf("the victim's slots in flight after the kill: %d, want %d", f.Count, victimSlots)
+		}
+		g, err2 := tx.Flight("shared", killedAt)
+		if g.Count < 1 {
+			t.Errorf("the victim's calls in flight after the kill: %d, want its stuck call at least", g.Count)
+		}
+		return errors.Join(err, err2)
+	})
+	if n := sweep(t, s, killedAt, time.Time{}); n.Interrupted != 0 {
+		t.Errorf("a sweep before the victim's leases ran out interrupted %d attempts, want none", n.Interrupted)
+	}
+
+	// Its journal is recorded by a live process.
+	if n, err := s.Recover(context.Background()); err != nil || n < len(finished) {
+		t.Errorf("Recover: got %d, %v; want the %d outcomes its journal held at least", n, err, len(finished))
+	}
+	// Once the leases have run out, a sweep ends what the victim left.
+	sweep(t, s, killedAt.Add(lease+time.Minute), time.Time{})
+	view(t, s, func(tx ledger.Tx) error {
+		for _, id := range finished {
+			obs, err := tx.ObservationsOf("leased", id)
+			if err != nil {
+				return err
+			}
+			if len(obs) != 1 {
+				t.Errorf("slot %d, recovered: %d observations, want its 1", id, len(obs))
+			}
+		}
+		for _, key := range []string{"shared", "leased"} {
+			if f, err := tx.Flight(key, killedAt); err != nil || f.Count != 0 {
+				t.Errorf("key %s after the sweep: %d in flight (%v), want none", key, f.Count, err)
+			}
+		}
+		if n, err := tx.Count("leased", time.Time{}); err != nil || n != victimSlots {
+			t.Errorf("the victim's slots after the sweep: %d counted (%v), want all %d still", n, err, victimSlots)
+		}
+		return nil
+	})
+	final := map[int64]string{}
+	for _, key := range []string{"shared", "leased"} {
+		for _, s := range sends(t, s, key) {
+			final[s.ID] = s.State
+		}
+	}
+	want := map[string]int{ledger.Confirmed: len(finished), ledger.Released: victimSlots - len(finished)}
+	got := map[string]int{}
+	for _, id := range reserved {
+		got[final[id]]++
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("the victim's slots in the end: %v, want %v", got, want)
+	}
+	if st := final[stuck]; st != ledger.Interrupted {
+		t.Errorf("the victim's stuck call after the sweep: %q, want interrupted", st)
+	}
+	for id, st := range final {
+		if st == ledger.Admitted || st == ledger.Reserved {
+			t.Errorf("attempt %d is still %s after the sweep", id, st)
+		}
+	}
+	instancesOfProcesses(t, s, victim, survivor)
+}
+
+// instancesOfProcesses checks that each helper's admissions record one
+// instance, its own.
+func instancesOfProcesses(t *testing.T, s ledger.Viewer, hs ...*helper) {
+	t.Helper()
+	instance := map[int64]string{}
+	view(t, s, func(tx ledger.Tx) error {
+		for before := int64(0); ; {
+			page, err := tx.Activity(ledger.ActivityFilter{Key: "shared", Before: before, Limit: 1000})
+			if err != nil || len(page) == 0 {
+				return err
+			}
+			for _, a := range page {
+				instance[a.ID] = a.Instance
+			}
+			before = page[len(page)-1].ID
+		}
+	})
+	seen := map[string]string{} // instance → helper
+	for _, h := range hs {
+		mine := map[string]bool{}
+		for _, id := range h.ids("admitted") {
+			mine[instance[id]] = true
+		}
+		if len(mine) != 1 {
+			t.Errorf("helper %s's admissions record instances %v, want one", h.name, mine)
+		}
+		for in := range mine {
+			if other, ok := seen[in]; ok || in == "" {
+				t.Errorf("helper %s's admissions record instance %q, want one of its own (not %s's, not empty)", h.name, in, other)
+			}
+			seen[in] = h.name
+		}
+	}
+}

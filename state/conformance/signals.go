@@ -1,0 +1,192 @@
+package conformance
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+)
+
+// signals: what the upstream said of a key, and what the pacer made of it.
+var signals = []behaviour{
+	{"a policy keeps what a new observation does not state, a hidden limit is replaced whole", known},
+	{"a gate is never shortened, and opens at its time", gates},
+	{"a claim is never shortened, and ends at its time", claims},
+	{"a key's pacing state reads back as recorded, a key never used as the zero state", keyState},
+	{"the keys are those with a pacing state or a policy", keys},
+}
+
+// A policy's latest state: fields a new observation does not state keep
+// their value; a hidden limit is replaced whole.
+func known(t *testing.T, b Backend) {
+	s, _ := b.fresh(t)
+	obs := func(q, r int64, hasR bool) ratelimit.Observation {
+		return ratelimit.Observation{Policy: "p", Unit: ratelimit.Requests, Quota: q, HasQuota: q > 0, Window: time.Minute,
+			Remaining: r, HasRemaining: hasR, Reset: 30 * time.Second, HasReset: hasR, Shape: ratelimit.ShapeDraft}
+	}
+	put := func(k ledger.Known) { update(t, s, func(tx ledger.Tx) error { return tx.PutKnown(k) }, k.Key) }
+	get := func(key string) []ledger.Known {
+		var ks []ledger.Known
+		view(t, s, func(tx ledger.Tx) error {
+			var err error
+			ks, err = tx.Known(key)
+			return err
+		})
+		return ks
+	}
+	put(ledger.Known{Key: "k", Observation: obs(100, 40, true), ReceivedAt: t0, BasisAt: t0, Route: "GET /a"})
+	// Listed only (q and w): r, t and their times stay.
+	put(ledger.Known{Key: "k", Observation: obs(100, 0, false), ReceivedAt: t0.Add(time.Second), BasisAt: t0.Add(time.Second), Route: "GET /b"})
+	want := ledger.Known{Key: "k", Observation: obs(100, 40, true), ReceivedAt: t0, BasisAt: t0, Route: "GET /a"}
+	if diff := cmp.Diff(get("k"), []ledger.Known{want}); diff != "" {
+		t.Errorf("after a listing (-got +want):\n%s", diff)
+	}
+	// Shown without q: q stays.
+	put(ledger.Known{Key: "k", Observation: obs(0, 10, true), ReceivedAt: t0.Add(2 * time.Second), BasisAt: t0.Add(2 * time.Second), Route: "GET /c"})
+	want = ledger.Known{Key: "k", Observation: obs(100, 10, true), ReceivedAt: t0.Add(2 * time.Second), BasisAt: t0.Add(2 * time.Second), Route: "GET /c"}
+	if diff := cmp.Diff(get("k"), []ledger.Known{want}); diff != "" {
+		t.Errorf("after an r without q (-got +want):\n%s", diff)
+	}
+	// Another partition of the policy is a policy of its own, listed in
+	// order.
+	other := ledger.Known{Key: "k", Observation: obs(5, 1, true), ReceivedAt: t0, BasisAt: t0}
+	other.Partition = "user-1"
+	put(other)
+	if diff := cmp.Diff(get("k"), []ledger.Known{want, other}); diff != "" {
+		t.Errorf("with a second partition (-got +want):\n%s", diff)
+	}
+
+	hidden := func(q int64, w time.Duration, at time.Time) ledger.Known {
+		return ledger.Known{Key: "h", Hidden: true, ReceivedAt: at, BasisAt: at.Add(-w), Route: "GET /x",
+			Observation: ratelimit.Observation{Policy: "hidden", Unit: ratelimit.Requests, Quota: q, HasQuota: true, Window: w, Shape: ratelimit.ShapeInferred}}
+	}
+	put(hidden(10, time.Minute, t0))
+	put(hidden(8, time.Hour, t0.Add(time.Hour)))
+	if diff := cmp.Diff(get("h"), []ledger.Known{hidden(8, time.Hour, t0.Add(time.Hour))}); diff != "" {
+		t.Errorf("a hidden limit inferred again (-got +want):\n%s", diff)
+	}
+	if ks := get("never"); len(ks) != 0 {
+		t.Errorf("Known of a key never seen: %+v, want none", ks)
+	}
+}
+
+func gates(t *testing.T, b Backend) {
+	s, _ := b.fresh(t)
+	put := func(scope string, until time.Time, source string) {
+		update(t, s, func(tx ledger.Tx) error {
+			return tx.PutGate(ledger.Gate{Key: "k", Scope: scope, Until: until, Source: source, Reason: source, SetAt: t0})
+		}, "k")
+	}
+	read := func(now time.Time) []ledger.Gate {
+		var gs []ledger.Gate
+		view(t, s, func(tx ledger.Tx) error {
+			var err error
+			gs, err = tx.Gates("k", now)
+			return err
+		})
+		return gs
+	}
+	put("", t0.Add(time.Minute), "retry-after")
+	put("", t0.Add(time.Second), "backoff") // shorter: ignored
+	want := []ledger.Gate{{Key: "k", Until: t0.Add(time.Minute), Reason: "retry-after", Source: "retry-after", SetAt: t0}}
+	if diff := cmp.Diff(read(t0), want); diff != "" {
+		t.Errorf("a gate is never shortened (-got +want):\n%s", diff)
+	}
+	if gs := read(t0.Add(time.Minute)); len(gs) != 0 {
+		t.Errorf("a gate at its time: got %+v, want it open", gs)
+	}
+	put("", t0.Add(time.Hour), "circuit")
+	put("policy-a", t0.Add(2*time.Minute), "problem")
+	want = []ledger.Gate{
+		{Key: "k", Until: t0.Add(time.Hour), Reason: "circuit", Source: "circuit", SetAt: t0},
+		{Key: "k", Scope: "policy-a", Until: t0.Add(2 * time.Minute), Reason: "problem", Source: "problem", SetAt: t0},
+	}
+	if diff := cmp.Diff(read(t0), want); diff != "" {
+		t.Errorf("a longer gate and a gate of one policy, the latest to open first (-got +want):\n%s", diff)
+	}
+	if gs := read(t0.Add(90 * time.Minute)); len(gs) != 0 {
+		t.Errorf("every gate after its time: got %+v, want none", gs)
+	}
+}
+
+func claims(t *testing.T, b Backend) {
+	s, _ := b.fresh(t)
+	update(t, s, func(tx ledger.Tx) error {
+		return errors.Join(
+			tx.Claim("k", "agent", t0.Add(time.Minute)),
+			tx.Claim("k", "agent", t0.Add(time.Second)), // never shortened
+			tx.Claim("k", "sync", t0.Add(10*time.Second)),
+			tx.Claim("other", "x", t0.Add(time.Hour)))
+	}, "k", "other")
+	view(t, s, func(tx ledger.Tx) error {
+		for now, want := range map[time.Time]map[string]bool{
+			t0:                       {"agent": true, "sync": true},
+			t0.Add(30 * time.Second): {"agent": true},
+			t0.Add(time.Minute):      nil,
+		} {
+			got, err := tx.Claimed("k", now)
+			if diff := cmp.Diff(got, want); err != nil || diff != "" {
+				t.Errorf("Claimed at %v (-got +want):\n%s%v", now.Sub(t0), diff, err)
+			}
+		}
+		return nil
+	})
+	update(t, s, func(tx ledger.Tx) error { return tx.Claim("k", "agent", t0.Add(2*time.Minute)) }, "k") // extended
+	view(t, s, func(tx ledger.Tx) error {
+		got, err := tx.Claimed("k", t0.Add(90*time.Second))
+		if diff := cmp.Diff(got, map[string]bool{"agent": true}); diff != "" {
+			t.Errorf("Claimed after a claim was extended (-got +want):\n%s", diff)
+		}
+		return err
+	})
+}
+
+func keyState(t *testing.T, b Backend) {
+	s, _ := b.fresh(t)
+	ks := ledger.KeyState{Key: "k", LastAdmitAt: t0, Interval: 250 * time.Millisecond, LastResponseAt: t0.Add(time.Second),
+		Failures: 2, Opens: 1, HalfOpen: true, ProbeAttempt: 9, ProbeUntil: t0.Add(time.Minute),
+		Latency: 1500 * time.Microsecond, PrevLatency: 12 * time.Millisecond, LatencySince: t0.Add(-time.Second)}
+	update(t, s, func(tx ledger.Tx) error { return tx.PutKeyState(ks) }, "k")
+	read := func(key string) ledger.KeyState {
+		var got ledger.KeyState
+		view(t, s, func(tx ledger.Tx) error {
+			var err error
+			got, err = tx.KeyState(key)
+			return err
+		})
+		return got
+	}
+	if diff := cmp.Diff(read("k"), ks); diff != "" {
+		t.Errorf("KeyState (-got +want):\n%s", diff)
+	}
+	if got := read("never"); got != (ledger.KeyState{Key: "never"}) {
+		t.Errorf("KeyState of a key never used: got %+v, want the zero state", got)
+	}
+	// Recorded again, whole: what is zero now reads zero.
+	again := ledger.KeyState{Key: "k", LastAdmitAt: t0.Add(time.Hour), Failures: 0}
+	update(t, s, func(tx ledger.Tx) error { return tx.PutKeyState(again) }, "k")
+	if diff := cmp.Diff(read("k"), again); diff != "" {
+		t.Errorf("KeyState recorded again (-got +want):\n%s", diff)
+	}
+}
+
+func keys(t *testing.T, b Backend) {
+	s, _ := b.fresh(t)
+	update(t, s, func(tx ledger.Tx) error {
+		return errors.Join(
+			tx.PutKeyState(ledger.KeyState{Key: "b", LastAdmitAt: t0}),
+			tx.PutKnown(ledger.Known{Key: "a", ReceivedAt: t0, Observation: ratelimit.Observation{Policy: "p", Unit: ratelimit.Requests}}),
+			tx.PutKnown(ledger.Known{Key: "b", ReceivedAt: t0, Observation: ratelimit.Observation{Policy: "p", Unit: ratelimit.Requests}}))
+	}, "a", "b")
+	view(t, s, func(tx ledger.Tx) error {
+		got, err := tx.Keys()
+		if diff := cmp.Diff(got, []string{"a", "b"}); diff != "" {
+			t.Errorf("Keys (-got +want):\n%s", diff)
+		}
+		return err
+	})
+}

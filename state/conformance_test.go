@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/mcp-quota/mcp-quota/internal/pgtest"
 	"github.com/mcp-quota/mcp-quota/state/conformance"
 )
 
@@ -23,8 +22,7 @@ func TestConformanceSQLite(t *testing.T) {
 }
 
 func TestConformancePostgreSQL(t *testing.T) {
-	srv := pgtest.Start(t)
-	t.Setenv("PGPASSWORD", srv.Password()) // for the helper processes too
+	srv := startPostgres(t) // the helper processes inherit PGPASSWORD
 	journals := t.TempDir()
 	conformance.Run(t, conformance.Backend{
 		Name: "PostgreSQL",
@@ -40,4 +38,7 @@ func TestConformancePostgreSQL(t *testing.T) {
 		},
 		ServerClock: true,
 	})
+	// After every behaviour, the password is in none of the databases,
+	// nor in a journal.
+	noPasswordOnServer(t, srv, journals)
 }

@@ -3,6 +3,7 @@ package state_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -171,5 +172,51 @@ func TestKeyStateOfAnOlderFile(t *testing.T) {
 	})
 	if problems, err := db.IntegrityCheck(context.Background()); err != nil || len(problems) > 0 {
 		t.Errorf("IntegrityCheck: %v %q", err, problems)
+	}
+}
+
+// A file a newer mcp-quota wrote (its user_version beyond the newest
+// migration) is refused, with ErrNewerSchema and nothing written to it.
+func TestNewerFileRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	db := open(t, path)
+	update(t, db, func(tx ledger.Tx) error {
+		_, err := tx.InsertAttempt(ledger.Attempt{CallID: "c", Key: "k", State: ledger.Admitted, At: t0})
+		return err
+	})
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	names, err := filepath.Glob("migrations/*.sql")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("the migrations: %v %v", names, err)
+	}
+	scan := openScan(t, path)
+	newer := len(names) + 1
+	if _, err := scan.db.Exec(fmt.Sprintf("PRAGMA user_version = %d", newer)); err != nil {
+		t.Fatal(err)
+	}
+	schema := func() string {
+		t.Helper()
+		var version int
+		var tables string
+		if err := scan.db.QueryRow("SELECT (SELECT user_version FROM pragma_user_version), group_concat(sql, ';') FROM sqlite_master").
+			Scan(&version, &tables); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(version, tables)
+	}
+	before := schema()
+	if db, err := state.Open(context.Background(), path); !errors.Is(err, state.ErrNewerSchema) {
+		if err == nil {
+			db.Close()
+		}
+		t.Errorf("Open of a file of version %d: got %v, want ErrNewerSchema", newer, err)
+	}
+	if after := schema(); after != before {
+		t.Errorf("the schema after the file was refused:\n%s\nbefore:\n%s", after, before)
+	}
+	if n := scan.window("k", time.Time{}).Count; n != 1 {
+		t.Errorf("after the refusal: %d admissions, want the 1 there before", n)
 	}
 }

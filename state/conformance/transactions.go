@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -25,6 +26,7 @@ var transactions = []behaviour{
 	{"a function that panics rolls back, and its caller gets the panic", updatePanics},
 	{"the clock of a transaction does not go back from one of a key to the next", clockOfTransactions},
 	{"attempts record the instance of the store that recorded them", instanceOnAttempts},
+	{"a signing key is made once, and every store on one location has it", signingKeys},
 }
 
 func newStoreIsEmpty(t *testing.T, b Backend) {
@@ -407,4 +409,32 @@ func instanceOnAttempts(t *testing.T, b Backend) {
 		}
 		return err
 	})
+}
+
+// A signing key is made by the first store to ask for it, and every
+// store sharing the location gets the same one; another name is another
+// key.
+func signingKeys(t *testing.T, b Backend) {
+	first, loc := b.fresh(t)
+	stores := []state.Store{first, b.Open(t, loc)}
+	get := func(s state.Store, name string) []byte {
+		t.Helper()
+		key, err := s.SigningKey(context.Background(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return key
+	}
+	key := get(stores[1], "sessions")
+	if len(key) < 16 {
+		t.Errorf("a signing key of %d bytes, want 16 at least (130 random bits)", len(key))
+	}
+	for i, s := range stores {
+		if again := get(s, "sessions"); !bytes.Equal(again, key) {
+			t.Errorf("store %d: the key asked again differs", i)
+		}
+	}
+	if other := get(first, "other"); bytes.Equal(other, key) {
+		t.Error("the keys of two names are the same")
+	}
 }

@@ -372,17 +372,8 @@ func (o *outcomes) recordAll(ctx context.Context, fs []ledger.Finished) (done []
 	done = make([]bool, len(fs))
 	record := func(fs []ledger.Finished) (n int, err error) {
 		err = o.update(ctx, func(tx *Tx) error {
-			n = 0
-			for _, f := range fs {
-				ok, err := tx.finish(f)
-				if err != nil {
-					return err
-				}
-				if ok {
-					n++
-				}
-			}
-			return nil
+			n, err = tx.finishAll(fs)
+			return err
 		})
 		return n, err
 	}

@@ -88,9 +88,16 @@ func (tx *Tx) AddObservation(o ledger.ObservationRecord) error {
 	return nil
 }
 
-var qObservations = newQuery(`SELECT id, coalesce(attempt_id, 0), policy, unit, partition, q, w_us, r, t_us,
+// On PostgreSQL the latest of a key's observations are found in the
+// key's own index first: a generic plan (see noEarlier) walks the table's
+// newest end instead, past every other key's, for as long as it takes.
+var qObservations = newQueryFor(`SELECT id, coalesce(attempt_id, 0), policy, unit, partition, q, w_us, r, t_us,
 	status, received_at, coalesce(server_date, 0), shape, profile, guessed, from_cache, method, target
-	FROM observations WHERE key = ? ORDER BY id DESC LIMIT ?`)
+	FROM observations WHERE key = ? ORDER BY id DESC LIMIT ?`,
+	`SELECT id, coalesce(attempt_id, 0), policy, unit, partition, q, w_us, r, t_us,
+	status, received_at, coalesce(server_date, 0), shape, profile, guessed, from_cache, method, target
+	FROM observations WHERE id = ANY(ARRAY(SELECT id FROM observations WHERE key = $1 ORDER BY id DESC LIMIT $2))
+	ORDER BY id DESC`)
 
 // Observations returns the latest observations of key, newest first.
 func (tx *Tx) Observations(key string, limit int) ([]ledger.ObservationRecord, error) {
@@ -220,13 +227,14 @@ func (tx *Tx) AddWarning(w ledger.Warning) error {
 	return nil
 }
 
+// (since a time up to noLater)
 var qWarnings = newQuery(`SELECT id, at, kind, message FROM warnings
-	WHERE key = ? AND at > ? ORDER BY id DESC LIMIT 20`)
+	WHERE key = ? AND at > ? AND at <= ? ORDER BY id DESC LIMIT 20`)
 
 // Warnings returns key's warnings raised after since, newest first (at
 // most 20).
 func (tx *Tx) Warnings(key string, since time.Time) ([]ledger.Warning, error) {
-	rows, err := tx.query(qWarnings, key, micros(since))
+	rows, err := tx.query(qWarnings, key, micros(since), int64(noLater))
 	if err != nil {
 		return nil, fmt.Errorf("state: warnings: %w", err)
 	}

@@ -18,13 +18,20 @@ var (
 	reason = CASE state WHEN 'reserved' THEN '` + releasedByEnd + `'
 		ELSE 'the process handling it ended before an answer was recorded' END
 	WHERE lease_until IS NOT NULL AND lease_until <= ?`)
-	qSweepAttempts = newQuery(`DELETE FROM attempts WHERE id IN (SELECT id FROM attempts INDEXED BY attempts_at
-	WHERE at < ? AND lease_until IS NULL ORDER BY at LIMIT ?)`)
-	qSweepObservations = newQuery(`DELETE FROM observations WHERE id IN (SELECT id FROM observations INDEXED BY observations_received
-	WHERE received_at < ? ORDER BY received_at LIMIT ?)`)
-	qSweepWarnings = newQuery(`DELETE FROM warnings WHERE id IN (SELECT id FROM warnings INDEXED BY warnings_at
-	WHERE at < ? ORDER BY at LIMIT ?)`)
-	qSweptAround = newQuery(`SELECT DISTINCT key FROM attempts INDEXED BY attempts_at WHERE at < ? AND counted = 1`)
+	// On PostgreSQL a batch's rows are deleted by their IDs: a generic
+	// plan (see noEarlier) of "id IN (SELECT … LIMIT ?)" expects a tenth
+	// of the table and joins it whole.
+	qSweepAttempts = newQueryFor(`DELETE FROM attempts WHERE id IN (SELECT id FROM attempts INDEXED BY attempts_at
+	WHERE at < ? AND lease_until IS NULL ORDER BY at LIMIT ?)`, `DELETE FROM attempts WHERE id = ANY(ARRAY(SELECT id FROM attempts
+	WHERE at < $1 AND lease_until IS NULL ORDER BY at LIMIT $2))`)
+	qSweepObservations = newQueryFor(`DELETE FROM observations WHERE id IN (SELECT id FROM observations INDEXED BY observations_received
+	WHERE received_at < ? ORDER BY received_at LIMIT ?)`, `DELETE FROM observations WHERE id = ANY(ARRAY(SELECT id FROM observations
+	WHERE received_at < $1 ORDER BY received_at LIMIT $2))`)
+	qSweepWarnings = newQueryFor(`DELETE FROM warnings WHERE id IN (SELECT id FROM warnings INDEXED BY warnings_at
+	WHERE at < ? ORDER BY at LIMIT ?)`, `DELETE FROM warnings WHERE id = ANY(ARRAY(SELECT id FROM warnings
+	WHERE at < $1 ORDER BY at LIMIT $2))`)
+	// (every time from noEarlier before ?1)
+	qSweptAround = newQuery(`SELECT DISTINCT key FROM attempts INDEXED BY attempts_at WHERE at < ? AND at >= ? AND counted = 1`)
 )
 
 // Swept counts what a sweep changed.
@@ -140,7 +147,7 @@ func (db *DB) reclaim(ctx context.Context) error {
 // leaving gaps. Only attempts in flight are left that old, so the walk
 // along attempts_at is short.
 func (tx *Tx) renumberSwept(before time.Time) error {
-	rows, err := tx.query(qSweptAround, micros(before))
+	rows, err := tx.query(qSweptAround, micros(before), int64(noEarlier))
 	if err != nil {
 		return err
 	}

@@ -37,8 +37,10 @@ func (tx *Tx) Timeline(key string, since time.Time, step time.Duration) ([]ledge
 	return out, rows.Err()
 }
 
+// A call ID is never empty (on PostgreSQL, attempts_call holds only those
+// that are not).
 var qCall = newQuery(`SELECT ` + activityColumns + `
-	FROM attempts WHERE key = ? AND call_id = ? AND state != 'reserved' ORDER BY attempt, id`)
+	FROM attempts WHERE key = ? AND call_id = ? AND call_id != '' AND state != 'reserved' ORDER BY attempt, id`)
 
 // Call returns the attempts of key's call callID, first first.
 func (tx *Tx) Call(key, callID string) ([]ledger.Attempt, error) {

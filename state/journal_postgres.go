@@ -1,0 +1,172 @@
+package state
+
+import (
+	"fmt"
+
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+)
+
+// On PostgreSQL every statement is a round trip to the server, and the
+// journal's applier records up to journalBatch outcomes a transaction:
+// one statement at a time (the slot's state, the call, each observation)
+// that was some 800 round trips, 50–700 ms on a loaded 2-core host — and
+// past the transaction's bound (DefaultPostgresTimeout) when the host's
+// CPU is scarce, so that the applier failed the same batch again and
+// again while its journal grew. finishAll records a batch in two
+// statements, whatever its size: the calls, and the observations of those
+// it recorded.
+
+// pgFinishSlots records the calls of reserved slots, each an element of
+// the arrays, as FinishReserved does, where the slot is still reserved
+// (or released by the sweep) and not recorded yet (see Tx.finish); it
+// returns the IDs of the slots it recorded.
+const pgFinishSlots = `UPDATE attempts AS a SET call_id = f.call_id, attempt = f.attempt, caller = f.caller,
+	transport = f.transport, method = f.method, target = f.target, digest = f.digest, state = f.state, reason = f.reason,
+	wait_us = f.wait_us, status = nullif(f.status, 0), sent_at = nullif(f.sent_at, 0), answered_at = nullif(f.answered_at, 0),
+	lease_until = NULL
+	FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
+		$10::text[], $11::text[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[])
+		AS f(id, key, call_id, attempt, caller, transport, method, target, digest, state, reason, wait_us, status, sent_at, answered_at)
+	WHERE a.id = f.id AND a.key = f.key AND a.call_id = '' AND a.state IN ('reserved', 'released') AND a.counted = 1
+	RETURNING a.id`
+
+// pgAddObservations records observations, each an element of the arrays,
+// in their order, as AddObservation does; a value whose flag ($19…) is 0
+// is recorded as unknown.
+const pgAddObservations = `INSERT INTO observations
+	(key, attempt_id, policy, unit, partition, q, w_us, r, t_us, status, received_at, server_date,
+	 shape, profile, guessed, from_cache, method, target)
+	SELECT key, nullif(attempt_id, 0), policy, unit, partition, CASE WHEN has_q = 1 THEN q END, CASE WHEN has_w = 1 THEN w_us END,
+		CASE WHEN has_r = 1 THEN r END, CASE WHEN has_t = 1 THEN t_us END, status, received_at, nullif(server_date, 0),
+		shape, profile, guessed, from_cache, method, target
+	FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[],
+		$9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::text[], $14::text[], $15::bigint[], $16::bigint[],
+		$17::text[], $18::text[], $19::bigint[], $20::bigint[], $21::bigint[], $22::bigint[])
+		WITH ORDINALITY AS o(key, attempt_id, policy, unit, partition, q, w_us, r, t_us, status, received_at, server_date,
+		shape, profile, guessed, from_cache, method, target, has_q, has_w, has_r, has_t, n)
+	ORDER BY n`
+
+// finishAll records fs in tx as finish records each, in order, and
+// returns how many it recorded.
+func (tx *Tx) finishAll(fs []ledger.Finished) (int, error) {
+	if tx.pg == nil {
+		n := 0
+		for _, f := range fs {
+			ok, err := tx.finish(f)
+			if err != nil {
+				return n, err
+			}
+			if ok {
+				n++
+			}
+		}
+		return n, nil
+	}
+	return tx.pgFinishAll(fs)
+}
+
+func (tx *Tx) pgFinishAll(fs []ledger.Finished) (int, error) {
+	// An outcome a journal holds twice is recorded once, the first time:
+	// the second finds its slot recorded.
+	seen := make(map[int64]bool, len(fs))
+	var s slotColumns
+	for _, f := range fs {
+		if !seen[f.Attempt.ID] {
+			seen[f.Attempt.ID] = true
+			s.add(f.Attempt)
+		}
+	}
+	rows, err := tx.tx.QueryContext(tx.ctx, pgFinishSlots, s.id, s.key, s.callID, s.attempt, s.caller, s.transport,
+		s.method, s.target, s.digest, s.state, s.reason, s.wait, s.status, s.sent, s.answered)
+	if err != nil {
+		return 0, fmt.Errorf("state: finish reserved slots: %w", err)
+	}
+	recorded := make(map[int64]bool, len(fs))
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("state: finish reserved slots: %w", err)
+		}
+		recorded[id] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("state: finish reserved slots: %w", err)
+	}
+	var o observationColumns
+	for _, f := range fs {
+		if recorded[f.Attempt.ID] && seen[f.Attempt.ID] {
+			seen[f.Attempt.ID] = false // its first outcome's observations only
+			for _, ob := range f.Observations {
+				o.add(ob)
+			}
+		}
+	}
+	if len(o.key) > 0 {
+		if _, err := tx.tx.ExecContext(tx.ctx, pgAddObservations, o.key, o.attemptID, o.policy, o.unit, o.partition,
+			o.q, o.w, o.r, o.t, o.status, o.received, o.date, o.shape, o.profile, o.guessed, o.fromCache, o.method,
+			o.target, o.hasQ, o.hasW, o.hasR, o.hasT); err != nil {
+			return 0, fmt.Errorf("state: record observations: %w", err)
+		}
+	}
+	return len(recorded), nil
+}
+
+// slotColumns are the columns of pgFinishSlots, an element per slot.
+type slotColumns struct {
+	id, attempt, wait, status, sent, answered                             []int64
+	key, callID, caller, transport, method, target, digest, state, reason []string
+}
+
+func (c *slotColumns) add(a ledger.Attempt) {
+	c.id = append(c.id, a.ID)
+	c.key = append(c.key, a.Key)
+	c.callID = append(c.callID, a.CallID)
+	c.attempt = append(c.attempt, int64(a.Attempt))
+	c.caller = append(c.caller, a.Caller)
+	c.transport = append(c.transport, a.Transport)
+	c.method = append(c.method, a.Method)
+	c.target = append(c.target, a.Target)
+	c.digest = append(c.digest, a.Digest)
+	c.state = append(c.state, a.State)
+	c.reason = append(c.reason, a.Reason)
+	c.wait = append(c.wait, a.Wait.Microseconds())
+	c.status = append(c.status, int64(a.Status))
+	c.sent = append(c.sent, micros(a.SentAt))
+	c.answered = append(c.answered, micros(a.AnsweredAt))
+}
+
+// observationColumns are the columns of pgAddObservations, an element
+// per observation.
+type observationColumns struct {
+	attemptID, q, w, r, t, status, received, date, guessed, fromCache, hasQ, hasW, hasR, hasT []int64
+	key, policy, unit, partition, shape, profile, method, target                              []string
+}
+
+func (c *observationColumns) add(o ledger.ObservationRecord) {
+	flag := func(b bool) int64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	c.key = append(c.key, o.Key)
+	c.attemptID = append(c.attemptID, o.AttemptID)
+	c.policy = append(c.policy, o.Policy)
+	c.unit = append(c.unit, string(o.Unit))
+	c.partition = append(c.partition, o.Partition)
+	c.q, c.hasQ = append(c.q, o.Quota), append(c.hasQ, flag(o.HasQuota))
+	c.w, c.hasW = append(c.w, o.Window.Microseconds()), append(c.hasW, flag(o.Window > 0))
+	c.r, c.hasR = append(c.r, o.Remaining), append(c.hasR, flag(o.HasRemaining))
+	c.t, c.hasT = append(c.t, o.Reset.Microseconds()), append(c.hasT, flag(o.HasReset))
+	c.status = append(c.status, int64(o.Status))
+	c.received = append(c.received, micros(o.ReceivedAt))
+	c.date = append(c.date, micros(o.ServerDate))
+	c.shape = append(c.shape, string(o.Shape))
+	c.profile = append(c.profile, string(o.Profile))
+	c.guessed = append(c.guessed, flag(o.Guessed))
+	c.fromCache = append(c.fromCache, flag(o.FromCache))
+	c.method = append(c.method, o.Method)
+	c.target = append(c.target, o.Target)
+}

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-quota/mcp-quota/internal/pgtest"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/state"
@@ -42,49 +41,18 @@ func BenchmarkAdmit(b *testing.B) {
 	}
 }
 
-// BenchmarkAdmitDonePostgres is BenchmarkAdmitDone on a PostgreSQL state
-// on loopback, with 1 and 3 hosts (processes, each with its own pool) on
-// the key.
-//
-//	go test -run '^$' -bench Postgres -benchtime 5s ./pacer/
-func BenchmarkAdmitDonePostgres(b *testing.B) {
-	srv := pgtest.Start(b)
-	b.Setenv("PGPASSWORD", srv.Password())
-	for _, window := range []time.Duration{benchWindow, leasedWindow} {
-		for _, hosts := range []int{1, 3} {
-			b.Run(fmt.Sprintf("window=%s/hosts=%d", window, hosts), func(b *testing.B) {
-				benchAdmitAt(b, srv.CreateDatabase(b), hosts, true, window)
-			})
-		}
-	}
-}
-
-// leasedWindow is a window long enough for leases (see pacer.LeaseTime):
-// a process at a high pace then admits most calls from a batch of slots
-// it reserved, one transaction for many.
-const leasedWindow = 10 * time.Second
-
+// benchAdmit runs the benchmark on a new state file, with procs
+// processes on a key whose policy allows benchQuota calls per benchWindow.
 func benchAdmit(b *testing.B, procs int, done bool) {
-	benchAdmitAt(b, filepath.Join(b.TempDir(), "state.db"), procs, done, benchWindow)
-}
-
-// benchAdmitAt runs the benchmark on the state at path (a file or a
-// PostgreSQL URL), with procs processes on a key whose policy allows
-// benchQuota calls per benchWindow, at that pace over window.
-func benchAdmitAt(b *testing.B, path string, procs int, done bool, window time.Duration) {
-	quota := int64(float64(benchQuota) * float64(window) / float64(benchWindow))
+	path := filepath.Join(b.TempDir(), "state.db")
+	quota, window := int64(benchQuota), benchWindow
 	ctx := context.Background()
-	journals := b.TempDir() // each host's journals of a PostgreSQL state
-	b.Setenv("PACER_JOURNAL", journals)
-	db, err := state.OpenStore(ctx, path, state.PostgresOptions{JournalDir: journals})
+	db, err := state.Open(ctx, path)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer db.Close()
 	p := pacer.New(db)
-	if pg, ok := db.(*state.Postgres); ok {
-		p.Now = pg.Now
-	}
 	p.Lease = 10 * time.Millisecond
 	key := hammerKey(quota, window)
 	var others []*helper

@@ -1,8 +1,10 @@
 package rest_test
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -14,8 +16,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/gateway"
+	"github.com/mcp-quota/mcp-quota/internal/pgtest"
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/rest"
+	"github.com/mcp-quota/mcp-quota/state"
+	"github.com/mcp-quota/mcp-quota/tools"
+	"github.com/mcp-quota/mcp-quota/upstream"
 )
 
 // benchKeys is a key whose budget never binds a benchmark: no rate or
@@ -40,8 +51,11 @@ max_concurrency = 100000
 // adds to a call: latency (p50, p99, one call at a time) and throughput
 // (8 calls in parallel, each caller calling again as soon as answered),
 // against a bare httputil.ReverseProxy in front of the same demo
-// upstream. State persistence is on — a real state file; every call is
-// admitted and recorded in SQLite — and the budget never binds. Two
+// upstream. State persistence is on — every call is admitted and
+// recorded, in a real SQLite state file (store=sqlite) or in a
+// PostgreSQL database on loopback (store=postgres, with the host's
+// journal, holding a history of proxyHistory attempts) — and the budget
+// never binds. Every target answers proxyWarmUp calls first. Two
 // configurations of the key:
 //
 //   - mcp-quota: the seed's upstream (it announces its policy) and a
@@ -54,6 +68,33 @@ max_concurrency = 100000
 //
 //	go test ./rest/ -run '^$' -bench BenchmarkProxy -benchtime 20000x -v
 func BenchmarkProxy(b *testing.B) {
+	b.Run("store=sqlite", func(b *testing.B) { benchProxy(b, newStack, nil) })
+	b.Run("store=postgres", func(b *testing.B) {
+		srv := pgtest.Start(b)
+		b.Setenv("PGPASSWORD", srv.Password())
+		var dbs []string
+		benchProxy(b, func(t testing.TB, sc stackConfig) *stack {
+			dbs = append(dbs, srv.CreateDatabase(t))
+			if err := fillPostgres(context.Background(), dbs[len(dbs)-1], "demo", proxyHistory); err != nil {
+				t.Fatal(err)
+			}
+			return newPostgresStack(t, sc, dbs[len(dbs)-1])
+		}, func(b *testing.B) {
+			for _, db := range dbs {
+				analyze(b, db)
+			}
+		})
+	})
+}
+
+// proxyWarmUp is how many calls each target answers before it is
+// measured: every connection is open, and on PostgreSQL the tables have
+// statistics (see newPostgresStack).
+const proxyWarmUp = 1000
+
+// benchProxy measures the targets with stacks from newStack; settle,
+// when not nil, runs once they are warm.
+func benchProxy(b *testing.B, newStack func(testing.TB, stackConfig) *stack, settle func(*testing.B)) {
 	gw := func(c *gateway.Config) { c.MaxConcurrent = 100000 }
 	windowed := newStack(b, stackConfig{Demo: demo.Config{Quota: 1 << 30, Window: time.Hour}, Keys: benchKeys(true), Gateway: gw, QuietLog: true})
 	fixed := newStack(b, stackConfig{Demo: demo.Config{Mode: demo.Silent, Quota: 1 << 30, Window: time.Hour}, Keys: benchKeys(false), Gateway: gw, QuietLog: true})
@@ -83,6 +124,20 @@ func BenchmarkProxy(b *testing.B) {
 		{"bare", bare.URL + path},
 		{"mcp-quota", windowed.URL + "/k/demo" + path},
 		{"mcp-quota-no-window", fixed.URL + "/k/demo" + path},
+	}
+	var wg sync.WaitGroup
+	for _, tt := range targets {
+		for range 8 {
+			wg.Go(func() {
+				for range proxyWarmUp / 8 {
+					get(b, tt.url)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if settle != nil {
+		settle(b)
 	}
 	// Each measure runs the three in turn, in rounds: on a machine whose
 	// speed drifts (a shared VM), each sees the same drift.
@@ -148,4 +203,106 @@ func BenchmarkProxy(b *testing.B) {
 		}
 	}
 	b.Log(sum.String())
+}
+
+// newPostgresStack is newStack with its state in the PostgreSQL database
+// at dbURL (the password in PGPASSWORD) and a journal of its own, wired
+// as serve wires a PostgreSQL state; its DB is nil.
+func newPostgresStack(t testing.TB, sc stackConfig, dbURL string) *stack {
+	t.Helper()
+	s := &stack{Log: &syncBuffer{}, DBPath: dbURL}
+	if sc.Demo.Tokens == nil {
+		sc.Demo.Tokens = []string{upstreamSecret}
+	}
+	s.API = demo.New(sc.Demo)
+	us := httptest.NewServer(s.API)
+	t.Cleanup(us.Close)
+	s.UpstreamURL = us.URL
+	env := map[string]string{"UPSTREAM_SECRET": upstreamSecret, "SYNC_TOKEN": syncToken,
+		"AGENT_TOKEN": agentToken, "STRANGER_TOKEN": strangerToken}
+	store, err := keystore.Parse([]byte(fmt.Sprintf(sc.Keys, us.URL)+callers), keystore.Env{Getenv: func(k string) string { return env[k] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Keys = store
+	log := slog.New(slog.NewJSONHandler(s.Log, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	db, err := state.OpenPostgres(context.Background(), dbURL, state.PostgresOptions{JournalDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Pacer = pacer.New(db)
+	s.Pacer.Now = db.Now
+	s.Client = upstream.New(s.Pacer, log)
+	s.REST = &rest.Handler{Keys: store, Client: s.Client, Pacer: s.Pacer, DB: db, Log: log}
+	mcp := tools.NewServer(&tools.Deps{Keys: store, Client: s.Client, Pacer: s.Pacer, DB: db, Log: log, Transport: "mcp-http"}, "test")
+	gc := gateway.Config{Keys: store, REST: s.REST, MCP: mcp, DB: db, Log: log, Loopback: true}
+	if sc.Gateway != nil {
+		sc.Gateway(&gc)
+	}
+	gs := httptest.NewUnstartedServer(gateway.New(gc))
+	gs.Config = gateway.NewServer("", gs.Config.Handler, log)
+	gs.Start()
+	t.Cleanup(func() {
+		s.Pacer.Close(context.Background())
+		db.Close()
+	})
+	t.Cleanup(gs.Close)
+	s.URL = gs.URL
+	return s
+}
+
+// proxyHistory is how many attempts of the key a PostgreSQL state holds
+// before the warm-up: the state of a database in use, whose connections
+// planned their statements on the statistics of a table that is not
+// small (see BENCHMARKS.md, "Many hosts: PostgreSQL").
+const proxyHistory = 200_000
+
+// fillPostgres writes a history of n confirmed attempts of key, over a day
+// that ended an hour ago, into the new database at dbURL and analyzes it.
+func fillPostgres(ctx context.Context, dbURL, key string, n int) error {
+	db, err := state.OpenPostgres(ctx, dbURL, state.PostgresOptions{}) // the schema
+	if err != nil {
+		return err
+	}
+	db.Close()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	from := time.Now().Add(-25 * time.Hour).UnixMicro()
+	step := (24 * time.Hour).Microseconds() / int64(n)
+	for _, s := range []struct {
+		sql  string
+		args []any
+	}{
+		{`SET search_path = mcp_quota`, nil},
+		{`INSERT INTO keys (key) VALUES ($1)`, []any{key}},
+		{`INSERT INTO attempts (id, call_id, attempt, key, caller, transport, method, target, state, counted, at,
+			sent_at, answered_at, status, seq)
+		SELECT i + 1, 'h' || i, 1, $1, 'history', 'rest', 'GET', '/v1/participants/p-000001', 'confirmed', 1,
+			$2::bigint + i * $3::bigint, $2::bigint + i * $3::bigint, $2::bigint + i * $3::bigint + 20000, 200, i + 1
+		FROM generate_series(0, $4::bigint - 1) AS i`, []any{key, from, step, n}},
+		{`SELECT setval('attempt_blocks', $1::bigint / 1024 + 1)`, []any{n}},
+		{`VACUUM ANALYZE`, nil},
+	} {
+		if _, err := conn.Exec(ctx, s.sql, s.args...); err != nil {
+			return fmt.Errorf("fill a history: %w", err)
+		}
+	}
+	return nil
+}
+
+// analyze gathers the statistics of the database at dbURL again, with
+// what the warm-up wrote, as autovacuum does as a table grows.
+func analyze(b *testing.B, dbURL string) {
+	b.Helper()
+	conn, err := pgx.Connect(context.Background(), dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), "ANALYZE"); err != nil {
+		b.Fatal(err)
+	}
 }

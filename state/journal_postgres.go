@@ -17,17 +17,22 @@ import (
 // it recorded.
 
 // pgFinishSlots records the calls of reserved slots, each an element of
-// the arrays, as FinishReserved does, where the slot is still reserved
-// (or released by the sweep) and not recorded yet (see Tx.finish); it
-// returns the IDs of the slots it recorded.
-const pgFinishSlots = `UPDATE attempts AS a SET call_id = f.call_id, attempt = f.attempt, caller = f.caller,
-	transport = f.transport, method = f.method, target = f.target, digest = f.digest, state = f.state, reason = f.reason,
-	wait_us = f.wait_us, status = nullif(f.status, 0), sent_at = nullif(f.sent_at, 0), answered_at = nullif(f.answered_at, 0),
-	lease_until = NULL
-	FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
-		$10::text[], $11::text[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[])
-		AS f(id, key, call_id, attempt, caller, transport, method, target, digest, state, reason, wait_us, status, sent_at, answered_at)
-	WHERE a.id = f.id AND a.key = f.key AND a.call_id = '' AND a.state IN ('reserved', 'released') AND a.counted = 1
+// the arrays ($1 their IDs), as FinishReserved does, where the slot is
+// still reserved (or released by the sweep) and not recorded yet (see
+// Tx.finish); it returns the IDs of the slots it recorded. The slots are
+// found by their IDs and each one's values by its ID's place in $1: a
+// join to the arrays, planned on statistics that rarely know how many
+// slots are reserved, rescanned them once for each slot (a batch took
+// 50 ms), or walked every reserved and released slot once for each
+// element (4,000 × 256 rows, 2 s, once a journal's backlog grew).
+const pgFinishSlots = `UPDATE attempts AS a SET (call_id, attempt, caller, transport, method, target, digest, state, reason,
+		wait_us, status, sent_at, answered_at, lease_until) =
+	(SELECT ($3::text[])[i], ($4::bigint[])[i], ($5::text[])[i], ($6::text[])[i], ($7::text[])[i], ($8::text[])[i],
+		($9::text[])[i], ($10::text[])[i], ($11::text[])[i], ($12::bigint[])[i], nullif(($13::bigint[])[i], 0),
+		nullif(($14::bigint[])[i], 0), nullif(($15::bigint[])[i], 0), NULL::bigint
+	FROM (SELECT array_position($1::bigint[], a.id) AS i) AS p)
+	WHERE a.id = ANY($1::bigint[]) AND a.key = ($2::text[])[array_position($1::bigint[], a.id)] AND a.call_id = ''
+		AND a.state IN ('reserved', 'released') AND a.counted = 1
 	RETURNING a.id`
 
 // pgAddObservations records observations, each an element of the arrays,

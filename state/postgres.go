@@ -604,12 +604,15 @@ var (
 )
 
 // pgDialect translates a statement written for SQLite into PostgreSQL's
-// dialect: SQLite's planner hints go (INDEXED BY, +column), and its
+// dialect: SQLite's planner hints go (INDEXED BY), except +key, which
+// keeps SQLite from every index on the key and becomes the key joined to
+// the empty string, which keeps PostgreSQL from them (a lease's slots are
+// found by their IDs, whatever the statistics say of the key's), and its
 // parameters ? and ?N become $N. Statements that differ more are written
 // twice (newQueryFor).
 func pgDialect(text string) string {
 	text = sqliteIndexedBy.ReplaceAllString(text, "")
-	text = sqliteUnaryKey.ReplaceAllString(text, "key")
+	text = sqliteUnaryKey.ReplaceAllString(text, "(key || '')")
 	var b strings.Builder
 	highest := 0
 	quoted := false

@@ -1,0 +1,421 @@
+package pacer_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/internal/pgtest"
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/state"
+)
+
+// BenchmarkAdmissions runs the same configurations on both back ends side
+// by side: a SQLite state file shared by processes on one host, and a
+// PostgreSQL database on loopback shared by hosts (each a process with a
+// pool and a journal of its own), holding a history of benchHistory
+// attempts (see fillPostgres). Every host makes calls one after another,
+// each an Admit and a Done with an answer carrying one RateLimit
+// observation, on one key or spread at random over 100 keys, each with a
+// documented policy that never binds:
+//
+//   - window=100ms (5,000 calls per 100 ms): too short a window to lease,
+//     so every call takes two transactions, its admission and its outcome;
+//   - window=10s (500,000 calls per 10 s): a busy key is leased, and most
+//     calls take a slot in memory and write their outcome to the journal.
+//
+// With 100 keys each key's pace is a hundredth of the host's, too slow for
+// a lease: the many-keys rows are the per-call path on keys that do not
+// contend. The first host is the benchmark's own process (b.N calls); the
+// others are the test binary run again, started and warmed up before the
+// measure, calling from its start to its end. MCP_QUOTA_BENCH_PACE=N
+// makes every host call at N calls a second at most, to see the same
+// configurations on a machine that is not saturated.
+//
+// Metrics, over all hosts: calls/s; p50, p99 and max of one call's
+// Admit+Done; the client processes' CPU per call; on PostgreSQL, the
+// server's CPU per call, its transactions per call, the connections
+// opened meanwhile, and how many of the database's backends were on
+// average waiting for a lock (a key's row), running, or idle in a
+// transaction, waiting for their client (sampled every 10 ms); and the
+// machine's CPU, busy-% and other-% (what others used), of all cores.
+//
+//	go test -run '^$' -bench Admissions -benchtime 5s ./pacer/
+//	go test -run '^$' -bench 'Admissions/store=postgres/window=10s/keys=1/' -benchtime 5s -count 3 ./pacer/
+func BenchmarkAdmissions(b *testing.B) {
+	var pace float64
+	if s := os.Getenv("MCP_QUOTA_BENCH_PACE"); s != "" {
+		var err error
+		if pace, err = strconv.ParseFloat(s, 64); err != nil {
+			b.Fatal(err)
+		}
+	}
+	matrix := func(b *testing.B, newState func(b *testing.B) string) {
+		for _, window := range []time.Duration{benchWindow, leasedWindow} {
+			for _, keys := range []int{1, 100} {
+				for _, hosts := range []int{1, 3} {
+					b.Run(fmt.Sprintf("window=%s/keys=%d/hosts=%d", window, keys, hosts), func(b *testing.B) {
+						benchHosts(b, hostConfig{Path: newState(b), Keys: keys, Window: window, Pace: pace}, hosts)
+					})
+				}
+			}
+		}
+	}
+	b.Run("store=sqlite", func(b *testing.B) {
+		matrix(b, func(b *testing.B) string { return filepath.Join(b.TempDir(), "state.db") })
+	})
+	b.Run("store=postgres", func(b *testing.B) {
+		srv := pgtest.Start(b)
+		b.Setenv("PGPASSWORD", srv.Password()) // the hosts inherit it
+		matrix(b, func(b *testing.B) string { return srv.CreateDatabase(b) })
+	})
+}
+
+// leasedWindow is a window long enough for leases (see pacer.LeaseTime):
+// a process at a high pace then admits most calls from a batch of slots
+// it reserved, one transaction for many.
+const leasedWindow = 10 * time.Second
+
+// hostWarmUp is how long each host calls before the measure starts: its
+// pool has its connections, its pace is measured, a busy key is leased.
+const hostWarmUp = 300 * time.Millisecond
+
+// hostEnv names the variable that makes the test binary a benchmark host
+// (TestBenchHostProcess); its value is the host's hostConfig as JSON.
+const hostEnv = "PACER_BENCH_HOST"
+
+// hostConfig is one host of BenchmarkAdmissions.
+type hostConfig struct {
+	Path      string        // the state file, or a PostgreSQL URL (its password in PGPASSWORD)
+	Journal   string        // on PostgreSQL: the host's journal directory
+	Caller    string        // the caller name it uses
+	Keys      int           // how many keys its calls are spread over
+	Window    time.Duration // each key's documented window (see benchQuotaFor)
+	Latencies string        // the file it writes its calls' durations to, as little-endian int64 nanoseconds
+	Pace      float64       // calls a second it makes at most; 0 for one after another
+}
+
+// benchQuotaFor is the quota of a window at benchQuota per benchWindow.
+func benchQuotaFor(window time.Duration) int64 {
+	return int64(float64(benchQuota) * float64(window) / float64(benchWindow))
+}
+
+// benchHost is the running pacer of one host.
+type benchHost struct {
+	cfg  hostConfig
+	db   state.Store
+	p    *pacer.Pacer
+	keys []*keystore.Key
+	rnd  *rand.Rand
+	n    int
+	next time.Time // when the next call may start, at a Pace
+}
+
+func openBenchHost(cfg hostConfig) (*benchHost, error) {
+	db, err := state.OpenStore(context.Background(), cfg.Path, state.PostgresOptions{JournalDir: cfg.Journal})
+	if err != nil {
+		return nil, err
+	}
+	h := &benchHost{cfg: cfg, db: db, p: pacer.New(db), rnd: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+	if pg, ok := db.(*state.Postgres); ok {
+		h.p.Now = pg.Now
+	}
+	h.p.Lease = 10 * time.Millisecond
+	for i := range cfg.Keys {
+		k := hammerKey(benchQuotaFor(cfg.Window), cfg.Window)
+		k.Name = fmt.Sprintf("shared%d", i)
+		h.keys = append(h.keys, k)
+	}
+	return h, nil
+}
+
+// call makes one call (Admit, then Done with an answer carrying one
+// RateLimit observation) of a key picked at random, and returns how long
+// it took.
+func (h *benchHost) call(ctx context.Context) (time.Duration, error) {
+	if h.cfg.Pace > 0 {
+		if d := time.Until(h.next); d > 0 {
+			time.Sleep(d)
+		}
+		if earliest := time.Now().Add(-time.Second); h.next.Before(earliest) {
+			h.next = earliest // a second behind at most: no burst to catch up
+		}
+		h.next = h.next.Add(time.Duration(float64(time.Second) / h.cfg.Pace))
+	}
+	k := h.keys[h.rnd.IntN(len(h.keys))]
+	h.n++
+	t0 := time.Now()
+	t, err := h.p.Admit(ctx, pacer.Call{Key: k, Caller: h.cfg.Caller, Transport: "rest", Method: "GET",
+		Target: "/items?page=1", CallID: fmt.Sprintf("%s-%d", h.cfg.Caller, h.n), Attempt: 1, MaxWait: time.Second})
+	if err != nil {
+		return 0, err
+	}
+	now := time.Now()
+	quota := benchQuotaFor(h.cfg.Window)
+	rd := &ratelimit.Reading{ReceivedAt: now, Observations: []ratelimit.Observation{{
+		Policy: "default", Unit: ratelimit.Requests, Quota: quota, HasQuota: true, Window: h.cfg.Window,
+		Remaining: quota / 2, HasRemaining: true, Reset: h.cfg.Window / 2, HasReset: true, Shape: ratelimit.ShapeDraft}}}
+	if _, err := h.p.Done(ctx, t, pacer.Outcome{SentAt: now, AnsweredAt: now, Status: 200, Reading: rd}); err != nil {
+		return 0, err
+	}
+	return time.Since(t0), nil
+}
+
+// warmUp calls for hostWarmUp.
+func (h *benchHost) warmUp(ctx context.Context) error {
+	for end := time.Now().Add(hostWarmUp); time.Now().Before(end); {
+		if _, err := h.call(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (h *benchHost) close(ctx context.Context) error {
+	return errors.Join(h.p.Close(ctx), h.db.Close())
+}
+
+// TestBenchHostProcess is a host of BenchmarkAdmissions, when the test
+// binary is run again as one. It opens the state, warms up and prints
+// "ready"; it calls from the line "go" on its standard input to the
+// input's end, then writes its calls' durations to cfg.Latencies and
+// prints "done N ELAPSED-NS CPU-NS".
+func TestBenchHostProcess(t *testing.T) {
+	raw := os.Getenv(hostEnv)
+	if raw == "" {
+		t.Skip("run as a host by BenchmarkAdmissions")
+	}
+	if err := runBenchHost(raw); err != nil {
+		fmt.Fprintln(os.Stderr, "bench host:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func runBenchHost(raw string) error {
+	var cfg hostConfig
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	h, err := openBenchHost(cfg)
+	if err != nil {
+		return err
+	}
+	if err := h.warmUp(ctx); err != nil {
+		return err
+	}
+	fmt.Println("ready")
+	in := bufio.NewReader(os.Stdin)
+	if line, err := in.ReadString('\n'); err != nil || line != "go\n" {
+		return fmt.Errorf("waiting for go: %q, %v", line, err)
+	}
+	stop := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, in)
+		close(stop)
+	}()
+	var lat []time.Duration
+	cpu0, start := cpuTime(), time.Now()
+	for !ended(stop, nil) {
+		d, err := h.call(ctx)
+		if err != nil {
+			return err
+		}
+		lat = append(lat, d)
+	}
+	elapsed, cpu := time.Since(start), cpuTime()-cpu0
+	if err := h.close(ctx); err != nil {
+		return err
+	}
+	buf := make([]byte, 8*len(lat))
+	for i, d := range lat {
+		binary.LittleEndian.PutUint64(buf[8*i:], uint64(d))
+	}
+	if err := os.WriteFile(cfg.Latencies, buf, 0o600); err != nil {
+		return err
+	}
+	fmt.Printf("done %d %d %d\n", len(lat), elapsed.Nanoseconds(), cpu.Nanoseconds())
+	return nil
+}
+
+// remoteHost is a host running in a process of its own.
+type remoteHost struct {
+	cfg   hostConfig
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Scanner
+}
+
+func startHost(b *testing.B, cfg hostConfig) *remoteHost {
+	b.Helper()
+	raw, _ := json.Marshal(cfg)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchHostProcess$", "-test.count=1", "-test.shuffle=off")
+	cmd.Env = append(os.Environ(), hostEnv+"="+string(raw))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	h := &remoteHost{cfg: cfg, cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
+	b.Cleanup(func() {
+		h.stdin.Close()
+		if h.cmd.ProcessState == nil {
+			h.cmd.Process.Kill()
+			h.cmd.Wait()
+		}
+	})
+	if !h.out.Scan() || h.out.Text() != "ready" {
+		b.Fatalf("host %s ended before it was ready", cfg.Caller)
+	}
+	return h
+}
+
+// hostRun is what one host reports of its measure.
+type hostRun struct {
+	calls   int
+	elapsed time.Duration
+	cpu     time.Duration
+	lat     []time.Duration
+}
+
+// finish ends h's measure and returns what it reports.
+func (h *remoteHost) finish(b *testing.B) hostRun {
+	b.Helper()
+	h.stdin.Close()
+	var r hostRun
+	for h.out.Scan() {
+		var e, c int64
+		if _, err := fmt.Sscanf(h.out.Text(), "done %d %d %d", &r.calls, &e, &c); err == nil {
+			r.elapsed, r.cpu = time.Duration(e), time.Duration(c)
+		}
+	}
+	if err := h.cmd.Wait(); err != nil || r.elapsed == 0 {
+		b.Fatalf("host %s: %v (elapsed %v)", h.cfg.Caller, err, r.elapsed)
+	}
+	buf, err := os.ReadFile(h.cfg.Latencies)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i+8 <= len(buf); i += 8 {
+		r.lat = append(r.lat, time.Duration(binary.LittleEndian.Uint64(buf[i:])))
+	}
+	return r
+}
+
+// benchHosts runs BenchmarkAdmissions's measure with hosts hosts on the
+// state cfg names, this process one of them.
+func benchHosts(b *testing.B, cfg hostConfig, hosts int) {
+	ctx := context.Background()
+	dir := b.TempDir()
+	hostCfg := func(i int) hostConfig {
+		c := cfg
+		c.Caller = fmt.Sprintf("host%d", i)
+		c.Latencies = filepath.Join(dir, c.Caller+".lat")
+		if state.IsPostgresURL(c.Path) {
+			c.Journal = filepath.Join(dir, c.Caller+".journal") // a directory per host, as on hosts of their own
+		}
+		return c
+	}
+	if state.IsPostgresURL(cfg.Path) {
+		keys := make([]string, cfg.Keys)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("shared%d", i)
+		}
+		if err := fillPostgres(ctx, cfg.Path, keys, benchHistory); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var others []*remoteHost
+	for i := 1; i < hosts; i++ {
+		others = append(others, startHost(b, hostCfg(i)))
+	}
+	me, err := openBenchHost(hostCfg(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := me.warmUp(ctx); err != nil {
+		b.Fatal(err)
+	}
+	var pg *pgWatch
+	if state.IsPostgresURL(cfg.Path) {
+		pg = watchPostgres(b, cfg.Path)
+	}
+	machine0 := machineCPU()
+	for _, h := range others {
+		if _, err := io.WriteString(h.stdin, "go\n"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	cpu0, start := cpuTime(), time.Now()
+	for range b.N {
+		d, err := me.call(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, d)
+	}
+	elapsed, cpu := time.Since(start), cpuTime()-cpu0
+	machine := machineCPU().since(machine0)
+	b.StopTimer()
+	var pgs pgSample
+	if pg != nil {
+		pgs = pg.stop(b)
+	}
+	rate := float64(b.N) / elapsed.Seconds()
+	calls, clientCPU := b.N, cpu
+	for _, h := range others {
+		r := h.finish(b)
+		rate += float64(r.calls) / r.elapsed.Seconds()
+		calls += r.calls
+		clientCPU += r.cpu
+		lat = append(lat, r.lat...)
+	}
+	if err := me.close(ctx); err != nil {
+		b.Fatal(err)
+	}
+	slices.Sort(lat)
+	b.ReportMetric(rate, "calls/s")
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "max-µs")
+	b.ReportMetric(float64(clientCPU.Microseconds())/float64(calls), "cpu-µs/call")
+	inMeasure := rate * elapsed.Seconds() // the calls of every host while this one measured
+	ours := clientCPU.Seconds()           // (the other hosts ran a little longer than this one measured)
+	if pg != nil {
+		b.ReportMetric(float64(pgs.cpu.Microseconds())/inMeasure, "pg-cpu-µs/call")
+		b.ReportMetric(float64(pgs.commits)/inMeasure, "xacts/call")
+		b.ReportMetric(pgs.waiting, "lock-waiting")
+		b.ReportMetric(pgs.active, "running")
+		b.ReportMetric(pgs.idleInTx, "idle-in-xact")
+		b.ReportMetric(float64(pgs.sessions), "new-conns")
+		ours += pgs.cpu.Seconds()
+	}
+	if machine.total > 0 {
+		b.ReportMetric(100*machine.busy.Seconds()/machine.total.Seconds(), "busy-%")
+		b.ReportMetric(100*max(machine.busy.Seconds()-ours, 0)/machine.total.Seconds(), "other-%")
+	}
+}

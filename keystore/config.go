@@ -29,6 +29,12 @@ const (
 type Env struct {
 	Getenv   func(string) string          // nil means os.Getenv
 	ReadFile func(string) ([]byte, error) // nil means os.ReadFile
+
+	// NoCallerTokens is for a command that authenticates no caller
+	// (status, activity, stdio): the callers' tokens are not read, so an
+	// unset token variable or a missing token file is no mistake there.
+	// Such a Store's callers match no token.
+	NoCallerTokens bool
 }
 
 func (e Env) getenv(name string) string {
@@ -524,6 +530,7 @@ func (cc callerConfig) caller(env Env, keys map[string]bool) (*Caller, []*Config
 	var v string
 	tokenField := "token_env"
 	switch {
+	case env.NoCallerTokens:
 	case cc.TokenEnv != "" && cc.TokenFile != "":
 		bad("token_env", "set token_env or token_file, not both")
 	case cc.TokenEnv != "":

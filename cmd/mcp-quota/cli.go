@@ -26,7 +26,7 @@ func (e environment) status(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	keys, err := e.loadKeys(c, log)
+	keys, err := e.loadKeys(c, log, keysToRead)
 	if err != nil {
 		return err
 	}
@@ -114,7 +114,7 @@ func (e environment) activity(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	keys, err := e.loadKeys(c, log) // for the state it names
+	keys, err := e.loadKeys(c, log, keysToRead) // for the state it names
 	if err != nil {
 		return err
 	}

@@ -94,7 +94,7 @@ func (e environment) serve(ctx context.Context, args []string) error {
 // serveKeys loads the configuration serve runs with, refusing a
 // non-loopback address without caller tokens.
 func (e environment) serveKeys(c common, listen string, log *slog.Logger) (*keystore.Store, error) {
-	keys, err := e.loadKeys(c, log)
+	keys, err := e.loadKeys(c, log, keysToServe)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +146,7 @@ func (e environment) stdio(ctx context.Context, args []string, stdin io.Reader) 
 	if err != nil {
 		return err
 	}
-	keys, err := e.loadKeys(c, log)
+	keys, err := e.loadKeys(c, log, keysForStdio)
 	if err != nil {
 		return err
 	}

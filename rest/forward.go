@@ -295,7 +295,7 @@ func copyBody(w http.ResponseWriter, src io.Reader, flush bool) (int64, error) {
 		m, err := src.Read(buf)
 		if m > 0 {
 			if _, werr := w.Write(buf[:m]); werr != nil {
-				return n, werr
+				return n, fmt.Errorf("%w: %w", errCallerGone, werr)
 			}
 			n += int64(m)
 			if flush {

@@ -74,6 +74,9 @@ secret_env = "UNSET_VARIABLE_FOR_TEST"
 			if !strings.Contains(text(res), tt.says) {
 				t.Errorf("text %q does not say %q", text(res), tt.says)
 			}
+			if n := strings.Count(strings.ToLower(text(res)), "give a path below"); n > 1 {
+				t.Errorf("text %q gives the same advice %d times", text(res), n)
+			}
 			if strings.Contains(fmt.Sprint(out)+text(res), upstreamSecret) {
 				t.Error("result contains the upstream secret")
 			}

@@ -89,6 +89,7 @@ type keyConfig struct {
 	MaxRate        *float64        `toml:"max_rate"`
 	MaxConcurrency *int            `toml:"max_concurrency"`
 	LowWater       *float64        `toml:"low_water"`
+	Unreachable    string          `toml:"unreachable_hint"`
 	Secret         *string         `toml:"secret"` // refused: secrets are never inline
 }
 
@@ -471,6 +472,7 @@ func (kc keyConfig) key(env Env) (*Key, []*ConfigError) {
 			k.MaxConcurrency = *kc.MaxConcurrency
 		}
 	}
+	k.UnreachableHint = strings.TrimSpace(kc.Unreachable)
 	if kc.LowWater != nil {
 		if *kc.LowWater < 0 || *kc.LowWater >= 1 {
 			bad("low_water", "low_water is a share of the quota, between 0 and 1")

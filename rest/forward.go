@@ -210,7 +210,11 @@ func (h *Handler) failed(w http.ResponseWriter, r *http.Request, k *keystore.Key
 		writeProblem(w, http.StatusBadGateway, CodeUpstreamUnavailable, sentence(err.Error()), nil)
 	default:
 		h.log().Info("no answer from the upstream", "key", k.Name, "error", err)
-		writeProblem(w, http.StatusBadGateway, CodeUpstreamUnavailable, sentence(err.Error()), nil)
+		detail := sentence(err.Error())
+		if errors.Is(err, upstream.ErrUnreachable) && k.UnreachableHint != "" {
+			detail += " " + sentence(k.UnreachableHint)
+		}
+		writeProblem(w, http.StatusBadGateway, CodeUpstreamUnavailable, detail, nil)
 	}
 }
 

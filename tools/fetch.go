@@ -438,6 +438,9 @@ func (f *fetchCall) failed(err error) *mcp.CallToolResult {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return failure("cancelled", "The call was cancelled before an answer came.")
 	case errors.Is(err, upstream.ErrUnreachable):
+		if f.k.UnreachableHint != "" {
+			return failure("upstreamUnavailable", sentence(err.Error())+" "+sentence(f.k.UnreachableHint))
+		}
 		return failure("upstreamUnavailable", sentence(err.Error())+" Try again later.")
 	}
 	return failure("failed", sentence(err.Error()))

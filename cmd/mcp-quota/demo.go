@@ -111,6 +111,7 @@ base_url = %[2]q
 secret_file = %[3]q
 auth = "bearer"
 profile = "ietf"
+unreachable_hint = "This key's upstream is the demo inside \"mcp-quota serve --demo\", which is not running: start it again (it reuses this folder's files)"
   [[keys.policies]]
   name = "default"
   quota = 120

@@ -244,3 +244,23 @@ func TestDemoLinesWorkAsPasted(t *testing.T) {
 		t.Errorf("the stdio JSON line %q does not carry the command's arguments %q", j, m[2])
 	}
 }
+
+// TestStdioAfterTheDemoStopped: the demo key's upstream lives inside
+// "serve --demo"; a stdio server still registered with the demo's files
+// says so, rather than only "connection refused".
+func TestStdioAfterTheDemoStopped(t *testing.T) {
+	dir := t.TempDir()
+	d := startDemoServe(t, dir)
+	if err := d.stop(); err != nil {
+		t.Fatal(err)
+	}
+	s := &setup{dir: dir, config: filepath.Join(dir, "demo", "config.toml"), state: filepath.Join(dir, "state.db")}
+	sess := s.stdioSession(t, nil)
+	res, _ := call(t, sess, "fetch", map[string]any{"key": "demo", "path": "/v1/participants"})
+	if !res.IsError || errorCode(res) != "upstreamUnavailable" {
+		t.Fatalf("fetch with the demo stopped: %s; want an upstreamUnavailable error", text(res))
+	}
+	if !strings.Contains(text(res), "serve --demo") || !strings.Contains(text(res), "start it again") {
+		t.Errorf("fetch with the demo stopped says %q; want it to say the upstream lives inside serve --demo", text(res))
+	}
+}

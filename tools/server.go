@@ -35,7 +35,7 @@ type Deps struct {
 	// Transport names the MCP transport in the activity: stdio or mcp-http.
 	Transport string
 	// LocalCaller names the caller of requests that carry none (stdio);
-	// empty means "agent".
+	// empty means "stdio".
 	LocalCaller string
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
@@ -88,7 +88,7 @@ func (d *Deps) caller(ctx context.Context) *keystore.Caller {
 	if d.LocalCaller != "" {
 		return keystore.Local(d.LocalCaller)
 	}
-	return keystore.Local("agent")
+	return keystore.Local("stdio")
 }
 
 // warn sends msg to the client as an MCP logging notification (clients

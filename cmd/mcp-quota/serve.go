@@ -136,7 +136,7 @@ func (e environment) stdio(ctx context.Context, args []string, stdin io.Reader) 
 	fs := e.flags("stdio", &c, "warn")
 	def := e.getenv("MCP_QUOTA_CALLER")
 	if def == "" {
-		def = "agent"
+		def = "stdio"
 	}
 	caller := fs.String("caller", def, "the caller's name in the activity (env MCP_QUOTA_CALLER)")
 	if err := e.parse(fs, args); err != nil {

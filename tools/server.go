@@ -62,6 +62,7 @@ func NewServer(d *Deps, version string) *server.MCPServer {
 	hooks := &server.Hooks{}
 	hooks.AddAfterCallTool(explainArguments)
 	hooks.AddBeforeReadResource(d.hideActivity)
+	hooks.AddAfterListResources(d.listActivity)
 	s := server.NewMCPServer("mcp-quota", version,
 		server.WithToolCapabilities(false),
 		server.WithResourceCapabilities(false, false),

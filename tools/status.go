@@ -154,6 +154,20 @@ func activityTemplate() mcp.ResourceTemplate {
 		mcp.WithTemplateMIMEType("application/json"))
 }
 
+// listActivity adds to resources/list the activity resource of every key
+// the caller may use: the template alone lists nothing a client can show.
+func (d *Deps) listActivity(ctx context.Context, _ any, _ *mcp.ListResourcesRequest, result *mcp.ListResourcesResult) {
+	caller := d.caller(ctx)
+	for _, k := range d.Keys.Keys() {
+		if !caller.MayUse(k.Name) {
+			continue
+		}
+		result.Resources = append(result.Resources, mcp.NewResource(activityPrefix+k.Name, "Activity of key "+k.Name,
+			mcp.WithResourceDescription("The latest 100 attempts through key "+k.Name+": caller, transport, state, status, wait and reason, newest first."),
+			mcp.WithMIMEType("application/json")))
+	}
+}
+
 // activityPrefix begins the URI of every key's activity resource.
 const activityPrefix = "quota://activity/"
 
@@ -206,7 +220,7 @@ func (d *Deps) readActivity(ctx context.Context, req mcp.ReadResourceRequest) ([
 		a.Reason, _ = k.Scrubber().Scrub(a.Reason)
 		entries = append(entries, report.NewActivity(a))
 	}
-	b, err := json.MarshalIndent(entries, "", "  ")
+	b, err := json.MarshalIndent(report.ActivityPage{Activity: entries}, "", "  ")
 	if err != nil {
 		return nil, err
 	}

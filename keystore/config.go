@@ -3,6 +3,7 @@ package keystore
 import (
 	"errors"
 	"fmt"
+	"github.com/mcp-quota/mcp-quota/internal/spelling"
 	"math"
 	"net/url"
 	"os"
@@ -380,7 +381,11 @@ func (kc keyConfig) key(env Env) (*Key, []*ConfigError) {
 		authKnown = false
 	}
 	if k.Profile, err = ratelimit.ParseProfile(kc.Profile); err != nil {
-		bad("profile", err.Error())
+		msg := err.Error()
+		if best := spelling.Closest(strings.ToLower(strings.TrimSpace(kc.Profile)), profileNames()); best != "" {
+			msg += ": did you mean " + best + "?"
+		}
+		bad("profile", msg)
 	}
 	switch {
 	case kc.SecretEnv != "" && kc.SecretFile != "":
@@ -566,4 +571,13 @@ func (cc callerConfig) caller(env Env, keys map[string]bool) (*Caller, []*Config
 		return nil, errs
 	}
 	return c, nil
+}
+
+// profileNames are the names a key's profile may take.
+func profileNames() []string {
+	var names []string
+	for _, p := range ratelimit.Profiles() {
+		names = append(names, string(p))
+	}
+	return names
 }

@@ -435,3 +435,26 @@ func TestOneShotCommandsNeedNoCallerTokens(t *testing.T) {
 		t.Errorf("serve with the callers' tokens unset: %v; want the configuration refused", err)
 	}
 }
+
+// TestDidYouMean: a misspelt command or flag is answered with the likely
+// one.
+func TestDidYouMean(t *testing.T) {
+	tests := []struct {
+		args []string
+		says string
+	}{
+		{[]string{"sever"}, `unknown command "sever": did you mean serve?`},
+		{[]string{"stauts"}, "did you mean status?"},
+		{[]string{"serve", "--lsiten", "127.0.0.1:0"}, "unknown flag -lsiten: did you mean --listen?"},
+		{[]string{"stdio", "-confg=x.toml"}, "unknown flag -confg: did you mean --config?"},
+	}
+	for _, tt := range tests {
+		_, errOut, err := runCmd(t, nil, tt.args...)
+		if err == nil || !strings.Contains(errOut, tt.says) {
+			t.Errorf("%v: %v, stderr %q; want it to say %q", tt.args, err, errOut, tt.says)
+		}
+	}
+	if _, errOut, _ := runCmd(t, nil, "serve", "--zzzzzzzz"); strings.Contains(errOut, "did you mean") {
+		t.Errorf("a flag like no other got a suggestion: %q", errOut)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/mcp-quota/mcp-quota/internal/spelling"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -65,6 +66,9 @@ func (e environment) parse(fs *flag.FlagSet, args []string) error {
 	}
 	fmt.Fprint(e.stderr, out.String())
 	if err != nil {
+		if name, best := misspeltFlag(fs, args); best != "" {
+			fmt.Fprintf(e.stderr, "%s: unknown flag -%s: did you mean --%s?\n", fs.Name(), name, best)
+		}
 		return errUsage
 	}
 	if fs.NArg() > 0 {
@@ -77,6 +81,23 @@ func (e environment) parse(fs *flag.FlagSet, args []string) error {
 		}
 	}
 	return nil
+}
+
+// misspeltFlag finds the first flag in args that fs does not define, and
+// the defined flag it most likely meant ("" when none is close).
+func misspeltFlag(fs *flag.FlagSet, args []string) (name, best string) {
+	var defined []string
+	fs.VisitAll(func(f *flag.Flag) { defined = append(defined, f.Name) })
+	for _, a := range args {
+		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
+			continue
+		}
+		n, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if fs.Lookup(n) == nil {
+			return n, spelling.Closest(n, defined)
+		}
+	}
+	return "", ""
 }
 
 // source names where a flag's value came from: the flag, or the

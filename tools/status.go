@@ -110,16 +110,16 @@ func statusText(st report.Status) string {
 		}
 		b.WriteString("\n")
 		for _, l := range k.Local {
-			fmt.Fprintf(&b, "  local %s: %d of %d left (%d used), window %d s, oldest leaves in %d s\n",
-				l.Policy, l.Remaining, l.Limit, l.Used, l.WindowS, l.ResetS)
+			fmt.Fprintf(&b, "  local %s: %d of %d left (%d used), window %d s, oldest leaves in %d s%s\n",
+				l.Policy, l.Remaining, l.Limit, l.Used, l.WindowS, l.ResetS, flag(l.Binds, "; this binds now"))
 		}
 		for _, u := range k.Upstream {
 			state := fmt.Sprintf("r=%d t=%d", u.R, u.T)
 			if u.Expired {
 				state = "expired"
 			}
-			fmt.Fprintf(&b, "  upstream %s (%s%s): q=%d w=%d %s, %d s old, from %s%s\n", u.Policy, u.Unit,
-				partition(u.Partition), u.Q, u.W, state, u.AgeS, u.Source, flag(u.Hidden, ", hidden"))
+			fmt.Fprintf(&b, "  upstream %s (%s%s): q=%d w=%d %s, %d s old, from %s%s%s\n", u.Policy, u.Unit,
+				partition(u.Partition), u.Q, u.W, state, u.AgeS, u.Source, flag(u.Hidden, ", hidden"), flag(u.Binds, "; this binds now"))
 		}
 		if g := k.RetryAfter; g != nil {
 			fmt.Fprintf(&b, "  closed for %d s (%s): %s\n", g.RetryAfterS, g.Source, g.Reason)

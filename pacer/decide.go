@@ -509,6 +509,11 @@ func validity(k ledger.Known) time.Duration {
 	switch {
 	case isLeaky(k):
 		return k.Window
+	case k.HasReset && k.HasRemaining && k.Remaining <= 0 && k.Reset <= 0 && k.Unit != ratelimit.ConcurrentRequests:
+		// Nothing left in a window said to end now (t=0, a reset already
+		// past, a zero wait, in whatever field): no guidance, so no reason
+		// to send at once. It lasts RetryFloor, as a zero Retry-After does.
+		return RetryFloor
 	case k.HasReset:
 		return k.Reset
 	case k.Window > 0:

@@ -59,6 +59,15 @@ type Config struct {
 	// suffice). The zero Secret means a random secret of this process,
 	// so sessions work on this host only, until it restarts.
 	SessionSecret keystore.Secret
+	// MaxSessions bounds the MCP sessions live on this host at once
+	// (opened here, or taken up from another host); 0 means
+	// DefaultMaxSessions. An initialize past it is refused with a
+	// JSON-RPC error saying so.
+	MaxSessions int
+	// MaxSessionsPerCaller bounds one caller's live MCP sessions on this
+	// host; 0 means DefaultMaxSessionsPerCaller. An initialize past it is
+	// refused with a JSON-RPC error saying what to do.
+	MaxSessionsPerCaller int
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
 	// Version is the program's version, shown by GET /healthz; empty
@@ -130,8 +139,14 @@ func New(c Config) http.Handler {
 // that keep it.
 func newMCP(c Config) *sessions {
 	ss := newSessions(c.SessionIdle, c.Now, c.SessionSecret)
+	if c.MaxSessions > 0 {
+		ss.maxTotal = c.MaxSessions
+	}
+	if c.MaxSessionsPerCaller > 0 {
+		ss.maxPerCaller = c.MaxSessionsPerCaller
+	}
 	ss.mcp = server.NewStreamableHTTPServer(c.MCP,
-		server.WithSessionIdManager(ss),
+		server.WithSessionIdManagerResolver(ss),
 		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
 			if caller, ok := keystore.CallerFrom(r.Context()); ok {
 				return keystore.WithCaller(ctx, caller)

@@ -17,7 +17,7 @@ import (
 // CookieName is the session cookie's name. The cookie holds a random
 // session ID — never the caller's token — and is HttpOnly (no script
 // reads it), SameSite=Strict (no other site's page sends it), and Secure
-// on a TLS listener.
+// on a TLS listener or behind a trusted TLS proxy (Config.Secure).
 const CookieName = "mcpq_session"
 
 // Session settings.
@@ -157,7 +157,14 @@ func (se *session) allows(r *http.Request) bool {
 		subtle.ConstantTimeCompare([]byte(got), []byte(se.csrf)) == 1
 }
 
+// secureKey marks a request that reached mcp-quota over HTTPS
+// (Config.Secure said so).
+type secureKey struct{}
+
+// setCookie sets the session cookie, Secure when r came over HTTPS (on a
+// TLS listener, or as Config.Secure says).
 func setCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int) {
+	secure, _ := r.Context().Value(secureKey{}).(bool)
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: value, Path: "/", MaxAge: maxAge,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure || r.TLS != nil})
 }

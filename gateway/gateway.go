@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -38,6 +39,13 @@ type Config struct {
 	Loopback bool
 	// AllowOrigins are browser origins (scheme://host:port) allowed to call.
 	AllowOrigins []string
+	// TrustedProxies are the reverse proxies (addresses and prefixes)
+	// whose X-Forwarded-Proto and X-Forwarded-For are believed: a request
+	// from one that says its client spoke HTTPS counts as secure (the
+	// dashboard's cookie is Secure, its own origin is https), and the
+	// client's address is the one the bad-token throttle counts by. Empty
+	// means none: the fields are ignored.
+	TrustedProxies []netip.Prefix
 	// MaxConcurrent caps each caller's calls in flight, and apart from
 	// them its MCP event streams (GET /mcp); 0 means 16.
 	MaxConcurrent int
@@ -194,11 +202,12 @@ func newGate(c Config) *gate {
 	return &gate{c: c, throttle: newThrottle(), inFlight: map[string]int{}, streams: map[string]int{}}
 }
 
-// walls puts next behind every wall, in order: the size of the request's
-// header section, Host and Origin, the caller token (and the bad-token
-// throttle), the caller's concurrency limit.
+// walls puts next behind every wall, in order: what a trusted proxy
+// says of its client, the size of the request's header section, Host and
+// Origin, the caller token (and the bad-token throttle), the caller's
+// concurrency limit. Every answer, a wall's too, is marked nosniff.
 func (g *gate) walls(next http.Handler) http.Handler {
-	return g.headerSize(g.origins(g.authenticate(next)))
+	return nosniff(g.proxied(g.headerSize(g.origins(g.authenticate(next)))))
 }
 
 // headerSize refuses requests whose target and header fields are larger
@@ -355,7 +364,7 @@ func (g *gate) originAllowed(origin string, r *http.Request) bool {
 // by this listener.
 func ownOrigin(r *http.Request) string {
 	scheme, port := "http", "80"
-	if r.TLS != nil {
+	if Secure(r) {
 		scheme, port = "https", "443"
 	}
 	host := strings.ToLower(r.Host)

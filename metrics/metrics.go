@@ -16,7 +16,10 @@
 // configuration and the upstream's policy names (at most maxValues of each
 // label; the rest are counted as "other"), states, transports, status
 // classes and reasons from fixed sets. No URL, target or call ID is ever
-// a label.
+// a label. The budget side reports at most maxValues keys by name and,
+// per key and origin, maxBudgetRows budgets by name; the rest are summed
+// under "other", never dropped, so it holds at most MaxBudgetSeries series
+// however many keys and policies there are.
 package metrics
 
 import (

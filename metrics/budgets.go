@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"time"
@@ -13,7 +14,8 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
-// scrapeTimeout bounds the state file's reading for one scrape.
+// scrapeTimeout bounds the state file's reading for one scrape, unless
+// Metrics.ScrapeTimeout says otherwise.
 const scrapeTimeout = 5 * time.Second
 
 var budgetLabels = []string{"key", "policy", "origin", "partition"}
@@ -36,18 +38,19 @@ var (
 	descGateLeft  = desc("gate_seconds_left", "Seconds until the latest gate of that source opens.", "key", "source")
 	descInFlight  = desc("in_flight", "Calls admitted and not yet answered, in every process.", "key")
 	descWarnings  = desc("warnings_last_hour", "Warnings raised in the last hour, by kind (hidden-limit, abnormal-usage, circuit-open, …).", "key", "kind")
-	descCircuit   = desc("circuit_state", "The key's circuit breaker: 1 for its current state (closed, half_open: the next call is a probe, open), 0 for the others; for key=\"other\", how many of those keys are in each state.", "key", "state")
-	descUp        = desc("state_up", "1 when the shared state could be read for the key at this scrape (for key=\"other\", for every one of those keys), else 0.", "key")
+	descCircuit   = desc("circuit_state", "The key's circuit breaker: 1 for its current state (closed, half_open: the next call is a probe, open), 0 for the others (for the keys summed as other: how many are in each state).", "key", "state")
+	descUp        = desc("state_up", "1 when the shared state could be read for the key at this scrape (for the keys summed as other: for every one of them), else 0.", "key")
 )
 
 var gateSources = [...]string{"retry-after", "backoff", "circuit", "abnormal-usage"}
 
 // budgets reads the shared budget of keys at scrape time.
 type budgets struct {
-	pacer *pacer.Pacer
-	db    ledger.Viewer
-	keys  []*keystore.Key
-	now   func() time.Time
+	timeout time.Duration // for the whole scrape
+	pacer   *pacer.Pacer
+	db      ledger.Viewer
+	keys    []*keystore.Key
+	now     func() time.Time
 }
 
 func (b *budgets) Describe(ch chan<- *prometheus.Desc) {
@@ -111,7 +114,7 @@ func newKeySeries() *keySeries {
 }
 
 func (b *budgets) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(b.timeout, scrapeTimeout))
 	defer cancel()
 	var others *keySeries
 	for i, k := range b.keys {

@@ -82,11 +82,8 @@ func (d *Deps) keysFor(ctx context.Context, name string) ([]*keystore.Key, *mcp.
 	caller := d.caller(ctx)
 	if name != "" {
 		k, err := d.Keys.Key(name)
-		if err != nil {
+		if err != nil || !caller.MayUse(k.Name) { // a key not the caller's is one that does not exist
 			return nil, failure("unknownKey", unknownKey(d.Keys, caller, name))
-		}
-		if !caller.MayUse(k.Name) {
-			return nil, failure("forbidden", fmt.Sprintf("Caller '%s' may not use key '%s'.", caller.Name, k.Name))
 		}
 		return []*keystore.Key{k}, nil
 	}

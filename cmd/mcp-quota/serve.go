@@ -29,8 +29,18 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	demoListen := fs.String("demo-listen", "127.0.0.1:0", "with --demo: the demo upstream's address")
 	origins := fs.String("allow-origin", "", "comma-separated browser origins allowed to call (scheme://host:port)")
 	sessionIdle := fs.Duration("session-idle", gateway.DefaultSessionIdle, "end an MCP session after this long without a request (its client then starts a new one)")
+	proxies := fs.String("trusted-proxy", "", "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto and X-Forwarded-For are believed")
+	maxSessions := fs.Int("max-sessions", gateway.DefaultMaxSessions, "the most MCP sessions live at once on this host; past it, initialize is refused")
+	maxSessionsPerCaller := fs.Int("max-sessions-per-caller", gateway.DefaultMaxSessionsPerCaller, "the most MCP sessions one caller may have live at once on this host")
 	if err := e.parse(fs, args); err != nil {
 		return err
+	}
+	if *maxSessions < 1 || *maxSessionsPerCaller < 1 {
+		return fmt.Errorf("--max-sessions and --max-sessions-per-caller must be at least 1")
+	}
+	trusted, err := gateway.ParseProxies(*proxies)
+	if err != nil {
+		return fmt.Errorf("--trusted-proxy: %w", err)
 	}
 	log, err := e.logger(c)
 	if err != nil {
@@ -74,7 +84,8 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	a.client.Observe = m.Observe // before the first call: every call through this process is counted
 	h := gateway.New(gateway.Config{Keys: keys, REST: a.rest(), MCP: mcpServer, DB: a.db, Log: log,
 		Loopback: loopback, AllowOrigins: splitList(*origins), Version: version, SessionIdle: *sessionIdle,
-		SessionSecret: a.sessionSecret(ctx), Metrics: m, Dashboard: dashboard.New(dashboard.Config{Keys: keys, Pacer: a.pacer, DB: a.db, Log: log, Now: a.now})})
+		MaxSessions: *maxSessions, MaxSessionsPerCaller: *maxSessionsPerCaller, TrustedProxies: trusted,
+		SessionSecret: a.sessionSecret(ctx), Metrics: m, Dashboard: dashboard.New(dashboard.Config{Keys: keys, Pacer: a.pacer, DB: a.db, Log: log, Now: a.now, Secure: gateway.Secure})})
 	srv := gateway.NewServer(ln.Addr().String(), h, log)
 
 	base := "http://" + ln.Addr().String()

@@ -125,6 +125,7 @@ func (p *Pacer) writeLearned(tx ledger.Tx, key string) (*learned, error) {
 	if err != nil {
 		return l, err
 	}
+	grew := false
 	for _, w := range l.words {
 		var prev *ledger.Known
 		for i, k := range known {
@@ -135,6 +136,7 @@ func (p *Pacer) writeLearned(tx ledger.Tx, key string) (*learned, error) {
 		if prev != nil && prev.ReceivedAt.After(w.receivedAt) {
 			continue // a later answer spoke already
 		}
+		grew = grew || prev == nil
 		ob, err := settle(tx, l.key, w.ob, w.receivedAt, w.admitted, w.basis, prev, ks)
 		if err != nil {
 			return l, err
@@ -148,6 +150,11 @@ func (p *Pacer) writeLearned(tx ledger.Tx, key string) (*learned, error) {
 		noteLatency(&ks, l.latency, l.answeredAt, latencyPeriod(l.key, known))
 	}
 	ks.LastResponseAt = maxTime(ks.LastResponseAt, l.answeredAt)
+	if grew && full(l.key, known) {
+		if _, err := p.bound(tx, l.key, l.answeredAt, ks.LastResponseAt); err != nil {
+			return l, err
+		}
+	}
 	return l, tx.PutKeyState(ks)
 }
 

@@ -3,6 +3,7 @@ package pacer
 import (
 	"cmp"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"time"
@@ -31,6 +32,22 @@ const (
 	// still bound are folded into.
 	EvictedPolicy = "evicted"
 )
+
+// MaxName is the longest policy or partition name kept, in bytes: a
+// longer one is cut, and ends with a hash of the whole, so that two long
+// names stay two policies.
+const MaxName = 128
+
+// boundName returns name within MaxName bytes (see MaxName).
+func boundName(name string) string {
+	if len(name) <= MaxName {
+		return name
+	}
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	sum := fmt.Sprintf("~%016x", h.Sum64())
+	return strings.ToValidUTF8(name[:MaxName-len(sum)], "") + sum
+}
 
 // shapeFolded is the shape of the folded policy: made by mcp-quota, never
 // read from an answer.

@@ -1,8 +1,10 @@
 package pacer
 
 import (
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -117,5 +119,21 @@ func TestFold(t *testing.T) {
 	conc, _ = fold(conc, kept("d", ratelimit.ConcurrentRequests, 3, 0, 0, 0), now, count)
 	if conc.Unit != ratelimit.ConcurrentRequests || conc.Quota != 3 {
 		t.Errorf("limits in flight folded: %s q=%d, want concurrent-requests q=3", conc.Unit, conc.Quota)
+	}
+}
+
+// A long name is cut to MaxName bytes, valid UTF-8, and two long names
+// that differ past the cut stay two.
+func TestBoundName(t *testing.T) {
+	long := strings.Repeat("é", 200)
+	a, b := boundName(long+"a"), boundName(long+"b")
+	if len(a) > MaxName || !utf8.ValidString(a) {
+		t.Errorf("bound name: %d bytes, valid %v; want at most %d, valid", len(a), utf8.ValidString(a), MaxName)
+	}
+	if a == b {
+		t.Errorf("two long names bound to the same %q", a)
+	}
+	if got := boundName("core"); got != "core" {
+		t.Errorf("a short name: got %q, want it as it is", got)
 	}
 }

@@ -157,6 +157,7 @@ func normalized(ob ratelimit.Observation) ratelimit.Observation {
 	case EvictedPolicy:
 		ob.Policy = "upstream-" + EvictedPolicy
 	}
+	ob.Policy, ob.Partition = boundName(ob.Policy), boundName(ob.Partition)
 	if ob.Unit == "" {
 		ob.Unit = ratelimit.Requests
 	}

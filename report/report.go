@@ -131,11 +131,10 @@ func shareLeft(q Quota) float64 {
 
 // KeyStatus is one key's budget, for planning.
 type KeyStatus struct {
-	Key        string     `json:"key"`
-	Credential string     `json:"credential" jsonschema:"ok, or why the key's credential is unavailable"`
-	Local      []Local    `json:"local" jsonschema:"the documented policies, counted over every caller and process sharing the key"`
-	Upstream   []Upstream `json:"upstream" jsonschema:"the policies the upstream announced or a refusal revealed (at most 16: past that, the most constrained)"`
-	// UpstreamNotShown counts the upstream policies past MaxUpstream.
+	Key              string        `json:"key"`
+	Credential       string        `json:"credential" jsonschema:"ok, or why the key's credential is unavailable"`
+	Local            []Local       `json:"local" jsonschema:"the documented policies, counted over every caller and process sharing the key"`
+	Upstream         []Upstream    `json:"upstream" jsonschema:"the policies the upstream announced or a refusal revealed (at most 16: past that, the most constrained)"`
 	UpstreamNotShown int           `json:"upstream_not_shown,omitempty" jsonschema:"how many less constrained upstream policies are not shown"`
 	RetryAfter       *Gate         `json:"retry_after,omitempty" jsonschema:"the gate nothing passes before, when one is closed"`
 	Reservations     []Reservation `json:"reservations,omitempty"`

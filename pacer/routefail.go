@@ -17,7 +17,9 @@ import (
 // upstream's do), each is the key's: it backs off the whole key and counts
 // towards the key's circuit. A refusal (429), Retry-After, a rate-limit
 // signal, an abnormal-usage problem and a failure with no answer at all
-// are always the key's.
+// are always the key's. A failure that is the key's is not kept per
+// route: the store keeps at most PathSpread-1 routes' failures per
+// PathWindow, forgotten after pathMemory.
 const (
 	// PathSpread is how many routes failing within PathWindow make a
 	// failure the key's.
@@ -87,21 +89,29 @@ func (p *Pacer) failRoute(tx ledger.Tx, t Ticket, o Outcome, rd *ratelimit.Readi
 	if err := tx.ForgetPaths(key, now.Add(-pathMemory)); err != nil {
 		return false, 0, "", err
 	}
+	failing, err := tx.FailingPaths(key, now.Add(-PathWindow))
+	if err != nil {
+		return false, 0, "", err
+	}
 	ps, err := tx.PathState(key, scope)
 	if err != nil {
 		return false, 0, "", err
+	}
+	if ps.LastAt.IsZero() || now.Sub(ps.LastAt) > PathWindow {
+		failing++ // this route is one more
+	}
+	if widens(failing) {
+		// The key's failure: it is not kept per route, so that the routes
+		// kept stay a few, whatever fails.
+		return false, 0, "", nil
 	}
 	ps, wait, opened := routeFailure(ps, now, p.rand())
 	if err := tx.PutPathState(ps); err != nil {
 		return false, 0, "", err
 	}
-	failing, err := tx.FailingPaths(key, now.Add(-PathWindow))
-	if err != nil || widens(failing) {
-		return false, 0, "", err
-	}
 	g := ledger.Gate{Key: key, Scope: scope, Until: now.Add(wait), Source: "backoff", SetAt: now,
-		Reason: fmt.Sprintf("the upstream answered %d to %s without a rate-limit signal, so calls on that route back off (failure %d in a row); other routes of the key go on",
-			o.Status, route, ps.Failures)}
+		Reason: fmt.Sprintf("the upstream answered %d to %s without a rate-limit signal, so calls on that route back off (failure %d on it within %s); other routes of the key go on",
+			o.Status, route, ps.Failures, seconds(PathWindow))}
 	msg := ""
 	if opened {
 		g.Source = "circuit"

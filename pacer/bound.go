@@ -224,7 +224,7 @@ func full(k *keystore.Key, known []ledger.Known) bool {
 // bound keeps what tx holds of k within the bounds at now, answered being
 // the key's latest answer, and returns the warning to show when it
 // reached a bound for the first time ("" otherwise).
-func (p *Pacer) bound(tx ledger.Tx, k *keystore.Key, now, answered time.Time) (string, error) {
+func bound(tx ledger.Tx, k *keystore.Key, now, answered time.Time) (string, error) {
 	known, err := tx.Known(k.Name)
 	if err != nil {
 		return "", err

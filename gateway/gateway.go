@@ -20,6 +20,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/oauth"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/rest"
 )
@@ -69,6 +70,11 @@ type Config struct {
 	Metrics http.Handler
 	// Dashboard, when set, serves the page at / and /ui/.
 	Dashboard Dashboard
+	// OAuth, when set, makes the gateway an OAuth resource server beside
+	// the static caller tokens: it serves the protected resource metadata
+	// and takes access tokens of its issuers. Nil publishes nothing of
+	// OAuth.
+	OAuth *oauth.Server
 }
 
 // A Dashboard is a page for people, served behind the same walls as the
@@ -95,6 +101,7 @@ func New(c Config) http.Handler {
 	c.REST.Routes(mux)
 	mux.Handle("/mcp", mcpBodyLimit(http.HandlerFunc(sessions.serve), c.MaxMCPBody))
 	mux.HandleFunc("GET /healthz", rest.Health(c.DB, c.Version))
+	oauthRoutes(mux, c.OAuth)
 	if c.Metrics != nil {
 		mux.Handle("GET /metrics", c.Metrics)
 	}
@@ -219,7 +226,7 @@ type gate struct {
 // its bearer token and holds it to its concurrency limit.
 func (g *gate) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" || (g.c.Dashboard != nil && g.c.Dashboard.Open(r)) {
+		if r.URL.Path == "/healthz" || g.oauthOpen(r) || (g.c.Dashboard != nil && g.c.Dashboard.Open(r)) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -231,9 +238,20 @@ func (g *gate) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		caller, ok := g.caller(r)
+		if !ok && g.c.OAuth != nil {
+			var done, bad bool
+			caller, done, bad = g.oauthCaller(w, r)
+			if bad {
+				g.throttle.fail(g.c.Now(), ip, presented)
+			}
+			if done {
+				return
+			}
+			ok = caller != nil
+		}
 		if !ok {
 			g.throttle.fail(g.c.Now(), ip, presented)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="mcp-quota"`)
+			w.Header().Set("WWW-Authenticate", g.challenge(r.Header.Get("Authorization") != ""))
 			detail := "A caller token is required: send Authorization: Bearer <token> (a [[callers]] token from mcp-quota's configuration)."
 			if r.Header.Get("Authorization") != "" {
 				detail = "The caller token is not valid."
@@ -263,7 +281,7 @@ func (g *gate) authenticate(next http.Handler) http.Handler {
 // caller authenticates r. With no callers configured on a loopback
 // listener, every request is the local user.
 func (g *gate) caller(r *http.Request) (*keystore.Caller, bool) {
-	if len(g.c.Keys.Callers()) == 0 && g.c.Loopback {
+	if len(g.c.Keys.Callers()) == 0 && g.c.Loopback && g.c.OAuth == nil {
 		return keystore.Local("local"), true
 	}
 	if r.Header.Get("Authorization") == "" && g.c.Dashboard != nil {

@@ -46,8 +46,12 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if !loopbackAddress(*listen) && len(keys.Callers()) == 0 {
-		return fmt.Errorf("refusing to listen on %s without caller tokens: add [[callers]] to %s, or listen on loopback (--listen 127.0.0.1:8787)", *listen, e.configPath(c))
+	oauthSrv, err := oauthServer(keys)
+	if err != nil {
+		return err
+	}
+	if !loopbackAddress(*listen) && len(keys.Callers()) == 0 && oauthSrv == nil {
+		return fmt.Errorf("refusing to listen on %s without caller tokens: add [[callers]] (or an [oauth] table) to %s, or listen on loopback (--listen 127.0.0.1:8787)", *listen, e.configPath(c))
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -67,7 +71,7 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	a.client.Observe = m.Observe // before the first call: every call through this process is counted
 	h := gateway.New(gateway.Config{Keys: keys, REST: a.rest(), MCP: mcpServer, DB: a.db, Log: log,
 		Loopback: loopback, AllowOrigins: splitList(*origins), Version: version, SessionIdle: *sessionIdle,
-		SessionSecret: a.sessionSecret(ctx), Metrics: m, Dashboard: dashboard.New(dashboard.Config{Keys: keys, Pacer: a.pacer, DB: a.db, Log: log, Now: a.now})})
+		SessionSecret: a.sessionSecret(ctx), Metrics: m, OAuth: oauthSrv, Dashboard: dashboard.New(dashboard.Config{Keys: keys, Pacer: a.pacer, DB: a.db, Log: log, Now: a.now})})
 	srv := gateway.NewServer(ln.Addr().String(), h, log)
 
 	base := "http://" + ln.Addr().String()

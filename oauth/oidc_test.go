@@ -52,7 +52,7 @@ func (c *clock) Add(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-func newServer(t *testing.T, issuers []string, introspect bool) (*oauth.Server, *counting, *clock) {
+func newServer(t testing.TB, issuers []string, introspect bool, opts ...func(*oauth.Config)) (*oauth.Server, *counting, *clock) {
 	t.Helper()
 	rt := &counting{n: map[string]int{}}
 	clk := &clock{now: time.Now()}
@@ -60,6 +60,9 @@ func newServer(t *testing.T, issuers []string, introspect bool) (*oauth.Server, 
 		Client: &http.Client{Transport: rt, Timeout: 10 * time.Second}, Now: clk.Now}
 	if introspect {
 		c.IntrospectionClient, c.IntrospectionSecret = "mcp-quota", "mcp-quota-secret"
+	}
+	for _, o := range opts {
+		o(&c)
 	}
 	s, err := oauth.New(c)
 	if err != nil {

@@ -133,6 +133,20 @@ func TestOAuthREST(t *testing.T) {
 	if resp.StatusCode != 403 || resp.Header.Get("WWW-Authenticate") != want || !strings.Contains(body, "insufficientScope") {
 		t.Errorf("write without its scope: %d %q %s, want 403 %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"), body, want)
 	}
+	// The same over MCP: a tools/call of fetch with POST on key demo.
+	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch","arguments":{"key":"demo","path":"/v1/participants","method":"post"}}}`
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/mcp", strings.NewReader(call))
+	req.Header.Set("Authorization", "Bearer "+sync)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	mresp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mresp.Body.Close()
+	if mresp.StatusCode != 403 || mresp.Header.Get("WWW-Authenticate") != want {
+		t.Errorf("MCP fetch with POST without its scope: %d %q, want 403 %q", mresp.StatusCode, mresp.Header.Get("WWW-Authenticate"), want)
+	}
 	writer := oidctest.ClientCredentials(t, iss[0], "sync-job", "sync-job-secret", resource, "mcp demo:write")
 	if resp, body := oauthDo(t, http.MethodPost, base+"/k/demo/v1/participants", writer); resp.StatusCode == 403 || resp.StatusCode == 401 {
 		t.Errorf("write with its scope: %d %s", resp.StatusCode, body)

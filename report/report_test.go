@@ -43,6 +43,7 @@ func TestBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Status{
+		Caller: "agent",
 		Keys: []KeyStatus{
 			{Key: "calm", Credential: "ok", Upstream: []Upstream{},
 				Local:  []Local{{Policy: "default", Limit: 120, Used: 3, Remaining: 117, ResetS: 42, WindowS: 60}},

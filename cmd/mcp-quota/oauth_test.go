@@ -126,6 +126,22 @@ func TestOAuthREST(t *testing.T) {
 		t.Errorf("activity = %+v, want one call by nightly-sync", acts)
 	}
 
+	// /v1/quota and /metrics name the principal.
+	resp, body = oauthDo(t, http.MethodGet, base+"/v1/quota", sync)
+	var st struct{ Caller string }
+	if err := json.Unmarshal([]byte(body), &st); err != nil || resp.StatusCode != http.StatusOK || st.Caller != "nightly-sync" {
+		t.Errorf("GET /v1/quota: %d %s, want it for nightly-sync", resp.StatusCode, body)
+	}
+	named := false
+	for _, m := range scrape(t, base, sync)["mcp_quota_calls_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			named = named || (l.GetName() == "caller" && l.GetValue() == "nightly-sync")
+		}
+	}
+	if !named {
+		t.Error("/metrics has no calls of caller nightly-sync")
+	}
+
 	// A write needs demo:write: 403 with the step-up challenge naming
 	// every scope the call needs.
 	resp, body = oauthDo(t, http.MethodPost, base+"/k/demo/v1/participants", sync)

@@ -40,6 +40,9 @@ type Config struct {
 	Log   *slog.Logger // nil means discard
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+	// OIDC, when set, adds the sign-in with the OAuth authorization
+	// server beside the sign-in with a caller token.
+	OIDC *OIDC
 }
 
 // A Handler serves the dashboard. Create it with New; it is a
@@ -76,6 +79,7 @@ func New(c Config) *Handler {
 	h.mux.HandleFunc("POST /ui/api/signout", h.signOut)
 	h.mux.HandleFunc("GET /ui/api/overview", h.overview)
 	h.mux.HandleFunc("GET /ui/api/call", h.call)
+	h.oidcRoutes()
 	h.mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		rest.WriteProblem(w, http.StatusNotFound, rest.CodeBadRequest, "The dashboard has no such page.", nil)
 	})
@@ -100,6 +104,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 func (h *Handler) Open(r *http.Request) bool {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return false
+	}
+	if h.c.OIDC != nil && (r.URL.Path == SignInPath || r.URL.Path == CallbackPath) {
+		return true
 	}
 	return r.URL.Path == "/" || strings.HasPrefix(r.URL.Path, "/ui/static/")
 }

@@ -331,7 +331,7 @@ func (g *gate) origins(next http.Handler) http.Handler {
 				fmt.Sprintf("Requests from origin %s are not allowed; start mcp-quota with --allow-origin to allow it.", origin), nil)
 			return
 		}
-		if origin == "null" || !fetchSiteAllowed(r.Header.Values("Sec-Fetch-Site"), slices.Contains(g.c.AllowOrigins, origin)) {
+		if origin == "null" || (!fetchSiteAllowed(r.Header.Values("Sec-Fetch-Site"), slices.Contains(g.c.AllowOrigins, origin)) && !signInReturn(r)) {
 			rest.WriteProblem(w, http.StatusForbidden, rest.CodeForbidden, "Cross-site requests are not allowed.", nil)
 			return
 		}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/mcp-quota/mcp-quota/dashboard"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/oauth"
 	"github.com/mcp-quota/mcp-quota/rest"
@@ -154,4 +155,13 @@ func (g *gate) scopesFor(r *http.Request) ([]string, string) {
 		method = http.MethodGet
 	}
 	return g.c.Keys.NeedScopes(k, method), fmt.Sprintf("key '%s' with %s", k.Name, method)
+}
+
+// signInReturn reports whether r is the authorization server sending a
+// browser back to the dashboard's sign-in callback: a top-level GET
+// navigation, cross-site by nature. The callback itself accepts it only
+// with the state its own cookie holds.
+func signInReturn(r *http.Request) bool {
+	return r.Method == http.MethodGet && r.URL.Path == dashboard.CallbackPath &&
+		r.Header.Get("Sec-Fetch-Mode") == "navigate" && r.Header.Get("Origin") == ""
 }

@@ -25,6 +25,9 @@ type oauthConfig struct {
 	DefaultKeys             []string          `toml:"default_keys"`
 	Contact                 string            `toml:"contact"`
 	Clients                 map[string]string `toml:"clients"`
+	AdminGroup              string            `toml:"admin_group"`
+	DashboardClientID       string            `toml:"dashboard_client_id"`
+	DashboardSecretEnv      string            `toml:"dashboard_client_secret_env"`
 }
 
 // principalConfig is a [[principals]] entry.
@@ -55,6 +58,13 @@ type OAuth struct {
 	Contact string
 	// Clients names OAuth clients by client_id ("Claude.ai").
 	Clients map[string]string
+	// AdminGroup is the group (claim "groups") whose members may see and
+	// use every key.
+	AdminGroup string
+	// DashboardClient (and DashboardSecret, for a confidential client)
+	// turn on the dashboard's sign-in with the authorization server.
+	DashboardClient string
+	DashboardSecret Secret
 }
 
 // A PrincipalRule maps token claims to a principal: a token whose Claim
@@ -126,6 +136,12 @@ func (s *Store) Principal(c Claims) (*Caller, error) {
 			break
 		}
 	}
+	if s.oauth != nil && s.oauth.AdminGroup != "" && slices.Contains(c.Values("groups"), s.oauth.AdminGroup) {
+		if name == "" {
+			name = first(c.Values(s.oauth.NameClaim))
+		}
+		keys = []string{"*"}
+	}
 	if name == "" && s.oauth != nil && len(s.oauth.DefaultKeys) > 0 {
 		name, keys = first(c.Values(s.oauth.NameClaim)), s.oauth.DefaultKeys
 	}
@@ -184,7 +200,15 @@ func (s *Store) parseOAuth(oc *oauthConfig, pcs []principalConfig, env Env, keys
 	}
 	o := &OAuth{Resource: oc.Resource, Scopes: oc.Scopes, Algorithms: oc.Algorithms, Skew: time.Duration(oc.Skew),
 		IntrospectionClient: oc.IntrospectionClientID, IntrospectionCache: time.Duration(oc.IntrospectionCache),
-		NameClaim: oc.NameClaim, DefaultKeys: oc.DefaultKeys, Contact: oc.Contact, Clients: oc.Clients}
+		NameClaim: oc.NameClaim, DefaultKeys: oc.DefaultKeys, Contact: oc.Contact, Clients: oc.Clients,
+		AdminGroup: oc.AdminGroup, DashboardClient: oc.DashboardClientID}
+	if oc.DashboardSecretEnv != "" {
+		if v := strings.TrimSpace(env.getenv(oc.DashboardSecretEnv)); v != "" {
+			o.DashboardSecret = NewSecret(v)
+		} else {
+			bad("oauth.dashboard_client_secret_env", fmt.Sprintf("environment variable %s is not set", oc.DashboardSecretEnv))
+		}
+	}
 	if oc.Issuer != "" {
 		o.Issuers = append(o.Issuers, oc.Issuer)
 	}

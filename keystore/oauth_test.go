@@ -86,6 +86,7 @@ issuer = "https://idp.example.com"
 resource = "https://mcp.example.com/mcp"
 name_claim = "email"
 default_keys = ["other"]
+admin_group = "admins"
 `), env(nil))
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +94,10 @@ default_keys = ["other"]
 	c, err := s.Principal(claims{"sub": {"u3"}, "email": {"carol@example.com"}})
 	if err != nil || c.Name != "carol@example.com" || !c.MayUse("other") || c.MayUse("gh") {
 		t.Errorf("default principal = %+v, %v", c, err)
+	}
+	c, err = s.Principal(claims{"sub": {"u4"}, "email": {"dan@example.com"}, "groups": {"admins"}})
+	if err != nil || c.Name != "dan@example.com" || !c.MayUse("gh") || !c.MayUse("other") {
+		t.Errorf("an administrator = %+v, %v", c, err)
 	}
 }
 

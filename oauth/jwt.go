@@ -93,6 +93,8 @@ type issuer struct {
 // metadata is what mcp-quota reads of RFC 8414 / OpenID discovery.
 type metadata struct {
 	Issuer                string `json:"issuer"`
+	AuthorizationEndpoint string `json:"authorization_endpoint"`
+	TokenEndpoint         string `json:"token_endpoint"`
 	JWKSURI               string `json:"jwks_uri"`
 	IntrospectionEndpoint string `json:"introspection_endpoint"`
 }

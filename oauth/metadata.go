@@ -1,7 +1,9 @@
 package oauth
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -59,4 +61,20 @@ func (s *Server) Challenge(errorCode string, scopes []string) string {
 		v += `, scope="` + strings.Join(scopes, " ") + `"`
 	}
 	return v
+}
+
+// Endpoints returns the first issuer's authorization and token endpoints,
+// for a sign-in with it (the dashboard's).
+func (s *Server) Endpoints(ctx context.Context) (authorize, token string, err error) {
+	i := s.issuers[s.c.Issuers[0]]
+	i.mu.Lock()
+	m, err := i.metadata(ctx)
+	i.mu.Unlock()
+	if err != nil {
+		return "", "", err
+	}
+	if m.AuthorizationEndpoint == "" || m.TokenEndpoint == "" {
+		return "", "", fmt.Errorf("%w: issuer %s publishes no authorization or token endpoint", ErrUnavailable, i.id)
+	}
+	return m.AuthorizationEndpoint, m.TokenEndpoint, nil
 }

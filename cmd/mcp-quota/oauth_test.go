@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -306,4 +307,86 @@ func TestOAuthTypeScriptClient(t *testing.T) {
 	if len(acts) != 1 || acts[0].Caller != "alice@example.com via "+got.Registered {
 		t.Errorf("activity = %+v, want one call by alice@example.com via %s", acts, got.Registered)
 	}
+}
+
+// TestDashboardOAuthSignIn: a person signs in to the dashboard with the
+// authorization server (authorization code + PKCE), beside the token
+// sign-in; a member of the admin group sees every key.
+func TestDashboardOAuthSignIn(t *testing.T) {
+	iss := oidctest.Start(t, 1, "alice")
+	_, upstream := upstreamAPI(t, demo.Config{})
+	s, addr := oauthSetup(t, upstream, iss[0])
+	callback := "http://" + addr + "/ui/signin/callback"
+	reg, _ := json.Marshal(map[string]any{"redirect_uris": []string{callback}, "token_endpoint_auth_method": "none",
+		"grant_types": []string{"authorization_code"}, "response_types": []string{"code"}, "client_name": "mcp-quota dashboard"})
+	resp, err := http.Post(iss[0]+"/reg", "application/json", strings.NewReader(string(reg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var client struct {
+		ClientID string `json:"client_id"`
+	}
+	json.NewDecoder(resp.Body).Decode(&client)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated || client.ClientID == "" {
+		t.Fatalf("registering the dashboard: %s", resp.Status)
+	}
+	// Alice's group team-a is the admin group: she may see every key.
+	cfg, err := os.ReadFile(s.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = []byte(strings.Replace(string(cfg), "[oauth]\n", fmt.Sprintf("[oauth]\ndashboard_client_id = %q\nadmin_group = \"team-a\"\n", client.ClientID), 1))
+	if err := os.WriteFile(s.config, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base, logs := s.serve(t, "--listen", addr)
+
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar, Transport: crossSiteReturn{}}
+	resp, err = browser.Get(base + "/ui/signin/oidc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Request.URL.String() != base+"/" {
+		t.Fatalf("the sign-in ended at %s with %s\n%s", resp.Request.URL, resp.Status, logs.String())
+	}
+	resp, err = browser.Get(base + "/ui/api/session")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var who struct {
+		Caller   string   `json:"caller"`
+		Keys     []string `json:"keys"`
+		SignedIn bool     `json:"signed_in"`
+	}
+	json.NewDecoder(resp.Body).Decode(&who)
+	resp.Body.Close()
+	if !who.SignedIn || who.Caller != "alice@example.com via "+client.ClientID || len(who.Keys) != 1 || who.Keys[0] != "demo" {
+		t.Errorf("signed in as %+v", who)
+	}
+
+	// A return to the callback that this browser did not start is refused.
+	resp, err = http.Get(base + "/ui/signin/callback?code=x&state=y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a callback without its state cookie: %s", resp.Status)
+	}
+}
+
+// crossSiteReturn marks the return to the sign-in callback as a browser
+// does: a cross-site top-level navigation.
+type crossSiteReturn struct{}
+
+func (crossSiteReturn) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Path == "/ui/signin/callback" {
+		r = r.Clone(r.Context())
+		r.Header.Set("Sec-Fetch-Site", "cross-site")
+		r.Header.Set("Sec-Fetch-Mode", "navigate")
+	}
+	return http.DefaultTransport.RoundTrip(r)
 }

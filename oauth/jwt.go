@@ -36,7 +36,7 @@ func (s *Server) verifyJWT(ctx context.Context, token string) (*Principal, error
 	}
 	h := tok.Headers[0]
 	if typ, _ := h.ExtraHeaders[jose.HeaderType].(string); typ != "" && !strings.EqualFold(typ, "at+jwt") && !strings.EqualFold(typ, "application/at+jwt") && !strings.EqualFold(typ, "JWT") {
-		return nil, invalid("the JWT's typ %q is not an access token's", typ)
+		return nil, invalid("the JWT's typ %q is not an access token's", clip(typ))
 	}
 	var unverified claims
 	if err := tok.UnsafeClaimsWithoutVerification(&unverified); err != nil {
@@ -44,7 +44,7 @@ func (s *Server) verifyJWT(ctx context.Context, token string) (*Principal, error
 	}
 	iss, ok := s.issuers[unverified.Issuer]
 	if !ok {
-		return nil, invalid("issuer %q is not trusted here", unverified.Issuer)
+		return nil, invalid("issuer %q is not trusted here", clip(unverified.Issuer))
 	}
 	key, err := iss.key(ctx, h.KeyID, h.Algorithm)
 	if err != nil {
@@ -151,7 +151,7 @@ func (i *issuer) key(ctx context.Context, kid, alg string) (*jose.JSONWebKey, er
 		k = find(i.keys, kid, alg)
 	}
 	if k == nil {
-		return nil, invalid("issuer %s has no key %q for %s", i.id, kid, alg)
+		return nil, invalid("issuer %s has no key %q for %s", i.id, clip(kid), alg)
 	}
 	return k, nil
 }

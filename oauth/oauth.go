@@ -236,3 +236,12 @@ func (s *Server) Verify(ctx context.Context, token string) (*Principal, error) {
 func invalid(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidToken, fmt.Sprintf(format, a...))
 }
+
+// clip shortens a value the token names (its issuer, key ID, type) for a
+// message: the token's sender chose it.
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}

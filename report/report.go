@@ -98,7 +98,7 @@ func (st Status) Page(offset, limit int) Status {
 	if limit > 0 {
 		end = min(offset+limit, len(keys))
 	}
-	out := Status{Keys: keys[offset:end], Advice: st.Advice}
+	out := Status{Caller: st.Caller, Keys: keys[offset:end], Advice: st.Advice}
 	if offset == 0 && end == len(keys) {
 		return out
 	}

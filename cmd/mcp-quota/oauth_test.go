@@ -286,7 +286,10 @@ func TestOAuthTypeScriptClient(t *testing.T) {
 		Registered string
 		Scope      string
 		Resource   string
-		Answers    []tsAnswer
+		Answers    []struct {
+			tsAnswer
+			Caller string
+		}
 	}
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -301,6 +304,9 @@ func TestOAuthTypeScriptClient(t *testing.T) {
 		if a.ProtocolError != nil || a.IsError || !a.Structured {
 			t.Errorf("%s: %+v", a.Name, a)
 		}
+	}
+	if c := got.Answers[1].Caller; c != "alice@example.com via "+got.Registered {
+		t.Errorf("quota_status is for %q, want alice@example.com via %s", c, got.Registered)
 	}
 	// The activity names the person and the client she came through.
 	acts := readActivity(t, base, agentToken)

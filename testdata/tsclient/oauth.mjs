@@ -12,7 +12,7 @@
 //
 // {"registered": client_id, "scope": granted scopes, "resource": the
 //  resource the authorization request named, "answers": [...]}, with each
-// answer shaped as client.mjs prints them.
+// answer shaped as client.mjs prints them, plus the structured caller.
 import { readFileSync } from "node:fs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -90,6 +90,7 @@ for (const c of calls) {
     a.text = (res.content ?? []).filter((b) => b.type === "text").map((b) => b.text).join("");
     a.code = res._meta?.["mcp-quota/error"]?.code ?? "";
     a.structured = res.structuredContent !== undefined;
+    a.caller = res.structuredContent?.caller ?? "";
   } catch (e) {
     a.protocolError = String(e?.message ?? e);
   }

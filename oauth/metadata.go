@@ -30,18 +30,16 @@ func (s *Server) ServeMetadata(w http.ResponseWriter, r *http.Request) {
 	slices.Sort(scopes)
 	scopes = slices.Compact(scopes)
 	doc := map[string]any{
-		"resource":                              s.c.Resource,
-		"authorization_servers":                 s.c.Issuers,
-		"bearer_methods_supported":              []string{"header"},
-		"resource_signing_alg_values_supported": s.c.Algorithms,
-		"resource_name":                         "mcp-quota",
+		"resource":                 s.c.Resource,
+		"authorization_servers":    s.c.Issuers,
+		"bearer_methods_supported": []string{"header"},
+		"resource_name":            "mcp-quota",
 	}
 	if len(scopes) > 0 {
 		doc["scopes_supported"] = scopes
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "public, max-age=300")
-	w.Header().Set("Access-Control-Allow-Origin", "*")
 	_ = json.NewEncoder(w).Encode(doc)
 }
 

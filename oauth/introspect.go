@@ -82,7 +82,9 @@ func (s *Server) introspect(ctx context.Context, token string) (*Principal, erro
 	}
 	s.introMu.Lock()
 	s.sweep(now)
-	s.intro[digest] = introspected{p: p, until: until}
+	if len(s.intro) < maxIntrospected {
+		s.intro[digest] = introspected{p: p, until: until}
+	}
 	s.introMu.Unlock()
 	if p == nil {
 		return nil, invalid("the token is not active")
@@ -90,8 +92,12 @@ func (s *Server) introspect(ctx context.Context, token string) (*Principal, erro
 	return p, nil
 }
 
-// sweep drops expired cache entries once the cache has grown, so its
-// size is bounded by the tokens seen in one IntrospectionCache.
+// maxIntrospected bounds the cache: past it, answers are not kept (a
+// flood of distinct tokens costs introspections, not memory; the
+// bad-token throttle bounds those).
+const maxIntrospected = 8192
+
+// sweep drops expired cache entries once the cache has grown.
 func (s *Server) sweep(now time.Time) {
 	if len(s.intro) < 1024 {
 		return

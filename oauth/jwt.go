@@ -88,7 +88,14 @@ type issuer struct {
 	keys      jose.JSONWebKeySet
 	fetched   time.Time // when keys were last fetched
 	attempted time.Time // when a fetch was last tried
+	failed    bool      // the last fetch failed
+	metaTried time.Time // when the metadata was last asked for
+	metaErr   error     // why it could not be read then
 }
+
+// keysRetry is how long after a failed fetch of an issuer's metadata or
+// keys the next is tried.
+const keysRetry = 5 * time.Second
 
 // metadata is what mcp-quota reads of RFC 8414 / OpenID discovery.
 type metadata struct {
@@ -106,6 +113,18 @@ func (i *issuer) metadata(ctx context.Context) (*metadata, error) {
 	if i.meta != nil {
 		return i.meta, nil
 	}
+	now := i.s.c.Now()
+	if i.metaErr != nil && now.Sub(i.metaTried) < keysRetry {
+		return nil, i.metaErr
+	}
+	i.metaTried = now
+	m, err := i.discover(ctx)
+	i.meta, i.metaErr = m, err
+	return m, err
+}
+
+// discover reads the issuer's metadata.
+func (i *issuer) discover(ctx context.Context) (*metadata, error) {
 	base, path, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(i.id, "https://"), "http://"), "/")
 	scheme := i.id[:strings.Index(i.id, "://")+3]
 	path = strings.TrimSuffix(path, "/")
@@ -127,7 +146,6 @@ func (i *issuer) metadata(ctx context.Context) (*metadata, error) {
 			last = fmt.Errorf("%s names issuer %q, not %q", u, m.Issuer, i.id)
 			continue
 		}
-		i.meta = &m
 		return &m, nil
 	}
 	return nil, fmt.Errorf("%w: the metadata of issuer %s cannot be read: %v", ErrUnavailable, i.id, last)
@@ -143,12 +161,19 @@ func (i *issuer) key(ctx context.Context, kid, alg string) (*jose.JSONWebKey, er
 	now := i.s.c.Now()
 	stale := i.fetched.IsZero() || now.Sub(i.fetched) > i.s.c.KeysMaxAge
 	k := find(i.keys, kid, alg)
-	if stale || (k == nil && now.Sub(i.attempted) >= i.s.c.KeysMinRefresh) {
+	// A failed fetch is tried again after keysRetry at the earliest: an
+	// issuer that is down is not asked once per request.
+	failedLately := i.failed && now.Sub(i.attempted) < keysRetry
+	if (stale && !failedLately) || (k == nil && now.Sub(i.attempted) >= i.s.c.KeysMinRefresh) {
 		i.attempted = now
-		if err := i.fetchKeys(ctx); err != nil && (k == nil || i.fetched.IsZero()) {
+		err := i.fetchKeys(ctx)
+		i.failed = err != nil
+		if err != nil && (k == nil || i.fetched.IsZero()) {
 			return nil, err
 		}
 		k = find(i.keys, kid, alg)
+	} else if i.fetched.IsZero() {
+		return nil, fmt.Errorf("%w: the keys of issuer %s could not be read a moment ago", ErrUnavailable, i.id)
 	}
 	if k == nil {
 		return nil, invalid("issuer %s has no key %q for %s", i.id, clip(kid), alg)

@@ -226,3 +226,43 @@ func TestConfigRefusesWeakAlgorithms(t *testing.T) {
 		}
 	}
 }
+
+// TestIssuerDown: an issuer that does not answer makes the check
+// unavailable (not invalid), and is asked again only after a few seconds,
+// not once per request.
+func TestIssuerDown(t *testing.T) {
+	s, rt, clk := newServer(t, []string{"http://127.0.0.1:1"}, true)
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: jose.JSONWebKey{Key: key, KeyID: "k"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwtTok, err := jwt.Signed(signer).Claims(jwt.Claims{Issuer: "http://127.0.0.1:1", Audience: jwt.Audience{resource},
+		Expiry: jwt.NewNumericDate(time.Now().Add(time.Minute))}).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := func() int {
+		return rt.count("/.well-known/oauth-authorization-server") + rt.count("/.well-known/openid-configuration")
+	}
+	for _, tok := range []string{jwtTok, "an-opaque-token"} {
+		for range 3 {
+			if _, err := s.Verify(t.Context(), tok); !errors.Is(err, oauth.ErrUnavailable) {
+				t.Fatalf("issuer down: %v, want unavailable", err)
+			}
+		}
+	}
+	if n := total(); n != 2 {
+		t.Fatalf("%d metadata requests for six checks within seconds, want 2 (RFC 8414, then OpenID)", n)
+	}
+	clk.Add(5 * time.Second)
+	if _, err := s.Verify(t.Context(), jwtTok); !errors.Is(err, oauth.ErrUnavailable) {
+		t.Fatal(err)
+	}
+	if n := total(); n != 4 {
+		t.Fatalf("%d metadata requests after 5 s, want 4", n)
+	}
+}

@@ -73,8 +73,30 @@ func (s *Server) verifyJWT(ctx context.Context, token string) (*Principal, error
 	if client == "" {
 		client = c.AZP
 	}
-	return &Principal{Issuer: iss.id, Subject: c.Subject, ClientID: client, Scopes: strings.Fields(c.Scope),
+	return &Principal{Issuer: iss.id, Subject: c.Subject, ClientID: client, Scopes: scopes(c.Scope, all["scp"]),
 		Expiry: c.Expiry.Time(), Claims: all}, nil
+}
+
+// scopes are a token's scopes: its scope claim (RFC 9068, space
+// separated), else scp, which Okta writes as an array and Microsoft Entra
+// ID as a space-separated string.
+func scopes(scope string, scp any) []string {
+	if scope != "" {
+		return strings.Fields(scope)
+	}
+	switch v := scp.(type) {
+	case string:
+		return strings.Fields(v)
+	case []any:
+		var out []string
+		for _, e := range v {
+			if s, ok := e.(string); ok && s != "" {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return nil
 }
 
 // An issuer is a trusted authorization server: its metadata and keys,

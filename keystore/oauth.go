@@ -14,6 +14,7 @@ type oauthConfig struct {
 	Issuer                  string            `toml:"issuer"`
 	Issuers                 []string          `toml:"issuers"`
 	Resource                string            `toml:"resource"`
+	Audience                string            `toml:"audience"`
 	Scopes                  []string          `toml:"scopes"`
 	Algorithms              []string          `toml:"algorithms"`
 	Skew                    duration          `toml:"skew"`
@@ -42,6 +43,7 @@ type principalConfig struct {
 type OAuth struct {
 	Issuers             []string
 	Resource            string
+	Audience            string   // the aud tokens carry; empty means Resource
 	Scopes              []string // every token needs them
 	Algorithms          []string // nil: the default allow-list
 	Skew                time.Duration
@@ -198,7 +200,7 @@ func (s *Store) parseOAuth(oc *oauthConfig, pcs []principalConfig, env Env, keys
 		}
 		return errs
 	}
-	o := &OAuth{Resource: oc.Resource, Scopes: oc.Scopes, Algorithms: oc.Algorithms, Skew: time.Duration(oc.Skew),
+	o := &OAuth{Resource: oc.Resource, Audience: oc.Audience, Scopes: oc.Scopes, Algorithms: oc.Algorithms, Skew: time.Duration(oc.Skew),
 		IntrospectionClient: oc.IntrospectionClientID, IntrospectionCache: time.Duration(oc.IntrospectionCache),
 		NameClaim: oc.NameClaim, DefaultKeys: oc.DefaultKeys, Contact: oc.Contact, Clients: oc.Clients,
 		AdminGroup: oc.AdminGroup, DashboardClient: oc.DashboardClientID}

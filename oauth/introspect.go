@@ -152,7 +152,7 @@ func (i *issuer) introspect(ctx context.Context, token string) (*Principal, erro
 	now := i.s.c.Now()
 	if !r.Active || r.Exp == 0 || !now.Before(time.Unix(r.Exp, 0).Add(i.s.c.Skew)) ||
 		(r.Nbf != 0 && now.Add(i.s.c.Skew).Before(time.Unix(r.Nbf, 0))) ||
-		(r.Iss != "" && r.Iss != i.id) || !audience(r.Aud, i.s.c.Resource) {
+		(r.Iss != "" && r.Iss != i.id) || !audience(r.Aud, i.s.c.Audience) {
 		return nil, nil
 	}
 	return &Principal{Issuer: i.id, Subject: r.Sub, ClientID: r.ClientID, Scopes: strings.Fields(r.Scope),

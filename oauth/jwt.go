@@ -58,10 +58,10 @@ func (s *Server) verifyJWT(ctx context.Context, token string) (*Principal, error
 	if c.Expiry == nil {
 		return nil, invalid("the JWT has no exp")
 	}
-	err = c.ValidateWithLeeway(jwt.Expected{Issuer: iss.id, AnyAudience: jwt.Audience{s.c.Resource}, Time: s.c.Now()}, s.c.Skew)
+	err = c.ValidateWithLeeway(jwt.Expected{Issuer: iss.id, AnyAudience: jwt.Audience{s.c.Audience}, Time: s.c.Now()}, s.c.Skew)
 	switch {
 	case errors.Is(err, jwt.ErrInvalidAudience):
-		return nil, invalid("the token was not issued for this resource (%s)", s.c.Resource)
+		return nil, invalid("the token was not issued for this resource (its audience is not %s)", s.c.Audience)
 	case errors.Is(err, jwt.ErrExpired):
 		return nil, invalid("the token expired")
 	case errors.Is(err, jwt.ErrNotValidYet), errors.Is(err, jwt.ErrIssuedInTheFuture):

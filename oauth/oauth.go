@@ -43,6 +43,10 @@ type Config struct {
 	// Resource is this server's canonical URI: a token's audience must be
 	// it. Its path, when not empty or "/", is where the MCP endpoint is.
 	Resource string
+	// Audience is the aud a token must carry; empty means Resource.
+	// (Microsoft Entra ID's v2.0 tokens carry the application's client
+	// ID instead.)
+	Audience string
 	// Scopes are those every token must carry; also advertised as
 	// scopes_supported with ExtraScopes.
 	Scopes []string
@@ -159,6 +163,9 @@ func New(c Config) (*Server, error) {
 	ru, err := url.Parse(c.Resource)
 	if err != nil || (ru.Scheme != "https" && ru.Scheme != "http") || ru.Host == "" || ru.Fragment != "" || ru.RawQuery != "" {
 		return nil, fmt.Errorf("oauth: resource %q is not an absolute http(s) URI without query or fragment", c.Resource)
+	}
+	if c.Audience == "" {
+		c.Audience = c.Resource
 	}
 	if c.Algorithms == nil {
 		c.Algorithms = DefaultAlgorithms

@@ -266,3 +266,19 @@ func TestIssuerDown(t *testing.T) {
 		t.Fatalf("%d metadata requests after 5 s, want 4", n)
 	}
 }
+
+// TestAudience: with an audience configured apart from the resource (as
+// Microsoft Entra ID's tokens need), tokens must carry it, not the
+// resource.
+func TestAudience(t *testing.T) {
+	iss := oidctest.Start(t, 1, "alice")
+	const aud = "http://127.0.0.1:1/app"
+	s, _, _ := newServer(t, iss, false, func(c *oauth.Config) { c.Audience = aud })
+	if _, err := s.Verify(t.Context(), oidctest.ClientCredentials(t, iss[0], "sync-job", "sync-job-secret", aud, "mcp")); err != nil {
+		t.Fatalf("a token for the audience: %v", err)
+	}
+	_, err := s.Verify(t.Context(), oidctest.ClientCredentials(t, iss[0], "sync-job", "sync-job-secret", resource, "mcp"))
+	if !errors.Is(err, oauth.ErrInvalidToken) {
+		t.Fatalf("a token for the resource, not the audience: %v", err)
+	}
+}

@@ -16,7 +16,7 @@ func oauthServer(keys *keystore.Store) (*oauth.Server, error) {
 	if o == nil {
 		return nil, nil
 	}
-	return oauth.New(oauth.Config{Issuers: o.Issuers, Resource: o.Resource, Scopes: o.Scopes, ExtraScopes: keys.ExtraScopes(),
+	return oauth.New(oauth.Config{Issuers: o.Issuers, Resource: o.Resource, Audience: o.Audience, Scopes: o.Scopes, ExtraScopes: keys.ExtraScopes(),
 		Algorithms: o.Algorithms, Skew: o.Skew, IntrospectionClient: o.IntrospectionClient,
 		IntrospectionSecret: o.IntrospectionSecret.Reveal(), IntrospectionCache: o.IntrospectionCache})
 }

@@ -252,7 +252,7 @@ func (g *gate) authenticate(next http.Handler) http.Handler {
 		if !ok {
 			g.throttle.fail(g.c.Now(), ip, presented)
 			w.Header().Set("WWW-Authenticate", g.challenge(r.Header.Get("Authorization") != ""))
-			detail := "A caller token is required: send Authorization: Bearer <token> (a [[callers]] token from mcp-quota's configuration)."
+			detail := g.noTokenDetail()
 			if r.Header.Get("Authorization") != "" {
 				detail = "The caller token is not valid."
 			}

@@ -165,3 +165,12 @@ func signInReturn(r *http.Request) bool {
 	return r.Method == http.MethodGet && r.URL.Path == dashboard.CallbackPath &&
 		r.Header.Get("Sec-Fetch-Mode") == "navigate" && r.Header.Get("Origin") == ""
 }
+
+// noTokenDetail is the 401's detail for a request without a token.
+func (g *gate) noTokenDetail() string {
+	if g.c.OAuth == nil {
+		return "A caller token is required: send Authorization: Bearer <token> (a [[callers]] token from mcp-quota's configuration)."
+	}
+	return "A token is required: send Authorization: Bearer <token>, an OAuth access token for " + g.c.OAuth.Resource() +
+		" (the WWW-Authenticate header names the metadata that says where to get one) or a [[callers]] token."
+}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/internal/oidctest"
 )
@@ -196,6 +198,36 @@ func TestOAuthREST(t *testing.T) {
 		if resp.StatusCode != 401 || resp.Header.Get("WWW-Authenticate") != want || !strings.Contains(body, tc.why) {
 			t.Errorf("%s: %d %q %s", name, resp.StatusCode, resp.Header.Get("WWW-Authenticate"), body)
 		}
+	}
+
+	// An MCP session the sync job opened with its token is the
+	// principal's: a static caller naming it gets the 404 of an unknown
+	// session; the job itself goes on using it.
+	client := gomcp.NewClient(&gomcp.Implementation{Name: "nightly-sync", Version: "1"}, nil)
+	sess, err := client.Connect(t.Context(), &gomcp.StreamableClientTransport{Endpoint: base + "/mcp",
+		HTTPClient: &http.Client{Transport: bearer{sync, http.DefaultTransport}}, MaxRetries: -1},
+		&gomcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if sess.ID() == "" {
+		t.Fatal("no MCP session was opened")
+	}
+	r, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/mcp",
+		strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"quota_status","arguments":{}}}`))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Accept", "application/json, text/event-stream")
+	r.Header.Set("Authorization", "Bearer "+agentToken)
+	r.Header.Set("Mcp-Session-Id", sess.ID())
+	r.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	if resp, err := http.DefaultClient.Do(r); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("another caller in the principal's session: %d, want 404", resp.StatusCode)
+	}
+	if err := sess.Ping(t.Context(), nil); err != nil {
+		t.Errorf("the principal's own session after another caller's try: %v", err)
 	}
 
 	// Static caller tokens work beside OAuth, as before.

@@ -284,11 +284,16 @@ func lines(css string) chromedp.Action[int] {
 // TestDashboardInBrowser's calls: nothing of the dashboard before sign-in,
 // no sideways scrolling, when the budget frees up said with clock times,
 // the 404 not painted as a refusal, dates on one line, columns without
-// content left out, a call's detail where it was clicked, and ?poll_ms=1
-// taken as the 1 s minimum.
+// content left out, a call's detail where it was clicked, and ?poll_ms=
+// kept within 1 s and 5 minutes.
 func pageAtWidth(t *testing.T, exe, base string, width int64) {
 	tab := newBrowser(t, exe)
-	do(t, tab, "open the page", chromedp.EmulateViewport(width, 800), chromedp.Navigate(base+"/?poll_ms=1"),
+	do(t, tab, "open the page polling every 11 days", chromedp.EmulateViewport(width, 800), chromedp.Navigate(base+"/?poll_ms=999999999"),
+		chromedp.WaitVisible(chromedp.ID("signin-form")))
+	if got := value(t, tab, chromedp.Evaluate[string](`document.getElementById("live").dataset.pollMs`)); got != "300000" {
+		t.Errorf("with ?poll_ms=999999999 the page polls every %s ms, want the 300000 ms maximum", got)
+	}
+	do(t, tab, "open the page", chromedp.Navigate(base+"/?poll_ms=1"),
 		chromedp.WaitVisible(chromedp.ID("signin-form")))
 	shown := value(t, tab, chromedp.Evaluate[string](`(() => { const m = document.getElementById("main"), r = m.getBoundingClientRect();
 		return getComputedStyle(m).display + " " + r.width + "x" + r.height; })()`))

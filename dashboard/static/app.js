@@ -384,8 +384,8 @@ async function loadActivity() {
       el("td", { class: "instance" }, a.instance || ""), el("td", { class: "method" }, a.method),
       el("td", { class: "target" }, a.target),
       el("td", { class: "state" }, a.state.replace("_", " ") + (a.attempt > 1 ? ` (attempt ${a.attempt})` : "")),
-      el("td", { class: "status" }, a.status ? "HTTP " + a.status : ""),
-      el("td", { class: "wait" }, a.wait_ms ? waitText(a.wait_ms) : ""), el("td", { class: "reason" }, a.reason || ""));
+      el("td", { class: "status" }, statusText(a)),
+      el("td", { class: "wait" }, a.wait_ms ? waitText(a.wait_ms) : ""), el("td", { class: "reason" }, reasonText(a)));
     tr.addEventListener("click", () => showCall(a.call, tr));
     return tr;
   }));
@@ -394,6 +394,12 @@ async function loadActivity() {
     if (tr) placeCall(tr, false); else openCall = "";
   }
 }
+
+// An attempt's reason is often its status line ("HTTP 404 Not Found"):
+// the status column gives the code, the reason column the rest.
+function statusLine(a) { return a.status > 0 && (a.reason || "").startsWith("HTTP " + a.status); }
+function statusText(a) { return a.status ? String(a.status) : ""; }
+function reasonText(a) { return statusLine(a) ? a.reason.slice(("HTTP " + a.status).length).trim() : a.reason || ""; }
 
 function waitText(ms) { return ms < 1000 ? ms + " ms" : (ms / 1000).toFixed(ms < 10000 ? 1 : 0) + " s"; }
 
@@ -436,7 +442,7 @@ async function showCall(id, tr) {
         el("td", {}, o.source + (o.guessed ? " (guessed)" : "") + (o.from_cache ? " (from a cache)" : "")), el("td", {}, o.status))))))
       : el("p", {}, el("small", {}, "This answer carried no rate-limit observation."));
     return el("div", { class: "attempt" },
-      el("p", {}, el("b", {}, `Attempt ${a.attempt}: ${a.state}`), ` ${a.status ? "HTTP " + a.status : ""} ${a.reason || ""}`), obs);
+      el("p", {}, el("b", {}, `Attempt ${a.attempt}: ${a.state}`), ` ${a.status ? "HTTP " + a.status : ""} ${reasonText(a)}`), obs);
   }));
   openCall = id;
   // The row may have been redrawn while the call was read.

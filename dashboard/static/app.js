@@ -203,13 +203,19 @@ function renderDetail(d, now) {
 
   const frees = new Map((d.frees || []).map((f) => [f.policy, f]));
   const gauges = [];
-  let headline = "";
+  // The headline is the budget that binds now, else the tightest.
+  let headline = "", bound = false;
+  const lead = (when, binds, tightest) => {
+    if (!when || bound) return;
+    if (binds) { headline = when; bound = true; } else if (tightest || !headline) headline = when;
+  };
+  const bindsTag = (b) => b.binds ? [el("span", { class: "tag binds" }, "binds now")] : [];
   for (const l of s.local) {
     const f = frees.get(l.policy);
     const when = f ? freeSentence(f, l.remaining) : "";
-    if (l.policy === s.quota.policy || !headline) headline = when || headline;
+    lead(when, l.binds, l.policy === s.quota.policy && s.quota.source === "local");
     gauges.push(el("div", { class: "gauge", "data-policy": l.policy, "data-origin": "local" },
-      el("b", {}, l.policy), el("span", { class: "tag" }, "documented, counted by mcp-quota"),
+      el("b", {}, l.policy), el("span", { class: "tag" }, "documented, counted by mcp-quota"), ...bindsTag(l),
       bar(fraction(l.used, l.limit)),
       el("div", { class: "facts" }, `${quotaWords(l.limit, l.window_s)} · ${l.used} used · ${l.remaining} left`),
       el("div", { class: "when" }, when)));
@@ -221,7 +227,8 @@ function renderDetail(d, now) {
     if (u.hidden) tags.push(el("span", { class: "tag hidden" }, "hidden: inferred from a refusal"));
     if (u.expired) tags.push(el("span", { class: "tag expired" }, "expired"));
     const when = upstreamSentence(u, now);
-    if (!s.local.length && (u.policy === s.quota.policy || !headline)) headline = when;
+    tags.push(...bindsTag(u));
+    if (u.binds || !s.local.length) lead(when, u.binds, u.policy === s.quota.policy);
     gauges.push(el("div", { class: "gauge" + (u.expired ? " expired" : ""), "data-policy": u.policy, "data-origin": "upstream" },
       el("b", {}, name), ...tags, bar(u.expired ? 0 : fraction(used, u.q)),
       el("div", { class: "facts" }, `${quotaWords(u.q, u.w, u.unit)} · said ${u.age_s} s ago`),

@@ -273,12 +273,6 @@ keys = ["*"]
 // overflow is how far the page reaches past the window's right edge.
 var overflow = chromedp.Evaluate[int](`document.documentElement.scrollWidth - window.innerWidth`)
 
-// lines is how many lines the text of the first element css names takes.
-func lines(css string) chromedp.Action[int] {
-	return chromedp.Evaluate[int](fmt.Sprintf(`(() => { const r = document.createRange(); r.selectNodeContents(document.querySelector(%q));
-		return new Set([...r.getClientRects()].map((c) => Math.round(c.top))).size; })()`, css))
-}
-
 // pageAtWidth checks the page as a person sees it in a window width
 // pixels wide (a desktop at 1280, a phone at 390), after
 // TestDashboardInBrowser's calls: nothing of the dashboard before sign-in,
@@ -375,8 +369,11 @@ func pageAtWidth(t *testing.T, exe, base string, width int64) {
 	if _, err := time.Parse("2006-01-02 15:04:05", at); err != nil {
 		t.Errorf("an activity time reads %q, want a date and a time of day", at)
 	}
-	if n := value(t, tab, lines(`#activity tbody tr.row td.time`)); n != 1 {
-		t.Errorf("an activity time takes %d lines, want 1", n)
+	wrapped := value(t, tab, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#activity tr.row td.time, #activity tr.row td.wait, #activity tr.row td.state")]
+		.filter((td) => { const r = document.createRange(); r.selectNodeContents(td); return new Set([...r.getClientRects()].map((c) => Math.round(c.top))).size > 1; })
+		.map((td) => td.className + ": " + td.textContent)`))
+	if len(wrapped) > 0 {
+		t.Errorf("activity cells on more than one line: %q", wrapped)
 	}
 	if n := value(t, tab, count(`#spenders th.res`)); n != 3 {
 		t.Fatalf("%d reservation columns, want 3 (hidden)", n)

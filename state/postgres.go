@@ -102,12 +102,6 @@ var ErrUnavailable = ledger.ErrUnavailable
 //go:embed postgres/*.sql
 var pgMigrations embed.FS
 
-// IsPostgresURL reports whether state names a PostgreSQL database
-// (postgres:// or postgresql://) rather than a SQLite file.
-func IsPostgresURL(state string) bool {
-	return strings.HasPrefix(state, "postgres://") || strings.HasPrefix(state, "postgresql://")
-}
-
 // Instance returns the name this process gets in the attempts it
 // records: MCP_QUOTA_INSTANCE when it is set, else its host name and
 // process ID.
@@ -123,10 +117,11 @@ func Instance() string {
 }
 
 // OpenPostgres connects to the database rawURL names
-// (postgres://user@host:port/database?sslmode=…; the standard PG*
+// (postgres://user@host:port/database?sslmode=…, or the keyword/value
+// form host=… port=… user=… dbname=… sslmode=…; the standard PG*
 // variables fill what it leaves out), creates or migrates mcp-quota's
 // schema in it, and measures the server's clock. The password must not be
-// in the URL: it comes from PGPASSWORD or a password file (~/.pgpass, or
+// in the location: it comes from PGPASSWORD or a password file (~/.pgpass, or
 // PGPASSFILE), so that it is in no config file, command line or process
 // list. Errors say what to fix, and never hold the password.
 func OpenPostgres(ctx context.Context, rawURL string, o PostgresOptions) (*Postgres, error) {
@@ -162,12 +157,9 @@ func OpenPostgres(ctx context.Context, rawURL string, o PostgresOptions) (*Postg
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	pg := &Postgres{db: db, where: where, timeout: o.Timeout, local: o.Local, instance: o.Instance, preparing: make(chan struct{}, 1)}
 	pg.out.dir, pg.out.update = o.JournalDir, func(ctx context.Context, fn func(*Tx) error) error { return pg.update(ctx, fn) }
-	if o.JournalDir != "" {
-		if err := os.MkdirAll(o.JournalDir, 0o700); err != nil {
-			db.Close()
-			return nil, fmt.Errorf("state: the journal directory: %w", err)
-		}
-	}
+	// The journal's directory is made by the first outcome it keeps (and
+	// removed by the last process to close it): a state that fails to
+	// open leaves nothing behind.
 	if err := pg.prepare(ctx, ctx); err != nil && !(o.WaitForServer && errors.Is(err, ErrUnavailable) && ctx.Err() == nil) {
 		db.Close()
 		return nil, err
@@ -202,33 +194,54 @@ func (pg *Postgres) prepare(ctx, wait context.Context) error {
 	return nil
 }
 
-// pgConfig parses rawURL, refusing one that carries a password.
-func pgConfig(rawURL string) (*pgx.ConnConfig, string, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // without the URL, which may hold a password
+// pgConfig parses location (a URL or a keyword/value string), refusing
+// one that carries a password. Its errors never quote location.
+func pgConfig(location string) (*pgx.ConnConfig, string, error) {
+	if isKeywordValue(location) {
+		if _, err := parseKeywordValue(location); err != nil {
+			return nil, "", fmt.Errorf("state: the PostgreSQL connection string does not parse (%v): write it as "+
+				"host=HOST port=5432 user=USER dbname=DATABASE sslmode=require, or as postgres://user@host:5432/database?sslmode=require "+
+				"(a SQLite file whose name holds '=' is written ./NAME)", err)
 		}
-		return nil, "", fmt.Errorf("state: the PostgreSQL URL does not parse (%v): write it as postgres://user@host:5432/database?sslmode=require", err)
+	} else {
+		u, err := url.Parse(location)
+		if err != nil {
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err // without the URL, which may hold a password
+			}
+			return nil, "", fmt.Errorf("state: the PostgreSQL URL does not parse (%v): write it as postgres://user@host:5432/database?sslmode=require", err)
+		}
+		if !IsPostgresURL(location) || u.Opaque != "" {
+			return nil, "", errors.New("state: a PostgreSQL state is a URL of the form postgres://user@host:5432/database?sslmode=require")
+		}
 	}
-	if !IsPostgresURL(rawURL) || u.Opaque != "" {
-		return nil, "", errors.New("state: a PostgreSQL state is a URL of the form postgres://user@host:5432/database?sslmode=require")
+	if HasPassword(location) {
+		return nil, "", fmt.Errorf("state: the PostgreSQL location %w", ErrPassword)
 	}
-	if _, ok := u.User.Password(); ok || u.Query().Has("password") {
-		return nil, "", errors.New("state: the PostgreSQL URL carries a password: remove it, and give it in PGPASSWORD or a password file " +
-			"(~/.pgpass, or the file PGPASSFILE names), so that it is in no config file, command line or process list")
-	}
-	cfg, err := pgx.ParseConfig(rawURL)
+	cfg, err := pgx.ParseConfig(location)
 	if err != nil {
 		var pe *pgconn.ParseConfigError
 		if errors.As(err, &pe) && pe.Unwrap() != nil {
 			err = pe.Unwrap()
 		}
-		return nil, "", fmt.Errorf("state: the PostgreSQL URL is not usable (%v)", redact(err.Error(), cfg))
+		return nil, "", fmt.Errorf("state: the PostgreSQL location is not usable (%v)", redact(err.Error(), cfg))
 	}
-	where := fmt.Sprintf("%s@%s/%s", cfg.User, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), cfg.Database)
-	return cfg, where, nil
+	return cfg, pgWhere(cfg), nil
+}
+
+// pgWhere names the database cfg reaches, for messages and for the
+// journals' directory: user@host:port/database, never a credential.
+func pgWhere(cfg *pgx.ConnConfig) string {
+	return fmt.Sprintf("%s@%s/%s", cfg.User, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), cfg.Database)
+}
+
+// PostgresWhere names the database location reaches, however it is
+// spelled: user@host:port/database (the standard PG* variables fill what
+// location leaves out). It never holds a credential.
+func PostgresWhere(location string) (string, error) {
+	_, where, err := pgConfig(location)
+	return where, err
 }
 
 // redact removes cfg's password from s, should an error quote it.
@@ -658,9 +671,10 @@ type Store interface {
 }
 
 // OpenStore opens the state at location: a PostgreSQL database for a
-// postgres:// URL (with o), else a SQLite file.
+// PostgreSQL location (a URL or a keyword/value string; see IsPostgres),
+// with o; else a SQLite file.
 func OpenStore(ctx context.Context, location string, o PostgresOptions) (Store, error) {
-	if IsPostgresURL(location) {
+	if IsPostgres(location) {
 		return OpenPostgres(ctx, location, o)
 	}
 	return Open(ctx, location)

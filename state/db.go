@@ -78,7 +78,8 @@ type DB struct {
 	out      outcomes // the process's journal (see FinishLater)
 	instance string   // this process in the attempts it records (see Instance)
 
-	wh writeHealth // how the last writes ended (see Check)
+	wh writeHealth    // how the last writes ended (see Check)
+	bg sync.WaitGroup // the background checks (see watch)
 }
 
 // Open opens (creating if needed) the state file at path and brings its
@@ -168,6 +169,7 @@ func (db *DB) Close() error {
 	if !first {
 		return nil
 	}
+	db.bg.Wait()
 	errs := []error{err}
 	for _, s := range append(append(db.ws, db.rs...), db.ctl[:]...) {
 		if s != nil {
@@ -288,7 +290,7 @@ func (db *DB) view(ctx context.Context, fn func(*Tx) error) error {
 		return fmt.Errorf("state: begin: %w", err)
 	}
 	defer tx.Rollback()
-	return fn(&Tx{tx: tx, stmts: db.rs, ctx: ctx})
+	return db.noteDamage(fn(&Tx{tx: tx, stmts: db.rs, ctx: ctx}))
 }
 
 // IntegrityCheck runs PRAGMA integrity_check and returns its findings; an

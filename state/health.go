@@ -18,7 +18,7 @@ import (
 // past BusyTimeout — rather than a caller's context ending or what a
 // statement wrote being refused.
 func Storage(err error) bool {
-	if errors.Is(err, ErrUnavailable) {
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrDamaged) {
 		return true
 	}
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -38,6 +38,22 @@ func Storage(err error) bool {
 		errors.Is(err, syscall.EIO) || errors.Is(err, fs.ErrPermission)
 }
 
+// ErrDamaged reports a state file found damaged: once any read, write or
+// check of the process finds a page SQLite cannot read, no write
+// transaction begins on it again (so no call is admitted on what it
+// says) until the process opens the file anew.
+var ErrDamaged = errors.New("the state file is damaged")
+
+// corrupt reports SQLite's SQLITE_CORRUPT or SQLITE_NOTADB.
+func corrupt(err error) bool {
+	var e *sqlite.Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	c := e.Code() & 0xff
+	return c == sqlite3.SQLITE_CORRUPT || c == sqlite3.SQLITE_NOTADB
+}
+
 // full reports SQLite's SQLITE_FULL, or ENOSPC.
 func full(err error) bool {
 	var e *sqlite.Error
@@ -52,6 +68,73 @@ type writeHealth struct {
 	lowSpace bool      // a write found the disk full: the WAL is kept small for lowSpaceFor
 	held     bool      // writes wait for a checkpoint to give the WAL's space back
 	checked  time.Time // when quick_check last passed
+	checking bool      // a quick_check runs in the background (see watch)
+	damaged  error     // what first found the file damaged; it stays so
+}
+
+// noteDamage latches the DB as damaged when err says a page is, and
+// returns err.
+func (db *DB) noteDamage(err error) error {
+	if corrupt(err) {
+		db.wh.mu.Lock()
+		if db.wh.damaged == nil {
+			db.wh.damaged = err
+		}
+		db.wh.mu.Unlock()
+	}
+	return err
+}
+
+// damaged returns the error every write fails with once the file was
+// found damaged; nil before.
+func (db *DB) damaged() error {
+	db.wh.mu.Lock()
+	defer db.wh.mu.Unlock()
+	if db.wh.damaged == nil {
+		return nil
+	}
+	cause := db.wh.damaged
+	if e, ok := errors.AsType[*sqlite.Error](cause); ok {
+		cause = e
+	}
+	return fmt.Errorf("state: %w (%v): nothing is admitted on it; stop mcp-quota and move %s, %s-wal and %s-shm away to start afresh",
+		ErrDamaged, cause, db.path, db.path, db.path)
+}
+
+// watch runs, before a write transaction, a quick_check in the background
+// when none passed for checkEvery: damage that the writer's own cache
+// hides from it (a page changed on disk under the process) is found by a
+// reader, and stops the writes that follow.
+func (db *DB) watch() {
+	db.wh.mu.Lock()
+	if db.wh.checking || time.Since(db.wh.checked) < checkEvery || db.wh.damaged != nil {
+		db.wh.mu.Unlock()
+		return
+	}
+	db.wh.checking = true
+	db.wh.mu.Unlock()
+	db.bg.Add(1)
+	go func() {
+		defer db.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		db.checkNow(ctx)
+		db.wh.mu.Lock()
+		db.wh.checking = false
+		db.wh.mu.Unlock()
+	}()
+}
+
+// checkNow runs quick_check; when it passes, the file stands as checked
+// for checkEvery.
+func (db *DB) checkNow(ctx context.Context) error {
+	err := db.quickCheck(ctx)
+	db.wh.mu.Lock()
+	defer db.wh.mu.Unlock()
+	if err == nil {
+		db.wh.checked = time.Now()
+	}
+	return err
 }
 
 // checkEvery is how long a quick_check that passed stands for Check:
@@ -76,6 +159,9 @@ func (db *DB) noteWrite(err error) {
 	}
 	if !Storage(err) {
 		return
+	}
+	if corrupt(err) && h.damaged == nil {
+		h.damaged = err
 	}
 	h.err, h.at = err, time.Now()
 	if full(err) {
@@ -123,11 +209,14 @@ const (
 	lowSpaceFor   = 10 * time.Minute
 )
 
-// Check reports whether the state file can be used: it answers a read,
-// its pages pass SQLite's quick_check (run at most every checkEvery while
-// it passes), and its last write did not fail. The error says which of
-// these failed.
+// Check reports whether the state file can be used: it was not found
+// damaged, it answers a read, its pages pass SQLite's quick_check (run
+// at most every checkEvery while it passes), and its last write did not
+// fail. The error says which of these failed.
 func (db *DB) Check(ctx context.Context) error {
+	if err := db.damaged(); err != nil {
+		return err
+	}
 	db.wh.mu.Lock()
 	werr, at, checked := db.wh.err, db.wh.at, db.wh.checked
 	db.wh.mu.Unlock()
@@ -135,37 +224,44 @@ func (db *DB) Check(ctx context.Context) error {
 		return fmt.Errorf("state: the last write, %s ago, failed: %w", time.Since(at).Round(time.Second), werr)
 	}
 	if time.Since(checked) >= checkEvery {
-		if err := db.quickCheck(ctx); err != nil {
+		if err := db.checkNow(ctx); err != nil {
+			if derr := db.damaged(); derr != nil {
+				return derr
+			}
 			return err
 		}
-		db.wh.mu.Lock()
-		db.wh.checked = time.Now()
-		db.wh.mu.Unlock()
 	}
 	return db.view(ctx, func(tx *Tx) error { _, err := tx.Keys(); return err })
 }
 
-// quickCheck runs PRAGMA quick_check.
+// quickCheck runs PRAGMA quick_check; problems it finds mark the file
+// damaged.
 func (db *DB) quickCheck(ctx context.Context) error {
 	rows, err := db.r.QueryContext(ctx, "PRAGMA quick_check")
 	if err != nil {
-		return fmt.Errorf("state: check: %w", err)
+		return fmt.Errorf("state: check: %w", db.noteDamage(err))
 	}
 	defer rows.Close()
 	var problems []string
 	for rows.Next() {
 		var s string
 		if err := rows.Scan(&s); err != nil {
-			return fmt.Errorf("state: check: %w", err)
+			return fmt.Errorf("state: check: %w", db.noteDamage(err))
 		}
 		if s != "ok" {
 			problems = append(problems, s)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("state: check: %w", err)
+		return fmt.Errorf("state: check: %w", db.noteDamage(err))
 	}
 	if len(problems) > 0 {
+		err := fmt.Errorf("quick_check: %s", problems[0])
+		db.wh.mu.Lock()
+		if db.wh.damaged == nil {
+			db.wh.damaged = err
+		}
+		db.wh.mu.Unlock()
 		return fmt.Errorf("state: the file is damaged: %s", problems[0])
 	}
 	return nil

@@ -39,14 +39,15 @@ var migrations embed.FS
 // transaction to end before it gives up with an error wrapping ErrBusy.
 const BusyTimeout = 10 * time.Second
 
-// CheckpointPages is how many pages the write-ahead log holds before the
+// CheckpointPages is the most pages the write-ahead log holds before the
 // commit that reaches it copies them back into the file (a checkpoint),
-// ten times SQLite's default. A checkpoint syncs the file twice, and
-// every writer of the process waits for the commit that runs it: on a
-// busy key, at the default, that was a tenth of all the writer's time.
-// Each checkpoint also copies a page once however often it was written
-// since the last, and the log is reused after it: it stays within about
-// CheckpointPages × 4 KiB (40 MiB).
+// ten times SQLite's default; a smaller file checkpoints sooner (see
+// CheckpointAt). A checkpoint syncs the file twice, and every writer of
+// the process waits for the commit that runs it: on a busy key with a
+// large history, at the default, that was a tenth of all the writer's
+// time. Each checkpoint also copies a page once however often it was
+// written since the last, and the log is reused after it: it stays within
+// about CheckpointPages × 4 KiB (40 MiB).
 const CheckpointPages = 10000
 
 // ErrNewerSchema reports a state written by a newer mcp-quota, which
@@ -115,7 +116,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		first, creating = "_pragma=busy_timeout(10000)&_pragma=auto_vacuum(2)&", true
 	}
-	w, err := sql.Open("sqlite", file+"?"+first+fmt.Sprintf("_pragma=wal_autocheckpoint(%d)", CheckpointPages)+pragmas)
+	w, err := sql.Open("sqlite", file+"?"+first+fmt.Sprintf("_pragma=wal_autocheckpoint(%d)", MinCheckpointPages)+pragmas)
 	if err != nil {
 		return nil, fmt.Errorf("state: open %s: %w", path, err)
 	}

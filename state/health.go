@@ -69,6 +69,8 @@ type writeHealth struct {
 	held     bool      // writes wait for a checkpoint to give the WAL's space back
 	checked  time.Time // when quick_check last passed
 	checking bool      // a quick_check runs in the background (see watch)
+	ckpt     int       // the log's checkpoint size now, in pages (see sizeLog); 0 before it is set
+	commits  int       // write transactions committed
 	damaged  error     // what first found the file damaged; it stays so
 }
 
@@ -141,10 +143,11 @@ func (db *DB) checkNow(ctx context.Context) error {
 // it reads every page (about 70 ms for 100,000 attempts).
 const checkEvery = 30 * time.Second
 
-// noteWrite records how a write transaction ended. When the disk is full
-// the write-ahead log is checkpointed and truncated, and kept small, so
-// that space freed on the disk goes to new writes rather than to the log
-// growing back to its CheckpointPages (about 40 MiB) before it is reused.
+// noteWrite records how a write transaction ended, and now and then sizes
+// the log by the file (see CheckpointAt). When the disk is full the
+// write-ahead log is checkpointed and truncated, and kept small, so that
+// space freed on the disk goes to new writes rather than to the log
+// growing back to its checkpoint size before it is reused.
 func (db *DB) noteWrite(err error) {
 	h := &db.wh
 	h.mu.Lock()
@@ -153,7 +156,10 @@ func (db *DB) noteWrite(err error) {
 		h.err = nil
 		if h.lowSpace && time.Since(h.at) > lowSpaceFor {
 			h.lowSpace = false
-			db.wc.ExecContext(context.Background(), fmt.Sprintf("PRAGMA wal_autocheckpoint(%d)", CheckpointPages))
+			h.ckpt = 0 // set again below
+		}
+		if h.commits++; h.commits%resizeEvery == 0 || h.ckpt == 0 {
+			db.sizeLog()
 		}
 		return
 	}
@@ -173,6 +179,53 @@ func (db *DB) noteWrite(err error) {
 			db.wc.ExecContext(context.Background(), fmt.Sprintf("PRAGMA wal_autocheckpoint(%d)", lowSpacePages))
 		}
 	}
+}
+
+// MinCheckpointPages is the least size, in pages, of the write-ahead log
+// at which a commit checkpoints it: SQLite's default (about 4 MiB).
+const MinCheckpointPages = 1000
+
+// CheckpointAt is how many pages the write-ahead log of a file of
+// filePages pages holds before the commit that reaches it copies them back
+// into the file (a checkpoint): as many as the file has, at least
+// MinCheckpointPages and at most CheckpointPages. The log is reused after
+// a checkpoint, and cut back to that size when it grew past it: on the
+// disk it takes about as much as the history it holds, or 4 MiB, and at
+// most about 40 MiB.
+func CheckpointAt(filePages int) int {
+	return min(max(filePages, MinCheckpointPages), CheckpointPages)
+}
+
+// resizeEvery is how many commits go by between two looks at the file's
+// size (see sizeLog).
+const resizeEvery = 64
+
+// sizeLog sets the log's checkpoint size and the size it is cut back to
+// after a checkpoint, by the file's size now (see CheckpointAt). It runs
+// on the writer's connection, outside any transaction, with db.wh.mu held;
+// while the disk is full it leaves the log at lowSpacePages.
+func (db *DB) sizeLog() {
+	h := &db.wh
+	if h.lowSpace {
+		return
+	}
+	ctx := context.Background()
+	var pages, pageSize int
+	if db.wc.QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages) != nil ||
+		db.wc.QueryRowContext(ctx, "PRAGMA page_size").Scan(&pageSize) != nil {
+		return
+	}
+	n := CheckpointAt(pages)
+	if n == h.ckpt {
+		return
+	}
+	if _, err := db.wc.ExecContext(ctx, fmt.Sprintf("PRAGMA wal_autocheckpoint(%d)", n)); err != nil {
+		return
+	}
+	if _, err := db.wc.ExecContext(ctx, fmt.Sprintf("PRAGMA journal_size_limit(%d)", int64(n)*int64(pageSize))); err != nil {
+		return
+	}
+	h.ckpt = n
 }
 
 // relieve runs before each write transaction. Once a write found the

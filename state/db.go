@@ -115,6 +115,13 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	first, creating := "_pragma=busy_timeout(0)&", false
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		first, creating = "_pragma=busy_timeout(10000)&_pragma=auto_vacuum(2)&", true
+		// Made empty (SQLite reads it as a new database) and readable by
+		// this user alone: SQLite gives the -wal and -shm files it makes
+		// beside it the file's own mode. Another process may make it
+		// first.
+		if f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+			f.Close()
+		}
 	}
 	w, err := sql.Open("sqlite", file+"?"+first+fmt.Sprintf("_pragma=wal_autocheckpoint(%d)", MinCheckpointPages)+pragmas)
 	if err != nil {
@@ -153,6 +160,10 @@ func Open(ctx context.Context, path string) (*DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("state: %w", err)
 	}
+	// The -wal and -shm files an earlier version made readable by others;
+	// those another user's process made stay as they are.
+	os.Chmod(path+"-wal", 0o600)
+	os.Chmod(path+"-shm", 0o600)
 	if _, err := db.Recover(ctx); err != nil {
 		db.Close()
 		return nil, err

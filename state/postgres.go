@@ -2,6 +2,8 @@ package state
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"database/sql"
 	"database/sql/driver"
 	"embed"
@@ -48,6 +50,7 @@ import (
 type Postgres struct {
 	db       *sql.DB
 	where    string // user@host:port/database, for errors: never a credential
+	tls      bool   // the location asks for TLS, with no fallback without it
 	timeout  time.Duration
 	local    func() time.Time
 	instance string
@@ -155,7 +158,8 @@ func OpenPostgres(ctx context.Context, rawURL string, o PostgresOptions) (*Postg
 	db.SetMaxOpenConns(o.MaxConns)
 	db.SetMaxIdleConns(o.MaxConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	pg := &Postgres{db: db, where: where, timeout: o.Timeout, local: o.Local, instance: o.Instance, preparing: make(chan struct{}, 1)}
+	pg := &Postgres{db: db, where: where, tls: requiresTLS(cfg), timeout: o.Timeout, local: o.Local, instance: o.Instance,
+		preparing: make(chan struct{}, 1)}
 	pg.out.dir, pg.out.update = o.JournalDir, func(ctx context.Context, fn func(*Tx) error) error { return pg.update(ctx, fn) }
 	// The journal's directory is made by the first outcome it keeps (and
 	// removed by the last process to close it): a state that fails to
@@ -275,6 +279,10 @@ func (pg *Postgres) connect(ctx context.Context) error {
 		return fmt.Errorf("state: PostgreSQL at %s has no such database (%s): create it (createdb) or name one that exists", pg.where, pe.Message)
 	case errors.As(err, &pe):
 		return fmt.Errorf("state: PostgreSQL at %s: %s (SQLSTATE %s)", pg.where, pe.Message, pe.Code)
+	case tlsFailed(err, pg.tls):
+		return fmt.Errorf("state: PostgreSQL at %s: TLS could not be set up (%v): the location asks for TLS (sslmode=require or verify-…); "+
+			"turn on ssl in the server's postgresql.conf and give it a certificate, give the CA that signed it in sslrootcert, "+
+			"or, on a network you trust, use sslmode=prefer or disable", pg.where, pgCause(err))
 	case ctx.Err() != nil:
 		return fmt.Errorf("state: PostgreSQL at %s did not answer within %s: is it running, and is the address right? %w",
 			pg.where, pg.timeout, ErrUnavailable)
@@ -282,13 +290,74 @@ func (pg *Postgres) connect(ctx context.Context) error {
 	return fmt.Errorf("state: cannot reach PostgreSQL at %s (%v): is it running, and is the address right? %w", pg.where, pgCause(err), ErrUnavailable)
 }
 
-// pgCause is the innermost useful part of a connection error.
+// pgCause is the innermost useful part of a connection error: for a
+// failed dial, the reason alone (its address is in the message already).
 func pgCause(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Err
+	}
 	var ce *pgconn.ConnectError
-	if errors.As(err, &ce) && ce.Unwrap() != nil {
-		return ce.Unwrap()
+	if errors.As(err, &ce) {
+		// pgconn says where it was dialling, and what it was doing, in
+		// each layer: the innermost is the reason.
+		for inner := error(ce); inner != nil; {
+			err = inner
+			switch u := inner.(type) {
+			case interface{ Unwrap() error }:
+				inner = u.Unwrap()
+			case interface{ Unwrap() []error }:
+				if all := u.Unwrap(); len(all) == 1 {
+					inner = all[0]
+				} else {
+					inner = nil // several addresses tried: each says its own
+				}
+			default:
+				inner = nil
+			}
+		}
 	}
 	return err
+}
+
+// requiresTLS reports whether cfg connects only over TLS: its first try
+// and every fallback have a TLS configuration (sslmode=require,
+// verify-ca, verify-full).
+func requiresTLS(cfg *pgx.ConnConfig) bool {
+	if cfg.TLSConfig == nil {
+		return false
+	}
+	for _, f := range cfg.Fallbacks {
+		if f.TLSConfig == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// tlsFailed reports whether a connection failed on TLS: a certificate
+// not accepted, an answer that is not TLS, or — when the location asks
+// for TLS — a server that refused it (which pgconn reports without a
+// type of its own: a connection error that is neither the network's nor
+// the server's).
+func tlsFailed(err error, required bool) bool {
+	var (
+		header  tls.RecordHeaderError
+		verify  *tls.CertificateVerificationError
+		unknown x509.UnknownAuthorityError
+		host    x509.HostnameError
+		invalid x509.CertificateInvalidError
+	)
+	if errors.As(err, &header) || errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid) {
+		return true
+	}
+	var (
+		ce *pgconn.ConnectError
+		ne net.Error
+		pe *pgconn.PgError
+	)
+	return required && errors.As(err, &ce) && !errors.As(err, &ne) && !errors.As(err, &pe) &&
+		!errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
 }
 
 // migrate creates mcp-quota's schema, or brings it up to date, in one

@@ -377,6 +377,7 @@ func badInput(t *testing.T, srv *pgtest.Server) {
 		{"a password in a keyword/value string", "host=127.0.0.1 port=" + port + " user=mcpq password=" + secret + " dbname=db sslmode=disable",
 			[]string{"carries a password", "PGPASSWORD"}},
 		{"a quoted password in a keyword/value string", "host=127.0.0.1 password='" + secret + " x' dbname=db", []string{"carries a password"}},
+		{"TLS asked of a server without it", strings.Replace(url, "sslmode=disable", "sslmode=require", 1), []string{"TLS could not be set up", "sslmode"}},
 		{"a keyword/value string with an unknown keyword", "host=127.0.0.1 pasword=" + secret + " dbname=db",
 			[]string{"\"pasword\" is not a PostgreSQL connection keyword", "./NAME"}},
 	} {
@@ -392,6 +393,9 @@ func badInput(t *testing.T, srv *pgtest.Server) {
 			}
 		}
 		noPassword(t, c.name, err, secret, srv.Password())
+		if strings.Contains(err.Error(), "is it running") {
+			t.Errorf("%s: %q asks whether the server runs; it does", c.name, err)
+		}
 	}
 	t.Run("wrong password", func(t *testing.T) {
 		wrong := srv.Password() + "x"

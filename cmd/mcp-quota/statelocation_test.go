@@ -3,9 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -60,5 +62,32 @@ func TestStateKeywordValue(t *testing.T) {
 			names = append(names, e.Name())
 		}
 		t.Errorf("failed one-shot commands left %v under %s (%v); want nothing", names, journals, err)
+	}
+}
+
+// TestServeSaysOnceThatTheDatabaseDoesNotAnswer: serve started while its
+// PostgreSQL state does not answer says why once, not once for each
+// part of it that needs the state.
+func TestServeSaysOnceThatTheDatabaseDoesNotAnswer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	s := newSetup(t, "https://api.example", defaultPolicy, "")
+	s.state = "postgres://mq@" + addr + "/mq?sslmode=disable"
+	s.env = append(s.env, "XDG_STATE_HOME="+t.TempDir())
+	_, logs := s.serve(t)
+	var before string
+	for { // the log up to "serving": what serve says as it starts (no sleep: serve logs it before it answers)
+		if l := logs.String(); strings.Contains(l, "msg=serving") {
+			before = l[:strings.Index(l, "msg=serving")]
+			break
+		}
+		runtime.Gosched()
+	}
+	if n := strings.Count(before, "connection refused"); n != 1 {
+		t.Errorf("serve said %d times that the database refused the connection; want once:\n%s", n, before)
 	}
 }

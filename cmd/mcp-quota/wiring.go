@@ -351,6 +351,10 @@ func (a *app) close() {
 // its own: its sessions then work on it alone, until it restarts.
 func (a *app) sessionSecret(ctx context.Context) keystore.Secret {
 	key, err := a.db.SigningKey(ctx, "mcp-sessions")
+	if errors.Is(err, state.ErrUnavailable) { // why is said once, by openState
+		a.log.Warn("the state does not answer, so it gives no session key now: MCP sessions opened here work on this process only, until it restarts")
+		return keystore.Secret{}
+	}
 	if err != nil {
 		a.log.Warn("the state gives no session key now: MCP sessions opened here work on this process only, until it restarts", "error", err)
 		return keystore.Secret{}
@@ -370,17 +374,30 @@ func (a *app) rest() *rest.Handler {
 // sweep records what the journals of processes that died hold, marks
 // their attempts as interrupted and drops old history, now and every ten
 // minutes until ctx ends (every 30 s while the state fails).
+//
+// A state that does not answer is said once an outage, not every 30 s:
+// at the start, openState has said it already.
 func (a *app) sweep(ctx context.Context) {
+	said := true // that the state does not answer
 	for {
 		next := 10 * time.Minute
+		failed := false
+		warn := func(msg string, err error) {
+			failed, next = true, 30*time.Second
+			if !errors.Is(err, state.ErrUnavailable) || !said {
+				a.log.Warn(msg, "error", err)
+			}
+			said = said || errors.Is(err, state.ErrUnavailable)
+		}
 		if _, err := a.db.Recover(ctx); err != nil && ctx.Err() == nil {
-			a.log.Warn("recording the journal of a process that ended failed; trying again in 30 s", "error", err)
-			next = 30 * time.Second // a state that did not answer at the start: its journals wait
+			warn("recording the journal of a process that ended failed; trying again in 30 s", err) // its journals wait
 		}
 		now := a.now()
 		if _, err := a.db.Sweep(ctx, now, now.Add(-a.keys.Retention())); err != nil && ctx.Err() == nil {
-			a.log.Warn("sweeping the state failed; trying again in 30 s", "error", err)
-			next = 30 * time.Second
+			warn("sweeping the state failed; trying again in 30 s", err)
+		}
+		if !failed {
+			said = false
 		}
 		t := time.NewTimer(next)
 		select {

@@ -16,6 +16,7 @@
 package dashboard
 
 import (
+	"context"
 	"embed"
 	"io/fs"
 	"log/slog"
@@ -40,6 +41,13 @@ type Config struct {
 	Log   *slog.Logger // nil means discard
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+	// OIDC, when set, adds the sign-in with the OAuth authorization
+	// server beside the sign-in with a caller token.
+	OIDC *OIDC
+	// Secure reports whether a request reached mcp-quota over HTTPS, so
+	// that the session cookie is marked Secure (gateway.Secure says so
+	// behind a trusted TLS proxy too); nil means on a TLS listener only.
+	Secure func(*http.Request) bool
 }
 
 // A Handler serves the dashboard. Create it with New; it is a
@@ -76,6 +84,7 @@ func New(c Config) *Handler {
 	h.mux.HandleFunc("POST /ui/api/signout", h.signOut)
 	h.mux.HandleFunc("GET /ui/api/overview", h.overview)
 	h.mux.HandleFunc("GET /ui/api/call", h.call)
+	h.oidcRoutes()
 	h.mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		rest.WriteProblem(w, http.StatusNotFound, rest.CodeBadRequest, "The dashboard has no such page.", nil)
 	})
@@ -93,13 +102,21 @@ func secureHeaders(w http.ResponseWriter) {
 }
 
 // ServeHTTP serves the page and its data.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.c.Secure != nil && h.c.Secure(r) {
+		r = r.WithContext(context.WithValue(r.Context(), secureKey{}, true))
+	}
+	h.mux.ServeHTTP(w, r)
+}
 
 // Open reports whether r asks for the page or its static files, which
 // show no data and need no caller.
 func (h *Handler) Open(r *http.Request) bool {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return false
+	}
+	if h.c.OIDC != nil && (r.URL.Path == SignInPath || r.URL.Path == CallbackPath) {
+		return true
 	}
 	return r.URL.Path == "/" || strings.HasPrefix(r.URL.Path, "/ui/static/")
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/oauth"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/rest"
 )
@@ -38,6 +40,13 @@ type Config struct {
 	Loopback bool
 	// AllowOrigins are browser origins (scheme://host:port) allowed to call.
 	AllowOrigins []string
+	// TrustedProxies are the reverse proxies (addresses and prefixes)
+	// whose X-Forwarded-Proto and X-Forwarded-For are believed: a request
+	// from one that says its client spoke HTTPS counts as secure (the
+	// dashboard's cookie is Secure, its own origin is https), and the
+	// client's address is the one the bad-token throttle counts by. Empty
+	// means none: the fields are ignored.
+	TrustedProxies []netip.Prefix
 	// MaxConcurrent caps each caller's calls in flight, and apart from
 	// them its MCP event streams (GET /mcp); 0 means 16.
 	MaxConcurrent int
@@ -59,6 +68,15 @@ type Config struct {
 	// suffice). The zero Secret means a random secret of this process,
 	// so sessions work on this host only, until it restarts.
 	SessionSecret keystore.Secret
+	// MaxSessions bounds the MCP sessions live on this host at once
+	// (opened here, or taken up from another host); 0 means
+	// DefaultMaxSessions. An initialize past it is refused with a
+	// JSON-RPC error saying so.
+	MaxSessions int
+	// MaxSessionsPerCaller bounds one caller's live MCP sessions on this
+	// host; 0 means DefaultMaxSessionsPerCaller. An initialize past it is
+	// refused with a JSON-RPC error saying what to do.
+	MaxSessionsPerCaller int
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
 	// Version is the program's version, shown by GET /healthz; empty
@@ -69,6 +87,11 @@ type Config struct {
 	Metrics http.Handler
 	// Dashboard, when set, serves the page at / and /ui/.
 	Dashboard Dashboard
+	// OAuth, when set, makes the gateway an OAuth resource server beside
+	// the static caller tokens: it serves the protected resource metadata
+	// and takes access tokens of its issuers. Nil publishes nothing of
+	// OAuth.
+	OAuth *oauth.Server
 }
 
 // A Dashboard is a page for people, served behind the same walls as the
@@ -95,6 +118,7 @@ func New(c Config) http.Handler {
 	c.REST.Routes(mux)
 	mux.Handle("/mcp", mcpBodyLimit(http.HandlerFunc(sessions.serve), c.MaxMCPBody))
 	mux.HandleFunc("GET /healthz", rest.Health(c.DB, c.Version))
+	oauthRoutes(mux, c.OAuth)
 	if c.Metrics != nil {
 		mux.Handle("GET /metrics", c.Metrics)
 	}
@@ -130,8 +154,14 @@ func New(c Config) http.Handler {
 // that keep it.
 func newMCP(c Config) *sessions {
 	ss := newSessions(c.SessionIdle, c.Now, c.SessionSecret)
+	if c.MaxSessions > 0 {
+		ss.maxTotal = c.MaxSessions
+	}
+	if c.MaxSessionsPerCaller > 0 {
+		ss.maxPerCaller = c.MaxSessionsPerCaller
+	}
 	ss.mcp = server.NewStreamableHTTPServer(c.MCP,
-		server.WithSessionIdManager(ss),
+		server.WithSessionIdManagerResolver(ss),
 		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
 			if caller, ok := keystore.CallerFrom(r.Context()); ok {
 				return keystore.WithCaller(ctx, caller)
@@ -179,11 +209,12 @@ func newGate(c Config) *gate {
 	return &gate{c: c, throttle: newThrottle(), inFlight: map[string]int{}, streams: map[string]int{}}
 }
 
-// walls puts next behind every wall, in order: the size of the request's
-// header section, Host and Origin, the caller token (and the bad-token
-// throttle), the caller's concurrency limit.
+// walls puts next behind every wall, in order: what a trusted proxy
+// says of its client, the size of the request's header section, Host and
+// Origin, the caller token (and the bad-token throttle), the caller's
+// concurrency limit. Every answer, a wall's too, is marked nosniff.
 func (g *gate) walls(next http.Handler) http.Handler {
-	return g.headerSize(g.origins(g.authenticate(next)))
+	return nosniff(g.proxied(g.headerSize(g.origins(g.authenticate(next)))))
 }
 
 // headerSize refuses requests whose target and header fields are larger
@@ -219,7 +250,7 @@ type gate struct {
 // its bearer token and holds it to its concurrency limit.
 func (g *gate) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" || (g.c.Dashboard != nil && g.c.Dashboard.Open(r)) {
+		if r.URL.Path == "/healthz" || g.oauthOpen(r) || (g.c.Dashboard != nil && g.c.Dashboard.Open(r)) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -231,10 +262,21 @@ func (g *gate) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		caller, ok := g.caller(r)
+		if !ok && g.c.OAuth != nil {
+			var done, bad bool
+			caller, done, bad = g.oauthCaller(w, r)
+			if bad {
+				g.throttle.fail(g.c.Now(), ip, presented)
+			}
+			if done {
+				return
+			}
+			ok = caller != nil
+		}
 		if !ok {
 			g.throttle.fail(g.c.Now(), ip, presented)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="mcp-quota"`)
-			detail := "A caller token is required: send Authorization: Bearer <token> (a [[callers]] token from mcp-quota's configuration)."
+			w.Header().Set("WWW-Authenticate", g.challenge(r.Header.Get("Authorization") != ""))
+			detail := g.noTokenDetail()
 			if r.Header.Get("Authorization") != "" {
 				detail = "The caller token is not valid."
 			}
@@ -263,7 +305,7 @@ func (g *gate) authenticate(next http.Handler) http.Handler {
 // caller authenticates r. With no callers configured on a loopback
 // listener, every request is the local user.
 func (g *gate) caller(r *http.Request) (*keystore.Caller, bool) {
-	if len(g.c.Keys.Callers()) == 0 && g.c.Loopback {
+	if len(g.c.Keys.Callers()) == 0 && g.c.Loopback && g.c.OAuth == nil {
 		return keystore.Local("local"), true
 	}
 	if r.Header.Get("Authorization") == "" && g.c.Dashboard != nil {
@@ -313,7 +355,7 @@ func (g *gate) origins(next http.Handler) http.Handler {
 				fmt.Sprintf("Requests from origin %s are not allowed; start mcp-quota with --allow-origin to allow it.", origin), nil)
 			return
 		}
-		if origin == "null" || !fetchSiteAllowed(r.Header.Values("Sec-Fetch-Site"), slices.Contains(g.c.AllowOrigins, origin)) {
+		if origin == "null" || (!fetchSiteAllowed(r.Header.Values("Sec-Fetch-Site"), slices.Contains(g.c.AllowOrigins, origin)) && !signInReturn(r)) {
 			rest.WriteProblem(w, http.StatusForbidden, rest.CodeForbidden, "Cross-site requests are not allowed.", nil)
 			return
 		}
@@ -340,7 +382,7 @@ func (g *gate) originAllowed(origin string, r *http.Request) bool {
 // by this listener.
 func ownOrigin(r *http.Request) string {
 	scheme, port := "http", "80"
-	if r.TLS != nil {
+	if Secure(r) {
 		scheme, port = "https", "443"
 	}
 	host := strings.ToLower(r.Host)

@@ -104,13 +104,11 @@ func (h *Handler) key(w http.ResponseWriter, r *http.Request, name string) (*key
 		writeProblem(w, http.StatusUnauthorized, CodeUnauthorized, "A caller token is required: send Authorization: Bearer <token>.", nil)
 		return nil, nil, false
 	}
+	// A key the caller may not use is answered as one that does not
+	// exist: its name tells nothing.
 	k, err := h.Keys.Key(name)
-	if err != nil || name == "" {
+	if err != nil || name == "" || !caller.MayUse(k.Name) {
 		writeProblem(w, http.StatusNotFound, CodeUnknownKey, fmt.Sprintf("There is no key %q. Keys you may use: %s.", name, strings.Join(usable(h.Keys, caller), ", ")), nil)
-		return nil, nil, false
-	}
-	if !caller.MayUse(k.Name) {
-		writeProblem(w, http.StatusForbidden, CodeForbidden, fmt.Sprintf("Caller '%s' may not use key '%s'.", caller.Name, k.Name), nil)
 		return nil, nil, false
 	}
 	return k, caller, true

@@ -158,11 +158,8 @@ func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	lim := d.Fetch.withDefaults()
 	caller := d.caller(ctx)
 	k, err := d.Keys.Key(a.Key)
-	if err != nil {
+	if err != nil || !caller.MayUse(k.Name) { // a key not the caller's is one that does not exist
 		return failure("unknownKey", unknownKey(d.Keys, caller, a.Key)), nil
-	}
-	if !caller.MayUse(k.Name) {
-		return failure("forbidden", fmt.Sprintf("Caller '%s' may not use key '%s'.", caller.Name, k.Name)), nil
 	}
 	method := strings.ToUpper(a.Method)
 	if method == "" {

@@ -29,8 +29,18 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	demoListen := fs.String("demo-listen", "127.0.0.1:0", "with --demo: the demo upstream's address")
 	origins := fs.String("allow-origin", "", "comma-separated browser origins allowed to call (scheme://host:port)")
 	sessionIdle := fs.Duration("session-idle", gateway.DefaultSessionIdle, "end an MCP session after this long without a request (its client then starts a new one)")
+	proxies := fs.String("trusted-proxy", "", "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto and X-Forwarded-For are believed")
+	maxSessions := fs.Int("max-sessions", gateway.DefaultMaxSessions, "the most MCP sessions live at once on this host; past it, initialize is refused")
+	maxSessionsPerCaller := fs.Int("max-sessions-per-caller", gateway.DefaultMaxSessionsPerCaller, "the most MCP sessions one caller may have live at once on this host")
 	if err := e.parse(fs, args); err != nil {
 		return err
+	}
+	if *maxSessions < 1 || *maxSessionsPerCaller < 1 {
+		return fmt.Errorf("--max-sessions and --max-sessions-per-caller must be at least 1")
+	}
+	trusted, err := gateway.ParseProxies(*proxies)
+	if err != nil {
+		return fmt.Errorf("--trusted-proxy: %w", err)
 	}
 	log, err := e.logger(c)
 	if err != nil {
@@ -61,6 +71,10 @@ func (e environment) serve(ctx context.Context, args []string) error {
 			return err
 		}
 	}
+	oauthSrv, err := oauthServer(keys)
+	if err != nil {
+		return err
+	}
 	loopback := isLoopback(ln.Addr())
 	a, err := e.open(ctx, c, keys, log, true)
 	if err != nil {
@@ -74,7 +88,9 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	a.client.Observe = m.Observe // before the first call: every call through this process is counted
 	h := gateway.New(gateway.Config{Keys: keys, REST: a.rest(), MCP: mcpServer, DB: a.db, Log: log,
 		Loopback: loopback, AllowOrigins: splitList(*origins), Version: version, SessionIdle: *sessionIdle,
-		SessionSecret: a.sessionSecret(ctx), Metrics: m, Dashboard: dashboard.New(dashboard.Config{Keys: keys, Pacer: a.pacer, DB: a.db, Log: log, Now: a.now})})
+		MaxSessions: *maxSessions, MaxSessionsPerCaller: *maxSessionsPerCaller, TrustedProxies: trusted,
+		SessionSecret: a.sessionSecret(ctx), Metrics: m, OAuth: oauthSrv,
+		Dashboard: dashboard.New(dashboard.Config{Keys: keys, Pacer: a.pacer, DB: a.db, Log: log, Now: a.now, Secure: gateway.Secure, OIDC: dashboardOIDC(keys, oauthSrv)})})
 	srv := gateway.NewServer(ln.Addr().String(), h, log)
 
 	base := "http://" + ln.Addr().String()
@@ -98,8 +114,8 @@ func (e environment) serveKeys(c common, listen string, log *slog.Logger) (*keys
 	if err != nil {
 		return nil, err
 	}
-	if !loopbackAddress(listen) && len(keys.Callers()) == 0 {
-		return nil, fmt.Errorf("refusing to listen on %s without caller tokens: add [[callers]] to %s, or listen on loopback (--listen 127.0.0.1:8787)", listen, e.configPath(c))
+	if !loopbackAddress(listen) && len(keys.Callers()) == 0 && keys.OAuth() == nil {
+		return nil, fmt.Errorf("refusing to listen on %s without caller tokens: add [[callers]] (or an [oauth] table) to %s, or listen on loopback (--listen 127.0.0.1:8787)", listen, e.configPath(c))
 	}
 	return keys, nil
 }

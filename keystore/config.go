@@ -16,6 +16,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // Defaults for the local safety limits of a key.
@@ -323,16 +324,11 @@ func Parse(data []byte, env Env) (*Store, error) {
 	return s, nil
 }
 
-// checkState refuses a state URL with a password in it: a config file is
-// no place for a credential.
-func checkState(state string) *ConfigError {
-	u, err := url.Parse(state)
-	if err != nil || u.Scheme == "" {
-		return nil // a file path; opening it says what is wrong with it
-	}
-	if _, ok := u.User.Password(); ok || u.Query().Has("password") {
-		return &ConfigError{Field: "state", Msg: "the state URL carries a password: remove it, and give it in PGPASSWORD or a password file " +
-			"(~/.pgpass, or the file PGPASSFILE names)"}
+// checkState refuses a state location with a password in it: a config
+// file is no place for a credential.
+func checkState(location string) *ConfigError {
+	if state.HasPassword(location) {
+		return &ConfigError{Field: "state", Msg: "the state " + state.ErrPassword.Error()}
 	}
 	return nil
 }

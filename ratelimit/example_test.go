@@ -50,7 +50,7 @@ func ExampleRead_gitHub() {
 	o := ratelimit.Read(ratelimit.GitHub, resp, now).Observations[0]
 	fmt.Printf("%s: %d of %d left, resets in %v\n", o.Partition, o.Remaining, o.Quota, o.Reset)
 	// Output:
-	// core: 4997 of 5000 left, resets in 20m0s
+	// core: 4997 of 5000 left, resets in 20m1s
 }
 
 // SetHeaders announces quota to a client in both forms the seed API uses.

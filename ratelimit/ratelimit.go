@@ -284,4 +284,7 @@ type Limit struct {
 	Window    time.Duration
 	Remaining int64
 	Reset     time.Duration
+	// Partition is the upstream's partition the limit holds for (GitHub's
+	// resource); "" when it holds for the whole key.
+	Partition string
 }

@@ -1,0 +1,215 @@
+package rest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-github/v75/github"
+
+	"github.com/mcp-quota/mcp-quota/rest"
+)
+
+// The GitHub stand-in's primary limit, and the documented policy that
+// matches it.
+const (
+	ghQuota  = 10
+	ghWindow = 3 * time.Second
+)
+
+// refuseAtOnce makes the REST side hold a call for the budget for half
+// a window at most, and refuse it beyond (as it does with its default
+// hold when windows are long): the stand-ins' windows are short, so that
+// the tests are, and the SDKs must still meet mcp-quota's refusals.
+var refuseAtOnce = rest.Limits{DefaultWait: ghWindow / 2}
+
+// githubKeys is a key "github" with GitHub's profile in front of the
+// stand-in, with the policy its docs state when documented is set, and
+// two callers on it.
+func githubKeys(documented bool) (keys, callers string) {
+	keys = `
+[[keys]]
+name = "github"
+base_url = %[1]q
+secret_env = "UPSTREAM_SECRET"
+auth = "bearer"
+profile = "github"
+`
+	if documented {
+		keys += fmt.Sprintf(`  [[keys.policies]]
+  name = "core"
+  quota = %d
+  window = "%s"
+`, ghQuota, ghWindow)
+	}
+	callers = `
+[[callers]]
+name = "sync"
+token_env = "SYNC_TOKEN"
+keys = ["github"]
+
+[[callers]]
+name = "agent"
+token_env = "AGENT_TOKEN"
+keys = ["github"]
+`
+	return keys, callers
+}
+
+// statusCounter counts the statuses a client meets.
+type statusCounter struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	n    map[int]int
+}
+
+func (c *statusCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(r)
+	if err == nil {
+		c.mu.Lock()
+		if c.n == nil {
+			c.n = map[int]int{}
+		}
+		c.n[resp.StatusCode]++
+		c.mu.Unlock()
+	}
+	return resp, err
+}
+
+// goGitHubLoop is go-github's documented loop: call, and on a
+// RateLimitError wait until its Rate.Reset, on an AbuseRateLimitError
+// its RetryAfter. It returns the calls that went through and every rate
+// the SDK read, or the first error it cannot read as a rate limit.
+type ghRun struct {
+	ok, primary, secondary int
+	rates                  []github.Rate
+	at                     []time.Time
+	statuses               *statusCounter
+}
+
+func goGitHubLoop(ctx context.Context, base, token string, until time.Time) (*ghRun, error) {
+	run := &ghRun{statuses: &statusCounter{next: http.DefaultTransport}}
+	c := github.NewClient(&http.Client{Transport: run.statuses}).WithAuthToken(token)
+	u, err := url.Parse(base)
+	if err != nil {
+		return nil, err
+	}
+	c.BaseURL = u
+	wait := func(d time.Duration) error {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return nil
+		}
+	}
+	for time.Now().Before(until) {
+		_, resp, err := c.Users.Get(ctx, "")
+		now := time.Now()
+		var rle *github.RateLimitError
+		var abuse *github.AbuseRateLimitError
+		switch {
+		case err == nil:
+			run.ok++
+			run.rates, run.at = append(run.rates, resp.Rate), append(run.at, now)
+		case errors.As(err, &rle):
+			run.primary++
+			run.rates, run.at = append(run.rates, rle.Rate), append(run.at, now)
+			if err := wait(time.Until(rle.Rate.Reset.Time)); err != nil {
+				return run, err
+			}
+		case errors.As(err, &abuse):
+			run.secondary++
+			d := time.Minute
+			if abuse.RetryAfter != nil {
+				d = *abuse.RetryAfter
+			}
+			if err := wait(d); err != nil {
+				return run, err
+			}
+		default:
+			return run, err
+		}
+	}
+	return run, nil
+}
+
+// TestGoGitHubThroughTheRESTSide runs go-github v75's documented loop,
+// two callers on one key, for more than two of the stand-in's windows,
+// with and without the policy documented: the upstream never refuses,
+// every full window is spent to its allowance, every rate go-github reads
+// has a limit no higher than the upstream's and a reset in the future,
+// and every refusal by mcp-quota reaches it as a RateLimitError it waits
+// out.
+func TestGoGitHubThroughTheRESTSide(t *testing.T) {
+	for _, documented := range []bool{true, false} {
+		t.Run(fmt.Sprintf("documented=%v", documented), func(t *testing.T) {
+			up := newGHStandIn(upstreamSecret, ghQuota, ghWindow)
+			keys, callers := githubKeys(documented)
+			s := newStack(t, stackConfig{Upstream: up, Keys: keys, Callers: callers, QuietLog: true, Limits: refuseAtOnce})
+			ctx := t.Context()
+			until := time.Now().Add(2*ghWindow + ghWindow/2)
+			var wg sync.WaitGroup
+			runs := make([]*ghRun, 2)
+			errs := make([]error, 2)
+			for i, tok := range []string{syncToken, agentToken} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					runs[i], errs[i] = goGitHubLoop(ctx, s.URL+"/k/github/", tok, until)
+				}()
+			}
+			wg.Wait()
+			for i, err := range errs {
+				if err != nil {
+					t.Errorf("caller %d: go-github surfaced %v", i, err)
+				}
+			}
+			full, refusals, calls := up.windows()
+			if len(refusals) > 0 {
+				t.Errorf("the upstream refused %d of %d calls: %v", len(refusals), calls, refusals)
+			}
+			if len(full) < 2 {
+				t.Errorf("the upstream saw %d full windows, want at least 2", len(full))
+			}
+			for i, n := range full {
+				if n != ghQuota {
+					t.Errorf("window %d spent %d calls, want %d", i, n, ghQuota)
+				}
+			}
+			for i, run := range runs {
+				if run == nil {
+					continue
+				}
+				t.Logf("caller %d: %d calls went, %d primary and %d secondary refusals read, statuses %v", i, run.ok, run.primary, run.secondary, run.statuses.n)
+				for j, r := range run.rates {
+					if r.Limit > ghQuota {
+						t.Errorf("caller %d read limit %d, more than the upstream's %d", i, r.Limit, ghQuota)
+					}
+					if !r.Reset.After(run.at[j].Add(-time.Second)) {
+						t.Errorf("caller %d read a reset %v, %v before it read it", i, r.Reset.Time, run.at[j].Sub(r.Reset.Time))
+					}
+				}
+				// Each refusal is waited out until the reset it names: no
+				// more than a few per window.
+				if got, most := run.statuses.n[http.StatusTooManyRequests], 3*(len(full)+1); got > most {
+					t.Errorf("caller %d met %d refusals, want at most %d (it must back off)", i, got, most)
+				}
+				if run.secondary > 0 {
+					t.Errorf("caller %d read %d secondary limits; the upstream sent none", i, run.secondary)
+				}
+			}
+			if n := strings.Count(s.Log.String(), `"level":"ERROR"`); n > 0 {
+				t.Errorf("%d errors logged", n)
+			}
+		})
+	}
+}

@@ -22,7 +22,8 @@ type Announcement struct {
 	// 0 when there is none.
 	Wait time.Duration
 	// Secondary says that Wait holds no spent quota (GitHub's secondary
-	// limits, a backoff): the vendor's counts stay as they are, and only
+	// limits, a backoff): the vendor's counts the upstream sent pass as
+	// they came (those written from Limits are not zeroed), and only
 	// Retry-After (and the IETF fields) carry the wait.
 	Secondary bool
 	// Now is when the answer goes out; epoch and timestamp resets are
@@ -145,8 +146,12 @@ func WriteFields(h http.Header, a Announcement) {
 	}
 	shared := make([]Limit, len(a.Limits))
 	for i, l := range a.Limits {
-		if a.Wait > 0 {
-			l.Remaining, l.Reset = 0, max(l.Reset, a.Wait)
+		switch {
+		case a.Wait <= 0:
+		case l.Remaining > 0: // paced: nothing left until the wait
+			l.Remaining, l.Reset = 0, a.Wait
+		default: // spent: nothing left until it resets, and not before the wait
+			l.Reset = max(l.Reset, a.Wait)
 		}
 		shared[i] = l
 	}
@@ -164,7 +169,9 @@ func WriteFields(h http.Header, a Announcement) {
 	for _, s := range sets {
 		switch {
 		case present && s.present(h):
-			s.tighten(h, vendorLimits, a)
+			if !a.Secondary { // a secondary refusal's counts pass as they came
+				s.tighten(h, vendorLimits, a)
+			}
 			wrote = true
 		case !present:
 			wrote = s.write(h, vendorLimits, a) || wrote
@@ -259,17 +266,20 @@ func (s fieldSet) tighten(h http.Header, limits []Limit, a Announcement) {
 		return
 	}
 	v, hasRem := vendorNumber(h.Get(s.remaining))
-	if hasRem && float64(b.Remaining) >= v {
-		return // the upstream's own count is already the tighter
-	}
 	rem := max(b.Remaining, 0)
+	if hasRem && float64(rem) >= v {
+		// The upstream's own count is the tighter; when it is spent, the
+		// shared budget may still hold it longer.
+		if v <= 0 {
+			s.setReset(h, b.Reset, a.Now, true)
+		}
+		return
+	}
 	h.Set(s.remaining, strconv.FormatInt(rem, 10))
-	if s.used != "" || s.limit != "" {
-		if q, ok := vendorNumber(h.Get(s.limit)); ok && s.used != "" {
-			used := max(int64(q)-rem, 0)
-			if u, ok := vendorNumber(h.Get(s.used)); !ok || float64(used) > u {
-				h.Set(s.used, strconv.FormatInt(used, 10))
-			}
+	if q, ok := vendorNumber(h.Get(s.limit)); ok && s.used != "" {
+		used := max(int64(q)-rem, 0)
+		if u, ok := vendorNumber(h.Get(s.used)); !ok || float64(used) > u {
+			h.Set(s.used, strconv.FormatInt(used, 10))
 		}
 	}
 	s.setReset(h, b.Reset, a.Now, true)

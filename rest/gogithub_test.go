@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,13 +22,16 @@ import (
 const (
 	ghQuota  = 10
 	ghWindow = 3 * time.Second
+	// loopFor is how long each SDK loops: two windows, and the second
+	// it may wait past each for a reset in whole seconds, and a margin.
+	loopFor = 3*ghWindow + ghWindow/2
 )
 
 // refuseAtOnce makes the REST side hold a call for the budget for half
 // a window at most, and refuse it beyond (as it does with its default
 // hold when windows are long): the stand-ins' windows are short, so that
 // the tests are, and the SDKs must still meet mcp-quota's refusals.
-var refuseAtOnce = rest.Limits{DefaultWait: ghWindow / 2}
+var refuseAtOnce = rest.Limits{DefaultWait: 2 * ghWindow / 3}
 
 // githubKeys is a key "github" with GitHub's profile in front of the
 // stand-in, with the policy its docs state when documented is set, and
@@ -156,7 +160,7 @@ func TestGoGitHubThroughTheRESTSide(t *testing.T) {
 			keys, callers := githubKeys(documented)
 			s := newStack(t, stackConfig{Upstream: up, Keys: keys, Callers: callers, QuietLog: true, Limits: refuseAtOnce})
 			ctx := t.Context()
-			until := time.Now().Add(2*ghWindow + ghWindow/2)
+			until := time.Now().Add(loopFor)
 			var wg sync.WaitGroup
 			runs := make([]*ghRun, 2)
 			errs := make([]error, 2)
@@ -211,5 +215,68 @@ func TestGoGitHubThroughTheRESTSide(t *testing.T) {
 				t.Errorf("%d errors logged", n)
 			}
 		})
+	}
+}
+
+// TestGitHubSecondaryLimitStaysSecondary: a secondary-limit 403 reaches
+// go-github as GitHub sent it (an AbuseRateLimitError with its
+// Retry-After, the primary remaining unchanged), mcp-quota's own refusal
+// during that wait reads as a secondary limit too, and no answer after
+// it announces a limit above the upstream's.
+func TestGitHubSecondaryLimitStaysSecondary(t *testing.T) {
+	up := newGHStandIn(upstreamSecret, ghQuota, ghWindow)
+	up.secondaryNext = true
+	keys, callers := githubKeys(true)
+	s := newStack(t, stackConfig{Upstream: up, Keys: keys, Callers: callers, QuietLog: true, Limits: refuseAtOnce})
+	c := github.NewClient(nil).WithAuthToken(syncToken)
+	u, _ := url.Parse(s.URL + "/k/github/")
+	c.BaseURL = u
+	// go-github remembers a secondary limit and refuses on its own until
+	// it ends: bypass that, to see what mcp-quota answers.
+	ctx := context.WithValue(t.Context(), github.BypassRateLimitCheck, true)
+
+	for i, from := range []string{"the upstream", "mcp-quota"} {
+		_, resp, err := c.Users.Get(ctx, "")
+		var abuse *github.AbuseRateLimitError
+		if !errors.As(err, &abuse) {
+			t.Fatalf("call %d (refused by %s): go-github got %v, want an AbuseRateLimitError", i+1, from, err)
+		}
+		if abuse.RetryAfter == nil || *abuse.RetryAfter < time.Second || *abuse.RetryAfter > 3*time.Second {
+			t.Errorf("call %d (refused by %s): RetryAfter %v, want the upstream's 2 s (rounded up)", i+1, from, abuse.RetryAfter)
+		}
+		// As the upstream sent it; mcp-quota's own says what the shared
+		// budget leaves (its log counts the refused call), never 0.
+		if got, n := resp.Header.Get("X-RateLimit-Remaining"), resp.Rate.Remaining; (i == 0 && got != strconv.Itoa(ghQuota)) || n < ghQuota-1 || n > ghQuota {
+			t.Errorf("call %d (refused by %s): X-RateLimit-Remaining %q, want the upstream's %d (a secondary limit spends no primary quota)", i+1, from, got, ghQuota)
+		}
+	}
+	if _, refusals, calls := up.windows(); len(refusals) != 1 || calls != 1 {
+		t.Errorf("the upstream got %d calls and refused %v, want the one refusal", calls, refusals)
+	}
+	// After the wait, every answer announces no more than the upstream.
+	for range 2 * ghQuota {
+		_, resp, err := c.Users.Get(ctx, "")
+		var rle *github.RateLimitError
+		var abuse *github.AbuseRateLimitError
+		switch {
+		case err == nil, errors.As(err, &rle):
+		case errors.As(err, &abuse):
+			if abuse.RetryAfter == nil {
+				t.Fatal("a secondary limit without RetryAfter")
+			}
+			time.Sleep(*abuse.RetryAfter) // go-github's documented wait
+			continue
+		default:
+			t.Fatal(err)
+		}
+		if resp.Rate.Limit > ghQuota {
+			t.Errorf("X-RateLimit-Limit %d, more than the upstream's %d", resp.Rate.Limit, ghQuota)
+		}
+		if rle != nil {
+			time.Sleep(time.Until(rle.Rate.Reset.Time)) // go-github's documented wait
+		}
+	}
+	if _, refusals, _ := up.windows(); len(refusals) != 1 {
+		t.Errorf("the upstream refused %v after the secondary limit", refusals[1:])
 	}
 }

@@ -68,12 +68,15 @@ func (g *ghStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() { g.mu.Lock(); g.inFlight--; g.mu.Unlock() }()
 	secondary := g.inFlight > g.maxInFlight || g.secondaryNext
 	g.secondaryNext = false
-	ok := secondary || g.primary.take(now, 1)
+	ok := g.primary.take(now, 0) // the window rolls on whatever the answer
+	if !secondary {
+		ok = g.primary.take(now, 1)
+	}
 	remaining := g.primary.quota - g.primary.used
 	// GitHub names the second the window ends in.
 	reset := g.primary.start.Add(g.primary.window).Unix()
 	if secondary || !ok {
-		g.refusals = append(g.refusals, fmt.Sprintf("secondary=%v remaining=%d", secondary, remaining))
+		g.refusals = append(g.refusals, fmt.Sprintf("secondary=%v remaining=%d at %s (window from %s)", secondary, remaining, now.Format("05.000"), g.primary.start.Format("05.000")))
 	}
 	g.mu.Unlock()
 

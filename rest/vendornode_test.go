@@ -93,7 +93,7 @@ func TestOctokitThroughTheRESTSide(t *testing.T) {
 			keys, callers := githubKeys(documented)
 			s := newStack(t, stackConfig{Upstream: up, Keys: keys, Callers: callers, QuietLog: true, Limits: refuseAtOnce})
 			var got struct{ Runs []octokitRun }
-			vendorNode(t, "octokit.mjs", &got, s.URL+"/k/github", strconv.FormatInt((2*ghWindow+ghWindow/2).Milliseconds(), 10), syncToken, agentToken)
+			vendorNode(t, "octokit.mjs", &got, s.URL+"/k/github", strconv.FormatInt(loopFor.Milliseconds(), 10), syncToken, agentToken)
 			full, refusals, calls := up.windows()
 			if len(refusals) > 0 {
 				t.Errorf("the upstream refused %d of %d calls: %v", len(refusals), calls, refusals)
@@ -206,7 +206,7 @@ keys = ["openai"]
 `, "\r", "")
 			s := newStack(t, stackConfig{Upstream: up, Keys: keys, Callers: callers, QuietLog: true, Limits: refuseAtOnce})
 			var got struct{ Runs []openAIRun }
-			vendorNode(t, "openai.mjs", &got, s.URL+"/k/openai/v1", strconv.FormatInt((2*openAIWindow+openAIWindow/2).Milliseconds(), 10),
+			vendorNode(t, "openai.mjs", &got, s.URL+"/k/openai/v1", strconv.FormatInt(loopFor.Milliseconds(), 10),
 				strconv.Itoa(openAICost), syncToken, agentToken)
 			reqs, _, refusals, calls := up.windows()
 			if len(refusals) > 0 {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -241,8 +242,8 @@ func TestGitHubSecondaryLimitStaysSecondary(t *testing.T) {
 		if !errors.As(err, &abuse) {
 			t.Fatalf("call %d (refused by %s): go-github got %v, want an AbuseRateLimitError", i+1, from, err)
 		}
-		if abuse.RetryAfter == nil || *abuse.RetryAfter < time.Second || *abuse.RetryAfter > 3*time.Second {
-			t.Errorf("call %d (refused by %s): RetryAfter %v, want the upstream's 2 s (rounded up)", i+1, from, abuse.RetryAfter)
+		if abuse.RetryAfter == nil || *abuse.RetryAfter < time.Second || *abuse.RetryAfter > 6*time.Second {
+			t.Errorf("call %d (refused by %s): RetryAfter %v, want at most the upstream's 5 s (rounded up)", i+1, from, abuse.RetryAfter)
 		}
 		// As the upstream sent it; mcp-quota's own says what the shared
 		// budget leaves (its log counts the refused call), never 0.
@@ -278,5 +279,70 @@ func TestGitHubSecondaryLimitStaysSecondary(t *testing.T) {
 	}
 	if _, refusals, _ := up.windows(); len(refusals) != 1 {
 		t.Errorf("the upstream refused %v after the secondary limit", refusals[1:])
+	}
+}
+
+// blockingUpstream answers like next, but holds the second call until
+// release is closed.
+type blockingUpstream struct {
+	next    http.Handler
+	calls   atomic.Int32
+	release chan struct{}
+}
+
+func (b *blockingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if b.calls.Add(1) == 2 {
+		<-b.release
+	}
+	b.next.ServeHTTP(w, r)
+}
+
+// A call refused while a probe is in flight (the upstream's last word
+// has expired, and one call goes to get a fresh one) carries GitHub's
+// fields too: nothing left until its Retry-After.
+func TestProbeRefusalCarriesTheFields(t *testing.T) {
+	up := &blockingUpstream{next: newGHStandIn(upstreamSecret, ghQuota, time.Second), release: make(chan struct{})}
+	keys, callers := githubKeys(false)
+	s := newStack(t, stackConfig{Upstream: up, Keys: keys, Callers: callers, QuietLog: true, Limits: rest.Limits{DefaultWait: time.Millisecond}})
+	if resp, body := s.do(t, "GET", "/k/github/user", syncToken, nil); resp.StatusCode != 200 {
+		t.Fatalf("first call: %d %s", resp.StatusCode, body)
+	}
+	// The upstream's word holds until the end of the second its reset
+	// names: wait for it to expire, as a caller would.
+	k, err := s.Keys.Key("github")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		st, err := s.Pacer.Status(t.Context(), k, "sync")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Upstream) > 0 && st.Upstream[0].Expired {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	probe := make(chan int)
+	go func() {
+		resp, _ := s.do(t, "GET", "/k/github/user", syncToken, nil)
+		probe <- resp.StatusCode
+	}()
+	for up.calls.Load() < 2 { // until the probe is in flight upstream
+		time.Sleep(10 * time.Millisecond)
+	}
+	resp, body := s.do(t, "GET", "/k/github/user", agentToken, nil)
+	close(up.release)
+	if got := <-probe; got != 200 {
+		t.Errorf("the probe: %d", got)
+	}
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "rateLimited") {
+		t.Fatalf("during the probe: %d %s, want mcp-quota's refusal", resp.StatusCode, body)
+	}
+	ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+	reset, _ := strconv.ParseInt(resp.Header.Get("X-RateLimit-Reset"), 10, 64)
+	if ra < 1 || resp.Header.Get("X-RateLimit-Remaining") != "0" || reset < time.Now().Add(time.Duration(ra)*time.Second).Unix()-1 {
+		t.Errorf("during the probe: Retry-After %q, X-RateLimit-Remaining %q, -Reset %q (%d s from now): want 0 until Retry-After",
+			resp.Header.Get("Retry-After"), resp.Header.Get("X-RateLimit-Remaining"), resp.Header.Get("X-RateLimit-Reset"), reset-time.Now().Unix())
 	}
 }

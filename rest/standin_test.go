@@ -89,7 +89,7 @@ func (g *ghStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-RateLimit-Resource", "core")
 	switch {
 	case secondary:
-		h.Set("Retry-After", "2")
+		h.Set("Retry-After", "5")
 		w.WriteHeader(http.StatusForbidden)
 		json.NewEncoder(w).Encode(map[string]string{
 			"message":           "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.",

@@ -226,6 +226,7 @@ func (rd *reader) readGitHub() {
 		return
 	}
 	rd.r.Throttled = true
+	rd.r.Secondary = !exhausted
 	if rd.r.HasRetryAfter {
 		return
 	}

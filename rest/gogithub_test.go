@@ -226,7 +226,7 @@ func TestGoGitHubThroughTheRESTSide(t *testing.T) {
 // it announces a limit above the upstream's.
 func TestGitHubSecondaryLimitStaysSecondary(t *testing.T) {
 	up := newGHStandIn(upstreamSecret, ghQuota, ghWindow)
-	up.secondaryNext = true
+	up.secondaryAt = 4
 	keys, callers := githubKeys(true)
 	s := newStack(t, stackConfig{Upstream: up, Keys: keys, Callers: callers, QuietLog: true, Limits: refuseAtOnce})
 	c := github.NewClient(nil).WithAuthToken(syncToken)
@@ -235,6 +235,11 @@ func TestGitHubSecondaryLimitStaysSecondary(t *testing.T) {
 	// go-github remembers a secondary limit and refuses on its own until
 	// it ends: bypass that, to see what mcp-quota answers.
 	ctx := context.WithValue(t.Context(), github.BypassRateLimitCheck, true)
+	for i := range up.secondaryAt - 1 {
+		if _, _, err := c.Users.Get(ctx, ""); err != nil {
+			t.Fatalf("call %d: %v", i+1, err)
+		}
+	}
 
 	for i, from := range []string{"the upstream", "mcp-quota"} {
 		_, resp, err := c.Users.Get(ctx, "")
@@ -247,12 +252,27 @@ func TestGitHubSecondaryLimitStaysSecondary(t *testing.T) {
 		}
 		// As the upstream sent it; mcp-quota's own says what the shared
 		// budget leaves (its log counts the refused call), never 0.
-		if got, n := resp.Header.Get("X-RateLimit-Remaining"), resp.Rate.Remaining; (i == 0 && got != strconv.Itoa(ghQuota)) || n < ghQuota-1 || n > ghQuota {
-			t.Errorf("call %d (refused by %s): X-RateLimit-Remaining %q, want the upstream's %d (a secondary limit spends no primary quota)", i+1, from, got, ghQuota)
+		left := ghQuota - up.secondaryAt + 1
+		if got, n := resp.Header.Get("X-RateLimit-Remaining"), resp.Rate.Remaining; (i == 0 && got != strconv.Itoa(left)) || n < left-1 || n > left {
+			t.Errorf("call %d (refused by %s): X-RateLimit-Remaining %q, want the upstream's %d (a secondary limit spends no primary quota)", i+1, from, got, left)
 		}
 	}
-	if _, refusals, calls := up.windows(); len(refusals) != 1 || calls != 1 {
+	if _, refusals, calls := up.windows(); len(refusals) != 1 || calls != up.secondaryAt {
 		t.Errorf("the upstream got %d calls and refused %v, want the one refusal", calls, refusals)
+	}
+	// What the refusal taught is a wait, not a count limit.
+	k, err := s.Keys.Key("github")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Pacer.Status(t.Context(), k, "sync")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range st.Upstream {
+		if b.Hidden {
+			t.Errorf("a secondary limit was taken for a count limit: %d calls per %v", b.Limit, b.Window)
+		}
 	}
 	// After the wait, every answer announces no more than the upstream.
 	for range 2 * ghQuota {

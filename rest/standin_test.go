@@ -38,8 +38,8 @@ func (c *windowCount) take(now time.Time, n int) (ok bool) {
 // ghStandIn is a GitHub-like upstream: GET /user under a primary limit
 // of quota calls per window (GitHub's fields, its epoch reset in whole
 // seconds, the second the window ends in) and a secondary limit on
-// calls in flight, refused as GitHub refuses them. secondaryNext makes
-// the next call meet the secondary limit.
+// calls in flight, refused as GitHub refuses them. The call numbered
+// secondaryAt (from 1) meets the secondary limit too.
 type ghStandIn struct {
 	secret string
 
@@ -47,7 +47,7 @@ type ghStandIn struct {
 	primary       windowCount
 	inFlight      int
 	maxInFlight   int
-	secondaryNext bool
+	secondaryAt   int
 	refusals      []string // every refusal it answered
 	calls         int
 }
@@ -66,8 +66,7 @@ func (g *ghStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.calls++
 	g.inFlight++
 	defer func() { g.mu.Lock(); g.inFlight--; g.mu.Unlock() }()
-	secondary := g.inFlight > g.maxInFlight || g.secondaryNext
-	g.secondaryNext = false
+	secondary := g.inFlight > g.maxInFlight || g.calls == g.secondaryAt
 	ok := g.primary.take(now, 0) // the window rolls on whatever the answer
 	if !secondary {
 		ok = g.primary.take(now, 1)

@@ -43,13 +43,13 @@ func (c *windowCount) take(now time.Time, n int) (ok bool) {
 type ghStandIn struct {
 	secret string
 
-	mu            sync.Mutex
-	primary       windowCount
-	inFlight      int
-	maxInFlight   int
-	secondaryAt   int
-	refusals      []string // every refusal it answered
-	calls         int
+	mu          sync.Mutex
+	primary     windowCount
+	inFlight    int
+	maxInFlight int
+	secondaryAt int
+	refusals    []string // every refusal it answered
+	calls       int
 }
 
 func newGHStandIn(secret string, quota int, window time.Duration) *ghStandIn {

@@ -158,11 +158,11 @@ func decide(s snapshot) (decision, error) {
 			// pace: what leaves the window is what may enter it.
 			d.slow = true
 			spacing := wb.Window / time.Duration(wb.Limit)
-			d.spreadBy(spacing, fmt.Sprintf("Only %d of %d calls are left under policy '%s'; spread them out, %s.",
-				wb.avail, wb.Limit, wb.Policy, pace(spacing)))
+			d.spreadBy(spacing, fmt.Sprintf("Only %d of %d calls %s left under policy '%s'; spread them out, %s.",
+				wb.avail, wb.Limit, isAre(wb.avail), wb.Policy, pace(spacing)))
 			add(constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: wb.Policy,
-				reason: fmt.Sprintf("only %d of %d calls are left under policy '%s', so calls are spread %s",
-					wb.avail, wb.Limit, wb.Policy, apart(spacing))})
+				reason: fmt.Sprintf("only %d of %d calls %s left under policy '%s', so calls are spread %s",
+					wb.avail, wb.Limit, isAre(wb.avail), wb.Policy, apart(spacing))})
 		}
 	}
 
@@ -192,8 +192,8 @@ func decide(s snapshot) (decision, error) {
 			spacing := max(b.Reset-rounding(k.Reset), 0) / time.Duration(b.Remaining+1)
 			d.spreadBy(spacing, spreadWords(b.Remaining, b.Reset, spacing))
 			add(constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: b.Policy,
-				reason: fmt.Sprintf("the upstream says %d %s are left %s under policy '%s', so calls are spread %s",
-					b.Remaining, unitWord(b.Unit), forNext(b.Reset), b.Policy, apart(spacing))})
+				reason: fmt.Sprintf("the upstream says %s left %s under policy '%s', so calls are spread %s",
+					howMany(b.Remaining, b.Unit), forNext(b.Reset), b.Policy, apart(spacing))})
 		}
 	}
 
@@ -557,6 +557,24 @@ func jitter(what string, at time.Time, max time.Duration) time.Duration {
 	fmt.Fprint(h, at.UnixMicro())
 	// Whole microseconds, the state file's resolution.
 	return time.Duration(h.Sum64() % uint64(max)).Truncate(time.Microsecond)
+}
+
+// howMany says n of unit u with its verb: "1 call is", "3 calls are",
+// "0 content bytes are".
+func howMany(n int64, u ratelimit.Unit) string {
+	w := unitWord(u)
+	if n == 1 {
+		return "1 " + strings.TrimSuffix(w, "s") + " is"
+	}
+	return fmt.Sprintf("%d %s are", n, w)
+}
+
+// isAre is the verb for n things.
+func isAre(n int64) string {
+	if n == 1 {
+		return "is"
+	}
+	return "are"
 }
 
 func unitWord(u ratelimit.Unit) string {

@@ -1,6 +1,7 @@
 package pacer
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -80,28 +81,36 @@ func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 		return res, nil
 	}
 	var res Result
-	err := p.update(ctx, func(tx ledger.Tx) error {
-		var ks ledger.KeyState
-		var err error
-		if res, ks, err = p.record(tx, t, o); err != nil {
-			return err
+	// A lease this answer ends stops handing out slots at once, in memory,
+	// and its slots are given back by the transaction: by every run of it,
+	// since the function may run more than once (see ledger.Store).
+	var ended *lease
+	record := func(tx ledger.Tx) (Result, error) {
+		res, ks, err := p.record(tx, t, o)
+		if err != nil {
+			return res, err
 		}
 		if t.lease != nil {
 			if r, ok := p.leaseResult(t, o, res, p.now()); ok {
-				res = r
-				return nil
+				return r, nil
 			}
-			if err := p.breakLease(tx, t.lease); err != nil {
-				return err
-			}
+			ended = cmp.Or(ended, p.breakLease(t.lease))
 		} else if unforeseen(o, res) {
 			// Whatever call brought it, the key's lease does not foresee it.
-			if err := p.breakLease(tx, p.currentLease(t.Call.Key.Name)); err != nil {
-				return err
-			}
+			ended = cmp.Or(ended, p.breakLease(p.currentLease(t.Call.Key.Name)))
 		}
 		res.Budgets, res.Binding, res.Advice, err = p.advise(tx, t.Call, p.now(), ks)
-		return err
+		return res, err
+	}
+	err := p.update(ctx, func(tx ledger.Tx) error {
+		var err error
+		if res, err = record(tx); err != nil {
+			return err
+		}
+		if ended != nil {
+			return ended.release(tx)
+		}
+		return nil
 	}, t.Call.Key.Name)
 	if err != nil {
 		return res, fmt.Errorf("pacer: record %s: %w", t.Call.Key.Name, err)

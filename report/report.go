@@ -151,6 +151,7 @@ type Local struct {
 	Remaining int64  `json:"remaining" jsonschema:"calls this caller may still make now"`
 	ResetS    int64  `json:"reset_s" jsonschema:"seconds until the oldest call in the window leaves it"`
 	WindowS   int64  `json:"window_s"`
+	Binds     bool   `json:"binds" jsonschema:"this is the budget that binds now: the tightest, which quota and advice are about"`
 }
 
 // Upstream is one policy the upstream announced, with its latest value.
@@ -168,6 +169,7 @@ type Upstream struct {
 	Expired    bool   `json:"expired" jsonschema:"past its effective window: r no longer holds, a probe asks again"`
 	Hidden     bool   `json:"hidden" jsonschema:"never announced: inferred from a refusal and enforced locally"`
 	Source     string `json:"source"`
+	Binds      bool   `json:"binds" jsonschema:"this is the budget that binds now: the tightest, which quota and advice are about"`
 }
 
 // Gate is a time before which nothing is sent.
@@ -228,15 +230,19 @@ func newKeyStatus(k *keystore.Key, st pacer.KeyStatus, now time.Time) KeyStatus 
 	if _, err := k.Credential(); err != nil {
 		ks.Credential = err.Error()
 	}
+	binds := func(b pacer.Budget) bool {
+		x := st.Binding
+		return x != nil && x.Policy == b.Policy && x.Source == b.Source && x.Partition == b.Partition && x.Unit == b.Unit
+	}
 	for _, b := range st.Local {
 		ks.Local = append(ks.Local, Local{Policy: b.Policy, Limit: b.Limit, Used: b.Used, Remaining: b.Remaining,
-			ResetS: Seconds(b.Reset), WindowS: Seconds(b.Window)})
+			ResetS: Seconds(b.Reset), WindowS: Seconds(b.Window), Binds: binds(b)})
 	}
 	for _, b := range st.Upstream {
 		ks.Upstream = append(ks.Upstream, Upstream{Policy: b.Policy, Unit: string(b.Unit), Partition: b.Partition,
 			Q: b.Limit, W: Seconds(b.Window), R: b.Remaining, T: Seconds(b.Reset),
 			ObservedAt: b.Observed.UTC().Format(time.RFC3339), AgeS: int64(now.Sub(b.Observed).Seconds()),
-			Expired: b.Expired, Hidden: b.Hidden, Source: b.Source, Counted: b.Counted})
+			Expired: b.Expired, Hidden: b.Hidden, Source: b.Source, Counted: b.Counted, Binds: binds(b)})
 	}
 	if len(st.Gates) > 0 {
 		g := st.Gates[0] // the latest to open

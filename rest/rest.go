@@ -159,12 +159,6 @@ func (h *Handler) quota(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
-// activityPage is GET /v1/activity's answer.
-type activityPage struct {
-	Activity   []report.Activity `json:"activity"`
-	NextCursor string            `json:"next_cursor,omitempty"`
-}
-
 // activity serves GET /v1/activity?key=&since=&limit=&cursor=.
 func (h *Handler) activity(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -218,7 +212,7 @@ func (h *Handler) activity(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable, ledger.Unavailable(err)+"; GET /healthz says why.", nil)
 		return
 	}
-	out := activityPage{Activity: make([]report.Activity, 0, len(list))}
+	out := report.ActivityPage{Activity: make([]report.Activity, 0, len(list))}
 	for _, a := range list {
 		// Rows an older mcp-quota recorded may hold the credential.
 		if k, err := h.Keys.Key(a.Key); err == nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/dashboard"
 	"github.com/mcp-quota/mcp-quota/gateway"
+	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/metrics"
 	"github.com/mcp-quota/mcp-quota/tools"
 )
@@ -34,6 +36,20 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	// Without --demo the configuration is checked before binding; with it
+	// the listener comes first, so that an address in use stops serve
+	// before the demo writes any file.
+	var keys *keystore.Store
+	if !*demoMode {
+		if keys, err = e.serveKeys(c, *listen, log); err != nil {
+			return err
+		}
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return listenError("serve", *listen, "--listen", err)
+	}
+	defer ln.Close()
 	var d *demoSetup
 	if *demoMode {
 		if d, err = e.startDemo(ctx, c, *demoListen, flagSet(fs, "demo-listen"), log); err != nil {
@@ -41,19 +57,10 @@ func (e environment) serve(ctx context.Context, args []string) error {
 		}
 		defer d.close()
 		c.config = d.configPath
+		if keys, err = e.serveKeys(c, *listen, log); err != nil {
+			return err
+		}
 	}
-	keys, err := e.loadKeys(c, log)
-	if err != nil {
-		return err
-	}
-	if !loopbackAddress(*listen) && len(keys.Callers()) == 0 {
-		return fmt.Errorf("refusing to listen on %s without caller tokens: add [[callers]] to %s, or listen on loopback (--listen 127.0.0.1:8787)", *listen, e.configPath(c))
-	}
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return listenError("mcp-quota", *listen, "--listen", err)
-	}
-	defer ln.Close()
 	loopback := isLoopback(ln.Addr())
 	a, err := e.open(ctx, c, keys, log, true)
 	if err != nil {
@@ -82,6 +89,19 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	}
 	log.Info("serving", "addr", ln.Addr().String(), "keys", keys.KeyNames(), "state", stateShown(e.statePath(c, keys)))
 	return serveUntil(ctx, srv, ln)
+}
+
+// serveKeys loads the configuration serve runs with, refusing a
+// non-loopback address without caller tokens.
+func (e environment) serveKeys(c common, listen string, log *slog.Logger) (*keystore.Store, error) {
+	keys, err := e.loadKeys(c, log, keysToServe)
+	if err != nil {
+		return nil, err
+	}
+	if !loopbackAddress(listen) && len(keys.Callers()) == 0 {
+		return nil, fmt.Errorf("refusing to listen on %s without caller tokens: add [[callers]] to %s, or listen on loopback (--listen 127.0.0.1:8787)", listen, e.configPath(c))
+	}
+	return keys, nil
 }
 
 // serveUntil serves on ln until ctx ends, then shuts down gracefully.
@@ -116,7 +136,7 @@ func (e environment) stdio(ctx context.Context, args []string, stdin io.Reader) 
 	fs := e.flags("stdio", &c, "warn")
 	def := e.getenv("MCP_QUOTA_CALLER")
 	if def == "" {
-		def = "agent"
+		def = "stdio"
 	}
 	caller := fs.String("caller", def, "the caller's name in the activity (env MCP_QUOTA_CALLER)")
 	if err := e.parse(fs, args); err != nil {
@@ -126,7 +146,7 @@ func (e environment) stdio(ctx context.Context, args []string, stdin io.Reader) 
 	if err != nil {
 		return err
 	}
-	keys, err := e.loadKeys(c, log)
+	keys, err := e.loadKeys(c, log, keysForStdio)
 	if err != nil {
 		return err
 	}

@@ -43,6 +43,15 @@ type Store interface {
 	// Transactions holding different keys do not wait for each other (on
 	// a back end that can tell them apart). An admission of a key not
 	// held (Log.InsertAttempt of an Admitted attempt, Log.Reserve) fails.
+	//
+	// fn may run more than once: a back end retries the transaction after
+	// a deadlock, a serialisation failure or a connection that dropped
+	// (PostgreSQL does; SQLite does not), rolling back what each earlier
+	// run wrote. fn must therefore keep every effect inside tx: it reads
+	// and writes through tx and leaves its results in variables it sets
+	// afresh on every run, and memory outside the transaction changes only
+	// after Update returns nil, from what the last run left. The pacer's
+	// tests run every Update twice to hold it to this.
 	Update(ctx context.Context, fn func(Tx) error, keys ...string) error
 	// FinishLater records how a reserved slot's call ended (see
 	// Log.Reserve) without waiting for a transaction of its own: once it

@@ -220,3 +220,24 @@ keys = ["k"]
 		t.Errorf("log %s; want four redactions and the rest kept", b.String())
 	}
 }
+
+// TestScrubReaderWithholdsACutTail: a stream that breaks (or is cut at a
+// bound) just after the start of a form of the credential does not pass
+// that start on — where the cut falls may be the caller's choice — while
+// a stream that ends there (EOF) is the upstream's own ending and passes
+// as it came.
+func TestScrubReaderWithholdsACutTail(t *testing.T) {
+	const secret = "sk-live-CUT-0123456789abcdef"
+	s := keystore.NewScrubber(secret)
+	for _, n := range []int{1, 4, 12, len(secret) - 1} {
+		broken := io.MultiReader(strings.NewReader("padding "+secret[:n]), iotest.ErrReader(io.ErrUnexpectedEOF))
+		got, err := io.ReadAll(s.Reader(broken))
+		if err == nil || string(got) != "padding " {
+			t.Errorf("cut %d bytes into the key: read %q, %v; want %q and the error", n, got, err, "padding ")
+		}
+		got, err = io.ReadAll(s.Reader(strings.NewReader("padding " + secret[:n])))
+		if err != nil || string(got) != "padding "+secret[:n] {
+			t.Errorf("ending %d bytes into the key: read %q, %v; want it whole", n, got, err)
+		}
+	}
+}

@@ -68,6 +68,7 @@ func (h *Handler) Forward(w http.ResponseWriter, r *http.Request) {
 	}
 	req := upstream.Request{Caller: caller.Name, Transport: "rest", Method: r.Method, Path: "/" + path,
 		Header: r.Header, MaxWait: wait, AllMethods: true, MaxDecoded: lim.MaxBody, Hold: h.Client.BodyHold()}
+	defer req.Hold.Release() // whatever the call held of the body memory, however it ends
 	body := &limitedBody{r: http.MaxBytesReader(w, r.Body, lim.MaxBody)}
 	switch {
 	case r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0:
@@ -79,7 +80,6 @@ func (h *Handler) Forward(w http.ResponseWriter, r *http.Request) {
 		// streams on from what was read.
 		b, err := upstream.ReadBody(body, lim.ReplayableBody, req.Hold)
 		if errors.Is(err, upstream.ErrBodyMemory) {
-			req.Hold.Release()
 			h.failed(w, r, k, caller, err)
 			return
 		}

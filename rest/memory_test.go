@@ -111,4 +111,7 @@ func TestWallsBodyMemoryBound(t *testing.T) {
 			resp.Status, len(b), resp.ContentLength)
 	}
 	other.Release()
+	if used, _ := mem.Used(); used != 0 {
+		t.Errorf("%d bytes still held after every call ended; want none", used)
+	}
 }

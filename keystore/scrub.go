@@ -368,6 +368,16 @@ func (sr *ScrubReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// CutTail returns b without a tail that could begin a form of the
+// credential: what to keep of a prefix cut from a longer text, whose
+// next bytes are unknown. For the nil *Scrubber it returns b.
+func (s *Scrubber) CutTail(b []byte) []byte {
+	if s == nil {
+		return b
+	}
+	return b[:s.partialCut(b)]
+}
+
 // partialCut returns where a tail of b that could begin a form of a
 // secret starts; len(b) when none could.
 func (s *Scrubber) partialCut(b []byte) int {

@@ -241,3 +241,23 @@ func TestScrubReaderWithholdsACutTail(t *testing.T) {
 		}
 	}
 }
+
+// TestCutTail: a prefix cut from a longer text loses a tail that could
+// begin the credential, and nothing else.
+func TestCutTail(t *testing.T) {
+	const secret = "sk-live-CUT-0123456789abcdef"
+	s := keystore.NewScrubber(secret)
+	for _, tt := range []struct{ in, want string }{
+		{"plain text", "plain text"},
+		{"text sk-live-C", "text "},
+		{"text " + secret + " more", "text " + secret + " more"}, // a whole one is the scrubber's to replace
+	} {
+		if got := string(s.CutTail([]byte(tt.in))); got != tt.want {
+			t.Errorf("CutTail(%q) = %q; want %q", tt.in, got, tt.want)
+		}
+	}
+	var none *keystore.Scrubber
+	if got := string(none.CutTail([]byte("sk-live-C"))); got != "sk-live-C" {
+		t.Errorf("nil Scrubber: %q; want it unchanged", got)
+	}
+}

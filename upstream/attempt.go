@@ -106,7 +106,13 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 	if refused == nil && wantsBody(resp, k.Profile) {
 		prefix, err := io.ReadAll(io.LimitReader(resp.Body, peekLimit))
 		if err == nil || len(prefix) > 0 {
-			rr.Body, _ = k.Scrubber().ScrubBytes(prefix)
+			seen := prefix
+			if len(prefix) == peekLimit {
+				// Cut from a longer body: a tail that could begin the
+				// credential is not read for signals.
+				seen = k.Scrubber().CutTail(prefix)
+			}
+			rr.Body, _ = k.Scrubber().ScrubBytes(seen)
 			resp.Body = readCloser{io.MultiReader(bytes.NewReader(prefix), resp.Body), resp.Body}
 		}
 	}

@@ -48,6 +48,14 @@ func (u *varyUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.Write([]byte(`{"text":"star"}`))
+	case "/other-version": // a 304 naming another version than the one asked about
+		if inm != "" {
+			w.Header().Set("ETag", `"v2"`)
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		w.Header().Set("ETag", `"v1"`)
+		w.Write([]byte(`{"text":"v1"}`))
 	case "/plain":
 		w.Header().Set("ETag", `"v1"`)
 		if inm == "*" || inm == `"v1"` {
@@ -67,10 +75,11 @@ func (u *varyUpstream) conditionals() []string {
 }
 
 type fetched struct {
-	Status      int    `json:"status"`
-	Body        string `json:"body"`
-	NotModified bool   `json:"not_modified"`
-	FromCache   bool   `json:"from_cache"`
+	Status      int      `json:"status"`
+	Body        string   `json:"body"`
+	NotModified bool     `json:"not_modified"`
+	FromCache   bool     `json:"from_cache"`
+	Warnings    []string `json:"warnings"`
 }
 
 func fetchOf(t *testing.T, mc *client.Client, args map[string]any) fetched {
@@ -156,5 +165,15 @@ func TestWallsKeptAnswerHonoursVary(t *testing.T) {
 	own := fetchOf(t, a, map[string]any{"key": "demo", "path": "/plain", "headers": map[string]any{"If-None-Match": "*"}})
 	if own.Status != http.StatusNotModified || own.NotModified || own.Body != "" {
 		t.Errorf("a 304 to the caller's own If-None-Match: %+v; want status 304, no kept body", own)
+	}
+	// A 304 whose ETag names another version than the kept one shows no
+	// kept body, and the next request goes unconditionally.
+	ov := map[string]any{"key": "demo", "path": "/other-version"}
+	fetchOf(t, a, ov)
+	if got := fetchOf(t, a, ov); got.NotModified || got.Body != "" || len(got.Warnings) == 0 {
+		t.Errorf("a 304 for another version: %+v; want no kept body, and a warning", got)
+	}
+	if got := fetchOf(t, a, ov); got.Status != 200 || got.Body != `{"text":"v1"}` {
+		t.Errorf("after a 304 for another version: %+v; want the answer whole", got)
 	}
 }

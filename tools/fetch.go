@@ -381,12 +381,28 @@ func (f *fetchCall) answered(ctx context.Context, resp *upstream.Response) (*mcp
 			f.d.Log.Error("keeping an answer failed", "key", f.k.Name, "error", err)
 		}
 	}
+	stale := resp.StatusCode == http.StatusNotModified && f.hasKept && !f.ownConditional && !notModified
+	if stale {
+		// A 304 for another version than the kept one: the kept answer
+		// must not answer the next request either, which then goes
+		// unconditionally.
+		err := f.d.DB.Update(ctx, func(tx ledger.Tx) error {
+			return tx.PutResponse(ledger.StoredResponse{Key: f.k.Name, Target: f.target, Status: http.StatusOK, StoredAt: f.d.now(), Vary: varyStar},
+				f.lim.KeepResponses)
+		})
+		if err != nil {
+			f.d.Log.Error("dropping a kept answer failed", "key", f.k.Name, "error", err)
+		}
+	}
 	status := resp.StatusCode
 	if notModified {
 		status = http.StatusNotModified
 	}
 	r := f.result(status, resp.Header, ct, raw, complete || cut != "")
 	markCut(&r, cut)
+	if stale {
+		r.Warnings = append(r.Warnings, "The upstream answered 304 Not Modified for another version than the one mcp-quota kept, so there is no body to show; call again to get it whole.")
+	}
 	r.Sent, r.NotModified = true, notModified
 	r.Attempts, r.WaitedS = resp.Attempts, resp.Waited.Seconds()
 	r.Quota, r.Advice = report.NewQuota(f.k.Name, resp.Result.Binding), report.WaitInstead(report.NewAdvice(resp.Result.Advice), f.lim.MaxMaxWait)

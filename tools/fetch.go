@@ -350,7 +350,8 @@ func (f *fetchCall) answered(ctx context.Context, resp *upstream.Response) (*mcp
 	}
 	ct := resp.Header.Get("Content-Type")
 	// A 304 shows the kept body only when it answers mcp-quota's own
-	// conditional, armed from that very copy, and names it.
+	// conditional, armed from that very copy, and names it (RFC 9111
+	// §4.3.4).
 	notModified := resp.StatusCode == http.StatusNotModified && f.hasKept && !f.ownConditional && sameValidator(resp.Header, f.kept)
 	if notModified {
 		raw, ct, complete, cut = f.kept.Body, f.kept.ContentType, true, ""

@@ -16,6 +16,7 @@
 package dashboard
 
 import (
+	"context"
 	"embed"
 	"io/fs"
 	"log/slog"
@@ -40,6 +41,10 @@ type Config struct {
 	Log   *slog.Logger // nil means discard
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+	// Secure reports whether a request reached mcp-quota over HTTPS, so
+	// that the session cookie is marked Secure (gateway.Secure says so
+	// behind a trusted TLS proxy too); nil means on a TLS listener only.
+	Secure func(*http.Request) bool
 }
 
 // A Handler serves the dashboard. Create it with New; it is a
@@ -93,7 +98,12 @@ func secureHeaders(w http.ResponseWriter) {
 }
 
 // ServeHTTP serves the page and its data.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.c.Secure != nil && h.c.Secure(r) {
+		r = r.WithContext(context.WithValue(r.Context(), secureKey{}, true))
+	}
+	h.mux.ServeHTTP(w, r)
+}
 
 // Open reports whether r asks for the page or its static files, which
 // show no data and need no caller.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -33,6 +34,12 @@ const (
 
 // server is the whole HTTP side, as serve wires it, on loopback.
 func server(t *testing.T, callers bool) (string, *state.DB) {
+	t.Helper()
+	return serverWith(t, callers, nil)
+}
+
+// serverWith is server with the reverse proxies it trusts.
+func serverWith(t *testing.T, callers bool, proxies []netip.Prefix) (string, *state.DB) {
 	t.Helper()
 	cfg := `[[keys]]
 name = "other"
@@ -81,11 +88,11 @@ keys = ["*"]
 	client := upstream.New(p, nil)
 	m := metrics.New(keys, p, db)
 	client.Observe = m.Observe
-	h := gateway.New(gateway.Config{Keys: keys, DB: db, Loopback: true,
+	h := gateway.New(gateway.Config{Keys: keys, DB: db, Loopback: true, TrustedProxies: proxies,
 		REST:      &rest.Handler{Keys: keys, Client: client, Pacer: p, DB: db},
 		MCP:       tools.NewServer(&tools.Deps{Keys: keys, Client: client, Pacer: p, DB: db, Transport: "mcp-http"}, "test"),
 		Metrics:   m,
-		Dashboard: dashboard.New(dashboard.Config{Keys: keys, Pacer: p, DB: db})})
+		Dashboard: dashboard.New(dashboard.Config{Keys: keys, Pacer: p, DB: db, Secure: gateway.Secure})})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv.URL, db

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -16,13 +17,20 @@ import (
 // CookieName is the session cookie's name. The cookie holds a random
 // session ID — never the caller's token — and is HttpOnly (no script
 // reads it), SameSite=Strict (no other site's page sends it), and Secure
-// on a TLS listener.
+// on a TLS listener or behind a trusted TLS proxy (Config.Secure).
 const CookieName = "mcpq_session"
 
 // Session settings.
 const (
 	SessionLifetime = 12 * time.Hour // a sign-in lasts this long
-	maxSessions     = 1024           // past this, the oldest sign-in is forgotten
+	// MaxSignInsPerCaller bounds one caller's sign-ins: a new one past it
+	// forgets that caller's oldest, never another caller's.
+	MaxSignInsPerCaller = 16
+	// MaxSignIns bounds all sign-ins: a new one past it forgets the
+	// oldest sign-in of the caller that holds the most (the new sign-in's
+	// own caller when it is one of them), so one caller's sign-ins never
+	// push out another's while that other holds fewer.
+	MaxSignIns = 1024
 )
 
 // session is one browser signed in as a caller.
@@ -35,9 +43,11 @@ type session struct {
 // sessions are the sign-ins this process gave out, by the hash of their
 // ID (the ID itself is kept only by the browser). Safe for concurrent use.
 type sessions struct {
-	now func() time.Time
-	mu  sync.Mutex
-	m   map[[32]byte]*session
+	now     func() time.Time
+	perCall int // 0 means MaxSignInsPerCaller
+	most    int // 0 means MaxSignIns
+	mu      sync.Mutex
+	m       map[[32]byte]*session
 }
 
 func newID() string {
@@ -53,23 +63,47 @@ func (s *sessions) start(c *keystore.Caller) (string, *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
+	count := map[string]int{} // caller → live sign-ins
 	for h, old := range s.m {
 		if !now.Before(old.expires) {
 			delete(s.m, h)
+			continue
 		}
+		count[old.caller.Name]++
 	}
-	for len(s.m) >= maxSessions {
-		var oldest [32]byte
-		first := true
-		for h, old := range s.m {
-			if first || old.expires.Before(s.m[oldest].expires) {
-				oldest, first = h, false
+	perCaller, most := cmp.Or(s.perCall, MaxSignInsPerCaller), cmp.Or(s.most, MaxSignIns)
+	for count[c.Name] >= perCaller {
+		s.forgetOldestLocked(c.Name, count)
+	}
+	for len(s.m) >= most {
+		// The caller holding the most; the new sign-in's own on a tie.
+		victim := c.Name
+		for name, n := range count {
+			if n > count[victim] {
+				victim = name
 			}
 		}
-		delete(s.m, oldest)
+		s.forgetOldestLocked(victim, count)
 	}
 	s.m[sha256.Sum256([]byte(id))] = se
 	return id, se
+}
+
+// forgetOldestLocked forgets caller's oldest sign-in, and counts it out.
+func (s *sessions) forgetOldestLocked(caller string, count map[string]int) {
+	var oldest [32]byte
+	found := false
+	for h, se := range s.m {
+		if se.caller.Name == caller && (!found || se.expires.Before(s.m[oldest].expires)) {
+			oldest, found = h, true
+		}
+	}
+	if !found { // nothing of caller's: forget nothing more of anyone's
+		count[caller] = 0
+		return
+	}
+	delete(s.m, oldest)
+	count[caller]--
 }
 
 // find returns r's session, when its cookie names a live one.
@@ -123,7 +157,14 @@ func (se *session) allows(r *http.Request) bool {
 		subtle.ConstantTimeCompare([]byte(got), []byte(se.csrf)) == 1
 }
 
+// secureKey marks a request that reached mcp-quota over HTTPS
+// (Config.Secure said so).
+type secureKey struct{}
+
+// setCookie sets the session cookie, Secure when r came over HTTPS (on a
+// TLS listener, or as Config.Secure says).
 func setCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int) {
+	secure, _ := r.Context().Value(secureKey{}).(bool)
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: value, Path: "/", MaxAge: maxAge,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure || r.TLS != nil})
 }

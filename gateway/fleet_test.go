@@ -28,6 +28,7 @@ import (
 const (
 	fleetUpstreamSecret = "sk-live-FLEET-UPSTREAM-3c8e1a6f0b"
 	fleetToken          = "caller-FLEET-token-7a2d9f4c1e"
+	fleetOtherToken     = "caller-OTHER-token-5e8b1d3a9c"
 )
 
 // fleet is mcp-quota's HTTP side on several hosts, each wired as
@@ -39,6 +40,8 @@ type fleet struct {
 	keys  *keystore.Store
 	path  string
 	clock *clock
+
+	maxSessionsPerCaller int // of the hosts started next; 0 means the default
 }
 
 func newFleet(t *testing.T) *fleet {
@@ -62,8 +65,13 @@ max_rate = 1000.0
 name = "agent"
 token_env = "AGENT_TOKEN"
 keys = ["demo"]
+
+[[callers]]
+name = "other"
+token_env = "OTHER_TOKEN"
+keys = ["demo"]
 `, api.URL)
-	env := map[string]string{"UPSTREAM_SECRET": fleetUpstreamSecret, "AGENT_TOKEN": fleetToken}
+	env := map[string]string{"UPSTREAM_SECRET": fleetUpstreamSecret, "AGENT_TOKEN": fleetToken, "OTHER_TOKEN": fleetOtherToken}
 	keys, err := keystore.Parse([]byte(cfg), keystore.Env{Getenv: func(k string) string { return env[k] }})
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +92,7 @@ func (f *fleet) host(secret string) string {
 	client := upstream.New(p, nil)
 	mcp := tools.NewServer(&tools.Deps{Keys: f.keys, Client: client, Pacer: p, DB: db, Transport: "mcp-http", Now: f.clock.now}, "test")
 	c := Config{Keys: f.keys, REST: &rest.Handler{Keys: f.keys, Client: client, Pacer: p, DB: db}, MCP: mcp, DB: db,
-		Loopback: true, SessionIdle: time.Hour, Now: f.clock.now}
+		Loopback: true, SessionIdle: time.Hour, Now: f.clock.now, MaxSessionsPerCaller: f.maxSessionsPerCaller}
 	if secret != "" {
 		c.SessionSecret = keystore.NewSecret(secret)
 	}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -38,6 +39,13 @@ type Config struct {
 	Loopback bool
 	// AllowOrigins are browser origins (scheme://host:port) allowed to call.
 	AllowOrigins []string
+	// TrustedProxies are the reverse proxies (addresses and prefixes)
+	// whose X-Forwarded-Proto and X-Forwarded-For are believed: a request
+	// from one that says its client spoke HTTPS counts as secure (the
+	// dashboard's cookie is Secure, its own origin is https), and the
+	// client's address is the one the bad-token throttle counts by. Empty
+	// means none: the fields are ignored.
+	TrustedProxies []netip.Prefix
 	// MaxConcurrent caps each caller's calls in flight, and apart from
 	// them its MCP event streams (GET /mcp); 0 means 16.
 	MaxConcurrent int
@@ -59,6 +67,15 @@ type Config struct {
 	// suffice). The zero Secret means a random secret of this process,
 	// so sessions work on this host only, until it restarts.
 	SessionSecret keystore.Secret
+	// MaxSessions bounds the MCP sessions live on this host at once
+	// (opened here, or taken up from another host); 0 means
+	// DefaultMaxSessions. An initialize past it is refused with a
+	// JSON-RPC error saying so.
+	MaxSessions int
+	// MaxSessionsPerCaller bounds one caller's live MCP sessions on this
+	// host; 0 means DefaultMaxSessionsPerCaller. An initialize past it is
+	// refused with a JSON-RPC error saying what to do.
+	MaxSessionsPerCaller int
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
 	// Version is the program's version, shown by GET /healthz; empty
@@ -130,8 +147,14 @@ func New(c Config) http.Handler {
 // that keep it.
 func newMCP(c Config) *sessions {
 	ss := newSessions(c.SessionIdle, c.Now, c.SessionSecret)
+	if c.MaxSessions > 0 {
+		ss.maxTotal = c.MaxSessions
+	}
+	if c.MaxSessionsPerCaller > 0 {
+		ss.maxPerCaller = c.MaxSessionsPerCaller
+	}
 	ss.mcp = server.NewStreamableHTTPServer(c.MCP,
-		server.WithSessionIdManager(ss),
+		server.WithSessionIdManagerResolver(ss),
 		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
 			if caller, ok := keystore.CallerFrom(r.Context()); ok {
 				return keystore.WithCaller(ctx, caller)
@@ -179,11 +202,12 @@ func newGate(c Config) *gate {
 	return &gate{c: c, throttle: newThrottle(), inFlight: map[string]int{}, streams: map[string]int{}}
 }
 
-// walls puts next behind every wall, in order: the size of the request's
-// header section, Host and Origin, the caller token (and the bad-token
-// throttle), the caller's concurrency limit.
+// walls puts next behind every wall, in order: what a trusted proxy
+// says of its client, the size of the request's header section, Host and
+// Origin, the caller token (and the bad-token throttle), the caller's
+// concurrency limit. Every answer, a wall's too, is marked nosniff.
 func (g *gate) walls(next http.Handler) http.Handler {
-	return g.headerSize(g.origins(g.authenticate(next)))
+	return nosniff(g.proxied(g.headerSize(g.origins(g.authenticate(next)))))
 }
 
 // headerSize refuses requests whose target and header fields are larger
@@ -340,7 +364,7 @@ func (g *gate) originAllowed(origin string, r *http.Request) bool {
 // by this listener.
 func ownOrigin(r *http.Request) string {
 	scheme, port := "http", "80"
-	if r.TLS != nil {
+	if Secure(r) {
 		scheme, port = "https", "443"
 	}
 	host := strings.ToLower(r.Host)

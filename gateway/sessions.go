@@ -78,28 +78,64 @@ const DefaultSessionIdle = time.Hour
 // host sends, which for mcp-quota is nothing: it sends no requests to
 // clients, whose answers would have to reach the host that asked).
 //
+// # Whose a session is
+//
+// A session is its caller's: the caller whose initialize opened it is
+// bound into its ID's tag (sessionIDs), and kept with it where it is
+// live. A request naming the session with another caller's token — a
+// call, a notifications/cancelled, a GET stream, a DELETE — is answered
+// exactly as a request naming an unknown session is (404, the same
+// sentence), on the host that opened it and on every other, which checks
+// the tag with the caller of the request. So another caller who learns a
+// session's ID can neither use it, nor end it, nor tell it from an ID
+// never issued.
+//
+// # How many
+//
+// At most maxPerCaller sessions of one caller, and maxTotal in all, are
+// live on a host at once (opened there or taken up from another host);
+// an initialize past either bound is refused with a JSON-RPC error that
+// says which bound and what to do, and opens nothing. Sessions beyond the
+// bound are never kept, so a host holds at most maxTotal sessions (about
+// 12 KB each in mcp-go, under 200 bytes here) however many initialize
+// requests come. A host does not take up another's session past its
+// bounds: it answers 404, and the client's new initialize is refused or
+// served by the bounds as any other.
+//
 // Its methods are safe for concurrent use.
 type sessions struct {
-	idle time.Duration
-	now  func() time.Time
-	ids  sessionIDs
-	mcp  http.Handler // the StreamableHTTPServer, set once before use
+	idle         time.Duration
+	now          func() time.Time
+	ids          sessionIDs
+	maxTotal     int
+	maxPerCaller int
+	mcp          http.Handler // the StreamableHTTPServer, set once before use
 
 	mu        sync.Mutex
 	live      map[string]*sessionUse
+	perCaller map[string]int                       // caller → sessions live, and initializes holding a place
+	opening   int                                  // initializes holding a place, not yet live
 	ended     map[[sessionRandomLen]byte]time.Time // sessions that ended here → when their IDs expire
 	nextSweep time.Time
 }
 
+// Defaults of the sessions' bounds (Config.MaxSessions and
+// Config.MaxSessionsPerCaller).
+const (
+	DefaultMaxSessions          = 1024
+	DefaultMaxSessionsPerCaller = 64
+)
+
 // sessionUse is what is known of one live session.
 type sessionUse struct {
-	last time.Time // when its latest request ended, or began while one is in flight
-	busy int       // its requests in flight, GET streams included
+	caller string    // the name of the caller whose session it is
+	last   time.Time // when its latest request ended, or began while one is in flight
+	busy   int       // its requests in flight, GET streams included
 }
 
 // newSessions returns the sessions that end after idle (0 means
 // DefaultSessionIdle), with IDs signed with secret (the zero Secret means
-// a random one of this process).
+// a random one of this process), bounded by the default bounds.
 func newSessions(idle time.Duration, now func() time.Time, secret keystore.Secret) *sessions {
 	if idle <= 0 {
 		idle = DefaultSessionIdle
@@ -108,45 +144,140 @@ func newSessions(idle time.Duration, now func() time.Time, secret keystore.Secre
 		now = time.Now
 	}
 	return &sessions{idle: idle, now: now, ids: newSessionIDs(secret),
-		live: map[string]*sessionUse{}, ended: map[[sessionRandomLen]byte]time.Time{}}
+		maxTotal: DefaultMaxSessions, maxPerCaller: DefaultMaxSessionsPerCaller,
+		live: map[string]*sessionUse{}, perCaller: map[string]int{}, ended: map[[sessionRandomLen]byte]time.Time{}}
 }
 
-// Generate opens a session (mcp-go calls it for initialize).
-func (ss *sessions) Generate() string {
-	now := ss.now()
-	id := ss.ids.issue(now)
+// callerName is the name of the caller ctx carries; "" for none.
+func callerName(ctx context.Context) string {
+	if c, ok := keystore.CallerFrom(ctx); ok {
+		return c.Name
+	}
+	return ""
+}
+
+// A place is an initialize's claim on a session within the bounds, taken
+// before mcp-go sees the request and given back unless a session was
+// opened with it.
+type place struct {
+	caller string
+	used   bool // guarded by sessions.mu
+}
+
+type placeKey struct{}
+
+// errTooManySessions and errTooManyOfCaller say which bound an
+// initialize is past.
+var (
+	errTooManySessions = errors.New("too many MCP sessions on this host")
+	errTooManyOfCaller = errors.New("too many MCP sessions of this caller")
+)
+
+// reserve takes a place for a session of caller, when the bounds allow one.
+func (ss *sessions) reserve(caller string) (*place, error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	ss.live[id] = &sessionUse{last: now}
-	return id
+	if ss.perCaller[caller] >= ss.maxPerCaller {
+		return nil, errTooManyOfCaller
+	}
+	if len(ss.live)+ss.opening >= ss.maxTotal {
+		return nil, errTooManySessions
+	}
+	ss.perCaller[caller]++
+	ss.opening++
+	return &place{caller: caller}, nil
+}
+
+// release gives back p unless a session was opened with it.
+func (ss *sessions) release(p *place) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if !p.used {
+		p.used = true
+		ss.opening--
+		ss.dropLocked(p.caller)
+	}
+}
+
+// dropLocked counts one session of caller less.
+func (ss *sessions) dropLocked(caller string) {
+	if ss.perCaller[caller]--; ss.perCaller[caller] <= 0 {
+		delete(ss.perCaller, caller)
+	}
+}
+
+// ResolveSessionIdManager returns the SessionIdManager mcp-go uses for r:
+// the sessions as r's caller sees them (with no request, mcp-go's own
+// clean-up, as no caller).
+func (ss *sessions) ResolveSessionIdManager(r *http.Request) server.SessionIdManager {
+	m := callerSessions{ss: ss}
+	if r != nil {
+		m.caller = callerName(r.Context())
+		m.place, _ = r.Context().Value(placeKey{}).(*place)
+	}
+	return m
+}
+
+// callerSessions are the sessions as one request's caller sees them: the
+// StreamableHTTPServer's SessionIdManager for that request.
+type callerSessions struct {
+	ss     *sessions
+	caller string
+	place  *place // the initialize's place, if it holds one
+}
+
+// Generate opens a session of the caller (mcp-go calls it for initialize).
+func (m callerSessions) Generate() string {
+	return m.ss.open(m.caller, m.place)
 }
 
 // errNoSession is what Validate says of a session that is not live.
 var errNoSession = errors.New("no such MCP session")
 
-// Validate reports whether id names a live session; mcp-go answers 404
-// when it does not.
-func (ss *sessions) Validate(id string) (isTerminated bool, err error) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if _, ok := ss.live[id]; !ok {
+// Validate reports whether id names a live session of the caller; mcp-go
+// answers 404 when it does not.
+func (m callerSessions) Validate(id string) (isTerminated bool, err error) {
+	m.ss.mu.Lock()
+	defer m.ss.mu.Unlock()
+	if u, ok := m.ss.live[id]; !ok || u.caller != m.caller {
 		return false, errNoSession
 	}
 	return false, nil
 }
 
-// Terminate ends session id here (a client's DELETE, or the sweep's).
-func (ss *sessions) Terminate(id string) (isNotAllowed bool, err error) {
+// Terminate ends session id here (a client's DELETE, which serve let
+// through only from the session's caller, or the sweep's).
+func (m callerSessions) Terminate(id string) (isNotAllowed bool, err error) {
+	m.ss.mu.Lock()
+	defer m.ss.mu.Unlock()
+	m.ss.endLocked(id, m.ss.now())
+	return false, nil
+}
+
+// open makes a new session of caller live and returns its ID, in the
+// place p holds (nil: none was taken; the session counts all the same).
+func (ss *sessions) open(caller string, p *place) string {
+	now := ss.now()
+	id := ss.ids.issue(now, caller)
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	ss.endLocked(id, ss.now())
-	return false, nil
+	if p != nil && !p.used {
+		p.used = true
+		ss.opening--
+	} else {
+		ss.perCaller[caller]++
+	}
+	ss.live[id] = &sessionUse{caller: caller, last: now}
+	return id
 }
 
 // endLocked forgets session id and remembers that it ended here, for as
 // long as its ID could be adopted.
 func (ss *sessions) endLocked(id string, now time.Time) {
-	delete(ss.live, id)
+	if u, ok := ss.live[id]; ok {
+		delete(ss.live, id)
+		ss.dropLocked(u.caller)
+	}
 	if s, _, err := parseSessionID(id); err == nil && now.Before(s.expires()) {
 		ss.ended[s.random] = s.expires()
 	}
@@ -163,9 +294,23 @@ func (ss *sessions) count() int {
 func (ss *sessions) serve(w http.ResponseWriter, r *http.Request) {
 	ss.sweep()
 	id := r.Header.Get(server.HeaderKeySessionID)
-	switch {
-	case mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)):
+	caller := callerName(r.Context())
+	if mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
 		// 2026-07-28 and later: no sessions (mcp-go answers GET and DELETE 405).
+		ss.mcp.ServeHTTP(w, r)
+		return
+	}
+	switch opens, reqID := initializes(r); {
+	case opens:
+		// A new session, whatever the client still sends of its old one
+		// (mcp-go ignores the header on initialize).
+		p, err := ss.reserve(caller)
+		if err != nil {
+			ss.refuse(w, reqID, caller, err)
+			return
+		}
+		defer ss.release(p)
+		r = r.WithContext(context.WithValue(r.Context(), placeKey{}, p))
 	case id == "" && r.Method == http.MethodGet:
 		// A stream outside any session would carry nothing and never end:
 		// the transport's answer for "no stream here" is 405.
@@ -174,36 +319,63 @@ func (ss *sessions) serve(w http.ResponseWriter, r *http.Request) {
 			"then GET with its Mcp-Session-Id, or use POST alone.", http.StatusMethodNotAllowed)
 		return
 	case id != "":
-		if !ss.enter(id) {
-			if r.Method == http.MethodPost && initializes(r) {
-				// A new session, whatever the client still sends of its
-				// old one (mcp-go ignores the header on initialize).
-				break
-			}
-			if !ss.adopt(id) {
-				http.Error(w, fmt.Sprintf("The MCP session is not known here: it ended (after %s without a request, or with DELETE), "+
-					"or another host opened it more than %s ago, or an mcp-quota that does not share this one's session secret "+
-					"opened it (such as this one before it restarted, when none is shared). "+
-					"Start a new one with initialize, without Mcp-Session-Id.",
-					pacer.FormatDuration(ss.idle), pacer.FormatDuration(SessionMaxAge)),
-					http.StatusNotFound)
-				return
-			}
+		if !ss.enter(id, caller) && !ss.adopt(id, caller) {
+			http.Error(w, fmt.Sprintf("The MCP session is not known here: it ended (after %s without a request, or with DELETE), "+
+				"or another host opened it more than %s ago, or an mcp-quota that does not share this one's session secret "+
+				"opened it (such as this one before it restarted, when none is shared). "+
+				"Start a new one with initialize, without Mcp-Session-Id.",
+				pacer.FormatDuration(ss.idle), pacer.FormatDuration(SessionMaxAge)),
+				http.StatusNotFound)
+			return
 		}
 		defer ss.leave(id)
 	}
 	ss.mcp.ServeHTTP(w, r)
 }
 
-// initializes reports whether r's body is an initialize request, and
-// leaves the body to be read again.
-func initializes(r *http.Request) bool {
+// refuse answers an initialize past a bound (err says which) with a
+// JSON-RPC error to that initialize, which clients show as the reason
+// the connection failed.
+func (ss *sessions) refuse(w http.ResponseWriter, reqID json.RawMessage, caller string, err error) {
+	msg := fmt.Sprintf("This mcp-quota has %d MCP sessions open, the most it keeps at once, so it opens no new one now. "+
+		"Try again once sessions end: a session ends when its client disconnects (DELETE /mcp), "+
+		"or after %s without a request; whoever runs mcp-quota may raise the bound (serve --max-sessions).",
+		ss.maxTotal, pacer.FormatDuration(ss.idle))
+	if errors.Is(err, errTooManyOfCaller) {
+		who := "This caller"
+		if caller != "" {
+			who = fmt.Sprintf("Caller '%s'", caller)
+		}
+		msg = fmt.Sprintf("%s has %d MCP sessions open, the most one caller may have at once, so no new one is opened. "+
+			"End sessions you no longer use (disconnect their clients, which sends DELETE /mcp), "+
+			"or wait until one has had no request for %s; whoever runs mcp-quota may raise the bound "+
+			"(serve --max-sessions-per-caller).", who, ss.maxPerCaller, pacer.FormatDuration(ss.idle))
+	}
+	if len(reqID) == 0 {
+		reqID = json.RawMessage("null")
+	}
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": reqID,
+		"error": map[string]any{"code": mcp.INTERNAL_ERROR, "message": msg, "data": map[string]string{"code": "tooManySessions"}}})
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(body)
+}
+
+// initializes reports whether r is a POST whose body is an initialize
+// request, and its ID; it leaves the body to be read again.
+func initializes(r *http.Request) (bool, json.RawMessage) {
+	if r.Method != http.MethodPost || r.Body == nil {
+		return false, nil
+	}
 	b, err := io.ReadAll(r.Body)
 	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(b), errReader{err}))
 	var msg struct {
-		Method string `json:"method"`
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
 	}
-	return err == nil && json.Unmarshal(b, &msg) == nil && msg.Method == string(mcp.MethodInitialize)
+	if err != nil || json.Unmarshal(b, &msg) != nil || msg.Method != string(mcp.MethodInitialize) {
+		return false, nil
+	}
+	return true, msg.ID
 }
 
 // errReader returns err (io.EOF when nil) from every Read: what is left
@@ -218,18 +390,18 @@ func (e errReader) Read([]byte) (int, error) {
 }
 
 // enter marks a request of session id in flight, and reports whether id
-// is live here. A session idle for too long ends here, whether or not the
-// sweep has come by.
-func (ss *sessions) enter(id string) bool {
+// is live here as caller's session. A session idle for too long ends
+// here, whether or not the sweep has come by.
+func (ss *sessions) enter(id, caller string) bool {
 	now := ss.now()
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return ss.enterLocked(id, now)
+	return ss.enterLocked(id, caller, now)
 }
 
-func (ss *sessions) enterLocked(id string, now time.Time) bool {
+func (ss *sessions) enterLocked(id, caller string, now time.Time) bool {
 	u, ok := ss.live[id]
-	if !ok {
+	if !ok || u.caller != caller {
 		return false
 	}
 	if u.busy == 0 && now.Sub(u.last) >= ss.idle {
@@ -242,23 +414,28 @@ func (ss *sessions) enterLocked(id string, now time.Time) bool {
 
 // adopt makes session id live here and marks a request of it in flight,
 // when id is a session ID another host (or this one, before it forgot)
-// issued with this secret within SessionMaxAge, and the session has not
-// ended here; it reports whether id is live.
-func (ss *sessions) adopt(id string) bool {
+// issued to caller with this secret within SessionMaxAge, the session has
+// not ended here, and the bounds leave room for it; it reports whether
+// id is live.
+func (ss *sessions) adopt(id, caller string) bool {
 	now := ss.now()
-	s, err := ss.ids.check(id, now)
+	s, err := ss.ids.check(id, caller, now)
 	if err != nil {
 		return false
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if _, ok := ss.live[id]; ok {
-		return ss.enterLocked(id, now) // adopted meanwhile, or idle for too long
+		return ss.enterLocked(id, caller, now) // adopted meanwhile, or idle for too long
 	}
 	if _, ok := ss.ended[s.random]; ok {
 		return false
 	}
-	ss.live[id] = &sessionUse{last: now, busy: 1}
+	if ss.perCaller[caller] >= ss.maxPerCaller || len(ss.live)+ss.opening >= ss.maxTotal {
+		return false
+	}
+	ss.live[id] = &sessionUse{caller: caller, last: now, busy: 1}
+	ss.perCaller[caller]++
 	return true
 }
 

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -62,7 +63,16 @@ func newMCPHost(t *testing.T, idle time.Duration, secret keystore.Secret, c *clo
 
 // do sends one request to the MCP side and returns the recorded answer.
 func (m *mcpSide) do(method, session, body string, header ...string) *httptest.ResponseRecorder {
+	return m.doAs("", method, session, body, header...)
+}
+
+// doAs is do as the caller named caller, as the walls let it through
+// ("": as none).
+func (m *mcpSide) doAs(caller, method, session, body string, header ...string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(method, "http://127.0.0.1:8787/mcp", strings.NewReader(body))
+	if caller != "" {
+		r = r.WithContext(keystore.WithCaller(r.Context(), keystore.Local(caller)))
+	}
 	if body != "" {
 		r.Header.Set("Content-Type", "application/json")
 	}
@@ -161,7 +171,7 @@ func TestSessionsExpireWhenIdle(t *testing.T) {
 func TestBusySessionDoesNotExpire(t *testing.T) {
 	m := newMCPSide(t, time.Minute)
 	id := m.open(t)
-	if !m.ss.enter(id) {
+	if !m.ss.enter(id, "") {
 		t.Fatal("enter a live session: false")
 	}
 	m.clock.add(10 * time.Minute)
@@ -204,6 +214,7 @@ func TestSessionMemoryComesBack(t *testing.T) {
 		n = 500
 	}
 	m := newMCPSide(t, time.Minute)
+	m.ss.maxTotal, m.ss.maxPerCaller = n+1, n+1 // what one session takes, not the bounds
 	heap := func() uint64 {
 		var ms runtime.MemStats
 		runtime.GC()
@@ -237,5 +248,100 @@ func TestSessionMemoryComesBack(t *testing.T) {
 	}
 	if kept > grew/10 {
 		t.Errorf("%d of the %d bytes the sessions took are still held after they ended", kept, grew)
+	}
+}
+
+// TestSessionsBounded: live sessions are bounded per caller and in all.
+// An initialize past a bound is refused with a JSON-RPC error saying
+// which bound and what to do, and opens nothing: a thousand more
+// initialize requests leave the count of live sessions, here and in
+// mcp-go, where it was. A session that ends makes room again, and a host
+// does not take up another's sessions past its bounds.
+func TestSessionsBounded(t *testing.T) {
+	hs, c := hosts(t, time.Minute, sharedSecret, sharedSecret)
+	m, elsewhere := hs[0], hs[1]
+	m.ss.maxPerCaller, m.ss.maxTotal = 3, 5
+	elsewhere.ss.maxPerCaller = 1
+	open := func(caller string) (string, *httptest.ResponseRecorder) {
+		w := m.doAs(caller, "POST", "", initialize)
+		return w.Header().Get("Mcp-Session-Id"), w
+	}
+	refused := func(w *httptest.ResponseRecorder, want ...string) {
+		t.Helper()
+		var msg struct {
+			ID    int `json:"id"`
+			Error struct {
+				Message string
+				Data    struct{ Code string }
+			}
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &msg); err != nil || w.Header().Get("Mcp-Session-Id") != "" ||
+			msg.ID != 1 || msg.Error.Data.Code != "tooManySessions" {
+			t.Fatalf("initialize past the bound: %d, session %q: %s; want a JSON-RPC error to it, code tooManySessions",
+				w.Code, w.Header().Get("Mcp-Session-Id"), w.Body)
+		}
+		for _, s := range want {
+			if !strings.Contains(msg.Error.Message, s) {
+				t.Errorf("the refusal %q does not say %q", msg.Error.Message, s)
+			}
+		}
+	}
+	var own []string
+	for range 3 {
+		id, w := open("a")
+		if id == "" {
+			t.Fatalf("initialize within the bound: %d %s", w.Code, w.Body)
+		}
+		own = append(own, id)
+	}
+	_, w := open("a")
+	refused(w, "Caller 'a' has 3 MCP sessions open", "DELETE", "60 s", "--max-sessions-per-caller")
+	for range 2 {
+		if id, w := open("b"); id == "" {
+			t.Fatalf("b's initialize within the bounds: %d %s", w.Code, w.Body)
+		}
+	}
+	_, w = open("c")
+	refused(w, "has 5 MCP sessions open, the most it keeps", "--max-sessions")
+	for i := range 1000 {
+		if id, _ := open([]string{"a", "b", "c"}[i%3]); id != "" {
+			t.Fatalf("initialize %d past the bounds opened session %q", i, id)
+		}
+	}
+	if n, r := m.ss.count(), m.registered.Load(); n != 5 || r != 5 {
+		t.Fatalf("after 1000 initialize requests past the bounds: %d sessions live, %d in mcp-go; want 5 and 5", n, r)
+	}
+	// A session of a's taken up by a host whose bound is 1 for a caller:
+	// the first is, the second is not.
+	if w := elsewhere.doAs("a", "POST", own[0], `{"jsonrpc":"2.0","id":2,"method":"ping"}`); w.Code != http.StatusOK {
+		t.Errorf("ping on another host: %d %s", w.Code, w.Body)
+	}
+	if w := elsewhere.doAs("a", "POST", own[1], `{"jsonrpc":"2.0","id":2,"method":"ping"}`); w.Code != http.StatusNotFound {
+		t.Errorf("ping of a second session on a host bound to one: %d %s, want 404", w.Code, w.Body)
+	}
+	if n := elsewhere.ss.count(); n != 1 {
+		t.Errorf("the other host keeps %d sessions, want 1", n)
+	}
+	// DELETE makes room for its caller.
+	if w := m.doAs("a", "DELETE", own[0], ""); w.Code != http.StatusOK {
+		t.Fatalf("DELETE: %d %s", w.Code, w.Body)
+	}
+	if id, w := open("a"); id == "" {
+		t.Errorf("initialize after a DELETE: %d %s", w.Code, w.Body)
+	}
+	// So does idling out, for every caller.
+	c.add(2 * time.Minute)
+	for _, caller := range []string{"c", "a", "a", "a"} {
+		if id, w := open(caller); id == "" {
+			t.Errorf("%s's initialize once the sessions idled out: %d %s", caller, w.Code, w.Body)
+		}
+	}
+	if n, r := m.ss.count(), m.registered.Load(); n != 4 || r != 4 {
+		t.Errorf("sessions live: %d, in mcp-go %d; want 4 and 4", n, r)
+	}
+	m.ss.mu.Lock()
+	defer m.ss.mu.Unlock()
+	if m.ss.opening != 0 || m.ss.perCaller["a"] != 3 || m.ss.perCaller["c"] != 1 || len(m.ss.perCaller) != 2 {
+		t.Errorf("places held: %d opening, per caller %v; want none opening, a 3, c 1", m.ss.opening, m.ss.perCaller)
 	}
 }

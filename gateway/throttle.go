@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -209,9 +210,18 @@ func (t *throttle) add(scope string, f failure, now time.Time) {
 	t.failures[scope] = fs
 }
 
-// tokenPrint is the print of the Authorization field r presents.
+// tokenPrint is the print of the credential r presents: its
+// Authorization field, or without one its Cookie fields (a dashboard
+// sign-in's cookie), so that each guessed session cookie counts as a
+// different bad token, as each guessed caller token does.
 func tokenPrint(r *http.Request) [8]byte {
-	sum := sha256.Sum256([]byte(r.Header.Get("Authorization")))
+	presented := "Authorization " + r.Header.Get("Authorization")
+	if r.Header.Get("Authorization") == "" {
+		if cookies := r.Header.Values("Cookie"); len(cookies) > 0 {
+			presented = "Cookie " + strings.Join(cookies, "; ")
+		}
+	}
+	sum := sha256.Sum256([]byte(presented))
 	return [8]byte(sum[:8])
 }
 

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
 )
 
 // throttleRig is a gate on a fixed clock and a way to call it from an
@@ -180,5 +182,57 @@ func TestEventStreamsDoNotStarveCalls(t *testing.T) {
 	close(release)
 	for range 16 {
 		<-done
+	}
+}
+
+// cookieDashboard is a Dashboard whose one sign-in is the cookie
+// mcpq_session=valid-cookie, of caller a.
+type cookieDashboard struct{ http.Handler }
+
+func (cookieDashboard) Open(*http.Request) bool { return false }
+
+func (cookieDashboard) Session(r *http.Request) (*keystore.Caller, bool) {
+	if c, err := r.Cookie("mcpq_session"); err == nil && c.Value == "valid-cookie" {
+		return keystore.Local("a"), true
+	}
+	return nil, false
+}
+
+// TestThrottleCountsCookieGuesses: guessed session cookies count with
+// the bad tokens, each guess a different one: a guesser rotating its
+// address across 127.0.0.0/8 gets at most blockLimit guesses checked in
+// a minute, while the browser already signed in from its address goes on.
+func TestThrottleCountsCookieGuesses(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	g := newGate(Config{Keys: testStore(t, true), Loopback: true, Now: func() time.Time { return now },
+		Dashboard: cookieDashboard{echoCaller}})
+	h := g.walls(echoCaller)
+	call := func(ip, cookie string) int {
+		r := httptest.NewRequest("GET", "http://127.0.0.1:8787/ui/api/overview", nil)
+		r.RemoteAddr = ip + ":40000"
+		r.Header.Set("Cookie", "mcpq_session="+cookie)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	if got := call("127.0.0.1", "valid-cookie"); got != 200 {
+		t.Fatalf("the signed-in browser: %d", got)
+	}
+	checked := 0
+	for i := range 589 {
+		switch got := call(fmt.Sprintf("127.%d.%d.%d", i/62500%250, i/250%250, i%250+1), fmt.Sprint("guess-", i)); got {
+		case 401:
+			checked++
+		case 429:
+		default:
+			t.Fatalf("guess %d: %d, want 401 or 429", i, got)
+		}
+	}
+	t.Logf("589 cookie guesses from rotating loopback addresses: %d checked", checked)
+	if checked > blockLimit {
+		t.Errorf("%d of 589 cookie guesses were checked, want at most %d", checked, blockLimit)
+	}
+	if got := call("127.0.0.1", "valid-cookie"); got != 200 {
+		t.Errorf("the signed-in browser during the guessing: %d, want 200", got)
 	}
 }

@@ -3,6 +3,7 @@ package keystore
 import (
 	"errors"
 	"fmt"
+	"github.com/mcp-quota/mcp-quota/internal/spelling"
 	"math"
 	"net/url"
 	"os"
@@ -29,6 +30,12 @@ const (
 type Env struct {
 	Getenv   func(string) string          // nil means os.Getenv
 	ReadFile func(string) ([]byte, error) // nil means os.ReadFile
+
+	// NoCallerTokens is for a command that authenticates no caller
+	// (status, activity, stdio): the callers' tokens are not read, so an
+	// unset token variable or a missing token file is no mistake there.
+	// Such a Store's callers match no token.
+	NoCallerTokens bool
 }
 
 func (e Env) getenv(name string) string {
@@ -86,6 +93,7 @@ type keyConfig struct {
 	MaxRate        *float64        `toml:"max_rate"`
 	MaxConcurrency *int            `toml:"max_concurrency"`
 	LowWater       *float64        `toml:"low_water"`
+	Unreachable    string          `toml:"unreachable_hint"`
 	Secret         *string         `toml:"secret"` // refused: secrets are never inline
 }
 
@@ -384,7 +392,11 @@ func (kc keyConfig) key(env Env) (*Key, []*ConfigError) {
 		authKnown = false
 	}
 	if k.Profile, err = ratelimit.ParseProfile(kc.Profile); err != nil {
-		bad("profile", err.Error())
+		msg := err.Error()
+		if best := spelling.Closest(strings.ToLower(strings.TrimSpace(kc.Profile)), profileNames()); best != "" {
+			msg += ": did you mean " + best + "?"
+		}
+		bad("profile", msg)
 	}
 	switch {
 	case kc.SecretEnv != "" && kc.SecretFile != "":
@@ -476,6 +488,7 @@ func (kc keyConfig) key(env Env) (*Key, []*ConfigError) {
 			k.MaxConcurrency = *kc.MaxConcurrency
 		}
 	}
+	k.UnreachableHint = strings.TrimSpace(kc.Unreachable)
 	if kc.LowWater != nil {
 		if *kc.LowWater < 0 || *kc.LowWater >= 1 {
 			bad("low_water", "low_water is a share of the quota, between 0 and 1")
@@ -535,6 +548,7 @@ func (cc callerConfig) caller(env Env, keys map[string]bool) (*Caller, []*Config
 	var v string
 	tokenField := "token_env"
 	switch {
+	case env.NoCallerTokens:
 	case cc.TokenEnv != "" && cc.TokenFile != "":
 		bad("token_env", "set token_env or token_file, not both")
 	case cc.TokenEnv != "":
@@ -568,4 +582,13 @@ func (cc callerConfig) caller(env Env, keys map[string]bool) (*Caller, []*Config
 		return nil, errs
 	}
 	return c, nil
+}
+
+// profileNames are the names a key's profile may take.
+func profileNames() []string {
+	var names []string
+	for _, p := range ratelimit.Profiles() {
+		names = append(names, string(p))
+	}
+	return names
 }

@@ -98,6 +98,10 @@ type Key struct {
 	// LowWater is the share of a policy's quota below which calls are
 	// spread over what is left of its window.
 	LowWater float64
+	// UnreachableHint is told to a caller when the upstream cannot be
+	// reached, in place of "try again later": how to bring it back, for
+	// instance. Empty means no hint.
+	UnreachableHint string
 
 	secret    Secret
 	secretErr error     // why the credential could not be read

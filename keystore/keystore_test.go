@@ -182,6 +182,7 @@ func TestParseErrors(t *testing.T) {
 		{"url with credentials", "[[keys]]\nname = \"a\"\nbase_url = \"https://u:p@x\"\nauth = \"none\"\n", 3, "keys[0].base_url", "without credentials"},
 		{"bad auth", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"basic\"\n", 4, "keys[0].auth", "bearer, header:NAME"},
 		{"bad profile", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\nprofile = \"nope\"\n", 5, "keys[0].profile", ""},
+		{"misspelt profile", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\nprofile = \"githbu\"\n", 5, "keys[0].profile", "did you mean github?"},
 		{"no credential", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\n", 1, "keys[0].secret_env", "needs a credential"},
 		{"bad window", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n  [[keys.policies]]\n  quota = 1\n  window = \"soon\"\n", 7, "keys[0].policies[0].window", "invalid duration"},
 		{"second key's window", "[[keys]]\nname = \"a\"\nauth = \"none\"\nbase_url = \"https://x\"\n[[keys]]\nname = \"b\"\nauth = \"none\"\nbase_url = \"https://x\"\n  [[keys.policies]]\n  quota = 1\n  window = \"soon\"\n", 11, "keys[1].policies[0].window", "invalid duration"},

@@ -3,6 +3,7 @@ package keystore
 import (
 	"encoding"
 	"fmt"
+	"github.com/mcp-quota/mcp-quota/internal/spelling"
 	"reflect"
 	"regexp"
 	"slices"
@@ -150,13 +151,7 @@ func unknownField(path, section, name string, v any, t reflect.Type) *ConfigErro
 			known = append(known, tag)
 		}
 	}
-	best, dist := "", 3
-	for _, k := range known {
-		if d := editDistance(name, k); d < dist {
-			best, dist = k, d
-		}
-	}
-	if best != "" {
+	if best := spelling.Closest(name, known); best != "" {
 		return &ConfigError{Field: path, Msg: fmt.Sprintf("%s: did you mean %s?", what, best)}
 	}
 	return &ConfigError{Field: path, Msg: fmt.Sprintf("%s: the fields here are %s", what, strings.Join(known, ", "))}
@@ -236,26 +231,6 @@ func tomlKind(v any) string {
 		return "a date"
 	}
 	return fmt.Sprintf("%T", v)
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
 
 // fieldLines maps each table and field of a file, as "keys[1].policies[0]"

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"time"
@@ -13,7 +14,8 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
-// scrapeTimeout bounds the state file's reading for one scrape.
+// scrapeTimeout bounds the state file's reading for one scrape, unless
+// Metrics.ScrapeTimeout says otherwise.
 const scrapeTimeout = 5 * time.Second
 
 var budgetLabels = []string{"key", "policy", "origin", "partition"}
@@ -36,18 +38,19 @@ var (
 	descGateLeft  = desc("gate_seconds_left", "Seconds until the latest gate of that source opens.", "key", "source")
 	descInFlight  = desc("in_flight", "Calls admitted and not yet answered, in every process.", "key")
 	descWarnings  = desc("warnings_last_hour", "Warnings raised in the last hour, by kind (hidden-limit, abnormal-usage, circuit-open, …).", "key", "kind")
-	descCircuit   = desc("circuit_state", "The key's circuit breaker: 1 for its current state (closed, half_open: the next call is a probe, open), 0 for the others.", "key", "state")
-	descUp        = desc("state_up", "1 when the shared state could be read for the key at this scrape, else 0.", "key")
+	descCircuit   = desc("circuit_state", "The key's circuit breaker: 1 for its current state (closed, half_open: the next call is a probe, open), 0 for the others (for the keys summed as other: how many are in each state).", "key", "state")
+	descUp        = desc("state_up", "1 when the shared state could be read for the key at this scrape (for the keys summed as other: for every one of them), else 0.", "key")
 )
 
-var gateSources = []string{"retry-after", "backoff", "circuit", "abnormal-usage"}
+var gateSources = [...]string{"retry-after", "backoff", "circuit", "abnormal-usage"}
 
 // budgets reads the shared budget of keys at scrape time.
 type budgets struct {
-	pacer *pacer.Pacer
-	db    ledger.Viewer
-	keys  []*keystore.Key
-	now   func() time.Time
+	timeout time.Duration // for the whole scrape
+	pacer   *pacer.Pacer
+	db      ledger.Viewer
+	keys    []*keystore.Key
+	now     func() time.Time
 }
 
 func (b *budgets) Describe(ch chan<- *prometheus.Desc) {
@@ -57,15 +60,80 @@ func (b *budgets) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
+// The budget gauges' bounds. A scrape reports at most maxValues keys by
+// name (the first the caller may see, in configuration order); the
+// others' gauges are summed under key="other". Per key and origin it
+// reports at most maxBudgetRows budgets (policy and partition) by name;
+// the others are summed under policy="other", partition="other". Gate
+// sources and warning kinds are fixed small sets (others count as
+// "other"). So however many keys and policies there are, the budget side
+// of a scrape holds at most MaxBudgetSeries series.
+const (
+	maxBudgetRows = 16
+	maxKinds      = 8 // warning kinds by name per key; the rest "other"
+)
+
+// seriesPerKey bounds the budget side's series of one key (or of "other"):
+// per origin, maxBudgetRows rows by name with their five gauges (limit,
+// used, remaining, reset, window) and, upstream, the observation's age
+// and expiry, plus one "other" row of four (no window); then hidden
+// limits, calls in flight, gates and the seconds they have left by
+// source, warnings by kind, the circuit's three states, and state_up.
+const seriesPerKey = 2*(maxBudgetRows*5+4) + maxBudgetRows*2 + 1 + 1 + 2*(len(gateSources)+1) + maxKinds + 1 + 3 + 1
+
+// MaxBudgetSeries is the most series the budget side of one scrape
+// holds, whatever the number of keys, policies and partitions.
+const MaxBudgetSeries = (maxValues + 1) * seriesPerKey
+
+// A row is one budget's gauges.
+type row struct {
+	origin, policy, partition string
+	limit, used, remaining    float64
+	hasUsed, hasRemaining     bool
+	reset, window             float64
+	upstream, other           bool
+	age, expired              float64
+}
+
+// keySeries is what the budget side reports of one key, or of all keys
+// past maxValues summed.
+type keySeries struct {
+	rows     []row
+	hidden   float64
+	inFlight float64
+	gates    map[string]float64 // source → gates closed
+	left     map[string]float64 // source → seconds the latest has left
+	warnings map[string]float64 // kind → raised in the last hour
+	circuit  map[string]float64 // state → 1 for the key's (summed: keys in it)
+	up       float64            // 1 when read (summed: all were)
+}
+
+func newKeySeries() *keySeries {
+	return &keySeries{gates: map[string]float64{}, left: map[string]float64{}, warnings: map[string]float64{},
+		circuit: map[string]float64{}, up: 1}
+}
+
 func (b *budgets) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(b.timeout, scrapeTimeout))
 	defer cancel()
-	for _, k := range b.keys {
-		up := 1.0
-		if err := b.collectKey(ctx, k, ch); err != nil {
-			up = 0
+	var others *keySeries
+	for i, k := range b.keys {
+		ks, err := b.read(ctx, k)
+		if err != nil {
+			ks = newKeySeries()
+			ks.up = 0
 		}
-		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, up, k.Name)
+		if i < maxValues {
+			ks.emit(ch, k.Name)
+			continue
+		}
+		if others == nil {
+			others = newKeySeries()
+		}
+		others.add(ks)
+	}
+	if others != nil {
+		others.emit(ch, "other")
 	}
 }
 
@@ -73,96 +141,165 @@ func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ..
 	ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 }
 
-func (b *budgets) collectKey(ctx context.Context, k *keystore.Key, ch chan<- prometheus.Metric) error {
+// read reads what the budget side reports of key k.
+func (b *budgets) read(ctx context.Context, k *keystore.Key) (*keySeries, error) {
 	st, err := b.pacer.Status(ctx, k, "")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var ks ledger.KeyState
+	var ls ledger.KeyState
 	if err := b.db.View(ctx, func(tx ledger.Tx) error {
 		var err error
-		ks, err = tx.KeyState(k.Name)
+		ls, err = tx.KeyState(k.Name)
 		return err
 	}); err != nil {
-		return err
+		return nil, err
 	}
 	now := b.now()
-	n, hidden := 0, 0
-	emit := func(bu pacer.Budget, origin string) {
-		if n++; n > maxValues {
-			return
+	ks := newKeySeries()
+	rows := map[string]int{} // origin → rows by name
+	for _, bu := range append(slices.Clone(st.Local), st.Upstream...) {
+		origin := "upstream"
+		if bu.Source == "local" {
+			origin = "local"
 		}
-		l := []string{k.Name, bu.Policy, origin, bu.Partition}
-		if bu.Limit > 0 {
-			gauge(ch, descLimit, float64(bu.Limit), l...)
-		}
+		r := row{origin: origin, policy: bu.Policy, partition: bu.Partition, limit: float64(bu.Limit),
+			reset: bu.Reset.Seconds(), window: bu.Window.Seconds(), upstream: origin == "upstream",
+			age: now.Sub(bu.Observed).Seconds(), expired: b2f(bu.Expired)}
 		switch {
 		case origin == "local":
-			gauge(ch, descUsed, float64(bu.Used), l...)
+			r.used, r.hasUsed = float64(bu.Used), true
 		case bu.Limit > 0 && bu.Remaining >= 0:
-			gauge(ch, descUsed, float64(max(bu.Limit-bu.Remaining, 0)), l...)
+			r.used, r.hasUsed = float64(max(bu.Limit-bu.Remaining, 0)), true
 		}
 		if bu.Remaining >= 0 {
-			gauge(ch, descRemaining, float64(bu.Remaining), l...)
+			r.remaining, r.hasRemaining = float64(bu.Remaining), true
 		}
-		gauge(ch, descReset, bu.Reset.Seconds(), l...)
-		if bu.Window > 0 {
-			gauge(ch, descWindow, bu.Window.Seconds(), l...)
+		if origin == "upstream" && bu.Hidden {
+			ks.hidden++
 		}
-		if origin == "upstream" {
-			gauge(ch, descAge, now.Sub(bu.Observed).Seconds(), k.Name, bu.Policy, bu.Partition)
-			gauge(ch, descExpired, b2f(bu.Expired), k.Name, bu.Policy, bu.Partition)
-			if bu.Hidden {
-				hidden++
-			}
+		if rows[origin]++; rows[origin] > maxBudgetRows {
+			ks.addOther(r)
+			continue
 		}
+		ks.rows = append(ks.rows, r)
 	}
-	for _, bu := range st.Local {
-		emit(bu, "local")
-	}
-	for _, bu := range st.Upstream {
-		emit(bu, "upstream")
-	}
-	gauge(ch, descHidden, float64(hidden), k.Name)
-	gauge(ch, descInFlight, float64(st.InFlight), k.Name)
-
-	count, left := map[string]int{}, map[string]time.Duration{}
+	ks.inFlight = float64(st.InFlight)
 	for _, g := range st.Gates {
-		count[g.Source]++
-		left[g.Source] = max(left[g.Source], g.Until.Sub(now))
-	}
-	sources := slices.Clone(gateSources)
-	for src := range count {
-		if !slices.Contains(sources, src) {
-			sources = append(sources, src)
+		src := g.Source
+		if !slices.Contains(gateSources[:], src) {
+			src = "other"
 		}
+		ks.gates[src]++
+		ks.left[src] = max(ks.left[src], g.Until.Sub(now).Seconds(), 0)
 	}
-	for _, src := range sources {
-		gauge(ch, descGates, float64(count[src]), k.Name, src)
-		if count[src] > 0 {
-			gauge(ch, descGateLeft, max(left[src], 0).Seconds(), k.Name, src)
-		}
-	}
-
-	kinds := map[string]int{}
 	for _, w := range st.Warnings {
-		kinds[w.Kind]++
+		kind := w.Kind
+		if _, ok := ks.warnings[kind]; !ok && len(ks.warnings) >= maxKinds-1 {
+			kind = "other"
+		}
+		ks.warnings[kind]++
 	}
-	for kind, n := range kinds {
-		gauge(ch, descWarnings, float64(n), k.Name, kind)
-	}
-
 	circuit := "closed"
 	switch {
-	case count["circuit"] > 0:
+	case ks.gates["circuit"] > 0:
 		circuit = "open"
-	case ks.HalfOpen:
+	case ls.HalfOpen:
 		circuit = "half_open"
 	}
-	for _, s := range []string{"closed", "half_open", "open"} {
-		gauge(ch, descCircuit, b2f(s == circuit), k.Name, s)
+	ks.circuit[circuit] = 1
+	return ks, nil
+}
+
+// addOther sums r into the origin's "other" row.
+func (ks *keySeries) addOther(r row) {
+	for i := range ks.rows {
+		o := &ks.rows[i]
+		if o.other && o.origin == r.origin {
+			o.limit += r.limit
+			o.used += r.used
+			o.hasUsed = o.hasUsed || r.hasUsed
+			o.remaining += r.remaining
+			o.hasRemaining = o.hasRemaining || r.hasRemaining
+			o.reset = max(o.reset, r.reset)
+			return
+		}
 	}
-	return nil
+	ks.rows = append(ks.rows, row{origin: r.origin, policy: "other", partition: "other", other: true,
+		limit: r.limit, used: r.used, hasUsed: r.hasUsed, remaining: r.remaining, hasRemaining: r.hasRemaining, reset: r.reset})
+}
+
+// add sums o, another key's, into ks (the keys past maxValues).
+func (ks *keySeries) add(o *keySeries) {
+	for _, r := range o.rows {
+		ks.addOther(r)
+	}
+	ks.hidden += o.hidden
+	ks.inFlight += o.inFlight
+	for src, n := range o.gates {
+		ks.gates[src] += n
+		ks.left[src] = max(ks.left[src], o.left[src])
+	}
+	for kind, n := range o.warnings {
+		if _, ok := ks.warnings[kind]; !ok && len(ks.warnings) >= maxKinds-1 {
+			kind = "other"
+		}
+		ks.warnings[kind] += n
+	}
+	for state, n := range o.circuit {
+		ks.circuit[state] += n
+	}
+	ks.up = min(ks.up, o.up)
+}
+
+// emit sends ks's gauges, labelled key.
+func (ks *keySeries) emit(ch chan<- prometheus.Metric, key string) {
+	for _, r := range ks.rows {
+		l := []string{key, r.policy, r.origin, r.partition}
+		if r.limit > 0 {
+			gauge(ch, descLimit, r.limit, l...)
+		}
+		if r.hasUsed {
+			gauge(ch, descUsed, r.used, l...)
+		}
+		if r.hasRemaining {
+			gauge(ch, descRemaining, r.remaining, l...)
+		}
+		gauge(ch, descReset, r.reset, l...)
+		if r.other {
+			continue
+		}
+		if r.window > 0 {
+			gauge(ch, descWindow, r.window, l...)
+		}
+		if r.upstream {
+			gauge(ch, descAge, r.age, key, r.policy, r.partition)
+			gauge(ch, descExpired, r.expired, key, r.policy, r.partition)
+		}
+	}
+	if ks.up == 0 && len(ks.rows) == 0 && len(ks.circuit) == 0 {
+		gauge(ch, descUp, 0, key)
+		return
+	}
+	gauge(ch, descHidden, ks.hidden, key)
+	gauge(ch, descInFlight, ks.inFlight, key)
+	sources := slices.Clone(gateSources[:])
+	if _, ok := ks.gates["other"]; ok {
+		sources = append(sources, "other")
+	}
+	for _, src := range sources {
+		gauge(ch, descGates, ks.gates[src], key, src)
+		if ks.gates[src] > 0 {
+			gauge(ch, descGateLeft, ks.left[src], key, src)
+		}
+	}
+	for kind, n := range ks.warnings {
+		gauge(ch, descWarnings, n, key, kind)
+	}
+	for _, s := range []string{"closed", "half_open", "open"} {
+		gauge(ch, descCircuit, ks.circuit[s], key, s)
+	}
+	gauge(ch, descUp, ks.up, key)
 }
 
 func b2f(b bool) float64 {

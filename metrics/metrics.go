@@ -16,7 +16,10 @@
 // configuration and the upstream's policy names (at most maxValues of each
 // label; the rest are counted as "other"), states, transports, status
 // classes and reasons from fixed sets. No URL, target or call ID is ever
-// a label.
+// a label. The budget side reports at most maxValues keys by name and,
+// per key and origin, maxBudgetRows budgets by name; the rest are summed
+// under "other", never dropped, so it holds at most MaxBudgetSeries series
+// however many keys and policies there are.
 package metrics
 
 import (
@@ -53,6 +56,11 @@ var (
 // Metrics counts calls and serves /metrics. Create it with New. It is
 // safe for concurrent use.
 type Metrics struct {
+	// ScrapeTimeout bounds reading the shared state for one scrape (keys
+	// not read by then report state_up 0); 0 means 5 s. Set it before
+	// the first scrape.
+	ScrapeTimeout time.Duration
+
 	keys  *keystore.Store
 	pacer *pacer.Pacer
 	db    ledger.Viewer
@@ -170,7 +178,7 @@ func (m *Metrics) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	shared := prometheus.NewRegistry()
-	shared.MustRegister(&budgets{pacer: m.pacer, db: m.db, keys: keys, now: time.Now})
+	shared.MustRegister(&budgets{timeout: m.ScrapeTimeout, pacer: m.pacer, db: m.db, keys: keys, now: time.Now})
 	g := prometheus.Gatherers{onlyKeys{m.reg, may}, shared}
 	promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, EnableOpenMetrics: true}).ServeHTTP(w, r)
 }

@@ -135,7 +135,13 @@ func decide(s snapshot) (decision, error) {
 	// A gate binds the whole key, whatever its scope: a policy named by a
 	// refusal may cover calls we cannot tell apart.
 	for _, g := range s.gates {
-		add(constraint{wait: g.Until.Sub(s.now), reason: g.Reason, source: g.Source, exhaust: true, keyWide: true})
+		switch g.Scope {
+		case "":
+			add(constraint{wait: g.Until.Sub(s.now), reason: g.Reason, source: g.Source, exhaust: true, keyWide: true})
+		case routePartition(s.route):
+			// A route's own backoff or circuit: the key is not paused.
+			add(constraint{wait: g.Until.Sub(s.now), reason: g.Reason, source: g.Source, exhaust: true})
+		}
 	}
 
 	// 2. Windowed budgets: documented policies, and every upstream policy
@@ -158,11 +164,11 @@ func decide(s snapshot) (decision, error) {
 			// pace: what leaves the window is what may enter it.
 			d.slow = true
 			spacing := wb.Window / time.Duration(wb.Limit)
-			d.spreadBy(spacing, fmt.Sprintf("Only %d of %d calls are left under policy '%s'; spread them out, %s.",
-				wb.avail, wb.Limit, wb.Policy, pace(spacing)))
+			d.spreadBy(spacing, fmt.Sprintf("Only %d of %d calls %s left under policy '%s'; spread them out, %s.",
+				wb.avail, wb.Limit, isAre(wb.avail), wb.Policy, pace(spacing)))
 			add(constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: wb.Policy,
-				reason: fmt.Sprintf("only %d of %d calls are left under policy '%s', so calls are spread %s",
-					wb.avail, wb.Limit, wb.Policy, apart(spacing))})
+				reason: fmt.Sprintf("only %d of %d calls %s left under policy '%s', so calls are spread %s",
+					wb.avail, wb.Limit, isAre(wb.avail), wb.Policy, apart(spacing))})
 		}
 	}
 
@@ -192,8 +198,8 @@ func decide(s snapshot) (decision, error) {
 			spacing := max(b.Reset-rounding(k.Reset), 0) / time.Duration(b.Remaining+1)
 			d.spreadBy(spacing, spreadWords(b.Remaining, b.Reset, spacing))
 			add(constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: b.Policy,
-				reason: fmt.Sprintf("the upstream says %d %s are left %s under policy '%s', so calls are spread %s",
-					b.Remaining, unitWord(b.Unit), forNext(b.Reset), b.Policy, apart(spacing))})
+				reason: fmt.Sprintf("the upstream says %s left %s under policy '%s', so calls are spread %s",
+					howMany(b.Remaining, b.Unit), forNext(b.Reset), b.Policy, apart(spacing))})
 		}
 	}
 
@@ -374,13 +380,19 @@ func (s snapshot) held(q int64, win ledger.Window) int64 {
 // policy seen in several partitions constrains through the partition its
 // route was last seen in; when the route was never seen, every partition
 // constrains (the safe guess). A per-route policy (its partition is a
-// route, see routePartition) constrains that route alone.
+// route, see routePartition) constrains that route alone, and so does a
+// partition of a profile whose partitions are buckets of the routes that
+// reported them (Discord): a route never seen meets none of them.
 func (s snapshot) applicable() []ledger.Known {
 	byPolicy := map[string][]ledger.Known{}
 	var order []string
 	own := routePartition(s.route)
+	byRoute := s.key.Profile.PartitionsByRoute()
 	for _, k := range s.known {
 		if strings.HasPrefix(k.Partition, routePartition("")) && k.Partition != own {
+			continue
+		}
+		if byRoute && k.Partition != "" && k.Route != s.route {
 			continue
 		}
 		id := k.Policy + "\x00" + string(k.Unit)
@@ -509,6 +521,11 @@ func validity(k ledger.Known) time.Duration {
 	switch {
 	case isLeaky(k):
 		return k.Window
+	case k.HasReset && k.HasRemaining && k.Remaining <= 0 && k.Reset <= 0 && k.Unit != ratelimit.ConcurrentRequests:
+		// Nothing left in a window said to end now (t=0, a reset already
+		// past, a zero wait, in whatever field): no guidance, so no reason
+		// to send at once. It lasts RetryFloor, as a zero Retry-After does.
+		return RetryFloor
 	case k.HasReset:
 		return k.Reset
 	case k.Window > 0:
@@ -557,6 +574,24 @@ func jitter(what string, at time.Time, max time.Duration) time.Duration {
 	fmt.Fprint(h, at.UnixMicro())
 	// Whole microseconds, the state file's resolution.
 	return time.Duration(h.Sum64() % uint64(max)).Truncate(time.Microsecond)
+}
+
+// howMany says n of unit u with its verb: "1 call is", "3 calls are",
+// "0 content bytes are".
+func howMany(n int64, u ratelimit.Unit) string {
+	w := unitWord(u)
+	if n == 1 {
+		return "1 " + strings.TrimSuffix(w, "s") + " is"
+	}
+	return fmt.Sprintf("%d %s are", n, w)
+}
+
+// isAre is the verb for n things.
+func isAre(n int64) string {
+	if n == 1 {
+		return "is"
+	}
+	return "are"
 }
 
 func unitWord(u ratelimit.Unit) string {

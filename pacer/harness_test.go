@@ -28,18 +28,24 @@ func (c *clock) advance(d time.Duration) { c.now = c.now.Add(d) }
 // env is one state file with a Pacer on a test clock. Every call it makes
 // goes through a real SQLite file in t.TempDir().
 type env struct {
-	t    *testing.T
-	path string
-	db   *state.DB
-	p    *pacer.Pacer
-	clk  *clock
-	n    atomic.Int64 // calls made, for call IDs
+	t     *testing.T
+	path  string
+	db    *state.DB
+	rerun *rerunStore // e.p's store: e.db, each Update's function run twice
+	p     *pacer.Pacer
+	clk   *clock
+	n     atomic.Int64 // calls made, for call IDs
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{t: t, path: filepath.Join(t.TempDir(), "state.db"), clk: &clock{now: start}}
 	e.db, e.p = e.open()
+	// e.p runs every transaction twice, as a database that retries one
+	// does: no test of the pacer passes on a closure that keeps anything
+	// of a run that was rolled back.
+	e.rerun = &rerunStore{Store: e.db}
+	e.p = e.pacerOn(e.rerun)
 	return e
 }
 
@@ -52,12 +58,17 @@ func (e *env) open() (*state.DB, *pacer.Pacer) {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { db.Close() })
+	return db, e.pacerOn(db)
+}
+
+// pacerOn returns a Pacer on db at the env's clock.
+func (e *env) pacerOn(db ledger.Store) *pacer.Pacer {
 	p := pacer.New(db)
 	p.Now, p.Rand = e.clk.Now, func() float64 { return 0.5 }
 	// A lease runs out by the test clock: no wall-clock timer gives its
 	// slots back behind the test's back.
 	p.AfterFunc = func(time.Duration, func()) func() bool { return func() bool { return true } }
-	return db, p
+	return p
 }
 
 // newKey returns a key with the given documented policies, no smoothing

@@ -105,26 +105,37 @@ func samePolicy(a, b ratelimit.Observation) bool {
 	return a.Policy == b.Policy && a.Unit == b.Unit && a.Partition == b.Partition
 }
 
-// writeLearned writes in tx what the Pacer keeps for key, and returns it,
-// to be kept again (see relearn) if tx does not commit; nil when there was
-// nothing.
-func (p *Pacer) writeLearned(tx ledger.Tx, key string) (*learned, error) {
+// takeLearned removes from memory what the Pacer keeps for keys, for a
+// transaction to write (see writeLearned); nil entries where there was
+// nothing. What is taken must be kept again (relearn) if that transaction
+// does not commit.
+func (p *Pacer) takeLearned(keys []string) []*learned {
 	p.mu.Lock()
-	l := p.learned[key]
-	delete(p.learned, key)
-	p.mu.Unlock()
-	if l == nil {
-		return nil, nil
+	defer p.mu.Unlock()
+	taken := make([]*learned, len(keys))
+	for i, key := range keys {
+		if l := p.learned[key]; l != nil {
+			delete(p.learned, key)
+			l.stop()
+			taken[i] = l
+		}
 	}
-	l.stop()
+	return taken
+}
+
+// writeLearned writes l in tx. It changes nothing in memory, so that a
+// transaction run again writes the same.
+func writeLearned(tx ledger.Tx, l *learned) error {
+	key := l.key.Name
 	ks, err := tx.KeyState(key)
 	if err != nil {
-		return l, err
+		return err
 	}
 	known, err := tx.Known(key)
 	if err != nil {
-		return l, err
+		return err
 	}
+	grew := false
 	for _, w := range l.words {
 		var prev *ledger.Known
 		for i, k := range known {
@@ -135,20 +146,26 @@ func (p *Pacer) writeLearned(tx ledger.Tx, key string) (*learned, error) {
 		if prev != nil && prev.ReceivedAt.After(w.receivedAt) {
 			continue // a later answer spoke already
 		}
+		grew = grew || prev == nil
 		ob, err := settle(tx, l.key, w.ob, w.receivedAt, w.admitted, w.basis, prev, ks)
 		if err != nil {
-			return l, err
+			return err
 		}
 		if err := tx.PutKnown(ledger.Known{Key: key, Observation: ob, ReceivedAt: w.receivedAt, BasisAt: w.basis,
 			Route: w.route}); err != nil {
-			return l, err
+			return err
 		}
 	}
 	if l.timed {
 		noteLatency(&ks, l.latency, l.answeredAt, latencyPeriod(l.key, known))
 	}
 	ks.LastResponseAt = maxTime(ks.LastResponseAt, l.answeredAt)
-	return l, tx.PutKeyState(ks)
+	if grew && full(l.key, known) {
+		if _, err := bound(tx, l.key, l.answeredAt, ks.LastResponseAt); err != nil {
+			return err
+		}
+	}
+	return tx.PutKeyState(ks)
 }
 
 // relearn keeps again what a transaction that did not commit took to
@@ -189,14 +206,19 @@ func (p *Pacer) writeLearnedNow(ctx context.Context, key string) error {
 // update runs fn in a write transaction that first writes what the Pacer
 // keeps for keys (see writeLearned); when it does not commit, that is
 // kept again.
+//
+// ledger.Store.Update may run its function more than once (a database
+// retries a transaction after a deadlock or a dropped connection), so
+// what is learned is taken from memory once, before it, and every run
+// writes the same.
 func (p *Pacer) update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
-	var taken []*learned
+	taken := p.takeLearned(keys)
 	err := p.db.Update(ctx, func(tx ledger.Tx) error {
-		taken = taken[:0]
-		for _, key := range keys {
-			l, err := p.writeLearned(tx, key)
-			taken = append(taken, l)
-			if err != nil {
+		for _, l := range taken {
+			if l == nil {
+				continue
+			}
+			if err := writeLearned(tx, l); err != nil {
 				return err
 			}
 		}

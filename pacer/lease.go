@@ -105,20 +105,18 @@ func (p *Pacer) spentLease(key string, now time.Time) *lease {
 }
 
 // breakLease ends l (when not nil) at an answer it did not foresee: the
-// answers still to come of its slots are advised as any other, and its
-// slots not handed out are given back in tx.
-func (p *Pacer) breakLease(tx ledger.Tx, l *lease) error {
+// answers still to come of its slots are advised as any other, and no
+// more of its slots are handed out. It returns l when this call ended it,
+// and the caller then gives its slots back in a transaction (release);
+// nil when l was ended already.
+func (p *Pacer) breakLease(l *lease) *lease {
 	if l == nil {
 		return nil
 	}
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	l.broken = true
-	mine := p.dropLease(l)
-	p.mu.Unlock()
-	if mine == nil {
-		return nil // given back already
-	}
-	return l.release(tx)
+	return p.dropLease(l)
 }
 
 // currentLease returns the key's lease; nil when there is none.

@@ -1,9 +1,9 @@
 package pacer
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"math"
 	"net/http"
 	"time"
 
@@ -80,28 +80,36 @@ func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 		return res, nil
 	}
 	var res Result
-	err := p.update(ctx, func(tx ledger.Tx) error {
-		var ks ledger.KeyState
-		var err error
-		if res, ks, err = p.record(tx, t, o); err != nil {
-			return err
+	// A lease this answer ends stops handing out slots at once, in memory,
+	// and its slots are given back by the transaction: by every run of it,
+	// since the function may run more than once (see ledger.Store).
+	var ended *lease
+	record := func(tx ledger.Tx) (Result, error) {
+		res, ks, err := p.record(tx, t, o)
+		if err != nil {
+			return res, err
 		}
 		if t.lease != nil {
 			if r, ok := p.leaseResult(t, o, res, p.now()); ok {
-				res = r
-				return nil
+				return r, nil
 			}
-			if err := p.breakLease(tx, t.lease); err != nil {
-				return err
-			}
+			ended = cmp.Or(ended, p.breakLease(t.lease))
 		} else if unforeseen(o, res) {
 			// Whatever call brought it, the key's lease does not foresee it.
-			if err := p.breakLease(tx, p.currentLease(t.Call.Key.Name)); err != nil {
-				return err
-			}
+			ended = cmp.Or(ended, p.breakLease(p.currentLease(t.Call.Key.Name)))
 		}
 		res.Budgets, res.Binding, res.Advice, err = p.advise(tx, t.Call, p.now(), ks)
-		return err
+		return res, err
+	}
+	err := p.update(ctx, func(tx ledger.Tx) error {
+		var err error
+		if res, err = record(tx); err != nil {
+			return err
+		}
+		if ended != nil {
+			return ended.release(tx)
+		}
+		return nil
 	}, t.Call.Key.Name)
 	if err != nil {
 		return res, fmt.Errorf("pacer: record %s: %w", t.Call.Key.Name, err)
@@ -148,11 +156,17 @@ func observations(t Ticket, o Outcome) []ledger.ObservationRecord {
 	return obs
 }
 
-// normalized names the policy and unit of an observation that did not.
+// normalized names the policy and unit of an observation that did not,
+// and renames one that takes the name of the policy evicted ones are
+// folded into (see bound), which only mcp-quota writes.
 func normalized(ob ratelimit.Observation) ratelimit.Observation {
-	if ob.Policy == "" {
+	switch ob.Policy {
+	case "":
 		ob.Policy = unnamedPolicy
+	case EvictedPolicy:
+		ob.Policy = "upstream-" + EvictedPolicy
 	}
+	ob.Policy, ob.Partition = boundName(ob.Policy), boundName(ob.Partition)
 	if ob.Unit == "" {
 		ob.Unit = ratelimit.Requests
 	}
@@ -227,6 +241,7 @@ func (p *Pacer) record(tx ledger.Tx, t Ticket, o Outcome) (Result, ledger.KeySta
 	// Every observation is kept with its context; fresh ones become the
 	// latest word on their policy.
 	exhausted := false
+	grew := false // a policy not kept before was recorded
 	for _, rec := range observations(t, o) {
 		if err := tx.AddObservation(rec); err != nil {
 			return res, ks, err
@@ -244,6 +259,7 @@ func (p *Pacer) record(tx ledger.Tx, t Ticket, o Outcome) (Result, ledger.KeySta
 				prev = &known[i]
 			}
 		}
+		grew = grew || prev == nil
 		if ob, err = learnLeak(tx, key, ob, rd.ReceivedAt, basis, o.Status, prev); err != nil {
 			return res, ks, err
 		}
@@ -308,18 +324,40 @@ func (p *Pacer) record(tx ledger.Tx, t Ticket, o Outcome) (Result, ledger.KeySta
 		}
 		if msg != "" {
 			res.Warnings = append(res.Warnings, msg)
+			grew = true
+		}
+	}
+	if grew && full(c.Key, known) {
+		if msg, err := bound(tx, c.Key, now, maxTime(ks.LastResponseAt, now)); err != nil {
+			return res, ks, err
+		} else if msg != "" {
+			res.Warnings = append(res.Warnings, msg)
 		}
 	}
 
 	probe := ks.ProbeAttempt == t.ID
+	routeOnly := false // the failure is evidence about its route alone
+	if failure && !guided && !(probe && ks.HalfOpen) && routeEvidence(o, rd) {
+		var wait time.Duration
+		var msg string
+		if routeOnly, wait, msg, err = p.failRoute(tx, t, o, rd, now); err != nil {
+			return res, ks, err
+		}
+		res.RetryIn = max(res.RetryIn, wait)
+		if msg != "" {
+			res.Warnings = append(res.Warnings, msg)
+		}
+	}
 	switch {
+	case routeOnly:
+		// Backed off on its route alone: the key goes on as it was.
 	case failure && !guided && !rd.Abnormal:
 		ks.Failures++
 		reopen := probe && ks.HalfOpen
 		if ks.Failures >= BreakerThreshold || reopen {
 			// Open (or, when the half-open probe failed, reopen) the circuit:
 			// nothing goes until the cooldown ends, then one probe.
-			cool := min(time.Duration(float64(BreakerCooldown)*math.Pow(2, float64(ks.Opens))), BreakerMax)
+			cool := cooldown(ks.Opens)
 			ks.Opens++
 			ks.HalfOpen = true
 			ks.Failures = 0

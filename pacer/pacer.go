@@ -204,7 +204,12 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 		var now time.Time
 		var granted *lease
 		renewing := spent != nil
+		marked := false // a run marked the key as being granted a lease
 		err := p.update(ctx, func(tx ledger.Tx) error {
+			// The function may run more than once (see ledger.Store):
+			// only the last run's results count, and nothing in memory
+			// changes until the transaction commits.
+			d, t, pause, granted = decision{}, Ticket{}, nil, nil
 			if spent != nil {
 				if err := spent.release(tx); err != nil {
 					return err
@@ -250,6 +255,7 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 				if granted, err = p.grant(tx, c, snap, d, &ks, now); err != nil {
 					return err
 				}
+				marked = marked || granted != nil
 				t.granted = granted != nil
 				return tx.PutKeyState(ks)
 			}
@@ -281,7 +287,7 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 		switch {
 		case granted != nil && err == nil:
 			p.install(granted)
-		case granted != nil || renewing:
+		case marked || renewing:
 			p.notGranted(c.Key.Name) // the calls waiting for a lease go their own way
 		}
 		if err != nil {

@@ -299,3 +299,28 @@ func TestUnifiedPercentWindows(t *testing.T) {
 		t.Errorf("rejected: %s for %v, want 'unified-5h' until its reset", pe.Source, pe.RetryAfter)
 	}
 }
+
+// Zero guidance on an answer that was not refused — nothing left in a
+// window said to end now, or one whose reset is already past — is never
+// a reason to send the next call at once: it waits a second, as after a
+// zero Retry-After.
+func TestEmptyWindowEndingNowWaitsASecond(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		t    time.Duration
+	}{
+		{"t=0", 0},
+		{"a reset already past", -3 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			k := newKey()
+			e.send(k, "agent", 200, reading(0, shown("default", 100, time.Minute, 0, tt.t)))
+			e.clk.advance(time.Millisecond)
+			pe := e.mustPause(k, "agent", "/items")
+			if pe.Source != "default" || !near(pe.RetryAfter, pacer.RetryFloor-time.Millisecond, 2*time.Millisecond) {
+				t.Errorf("next call: %s for %v (%s), want default for about %v", pe.Source, pe.RetryAfter, pe.Reason, pacer.RetryFloor)
+			}
+		})
+	}
+}

@@ -64,7 +64,7 @@ func TestAdvice(t *testing.T) {
 				e.clk.advance(3 * time.Second) // 2 left: spread 3 s apart
 				return e.send(k, "agent", 200, nil)
 			},
-			want: pacer.Advice{Action: pacer.SlowDown, Reason: "Only 1 of 20 calls are left under policy 'default'; spread them out, about one every 3 s."},
+			want: pacer.Advice{Action: pacer.SlowDown, Reason: "Only 1 of 20 calls is left under policy 'default'; spread them out, about one every 3 s."},
 		},
 		{
 			name: "pause, quota spent",

@@ -3,6 +3,8 @@ package pacer
 import (
 	"testing"
 	"time"
+
+	"github.com/mcp-quota/mcp-quota/ratelimit"
 )
 
 func TestFormatDuration(t *testing.T) {
@@ -48,6 +50,25 @@ func TestPace(t *testing.T) {
 	} {
 		if got := pace(tt.d); got != tt.want {
 			t.Errorf("pace(%v) = %q, want %q", tt.d, got, tt.want)
+		}
+	}
+}
+
+func TestHowMany(t *testing.T) {
+	tests := []struct {
+		n    int64
+		unit ratelimit.Unit
+		want string
+	}{
+		{1, ratelimit.Requests, "1 call is"},
+		{0, ratelimit.Requests, "0 calls are"},
+		{119, "", "119 calls are"},
+		{1, ratelimit.ContentBytes, "1 content byte is"},
+		{2048, ratelimit.ContentBytes, "2048 content bytes are"},
+	}
+	for _, tt := range tests {
+		if got := howMany(tt.n, tt.unit); got != tt.want {
+			t.Errorf("howMany(%d, %q) = %q, want %q", tt.n, tt.unit, got, tt.want)
 		}
 	}
 }

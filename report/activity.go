@@ -6,6 +6,15 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
+// ActivityPage is a page of activity, newest first, as GET /v1/activity
+// and the activity resource answer it.
+type ActivityPage struct {
+	Activity []Activity `json:"activity"`
+	// NextCursor continues the page further back in time (REST only);
+	// empty when there is no more.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
 // Activity is one attempt (or one call answered without an attempt) as
 // the activity resource, REST's GET /v1/activity and the CLI show it.
 type Activity struct {

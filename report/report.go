@@ -131,16 +131,37 @@ func shareLeft(q Quota) float64 {
 
 // KeyStatus is one key's budget, for planning.
 type KeyStatus struct {
-	Key          string        `json:"key"`
-	Credential   string        `json:"credential" jsonschema:"ok, or why the key's credential is unavailable"`
-	Local        []Local       `json:"local" jsonschema:"the documented policies, counted over every caller and process sharing the key"`
-	Upstream     []Upstream    `json:"upstream" jsonschema:"every policy the upstream announced or a refusal revealed"`
-	RetryAfter   *Gate         `json:"retry_after,omitempty" jsonschema:"the gate nothing passes before, when one is closed"`
-	Reservations []Reservation `json:"reservations,omitempty"`
-	Warnings     []string      `json:"warnings,omitempty" jsonschema:"raised in the last hour: hidden limits, abnormal usage, an open circuit"`
-	InFlight     int           `json:"in_flight"`
-	Quota        Quota         `json:"quota" jsonschema:"the tightest budget"`
-	Advice       Advice        `json:"advice"`
+	Key              string        `json:"key"`
+	Credential       string        `json:"credential" jsonschema:"ok, or why the key's credential is unavailable"`
+	Local            []Local       `json:"local" jsonschema:"the documented policies, counted over every caller and process sharing the key"`
+	Upstream         []Upstream    `json:"upstream" jsonschema:"the policies the upstream announced or a refusal revealed (at most 16: past that, the most constrained)"`
+	UpstreamNotShown int           `json:"upstream_not_shown,omitempty" jsonschema:"how many less constrained upstream policies are not shown"`
+	RetryAfter       *Gate         `json:"retry_after,omitempty" jsonschema:"the gate nothing passes before, when one is closed"`
+	Reservations     []Reservation `json:"reservations,omitempty"`
+	Warnings         []string      `json:"warnings,omitempty" jsonschema:"raised in the last hour: hidden limits, abnormal usage, an open circuit"`
+	InFlight         int           `json:"in_flight"`
+	Quota            Quota         `json:"quota" jsonschema:"the tightest budget"`
+	Advice           Advice        `json:"advice"`
+}
+
+// MaxUpstream is the most upstream policies a KeyStatus shows: the most
+// constrained, whatever the upstream announced. With names of at most
+// pacer.MaxName bytes and at most 20 warnings, one key's status stays
+// within a few tens of thousands of characters.
+const MaxUpstream = 16
+
+// budgetLeft is the share of b that is left, for ordering: an exhausted
+// or expired budget first, one whose r is unknown last.
+func budgetLeft(b pacer.Budget) float64 {
+	switch {
+	case b.Remaining < 0:
+		return 2
+	case b.Limit > 0:
+		return float64(b.Remaining) / float64(b.Limit)
+	case b.Remaining == 0:
+		return 0
+	}
+	return 1
 }
 
 // Local is a documented policy's shared local budget.
@@ -151,6 +172,7 @@ type Local struct {
 	Remaining int64  `json:"remaining" jsonschema:"calls this caller may still make now"`
 	ResetS    int64  `json:"reset_s" jsonschema:"seconds until the oldest call in the window leaves it"`
 	WindowS   int64  `json:"window_s"`
+	Binds     bool   `json:"binds" jsonschema:"this is the budget that binds now: the tightest, which quota and advice are about"`
 }
 
 // Upstream is one policy the upstream announced, with its latest value.
@@ -168,6 +190,7 @@ type Upstream struct {
 	Expired    bool   `json:"expired" jsonschema:"past its effective window: r no longer holds, a probe asks again"`
 	Hidden     bool   `json:"hidden" jsonschema:"never announced: inferred from a refusal and enforced locally"`
 	Source     string `json:"source"`
+	Binds      bool   `json:"binds" jsonschema:"this is the budget that binds now: the tightest, which quota and advice are about"`
 }
 
 // Gate is a time before which nothing is sent.
@@ -228,15 +251,26 @@ func newKeyStatus(k *keystore.Key, st pacer.KeyStatus, now time.Time) KeyStatus 
 	if _, err := k.Credential(); err != nil {
 		ks.Credential = err.Error()
 	}
+	binds := func(b pacer.Budget) bool {
+		x := st.Binding
+		return x != nil && x.Policy == b.Policy && x.Source == b.Source && x.Partition == b.Partition && x.Unit == b.Unit
+	}
 	for _, b := range st.Local {
 		ks.Local = append(ks.Local, Local{Policy: b.Policy, Limit: b.Limit, Used: b.Used, Remaining: b.Remaining,
-			ResetS: Seconds(b.Reset), WindowS: Seconds(b.Window)})
+			ResetS: Seconds(b.Reset), WindowS: Seconds(b.Window), Binds: binds(b)})
 	}
-	for _, b := range st.Upstream {
+	upstream := st.Upstream
+	if len(upstream) > MaxUpstream {
+		upstream = slices.Clone(upstream)
+		slices.SortStableFunc(upstream, func(a, b pacer.Budget) int { return cmp.Compare(budgetLeft(a), budgetLeft(b)) })
+		ks.UpstreamNotShown = len(upstream) - MaxUpstream
+		upstream = upstream[:MaxUpstream]
+	}
+	for _, b := range upstream {
 		ks.Upstream = append(ks.Upstream, Upstream{Policy: b.Policy, Unit: string(b.Unit), Partition: b.Partition,
 			Q: b.Limit, W: Seconds(b.Window), R: b.Remaining, T: Seconds(b.Reset),
 			ObservedAt: b.Observed.UTC().Format(time.RFC3339), AgeS: int64(now.Sub(b.Observed).Seconds()),
-			Expired: b.Expired, Hidden: b.Hidden, Source: b.Source, Counted: b.Counted})
+			Expired: b.Expired, Hidden: b.Hidden, Source: b.Source, Counted: b.Counted, Binds: binds(b)})
 	}
 	if len(st.Gates) > 0 {
 		g := st.Gates[0] // the latest to open

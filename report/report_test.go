@@ -2,6 +2,7 @@ package report
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"testing"
 	"time"
@@ -31,8 +32,9 @@ func TestBuild(t *testing.T) {
 	observed := now.Add(-18 * time.Second)
 	local := pacer.Budget{Policy: "default", Unit: ratelimit.Requests, Limit: 120, Used: 3, Remaining: 117, Reset: 41500 * time.Millisecond, Window: time.Minute, Source: "local"}
 	up := pacer.Budget{Policy: "day", Unit: ratelimit.Requests, Limit: 5000, Remaining: 0, Reset: 90 * time.Second, Window: 24 * time.Hour, Source: "draft-11", Observed: observed}
+	generous := pacer.Budget{Policy: "default", Unit: ratelimit.Requests, Limit: 120, Remaining: 119, Reset: 30 * time.Second, Window: time.Minute, Source: "draft-11", Observed: observed}
 	st := statuses{
-		"calm": {Key: "calm", Local: []pacer.Budget{local}, Binding: &local,
+		"calm": {Key: "calm", Local: []pacer.Budget{local}, Upstream: []pacer.Budget{generous}, Binding: &local,
 			Advice: pacer.Advice{Action: pacer.Continue, Reason: "You can make 117 more calls in the next 42 s."}},
 		"spent": {Key: "spent", Upstream: []pacer.Budget{up}, Binding: &up,
 			Gates:  []ledger.Gate{{Scope: "", Until: now.Add(90 * time.Second), Source: "retry-after", Reason: "the upstream asked to wait"}},
@@ -44,13 +46,16 @@ func TestBuild(t *testing.T) {
 	}
 	want := Status{
 		Keys: []KeyStatus{
-			{Key: "calm", Credential: "ok", Upstream: []Upstream{},
-				Local:  []Local{{Policy: "default", Limit: 120, Used: 3, Remaining: 117, ResetS: 42, WindowS: 60}},
+			{Key: "calm", Credential: "ok",
+				// The upstream's r=119 is beside the local count; the local one binds.
+				Upstream: []Upstream{{Policy: "default", Unit: "requests", Q: 120, W: 60, R: 119, T: 30,
+					ObservedAt: "2026-11-30T11:59:42Z", AgeS: 18, Source: "draft-11"}},
+				Local:  []Local{{Policy: "default", Limit: 120, Used: 3, Remaining: 117, ResetS: 42, WindowS: 60, Binds: true}},
 				Quota:  Quota{Key: "calm", Policy: "default", Limit: 120, Remaining: 117, ResetS: 42, WindowS: 60, Source: "local"},
 				Advice: Advice{Action: "continue", Reason: "You can make 117 more calls in the next 42 s."}},
 			{Key: "spent", Credential: "ok", Local: []Local{},
 				Upstream: []Upstream{{Policy: "day", Unit: "requests", Q: 5000, W: 86400, R: 0, T: 90,
-					ObservedAt: "2026-11-30T11:59:42Z", AgeS: 18, Source: "draft-11"}},
+					ObservedAt: "2026-11-30T11:59:42Z", AgeS: 18, Source: "draft-11", Binds: true}},
 				RetryAfter: &Gate{Until: "2026-11-30T12:01:30Z", RetryAfterS: 90, Source: "retry-after", Reason: "the upstream asked to wait"},
 				Quota:      Quota{Key: "spent", Policy: "day", Limit: 5000, Remaining: 0, ResetS: 90, WindowS: 86400, Source: "draft-11", ObservedAt: "2026-11-30T11:59:42Z"},
 				Advice:     Advice{Action: "pause", RetryAfterS: 90, Reason: "Wait 90 s before the next call."}},
@@ -74,5 +79,27 @@ func TestSeconds(t *testing.T) {
 		if got := Seconds(d); got != want {
 			t.Errorf("Seconds(%v) = %d, want %d", d, got, want)
 		}
+	}
+}
+
+// A key shows at most MaxUpstream upstream policies, the most constrained,
+// and counts the others, whatever the upstream announced.
+func TestBuildShowsAtMostMaxUpstream(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	var ups []pacer.Budget
+	for i := range 40 {
+		ups = append(ups, pacer.Budget{Policy: fmt.Sprintf("p%02d", i), Unit: ratelimit.Requests, Limit: 100,
+			Remaining: int64(100 - i), Reset: time.Minute, Window: time.Hour, Source: "draft-11", Observed: now})
+	}
+	got, err := Build(context.Background(), statuses{"k": {Key: "k", Upstream: ups}}, []*keystore.Key{key("k")}, "agent", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks := got.Keys[0]
+	if len(ks.Upstream) != MaxUpstream || ks.UpstreamNotShown != 40-MaxUpstream {
+		t.Fatalf("shows %d upstream policies and %d not shown, want %d and %d", len(ks.Upstream), ks.UpstreamNotShown, MaxUpstream, 40-MaxUpstream)
+	}
+	if first, last := ks.Upstream[0].Policy, ks.Upstream[MaxUpstream-1].Policy; first != "p39" || last != "p24" {
+		t.Errorf("shows %s … %s, want the most constrained: p39 … p24", first, last)
 	}
 }

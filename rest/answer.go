@@ -29,6 +29,10 @@ const lookaheadLimit = 256 << 10
 // errAnswerBroken reports an answer whose body ended before it was whole.
 var errAnswerBroken = errors.New("the upstream's answer broke off")
 
+// errCallerGone reports a caller that stopped reading an answer (it hung
+// up, or its connection broke) while it was being sent.
+var errCallerGone = errors.New("the caller stopped reading the answer")
+
 // answer is an upstream answer on its way to the caller.
 type answer struct {
 	head  []byte // the whole body, when whole is set
@@ -105,7 +109,7 @@ func (a *answer) send(w http.ResponseWriter, resp *upstream.Response, flush bool
 		return err
 	}
 	before := len(resp.Redactions())
-	_, err := copyBody(w, io.MultiReader(bytes.NewReader(a.head), resp.Body), flush)
+	n, err := copyBody(w, io.MultiReader(bytes.NewReader(a.head), resp.Body), flush)
 	if where := resp.Redactions(); len(where) > before {
 		// A trailer: the header went out before the body was read.
 		w.Header().Set(http.TrailerPrefix+WarningField, upstream.RedactionWarning(where))
@@ -114,7 +118,10 @@ func (a *answer) send(w http.ResponseWriter, resp *upstream.Response, flush bool
 		// What came goes out, then the exchange ends without its last
 		// chunk: the caller sees a body cut short, not a short body.
 		_ = http.NewResponseController(w).Flush()
-		return brokenBody(err, -1, resp.ContentLength)
+		if errors.Is(err, errCallerGone) {
+			return fmt.Errorf("after %d bytes: %w", n, err)
+		}
+		return brokenBody(err, n, resp.ContentLength)
 	}
 	return nil
 }

@@ -64,7 +64,7 @@ func TestRefusals(t *testing.T) {
 		{"caller token with one character more", "GET", "/k/demo/v1/participants", []string{sync + "x"}, 401, "unauthorized", false},
 		{"caller token as Basic credentials", "GET", "/k/demo/v1/participants", []string{"Authorization: Basic " + syncToken}, 401, "unauthorized", false},
 		{"caller token in a cookie", "GET", "/k/demo/v1/participants", []string{"Cookie: token=" + syncToken}, 401, "unauthorized", false},
-		{"caller not listed for the key", "GET", "/k/demo/v1/participants", []string{"Authorization: Bearer " + strangerToken}, 403, "forbidden", false},
+		{"caller not listed for the key: answered as an unknown key", "GET", "/k/demo/v1/participants", []string{"Authorization: Bearer " + strangerToken}, 404, "unknownKey", false},
 		{"unknown key", "GET", "/k/nope/v1/participants", []string{sync}, 404, "unknownKey", false},
 		{"no key", "GET", "/k//v1/participants", []string{sync}, 404, "unknownKey", false},
 		{"encoded key name", "GET", "/k/%64emo/v1/participants", []string{sync}, 404, "unknownKey", false},
@@ -101,13 +101,13 @@ func TestRefusals(t *testing.T) {
 		{"MCP message too large", "POST", "/mcp", []string{sync, "Content-Type: application/json", "Content-Length: 2000000"}, 413, "payloadTooLarge", false},
 
 		{"quota of an unknown key", "GET", "/v1/quota?key=nope", []string{sync}, 404, "unknownKey", false},
-		{"quota of a key not listed", "GET", "/v1/quota?key=other", []string{sync}, 403, "forbidden", false},
+		{"quota of a key not listed: as an unknown key", "GET", "/v1/quota?key=other", []string{sync}, 404, "unknownKey", false},
 		{"quota without a token", "GET", "/v1/quota", nil, 401, "unauthorized", false},
 		{"activity without a key", "GET", "/v1/activity", []string{sync}, 400, "badRequest", false},
 		{"activity limit 0", "GET", "/v1/activity?key=demo&limit=0", []string{sync}, 400, "badRequest", false},
 		{"activity since not a time", "GET", "/v1/activity?key=demo&since=yesterday", []string{sync}, 400, "badRequest", false},
 		{"activity cursor not ours", "GET", "/v1/activity?key=demo&cursor=zzz", []string{sync}, 400, "badRequest", false},
-		{"activity of a key not listed", "GET", "/v1/activity?key=other", []string{sync}, 403, "forbidden", false},
+		{"activity of a key not listed: as an unknown key", "GET", "/v1/activity?key=other", []string{sync}, 404, "unknownKey", false},
 		{"nothing here", "GET", "/admin", []string{sync}, 404, "badRequest", false},
 	}
 	for _, tt := range tests {

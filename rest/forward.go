@@ -237,7 +237,11 @@ func (h *Handler) failed(w http.ResponseWriter, r *http.Request, k *keystore.Key
 		writeProblem(w, http.StatusBadGateway, CodeUpstreamUnavailable, sentence(err.Error()), nil)
 	default:
 		h.log().Info("no answer from the upstream", "key", k.Name, "error", err)
-		writeProblem(w, http.StatusBadGateway, CodeUpstreamUnavailable, sentence(err.Error()), nil)
+		detail := sentence(err.Error())
+		if errors.Is(err, upstream.ErrUnreachable) && k.UnreachableHint != "" {
+			detail += " " + sentence(k.UnreachableHint)
+		}
+		writeProblem(w, http.StatusBadGateway, CodeUpstreamUnavailable, detail, nil)
 	}
 }
 
@@ -322,7 +326,7 @@ func copyBody(w http.ResponseWriter, src io.Reader, flush bool) (int64, error) {
 		m, err := src.Read(buf)
 		if m > 0 {
 			if _, werr := w.Write(buf[:m]); werr != nil {
-				return n, werr
+				return n, fmt.Errorf("%w: %w", errCallerGone, werr)
 			}
 			n += int64(m)
 			if flush {

@@ -104,13 +104,11 @@ func (h *Handler) key(w http.ResponseWriter, r *http.Request, name string) (*key
 		writeProblem(w, http.StatusUnauthorized, CodeUnauthorized, "A caller token is required: send Authorization: Bearer <token>.", nil)
 		return nil, nil, false
 	}
+	// A key the caller may not use is answered as one that does not
+	// exist: its name tells nothing.
 	k, err := h.Keys.Key(name)
-	if err != nil || name == "" {
+	if err != nil || name == "" || !caller.MayUse(k.Name) {
 		writeProblem(w, http.StatusNotFound, CodeUnknownKey, fmt.Sprintf("There is no key %q. Keys you may use: %s.", name, strings.Join(usable(h.Keys, caller), ", ")), nil)
-		return nil, nil, false
-	}
-	if !caller.MayUse(k.Name) {
-		writeProblem(w, http.StatusForbidden, CodeForbidden, fmt.Sprintf("Caller '%s' may not use key '%s'.", caller.Name, k.Name), nil)
 		return nil, nil, false
 	}
 	return k, caller, true
@@ -157,12 +155,6 @@ func (h *Handler) quota(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
-}
-
-// activityPage is GET /v1/activity's answer.
-type activityPage struct {
-	Activity   []report.Activity `json:"activity"`
-	NextCursor string            `json:"next_cursor,omitempty"`
 }
 
 // activity serves GET /v1/activity?key=&since=&limit=&cursor=.
@@ -218,7 +210,7 @@ func (h *Handler) activity(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable, ledger.Unavailable(err)+"; GET /healthz says why.", nil)
 		return
 	}
-	out := activityPage{Activity: make([]report.Activity, 0, len(list))}
+	out := report.ActivityPage{Activity: make([]report.Activity, 0, len(list))}
 	for _, a := range list {
 		// Rows an older mcp-quota recorded may hold the credential.
 		if k, err := h.Keys.Key(a.Key); err == nil {

@@ -157,11 +157,8 @@ func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	lim := d.Fetch.withDefaults()
 	caller := d.caller(ctx)
 	k, err := d.Keys.Key(a.Key)
-	if err != nil {
+	if err != nil || !caller.MayUse(k.Name) { // a key not the caller's is one that does not exist
 		return failure("unknownKey", unknownKey(d.Keys, caller, a.Key)), nil
-	}
-	if !caller.MayUse(k.Name) {
-		return failure("forbidden", fmt.Sprintf("Caller '%s' may not use key '%s'.", caller.Name, k.Name)), nil
 	}
 	method := strings.ToUpper(a.Method)
 	if method == "" {
@@ -216,6 +213,9 @@ func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	if a.MaxLength != nil {
 		f.askedLen = *a.MaxLength
 	}
+	if a.MaxWaitS != nil {
+		f.askedWait = time.Duration(*a.MaxWaitS * float64(time.Second))
+	}
 	if method == http.MethodGet {
 		if res, ok, err := f.fromKept(ctx, header); errors.Is(err, upstream.ErrBodyMemory) {
 			return f.namedFailure(err), nil
@@ -251,9 +251,11 @@ type fetchCall struct {
 	maxLen int
 	// askedLen is the max_length asked for, when one was.
 	askedLen int
-	kept     ledger.StoredResponse
-	hasKept  bool
-	repeats  int
+	// askedWait is the max_wait_s asked for, when one was.
+	askedWait time.Duration
+	kept      ledger.StoredResponse
+	hasKept   bool
+	repeats   int
 	// sent is what the request goes upstream with (see
 	// upstream.SentHeader): what a kept answer's Vary is matched against.
 	sent http.Header
@@ -435,6 +437,7 @@ func (f *fetchCall) fitted(r fetchResult, raw []byte, complete bool) *mcp.CallTo
 	if f.askedLen > f.maxLen {
 		r.Warnings = append(slices.Clone(r.Warnings), fmt.Sprintf("max_length is at most %d characters; this page has at most that many.", f.maxLen))
 	}
+	r.Warnings = f.waitCapped(r.Warnings)
 	res := render(r, false)
 	if r.Binary || resultChars(res) <= f.lim.MaxResult {
 		return res
@@ -475,6 +478,16 @@ func resultChars(res *mcp.CallToolResult) int {
 	return utf8.RuneCount(b)
 }
 
+// waitCapped adds to warnings that max_wait_s was capped, when it was:
+// the agent must not believe it waited as long as it asked.
+func (f *fetchCall) waitCapped(warnings []string) []string {
+	if f.askedWait <= f.lim.MaxMaxWait {
+		return warnings
+	}
+	return append(slices.Clone(warnings), fmt.Sprintf("max_wait_s is at most %d seconds; this call waited at most that long.",
+		int(f.lim.MaxMaxWait/time.Second)))
+}
+
 // failed turns a call that got no answer into an isError result an agent
 // can act on.
 func (f *fetchCall) failed(err error) *mcp.CallToolResult {
@@ -483,7 +496,8 @@ func (f *fetchCall) failed(err error) *mcp.CallToolResult {
 	switch {
 	case errors.As(err, &pe):
 		r := fetchResult{Key: f.k.Name, Method: f.method, Path: f.target, Headers: map[string]string{},
-			Quota: report.NewQuota(f.k.Name, pe.Binding), Advice: report.Paused(f.k.Name, pe, f.lim.MaxMaxWait)}
+			Quota: report.NewQuota(f.k.Name, pe.Binding), Advice: report.Paused(f.k.Name, pe, f.lim.MaxMaxWait),
+			Warnings: f.waitCapped(nil)}
 		return render(r, true)
 	case errors.As(err, &pathErr):
 		return failure("badPath", sentence(err.Error()))
@@ -494,6 +508,9 @@ func (f *fetchCall) failed(err error) *mcp.CallToolResult {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return failure("cancelled", "The call was cancelled before an answer came.")
 	case errors.Is(err, upstream.ErrUnreachable):
+		if f.k.UnreachableHint != "" {
+			return failure("upstreamUnavailable", sentence(err.Error())+" "+sentence(f.k.UnreachableHint))
+		}
 		return failure("upstreamUnavailable", sentence(err.Error())+" Try again later.")
 	}
 	return failure("failed", sentence(err.Error()))

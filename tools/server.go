@@ -35,7 +35,7 @@ type Deps struct {
 	// Transport names the MCP transport in the activity: stdio or mcp-http.
 	Transport string
 	// LocalCaller names the caller of requests that carry none (stdio);
-	// empty means "agent".
+	// empty means "stdio".
 	LocalCaller string
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
@@ -62,6 +62,7 @@ func NewServer(d *Deps, version string) *server.MCPServer {
 	hooks := &server.Hooks{}
 	hooks.AddAfterCallTool(explainArguments)
 	hooks.AddBeforeReadResource(d.hideActivity)
+	hooks.AddAfterListResources(d.listActivity)
 	s := server.NewMCPServer("mcp-quota", version,
 		server.WithToolCapabilities(false),
 		server.WithResourceCapabilities(false, false),
@@ -88,7 +89,7 @@ func (d *Deps) caller(ctx context.Context) *keystore.Caller {
 	if d.LocalCaller != "" {
 		return keystore.Local(d.LocalCaller)
 	}
-	return keystore.Local("agent")
+	return keystore.Local("stdio")
 }
 
 // warn sends msg to the client as an MCP logging notification (clients

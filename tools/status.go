@@ -67,13 +67,24 @@ func (d *Deps) quotaStatus(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	if err != nil {
 		return d.stateUnavailable(a.Key, err), nil
 	}
-	st = st.Page(offset, limit)
-	maxWait := d.Fetch.withDefaults().MaxMaxWait
-	st.Advice = report.WaitInstead(st.Advice, maxWait)
-	for i := range st.Keys {
-		st.Keys[i].Advice = report.WaitInstead(st.Keys[i].Advice, maxWait)
+	lim := d.Fetch.withDefaults()
+	page := func(limit int) *mcp.CallToolResult {
+		p := st.Page(offset, limit)
+		p.Advice = report.WaitInstead(p.Advice, lim.MaxMaxWait)
+		for i := range p.Keys {
+			p.Keys[i].Advice = report.WaitInstead(p.Keys[i].Advice, lim.MaxMaxWait)
+		}
+		return mcp.NewToolResultStructured(p, statusText(p))
 	}
-	return mcp.NewToolResultStructured(st, statusText(st)), nil
+	// The whole result stays within MaxResult characters: fewer keys are
+	// shown in detail when it would not (the others are summarised, with
+	// the offset of the next page).
+	out := page(limit)
+	for limit > 1 && resultChars(out) > lim.MaxResult {
+		limit = max(1, min(limit, len(st.Keys)-offset)*lim.MaxResult/resultChars(out))
+		out = page(limit)
+	}
+	return out, nil
 }
 
 // keysFor returns the keys a status request covers: the one named, or
@@ -82,11 +93,8 @@ func (d *Deps) keysFor(ctx context.Context, name string) ([]*keystore.Key, *mcp.
 	caller := d.caller(ctx)
 	if name != "" {
 		k, err := d.Keys.Key(name)
-		if err != nil {
+		if err != nil || !caller.MayUse(k.Name) { // a key not the caller's is one that does not exist
 			return nil, failure("unknownKey", unknownKey(d.Keys, caller, name))
-		}
-		if !caller.MayUse(k.Name) {
-			return nil, failure("forbidden", fmt.Sprintf("Caller '%s' may not use key '%s'.", caller.Name, k.Name))
 		}
 		return []*keystore.Key{k}, nil
 	}
@@ -110,16 +118,16 @@ func statusText(st report.Status) string {
 		}
 		b.WriteString("\n")
 		for _, l := range k.Local {
-			fmt.Fprintf(&b, "  local %s: %d of %d left (%d used), window %d s, oldest leaves in %d s\n",
-				l.Policy, l.Remaining, l.Limit, l.Used, l.WindowS, l.ResetS)
+			fmt.Fprintf(&b, "  local %s: %d of %d left (%d used), window %d s, oldest leaves in %d s%s\n",
+				l.Policy, l.Remaining, l.Limit, l.Used, l.WindowS, l.ResetS, flag(l.Binds, "; this binds now"))
 		}
 		for _, u := range k.Upstream {
 			state := fmt.Sprintf("r=%d t=%d", u.R, u.T)
 			if u.Expired {
 				state = "expired"
 			}
-			fmt.Fprintf(&b, "  upstream %s (%s%s): q=%d w=%d %s, %d s old, from %s%s\n", u.Policy, u.Unit,
-				partition(u.Partition), u.Q, u.W, state, u.AgeS, u.Source, flag(u.Hidden, ", hidden"))
+			fmt.Fprintf(&b, "  upstream %s (%s%s): q=%d w=%d %s, %d s old, from %s%s%s\n", u.Policy, u.Unit,
+				partition(u.Partition), u.Q, u.W, state, u.AgeS, u.Source, flag(u.Hidden, ", hidden"), flag(u.Binds, "; this binds now"))
 		}
 		if g := k.RetryAfter; g != nil {
 			fmt.Fprintf(&b, "  closed for %d s (%s): %s\n", g.RetryAfterS, g.Source, g.Reason)
@@ -152,6 +160,20 @@ func activityTemplate() mcp.ResourceTemplate {
 	return mcp.NewResourceTemplate(activityPrefix+"{key}", "Key activity",
 		mcp.WithTemplateDescription("The latest 100 attempts through a key: caller, transport, state, status, wait and reason, newest first."),
 		mcp.WithTemplateMIMEType("application/json"))
+}
+
+// listActivity adds to resources/list the activity resource of every key
+// the caller may use: the template alone lists nothing a client can show.
+func (d *Deps) listActivity(ctx context.Context, _ any, _ *mcp.ListResourcesRequest, result *mcp.ListResourcesResult) {
+	caller := d.caller(ctx)
+	for _, k := range d.Keys.Keys() {
+		if !caller.MayUse(k.Name) {
+			continue
+		}
+		result.Resources = append(result.Resources, mcp.NewResource(activityPrefix+k.Name, "Activity of key "+k.Name,
+			mcp.WithResourceDescription("The latest 100 attempts through key "+k.Name+": caller, transport, state, status, wait and reason, newest first."),
+			mcp.WithMIMEType("application/json")))
+	}
 }
 
 // activityPrefix begins the URI of every key's activity resource.
@@ -206,7 +228,7 @@ func (d *Deps) readActivity(ctx context.Context, req mcp.ReadResourceRequest) ([
 		a.Reason, _ = k.Scrubber().Scrub(a.Reason)
 		entries = append(entries, report.NewActivity(a))
 	}
-	b, err := json.MarshalIndent(entries, "", "  ")
+	b, err := json.MarshalIndent(report.ActivityPage{Activity: entries}, "", "  ")
 	if err != nil {
 		return nil, err
 	}

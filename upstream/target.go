@@ -46,12 +46,12 @@ func Resolve(base *url.URL, path string, query url.Values) (*url.URL, error) {
 	case strings.Contains(path, "#"):
 		return refuse("fragments are not allowed")
 	case strings.HasPrefix(path, "//"):
-		return refuse("scheme-relative URLs are not allowed; give a path below the key's base URL")
+		return refuse("scheme-relative URLs are not allowed")
 	}
 	// A scheme ends the first segment ("http:", "javascript:"), whether
 	// or not the caller began the path with "/".
 	if first, _, _ := strings.Cut(strings.TrimPrefix(rawPath, "/"), "/"); strings.Contains(first, ":") {
-		return refuse("absolute URLs are not allowed; give a path below the key's base URL")
+		return refuse("absolute URLs are not allowed")
 	}
 	lower := strings.ToLower(rawPath)
 	if strings.Contains(lower, "%2f") || strings.Contains(lower, "%5c") || strings.Contains(lower, "%2e") || strings.Contains(lower, "%00") {

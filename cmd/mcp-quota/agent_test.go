@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -73,6 +74,9 @@ secret_env = "UNSET_VARIABLE_FOR_TEST"
 			}
 			if !strings.Contains(text(res), tt.says) {
 				t.Errorf("text %q does not say %q", text(res), tt.says)
+			}
+			if n := strings.Count(strings.ToLower(text(res)), "give a path below"); n > 1 {
+				t.Errorf("text %q gives the same advice %d times", text(res), n)
 			}
 			if strings.Contains(fmt.Sprint(out)+text(res), upstreamSecret) {
 				t.Error("result contains the upstream secret")
@@ -424,13 +428,29 @@ func TestActivityResource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var entries []struct{ Caller, Transport, State, Target string }
-	if err := json.Unmarshal([]byte(res.Contents[0].Text), &entries); err != nil {
+	var page struct { // the shape of GET /v1/activity
+		Activity []struct{ Caller, Transport, State, Target string }
+	}
+	if err := json.Unmarshal([]byte(res.Contents[0].Text), &page); err != nil {
 		t.Fatal(err)
 	}
+	entries := page.Activity
 	if len(entries) != 1 || entries[0].Caller != "resource-test" || entries[0].Transport != "stdio" ||
 		entries[0].State != "confirmed" || entries[0].Target != "/v1/participants/p-000007" {
 		t.Errorf("activity = %+v, want the one confirmed call by resource-test over stdio", entries)
+	}
+	// resources/list names it, so a client can show it without knowing
+	// the template.
+	list, err := sess.ListResources(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uris []string
+	for _, r := range list.Resources {
+		uris = append(uris, r.URI)
+	}
+	if !slices.Contains(uris, "quota://activity/demo") {
+		t.Errorf("resources/list = %v, want quota://activity/demo", uris)
 	}
 }
 

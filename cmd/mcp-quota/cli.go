@@ -26,7 +26,7 @@ func (e environment) status(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	keys, err := e.loadKeys(c, log)
+	keys, err := e.loadKeys(c, log, keysToRead)
 	if err != nil {
 		return err
 	}
@@ -58,10 +58,10 @@ func (e environment) status(ctx context.Context, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tPOLICY\tSOURCE\tLIMIT\tREMAINING\tRESET\tWINDOW\tAGE\t")
+	fmt.Fprintln(tw, "KEY\tPOLICY\tSOURCE\tLIMIT\tREMAINING\tRESET\tWINDOW\tAGE\tBINDS\t")
 	for _, k := range st.Keys {
 		for _, l := range k.Local {
-			fmt.Fprintf(tw, "%s\t%s\tlocal\t%d\t%d\t%ds\t%ds\t-\t\n", k.Key, l.Policy, l.Limit, l.Remaining, l.ResetS, l.WindowS)
+			fmt.Fprintf(tw, "%s\t%s\tlocal\t%d\t%d\t%ds\t%ds\t-\t%s\t\n", k.Key, l.Policy, l.Limit, l.Remaining, l.ResetS, l.WindowS, yes(l.Binds))
 		}
 		for _, u := range k.Upstream {
 			remaining := fmt.Sprint(u.R)
@@ -78,10 +78,10 @@ func (e environment) status(ctx context.Context, args []string) error {
 			if u.Hidden {
 				name += " (hidden)"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%ds\t%ds\t%ds\t\n", k.Key, name, u.Source, u.Q, remaining, u.T, u.W, u.AgeS)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%ds\t%ds\t%ds\t%s\t\n", k.Key, name, u.Source, u.Q, remaining, u.T, u.W, u.AgeS, yes(u.Binds))
 		}
 		if len(k.Local) == 0 && len(k.Upstream) == 0 {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t\n", k.Key)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t\n", k.Key)
 		}
 	}
 	tw.Flush()
@@ -100,6 +100,14 @@ func (e environment) status(ctx context.Context, args []string) error {
 	return nil
 }
 
+// yes marks the budget that binds in the status table.
+func yes(on bool) string {
+	if on {
+		return "yes"
+	}
+	return ""
+}
+
 // activity prints the latest attempts from the state file.
 func (e environment) activity(ctx context.Context, args []string) error {
 	var c common
@@ -114,7 +122,7 @@ func (e environment) activity(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	keys, err := e.loadKeys(c, log) // for the state it names
+	keys, err := e.loadKeys(c, log, keysToRead) // for the state it names
 	if err != nil {
 		return err
 	}

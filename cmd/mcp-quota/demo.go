@@ -111,6 +111,7 @@ base_url = %[2]q
 secret_file = %[3]q
 auth = "bearer"
 profile = "ietf"
+unreachable_hint = "This key's upstream is the demo inside \"mcp-quota serve --demo\", which is not running: start it again (it reuses this folder's files)"
   [[keys.policies]]
   name = "default"
   quota = 120
@@ -325,7 +326,7 @@ func lockDemo(ctx context.Context, dir string) (*demoLock, error) {
 			where = " (" + strings.TrimSpace(string(b)) + ")"
 		}
 		return nil, fmt.Errorf("another mcp-quota serve --demo is running with the demo files in %s%s: "+
-			"use that one, stop it first, or give this one its own files with --state OTHER_DIR/state.db", dir, where)
+			"use that one, stop it first, or give this one its own files and address with --state OTHER_DIR/state.db --listen 127.0.0.1:8788", dir, where)
 	}
 	return &demoLock{db: db, conn: conn}, nil
 }

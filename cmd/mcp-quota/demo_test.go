@@ -166,8 +166,20 @@ func TestSecondDemoLeavesTheFirstAlone(t *testing.T) {
 	err := run(t.Context(), []string{"serve", "--demo", "--listen", "127.0.0.1:0", "--state", filepath.Join(dir, "state.db")},
 		nil, &out, &errOut, func(string) string { return "" })
 	if err == nil || !strings.Contains(err.Error(), "another mcp-quota serve --demo is running") ||
-		!strings.Contains(err.Error(), first.base+"/mcp") || !strings.Contains(err.Error(), "--state") {
-		t.Errorf("second demo: %v; want a refusal naming the running demo and --state", err)
+		!strings.Contains(err.Error(), first.base+"/mcp") || !strings.Contains(err.Error(), "--state") ||
+		!strings.Contains(err.Error(), "--listen") {
+		t.Errorf("second demo: %v; want a refusal naming the running demo, --state and --listen", err)
+	}
+	// Its own files but the first's address: refused on the address before
+	// any file of the new demo is written.
+	elsewhere := t.TempDir()
+	err = run(t.Context(), []string{"serve", "--demo", "--listen", strings.TrimPrefix(first.base, "http://"), "--state", filepath.Join(elsewhere, "state.db")},
+		nil, &out, &errOut, func(string) string { return "" })
+	if err == nil || !strings.Contains(err.Error(), "already in use") {
+		t.Errorf("second demo on the first's address: %v; want the address refused", err)
+	}
+	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
+		t.Errorf("the refused demo wrote %d files in its directory, want none", len(entries))
 	}
 	if got := demoFiles(t, dir); !equalMaps(got, before) {
 		t.Errorf("the second demo changed the first's files:\nbefore %v\nafter  %v", before, got)
@@ -230,5 +242,25 @@ func TestDemoLinesWorkAsPasted(t *testing.T) {
 	}
 	if j == nil || json.Unmarshal([]byte(j[1]), &cfg) != nil || strings.Join(cfg.MCPServers["mcp-quota-stdio"].Args, " ") != m[2] {
 		t.Errorf("the stdio JSON line %q does not carry the command's arguments %q", j, m[2])
+	}
+}
+
+// TestStdioAfterTheDemoStopped: the demo key's upstream lives inside
+// "serve --demo"; a stdio server still registered with the demo's files
+// says so, rather than only "connection refused".
+func TestStdioAfterTheDemoStopped(t *testing.T) {
+	dir := t.TempDir()
+	d := startDemoServe(t, dir)
+	if err := d.stop(); err != nil {
+		t.Fatal(err)
+	}
+	s := &setup{dir: dir, config: filepath.Join(dir, "demo", "config.toml"), state: filepath.Join(dir, "state.db")}
+	sess := s.stdioSession(t, nil)
+	res, _ := call(t, sess, "fetch", map[string]any{"key": "demo", "path": "/v1/participants"})
+	if !res.IsError || errorCode(res) != "upstreamUnavailable" {
+		t.Fatalf("fetch with the demo stopped: %s; want an upstreamUnavailable error", text(res))
+	}
+	if !strings.Contains(text(res), "serve --demo") || !strings.Contains(text(res), "start it again") {
+		t.Errorf("fetch with the demo stopped says %q; want it to say the upstream lives inside serve --demo", text(res))
 	}
 }

@@ -395,3 +395,66 @@ func decode(t *testing.T, resp *http.Response, v any) {
 		t.Fatalf("%s: %v", resp.Request.URL, err)
 	}
 }
+
+// TestOneShotCommandsNeedNoCallerTokens: status and activity authenticate
+// no caller, so an unset caller token variable does not stop them, and
+// they log nothing that their own output does not already say (status
+// shows a key without a credential in its table).
+func TestOneShotCommandsNeedNoCallerTokens(t *testing.T) {
+	_, url := upstreamAPI(t, demo.Config{})
+	s := newSetup(t, url, defaultPolicy, "")
+	onlyKeySecret := func(name string) string { // the callers' token variables are unset
+		if name == "DEMO_SECRET" {
+			return upstreamSecret
+		}
+		return ""
+	}
+	out, errOut, err := runCmd(t, onlyKeySecret, "status", "--config", s.config, "--state", s.state)
+	if err != nil || !strings.Contains(out, "demo") {
+		t.Errorf("status with the callers' tokens unset: %v\n%s", err, out)
+	}
+	if errOut != "" {
+		t.Errorf("status logged: %s", errOut)
+	}
+	_, errOut, err = runCmd(t, noEnv, "status", "--config", s.config, "--state", s.state)
+	if err != nil || errOut != "" {
+		t.Errorf("status without the key's secret: %v; logged %q, want the table alone to say it", err, errOut)
+	}
+	_, errOut, err = runCmd(t, func(name string) string {
+		if name == "XDG_CONFIG_HOME" {
+			return t.TempDir()
+		}
+		return ""
+	}, "activity", "--state", s.state)
+	if err != nil || errOut != "" {
+		t.Errorf("activity with no configuration file: %v; logged %q, want nothing", err, errOut)
+	}
+	// serve still needs the tokens of the callers it authenticates.
+	_, _, err = runCmd(t, onlyKeySecret, "serve", "--listen", "127.0.0.1:0", "--config", s.config, "--state", s.state)
+	if err == nil || !strings.Contains(err.Error(), "AGENT_TOKEN is not set") {
+		t.Errorf("serve with the callers' tokens unset: %v; want the configuration refused", err)
+	}
+}
+
+// TestDidYouMean: a misspelt command or flag is answered with the likely
+// one.
+func TestDidYouMean(t *testing.T) {
+	tests := []struct {
+		args []string
+		says string
+	}{
+		{[]string{"sever"}, `unknown command "sever": did you mean serve?`},
+		{[]string{"stauts"}, "did you mean status?"},
+		{[]string{"serve", "--lsiten", "127.0.0.1:0"}, "unknown flag -lsiten: did you mean --listen?"},
+		{[]string{"stdio", "-confg=x.toml"}, "unknown flag -confg: did you mean --config?"},
+	}
+	for _, tt := range tests {
+		_, errOut, err := runCmd(t, nil, tt.args...)
+		if err == nil || !strings.Contains(errOut, tt.says) {
+			t.Errorf("%v: %v, stderr %q; want it to say %q", tt.args, err, errOut, tt.says)
+		}
+	}
+	if _, errOut, _ := runCmd(t, nil, "serve", "--zzzzzzzz"); strings.Contains(errOut, "did you mean") {
+		t.Errorf("a flag like no other got a suggestion: %q", errOut)
+	}
+}

@@ -348,10 +348,11 @@ func TestHostsShareOneBudget(t *testing.T) {
 	if err != nil || len(res.Contents) != 1 {
 		t.Fatalf("read quota://activity/demo: %v %v", res, err)
 	}
-	var newest []report.Activity
-	if err := json.Unmarshal([]byte(res.Contents[0].Text), &newest); err != nil {
+	var page report.ActivityPage
+	if err := json.Unmarshal([]byte(res.Contents[0].Text), &page); err != nil {
 		t.Fatalf("quota://activity/demo: %v", err)
 	}
+	newest := page.Activity
 	if diff := cmp.Diff(activity[:min(100, len(activity))], newest); diff != "" {
 		t.Errorf("the agent's quota://activity/demo and GET /v1/activity on host-a differ (-rest +mcp):\n%s", diff)
 	}

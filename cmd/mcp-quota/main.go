@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mcp-quota/mcp-quota/internal/spelling"
 	"io"
 	"os"
 	"os/signal"
@@ -32,6 +33,9 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// commands are the subcommands dispatch knows.
+var commands = []string{"serve", "stdio", "status", "activity", "demo-upstream", "bench", "init", "version", "help"}
 
 // errUsage means the usage was printed to stderr (exit status 1); errHelp
 // that help was asked for and printed to stdout (exit status 0).
@@ -98,6 +102,10 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	fmt.Fprintf(stderr, "mcp-quota: unknown command %q\n\n%s", args[0], usage)
+	fmt.Fprintf(stderr, "mcp-quota: unknown command %q", args[0])
+	if best := spelling.Closest(args[0], commands); best != "" {
+		fmt.Fprintf(stderr, ": did you mean %s?", best)
+	}
+	fmt.Fprintf(stderr, "\n\n%s", usage)
 	return errUsage
 }

@@ -148,8 +148,8 @@ func TestTwoProcessesShareOneBudget(t *testing.T) {
 			t.Errorf("refusal without reason or with a wrong time: %+v", a)
 		}
 	}
-	if byCaller["sync"] != refusedREST.Load() || byCaller["agent"] != refusedMCP.Load() {
-		t.Errorf("activity has refusals %v; callers saw sync %d, agent %d", byCaller, refusedREST.Load(), refusedMCP.Load())
+	if byCaller["sync"] != refusedREST.Load() || byCaller["stdio"] != refusedMCP.Load() {
+		t.Errorf("activity has refusals %v; callers saw sync %d, stdio %d", byCaller, refusedREST.Load(), refusedMCP.Load())
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/dashboard"
 	"github.com/mcp-quota/mcp-quota/gateway"
+	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/metrics"
 	"github.com/mcp-quota/mcp-quota/tools"
 )
@@ -27,13 +29,37 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	demoListen := fs.String("demo-listen", "127.0.0.1:0", "with --demo: the demo upstream's address")
 	origins := fs.String("allow-origin", "", "comma-separated browser origins allowed to call (scheme://host:port)")
 	sessionIdle := fs.Duration("session-idle", gateway.DefaultSessionIdle, "end an MCP session after this long without a request (its client then starts a new one)")
+	proxies := fs.String("trusted-proxy", "", "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto and X-Forwarded-For are believed")
+	maxSessions := fs.Int("max-sessions", gateway.DefaultMaxSessions, "the most MCP sessions live at once on this host; past it, initialize is refused")
+	maxSessionsPerCaller := fs.Int("max-sessions-per-caller", gateway.DefaultMaxSessionsPerCaller, "the most MCP sessions one caller may have live at once on this host")
 	if err := e.parse(fs, args); err != nil {
 		return err
+	}
+	if *maxSessions < 1 || *maxSessionsPerCaller < 1 {
+		return fmt.Errorf("--max-sessions and --max-sessions-per-caller must be at least 1")
+	}
+	trusted, err := gateway.ParseProxies(*proxies)
+	if err != nil {
+		return fmt.Errorf("--trusted-proxy: %w", err)
 	}
 	log, err := e.logger(c)
 	if err != nil {
 		return err
 	}
+	// Without --demo the configuration is checked before binding; with it
+	// the listener comes first, so that an address in use stops serve
+	// before the demo writes any file.
+	var keys *keystore.Store
+	if !*demoMode {
+		if keys, err = e.serveKeys(c, *listen, log); err != nil {
+			return err
+		}
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return listenError("serve", *listen, "--listen", err)
+	}
+	defer ln.Close()
 	var d *demoSetup
 	if *demoMode {
 		if d, err = e.startDemo(ctx, c, *demoListen, flagSet(fs, "demo-listen"), log); err != nil {
@@ -41,19 +67,10 @@ func (e environment) serve(ctx context.Context, args []string) error {
 		}
 		defer d.close()
 		c.config = d.configPath
+		if keys, err = e.serveKeys(c, *listen, log); err != nil {
+			return err
+		}
 	}
-	keys, err := e.loadKeys(c, log)
-	if err != nil {
-		return err
-	}
-	if !loopbackAddress(*listen) && len(keys.Callers()) == 0 {
-		return fmt.Errorf("refusing to listen on %s without caller tokens: add [[callers]] to %s, or listen on loopback (--listen 127.0.0.1:8787)", *listen, e.configPath(c))
-	}
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return listenError("mcp-quota", *listen, "--listen", err)
-	}
-	defer ln.Close()
 	loopback := isLoopback(ln.Addr())
 	a, err := e.open(ctx, c, keys, log, true)
 	if err != nil {
@@ -67,7 +84,8 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	a.client.Observe = m.Observe // before the first call: every call through this process is counted
 	h := gateway.New(gateway.Config{Keys: keys, REST: a.rest(), MCP: mcpServer, DB: a.db, Log: log,
 		Loopback: loopback, AllowOrigins: splitList(*origins), Version: version, SessionIdle: *sessionIdle,
-		SessionSecret: a.sessionSecret(ctx), Metrics: m, Dashboard: dashboard.New(dashboard.Config{Keys: keys, Pacer: a.pacer, DB: a.db, Log: log, Now: a.now})})
+		MaxSessions: *maxSessions, MaxSessionsPerCaller: *maxSessionsPerCaller, TrustedProxies: trusted,
+		SessionSecret: a.sessionSecret(ctx), Metrics: m, Dashboard: dashboard.New(dashboard.Config{Keys: keys, Pacer: a.pacer, DB: a.db, Log: log, Now: a.now, Secure: gateway.Secure})})
 	srv := gateway.NewServer(ln.Addr().String(), h, log)
 
 	base := "http://" + ln.Addr().String()
@@ -82,6 +100,19 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	}
 	log.Info("serving", "addr", ln.Addr().String(), "keys", keys.KeyNames(), "state", stateShown(e.statePath(c, keys)))
 	return serveUntil(ctx, srv, ln)
+}
+
+// serveKeys loads the configuration serve runs with, refusing a
+// non-loopback address without caller tokens.
+func (e environment) serveKeys(c common, listen string, log *slog.Logger) (*keystore.Store, error) {
+	keys, err := e.loadKeys(c, log, keysToServe)
+	if err != nil {
+		return nil, err
+	}
+	if !loopbackAddress(listen) && len(keys.Callers()) == 0 {
+		return nil, fmt.Errorf("refusing to listen on %s without caller tokens: add [[callers]] to %s, or listen on loopback (--listen 127.0.0.1:8787)", listen, e.configPath(c))
+	}
+	return keys, nil
 }
 
 // serveUntil serves on ln until ctx ends, then shuts down gracefully.
@@ -116,7 +147,7 @@ func (e environment) stdio(ctx context.Context, args []string, stdin io.Reader) 
 	fs := e.flags("stdio", &c, "warn")
 	def := e.getenv("MCP_QUOTA_CALLER")
 	if def == "" {
-		def = "agent"
+		def = "stdio"
 	}
 	caller := fs.String("caller", def, "the caller's name in the activity (env MCP_QUOTA_CALLER)")
 	if err := e.parse(fs, args); err != nil {
@@ -126,7 +157,7 @@ func (e environment) stdio(ctx context.Context, args []string, stdin io.Reader) 
 	if err != nil {
 		return err
 	}
-	keys, err := e.loadKeys(c, log)
+	keys, err := e.loadKeys(c, log, keysForStdio)
 	if err != nil {
 		return err
 	}

@@ -81,6 +81,33 @@ func TestLegacySessionAcrossHosts(t *testing.T) {
 	if n := lb.refused(); n > 0 {
 		t.Errorf("%d requests were answered 404 (the session not known on that host)", n)
 	}
+	// The session is the sync job's: the agent, holding its ID, gets on
+	// either host the 404 of a session never opened, and ends nothing.
+	for _, host := range hosts {
+		for _, req := range []struct{ method, body string }{
+			{"POST", `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"quota_status","arguments":{}}}`},
+			{"POST", `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}`},
+			{"DELETE", ""},
+		} {
+			r, _ := http.NewRequestWithContext(t.Context(), req.method, "http://"+host+"/mcp", strings.NewReader(req.body))
+			r.Header.Set("Content-Type", "application/json")
+			r.Header.Set("Accept", "application/json, text/event-stream")
+			r.Header.Set("Authorization", "Bearer "+agentToken)
+			r.Header.Set("Mcp-Session-Id", sess.ID())
+			r.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+			resp, err := http.DefaultClient.Do(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNotFound {
+				t.Errorf("another caller's %s in the session on %s: %d, want 404", req.method, host, resp.StatusCode)
+			}
+		}
+	}
+	if err := sess.Ping(t.Context(), nil); err != nil {
+		t.Errorf("ping after another caller's tries: %v", err)
+	}
 }
 
 // usedOf returns the calls a quota_status of one key counts in its

@@ -59,6 +59,7 @@ secret_env = "DEMO_SECRET"
 		{"JSON at the defaults", map[string]any{"key": "demo", "path": "/v1/report?bytes=1000000"}, report, "", 8001},
 		{"JSON at the largest max_length", map[string]any{"key": "demo", "path": "/v1/report?bytes=1000000", "max_length": 25000}, report, "", 25001},
 		{"JSON at max_length beyond the largest", map[string]any{"key": "demo", "path": "/v1/report?bytes=1000000", "max_length": 100000}, report, "max_length is at most 25000", 25001},
+		{"max_wait_s beyond the largest", map[string]any{"key": "demo", "path": "/v1/report?bytes=1000000", "max_wait_s": 600}, report, "max_wait_s is at most 60 seconds", 8001},
 		{"markup at the largest max_length", map[string]any{"key": "html", "path": "/", "max_length": 25000}, markup, "so the whole result stays under 60000", 25000},
 	}
 	for _, tt := range tests {

@@ -189,8 +189,8 @@ secret_env = "DEMO_SECRET"
 		base, _ := s.serve(t)
 		calls := append(append([]tsCall{}, common...),
 			tsCall{Name: "no key, one of the caller's own", Tool: "fetch", Args: map[string]any{"path": "/"}, code: "unknownKey", says: `key="demo" is the one you may use`},
-			tsCall{Name: "another caller's key", Tool: "fetch", Args: map[string]any{"key": "tiny", "path": "/"}, code: "forbidden", says: "may not use key 'tiny'"},
-			tsCall{Name: "status of another caller's key", Tool: "quota_status", Args: map[string]any{"key": "tiny"}, code: "forbidden", says: "may not use key 'tiny'"},
+			tsCall{Name: "another caller's key, answered as an unknown one", Tool: "fetch", Args: map[string]any{"key": "tiny", "path": "/"}, code: "unknownKey", says: `key "tiny"`},
+			tsCall{Name: "status of another caller's key, answered as an unknown one", Tool: "quota_status", Args: map[string]any{"key": "tiny"}, code: "unknownKey", says: `key "tiny"`},
 			tsCall{Name: "a call of its own key", Tool: "fetch", Args: map[string]any{"key": "demo", "path": "/v1/participants?limit=5"}})
 		check(t, calls, runTSClient(t, s, calls, "MCP_URL="+base+"/mcp", "MCP_TOKEN="+agentToken))
 	})

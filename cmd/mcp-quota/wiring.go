@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/mcp-quota/mcp-quota/internal/spelling"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -65,6 +66,9 @@ func (e environment) parse(fs *flag.FlagSet, args []string) error {
 	}
 	fmt.Fprint(e.stderr, out.String())
 	if err != nil {
+		if name, best := misspeltFlag(fs, args); best != "" {
+			fmt.Fprintf(e.stderr, "%s: unknown flag -%s: did you mean --%s?\n", fs.Name(), name, best)
+		}
 		return errUsage
 	}
 	if fs.NArg() > 0 {
@@ -77,6 +81,23 @@ func (e environment) parse(fs *flag.FlagSet, args []string) error {
 		}
 	}
 	return nil
+}
+
+// misspeltFlag finds the first flag in args that fs does not define, and
+// the defined flag it most likely meant ("" when none is close).
+func misspeltFlag(fs *flag.FlagSet, args []string) (name, best string) {
+	var defined []string
+	fs.VisitAll(func(f *flag.Flag) { defined = append(defined, f.Name) })
+	for _, a := range args {
+		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
+			continue
+		}
+		n, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if fs.Lookup(n) == nil {
+			return n, spelling.Closest(n, defined)
+		}
+	}
+	return "", ""
 }
 
 // source names where a flag's value came from: the flag, or the
@@ -217,12 +238,28 @@ func stateDir(getenv func(string) string) string {
 	return "."
 }
 
+// keysUse says what a command does with the configuration it loads.
+type keysUse int
+
+const (
+	// keysToServe: serve authenticates callers, so it reads their tokens,
+	// and warns of a key without a credential.
+	keysToServe keysUse = iota
+	// keysForStdio: stdio authenticates no caller; it warns of a key
+	// without a credential.
+	keysForStdio
+	// keysToRead: status and activity only read the state; they read no
+	// caller token and warn of nothing (status shows each key's credential
+	// in its own output).
+	keysToRead
+)
+
 // loadKeys reads the configuration. A missing file at the default
 // location is not an error: the server starts with no keys and says so. A
 // file named by --config or MCP_QUOTA_CONFIG must exist.
-func (e environment) loadKeys(c common, log *slog.Logger) (*keystore.Store, error) {
+func (e environment) loadKeys(c common, log *slog.Logger, use keysUse) (*keystore.Store, error) {
 	path := e.configPath(c)
-	s, err := keystore.Load(path, keystore.Env{Getenv: e.getenv})
+	s, err := keystore.Load(path, keystore.Env{Getenv: e.getenv, NoCallerTokens: use != keysToServe})
 	if errors.Is(err, fs.ErrNotExist) {
 		if c.config != "" {
 			source := "--config"
@@ -231,7 +268,9 @@ func (e environment) loadKeys(c common, log *slog.Logger) (*keystore.Store, erro
 			}
 			return nil, fmt.Errorf("the configuration file %s (from %s) does not exist: fix the path, or write a starting one with: mcp-quota init --config %s", path, source, path)
 		}
-		log.Warn("no configuration file: starting with no keys", "config", path)
+		if use != keysToRead {
+			log.Warn("no configuration file: starting with no keys", "config", path)
+		}
 		return &keystore.Store{}, nil
 	}
 	if err != nil {
@@ -241,7 +280,7 @@ func (e environment) loadKeys(c common, log *slog.Logger) (*keystore.Store, erro
 		h.Use(s)
 	}
 	for _, k := range s.Keys() {
-		if _, err := k.Credential(); err != nil {
+		if _, err := k.Credential(); err != nil && use != keysToRead {
 			log.Warn("key without a credential: calls through it will fail until it is set", "key", k.Name, "reason", err)
 		}
 	}

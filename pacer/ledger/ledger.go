@@ -43,6 +43,15 @@ type Store interface {
 	// Transactions holding different keys do not wait for each other (on
 	// a back end that can tell them apart). An admission of a key not
 	// held (Log.InsertAttempt of an Admitted attempt, Log.Reserve) fails.
+	//
+	// fn may run more than once: a back end retries the transaction after
+	// a deadlock, a serialisation failure or a connection that dropped
+	// (PostgreSQL does; SQLite does not), rolling back what each earlier
+	// run wrote. fn must therefore keep every effect inside tx: it reads
+	// and writes through tx and leaves its results in variables it sets
+	// afresh on every run, and memory outside the transaction changes only
+	// after Update returns nil, from what the last run left. The pacer's
+	// tests run every Update twice to hold it to this.
 	Update(ctx context.Context, fn func(Tx) error, keys ...string) error
 	// FinishLater records how a reserved slot's call ended (see
 	// Log.Reserve) without waiting for a transaction of its own: once it
@@ -127,6 +136,9 @@ type Signals interface {
 	Known(key string) ([]Known, error)
 	// PutKnown records k, the latest fresh observation of its policy.
 	PutKnown(k Known) error
+	// DeleteKnown forgets key's policy of unit in partition, if it is
+	// kept.
+	DeleteKnown(key, policy string, unit ratelimit.Unit, partition string) error
 	// AddObservation records o.
 	AddObservation(o ObservationRecord) error
 	// Gates returns key's gates still closed at now, the latest to open
@@ -139,6 +151,18 @@ type Signals interface {
 	KeyState(key string) (KeyState, error)
 	// PutKeyState records s.
 	PutKeyState(s KeyState) error
+	// PathState returns the failures of key's calls on one route (scope);
+	// a route that has none has the zero state.
+	PathState(key, scope string) (PathState, error)
+	// PutPathState records s.
+	PutPathState(s PathState) error
+	// FailingPaths returns how many of key's routes have a failure after
+	// since.
+	FailingPaths(key string, since time.Time) (int, error)
+	// ForgetPaths forgets the failures of key's routes whose latest is
+	// before before, and the gates of its routes (a Scope other than "")
+	// that reopened before it.
+	ForgetPaths(key string, before time.Time) error
 	// AddWarning records w.
 	AddWarning(w Warning) error
 	// Claimed returns the callers of key with a claim still open at now.
@@ -282,7 +306,7 @@ type ObservationRecord struct {
 // it, Scope) may be sent.
 type Gate struct {
 	Key    string    // the key it closes
-	Scope  string    // "" for the whole key
+	Scope  string    // "" for the whole key, else one route of it ("route GET /path")
 	Until  time.Time // closed until then
 	Reason string    // why, as a clause a caller is shown
 	Source string    // retry-after, backoff, circuit, abnormal-usage, problem
@@ -308,6 +332,19 @@ type KeyState struct {
 	Latency      time.Duration
 	PrevLatency  time.Duration
 	LatencySince time.Time
+}
+
+// A PathState is what the failures of one route of a key set: the
+// backoff and circuit breaker of that route alone, for failures that
+// said nothing of rate limits. The zero PathState is a route without
+// failures.
+type PathState struct {
+	Key      string    // the key
+	Scope    string    // the route, as a gate's Scope names it
+	Failures int       // failures without guidance since its circuit last opened
+	Opens    int       // times its circuit opened in a row
+	HalfOpen bool      // its circuit opened: a failure once it closes opens it again
+	LastAt   time.Time // its latest failure
 }
 
 // A Warning is something a key's users should hear about.

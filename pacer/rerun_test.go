@@ -1,0 +1,129 @@
+package pacer_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+)
+
+// rerunStore is a ledger.Store that runs every Update's function twice,
+// as a database that retries a transaction does (PostgreSQL after a
+// deadlock, a serialisation failure or a dropped connection): first in a
+// transaction it rolls back, then again in one that commits. Between the
+// two, between (when set) may change the state, as another host would.
+// Every pacer test runs on one, so that a consumer closure that keeps
+// anything from a run that was rolled back fails them.
+type rerunStore struct {
+	ledger.Store
+	mu      sync.Mutex
+	between func(ctx context.Context) error
+}
+
+var errForcedRollback = errors.New("forced rollback: the transaction runs again")
+
+func (s *rerunStore) Update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
+	err := s.Store.Update(ctx, func(tx ledger.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return errForcedRollback
+	}, keys...)
+	if !errors.Is(err, errForcedRollback) {
+		return err // fn failed on its own: as the store would say
+	}
+	s.mu.Lock()
+	between := s.between
+	s.between = nil
+	s.mu.Unlock()
+	if between != nil {
+		if err := between(ctx); err != nil {
+			return err
+		}
+	}
+	return s.Store.Update(ctx, fn, keys...)
+}
+
+// once makes f run between the two runs of the next Update.
+func (s *rerunStore) once(f func(ctx context.Context) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.between = f
+}
+
+// An admission whose transaction runs twice grants only what its last
+// run granted: a lease reserved in a run that was rolled back is never
+// installed, so a key that another host gated between the two runs
+// admits nothing more.
+func TestAdmitRunTwiceKeepsOnlyItsLastRun(t *testing.T) {
+	// Where a lease is granted, on a store that runs everything once more
+	// with nothing between the runs.
+	probe := newEnv(t)
+	k := busyKey(100_000)
+	grantAt := -1
+	for i := range 20 {
+		tk := probe.mustAdmit(k, "sync", "/items")
+		if tk.Leased() {
+			grantAt = i - 1 // the call before the first leased one reserved the lease
+			break
+		}
+		probe.answer(tk, 200, nil)
+		probe.clk.advance(time.Millisecond)
+	}
+	if grantAt < 0 {
+		t.Fatal("no lease granted in 20 calls 1 ms apart")
+	}
+
+	e := newEnv(t)
+	for i := range grantAt + 1 {
+		if i == grantAt {
+			// The admission that grants a lease: another host closes the
+			// key for 60 s between its rolled-back run and the last one.
+			e.rerun.once(func(ctx context.Context) error {
+				return e.db.Update(ctx, func(tx ledger.Tx) error {
+					return tx.PutGate(ledger.Gate{Key: k.Name, Until: e.clk.now.Add(time.Minute), Source: "retry-after",
+						Reason: "another host was told to wait 60 s"})
+				}, k.Name)
+			})
+		}
+		tk, err := e.admitWith(e.p, e.call(k, "sync", "/items"))
+		if i == grantAt {
+			if !errors.Is(err, pacer.ErrPaused) {
+				t.Fatalf("the admission whose last run saw the gate: %v, want a pause", err)
+			}
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.answer(tk, 200, nil)
+		e.clk.advance(time.Millisecond)
+	}
+	e.clk.advance(time.Millisecond)
+	if tk, err := e.admitWith(e.p, e.call(k, "sync", "/items")); !errors.Is(err, pacer.ErrPaused) {
+		t.Errorf("the next call while the key is gated: leased=%v err=%v, want a pause", tk.Leased(), err)
+	}
+	if reserved, _ := e.countReserved(k); reserved != 0 {
+		t.Errorf("%d slots reserved, want none: the lease was rolled back", reserved)
+	}
+}
+
+// What a foreseen answer taught is written by the key's next transaction
+// however often that transaction runs.
+func TestLearnedWrittenWhenItsTransactionRunsTwice(t *testing.T) {
+	e, k := answeredFromLease(t)
+	if _, err := e.p.Status(context.Background(), k, "sync"); err != nil {
+		t.Fatal(err)
+	}
+	w, ks := e.word(k)
+	if w.Remaining != 80_000 {
+		t.Errorf("after a transaction that ran twice the latest word says r=%d, want the leased answer's 80000", w.Remaining)
+	}
+	if ks.LastResponseAt.IsZero() {
+		t.Error("after a transaction that ran twice the key's last answer is unknown")
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // Defaults for the local safety limits of a key.
@@ -68,6 +69,10 @@ type fileConfig struct {
 	BodyMemoryMiB int64          `toml:"body_memory_mib"`
 	Keys          []keyConfig    `toml:"keys"`
 	Callers       []callerConfig `toml:"callers"`
+	// OAuth turns on the OAuth resource server; Principals map its
+	// tokens to keys.
+	OAuth      *oauthConfig      `toml:"oauth"`
+	Principals []principalConfig `toml:"principals"`
 }
 
 // DefaultRetention is how long the state keeps the activity when the
@@ -93,6 +98,8 @@ type keyConfig struct {
 	MaxRate        *float64        `toml:"max_rate"`
 	MaxConcurrency *int            `toml:"max_concurrency"`
 	LowWater       *float64        `toml:"low_water"`
+	Scopes         []string        `toml:"scopes"`
+	WriteScopes    []string        `toml:"write_scopes"`
 	Unreachable    string          `toml:"unreachable_hint"`
 	Secret         *string         `toml:"secret"` // refused: secrets are never inline
 }
@@ -288,6 +295,7 @@ func Parse(data []byte, env Env) (*Store, error) {
 		}
 		s.callers = append(s.callers, c)
 	}
+	errs = append(errs, s.parseOAuth(fc.OAuth, fc.Principals, env, declared)...)
 	if fc.Retention != 0 {
 		s.retention = time.Duration(fc.Retention)
 		shortest := MinRetention
@@ -327,16 +335,11 @@ func Parse(data []byte, env Env) (*Store, error) {
 	return s, nil
 }
 
-// checkState refuses a state URL with a password in it: a config file is
-// no place for a credential.
-func checkState(state string) *ConfigError {
-	u, err := url.Parse(state)
-	if err != nil || u.Scheme == "" {
-		return nil // a file path; opening it says what is wrong with it
-	}
-	if _, ok := u.User.Password(); ok || u.Query().Has("password") {
-		return &ConfigError{Field: "state", Msg: "the state URL carries a password: remove it, and give it in PGPASSWORD or a password file " +
-			"(~/.pgpass, or the file PGPASSFILE names)"}
+// checkState refuses a state location with a password in it: a config
+// file is no place for a credential.
+func checkState(location string) *ConfigError {
+	if state.HasPassword(location) {
+		return &ConfigError{Field: "state", Msg: "the state " + state.ErrPassword.Error()}
 	}
 	return nil
 }
@@ -445,6 +448,8 @@ func (kc keyConfig) key(env Env) (*Key, []*ConfigError) {
 			k.Policies = append(k.Policies, Policy{Name: pc.Name, Quota: pc.Quota, Window: time.Duration(pc.Window), Unit: unit})
 		}
 	}
+	checkKeyScopes(kc, bad)
+	k.Scopes, k.WriteScopes = kc.Scopes, kc.WriteScopes
 	k.Methods = []string{"GET", "HEAD"}
 	if kc.Methods != nil {
 		k.Methods = nil

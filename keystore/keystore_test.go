@@ -197,6 +197,8 @@ func TestParseErrors(t *testing.T) {
 		{"caller unknown key", "[[callers]]\nname = \"c\"\ntoken_env = \"T\"\nkeys = [\"nope\"]\n", 4, "callers[0].keys[0]", `key "nope" is not configured`},
 		{"caller short token", "[[callers]]\nname = \"c\"\ntoken_env = \"SHORT\"\nkeys = [\"*\"]\n", 3, "callers[0].token_env", "shorter than 16"},
 		{"caller token unset", "[[callers]]\nname = \"c\"\ntoken_env = \"UNSET\"\nkeys = [\"*\"]\n", 3, "callers[0].token_env", "UNSET is not set"},
+		{"state URL with a password", "state = \"postgres://mq:hunter2@db.example/mq\"\n", 1, "state", "carries a password"},
+		{"state keyword/value string with a password", "state = \"host=db.example user=mq password=hunter2 dbname=mq\"\n", 1, "state", "carries a password"},
 		{"bad method", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\nmethods = [\"TRACE\"]\n", 5, "keys[0].methods", "TRACE"},
 	}
 	for _, tt := range tests {

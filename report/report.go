@@ -64,6 +64,9 @@ func Seconds(d time.Duration) int64 {
 
 // Status is everything known about the keys a caller may use.
 type Status struct {
+	// Caller names who the answer is for: a configured caller, or the
+	// principal of an OAuth token ("alice@example.com via Claude.ai").
+	Caller string      `json:"caller,omitempty" jsonschema:"who this answer is for: the caller, or the person or job of an OAuth token and the client it came through"`
 	Keys   []KeyStatus `json:"keys" jsonschema:"one entry per key shown, the most constrained first"`
 	Advice Advice      `json:"advice" jsonschema:"the advice for the most constrained key"`
 	// More summarises the keys a page leaves out; nil when every key is shown.
@@ -95,7 +98,7 @@ func (st Status) Page(offset, limit int) Status {
 	if limit > 0 {
 		end = min(offset+limit, len(keys))
 	}
-	out := Status{Keys: keys[offset:end], Advice: st.Advice}
+	out := Status{Caller: st.Caller, Keys: keys[offset:end], Advice: st.Advice}
 	if offset == 0 && end == len(keys) {
 		return out
 	}
@@ -215,7 +218,7 @@ type statuser interface {
 // Build reports every key in keys as caller meets it, reading only the
 // state file.
 func Build(ctx context.Context, p statuser, keys []*keystore.Key, caller string, now time.Time) (Status, error) {
-	out := Status{Keys: []KeyStatus{}, Advice: Advice{Action: string(pacer.Continue), Reason: "No key is configured."}}
+	out := Status{Caller: caller, Keys: []KeyStatus{}, Advice: Advice{Action: string(pacer.Continue), Reason: "No key is configured."}}
 	worst := -1
 	for _, k := range keys {
 		st, err := p.Status(ctx, k, caller)

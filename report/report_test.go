@@ -45,6 +45,7 @@ func TestBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Status{
+		Caller: "agent",
 		Keys: []KeyStatus{
 			{Key: "calm", Credential: "ok",
 				// The upstream's r=119 is beside the local count; the local one binds.

@@ -384,7 +384,10 @@ type StoredResponse struct {
 type Bucket struct {
 	Start time.Time // the step's start
 	State string    // Confirmed, RejectedLocal, … (reserved slots are not attempts yet)
-	Count int
+	// Status is the upstream's answer for RejectedUpstream (a 429 and a
+	// 404 count apart); 0 for every other state.
+	Status int
+	Count  int
 }
 
 // A Finished is how the call of a reserved slot ended: the attempt as

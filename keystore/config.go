@@ -63,9 +63,12 @@ type fileConfig struct {
 	// password. --state and MCP_QUOTA_STATE override it.
 	State string `toml:"state"`
 	// StateTimeout bounds each transaction on a PostgreSQL state.
-	StateTimeout duration       `toml:"state_timeout"`
-	Keys         []keyConfig    `toml:"keys"`
-	Callers      []callerConfig `toml:"callers"`
+	StateTimeout duration `toml:"state_timeout"`
+	// BodyMemoryMiB bounds the memory bodies in flight take across all
+	// callers, in MiB; default 64 (see BodyMemory).
+	BodyMemoryMiB int64          `toml:"body_memory_mib"`
+	Keys          []keyConfig    `toml:"keys"`
+	Callers       []callerConfig `toml:"callers"`
 	// OAuth turns on the OAuth resource server; Principals map its
 	// tokens to keys.
 	OAuth      *oauthConfig      `toml:"oauth"`
@@ -317,6 +320,14 @@ func Parse(data []byte, env Env) (*Store, error) {
 			errs = append(errs, &ConfigError{Field: "state_timeout", Msg: fmt.Sprintf(
 				"state_timeout %s is outside 100ms to 1m: it bounds how long a call waits for the database before it fails with stateUnavailable", s.stateTimeout)})
 		}
+	}
+	if fc.BodyMemoryMiB != 0 {
+		if fc.BodyMemoryMiB < 16 || fc.BodyMemoryMiB > 1<<20 {
+			errs = append(errs, &ConfigError{Field: "body_memory_mib", Msg: fmt.Sprintf(
+				"body_memory_mib %d is outside 16 to 1048576: it bounds, in MiB, the memory that request and answer bodies in flight take across all callers (at least one fetch's 8 MiB and then some)",
+				fc.BodyMemoryMiB)})
+		}
+		s.bodyMemory = fc.BodyMemoryMiB << 20
 	}
 	if len(errs) > 0 {
 		return nil, located(errs, lines)

@@ -67,7 +67,8 @@ func (h *Handler) Forward(w http.ResponseWriter, r *http.Request) {
 		path += "?" + r.URL.RawQuery
 	}
 	req := upstream.Request{Caller: caller.Name, Transport: "rest", Method: r.Method, Path: "/" + path,
-		Header: r.Header, MaxWait: wait, AllMethods: true}
+		Header: r.Header, MaxWait: wait, AllMethods: true, MaxDecoded: lim.MaxBody, Hold: h.Client.BodyHold()}
+	defer req.Hold.Release() // whatever the call held of the body memory, however it ends
 	body := &limitedBody{r: http.MaxBytesReader(w, r.Body, lim.MaxBody)}
 	switch {
 	case r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0:
@@ -77,7 +78,11 @@ func (h *Handler) Forward(w http.ResponseWriter, r *http.Request) {
 		// Buffer what fits the replayable limit, so that retries can
 		// resend it; a body of unknown length that turns out longer
 		// streams on from what was read.
-		b, err := io.ReadAll(io.LimitReader(body, lim.ReplayableBody+1))
+		b, err := upstream.ReadBody(body, lim.ReplayableBody, req.Hold)
+		if errors.Is(err, upstream.ErrBodyMemory) {
+			h.failed(w, r, k, caller, err)
+			return
+		}
 		if err != nil {
 			h.quotaHeaders(w, r, k, caller)
 			h.bodyError(w, err)
@@ -108,6 +113,11 @@ func (h *Handler) Forward(w http.ResponseWriter, r *http.Request) {
 	}
 	hdr := w.Header()
 	copyResponseHeaders(hdr, resp.Header)
+	if !upstream.Ranged(k) {
+		// Range never goes upstream for this key (see upstream.SentHeader):
+		// the caller gets whole representations only.
+		hdr.Set("Accept-Ranges", "none")
+	}
 	var from *url.URL
 	if resp.Request != nil {
 		from = resp.Request.URL
@@ -189,6 +199,17 @@ func wholeSeconds(d time.Duration) time.Duration {
 	return time.Duration(max(math.Ceil(d.Seconds()), 1)) * time.Second
 }
 
+// Problem codes of the answers the REST side refuses to hold or pass on.
+const (
+	// CodeBodyMemory is a call whose body did not fit in the memory that
+	// bodies in flight may take across all callers (503, Retry-After).
+	CodeBodyMemory = "bodyMemory"
+	// CodeAnswerRefused is an upstream answer mcp-quota did not pass on:
+	// in a content coding it did not ask for, or a part of a
+	// representation when it asked for the whole (502).
+	CodeAnswerRefused = "answerRefused"
+)
+
 // failed answers a call that got no answer from the upstream.
 func (h *Handler) failed(w http.ResponseWriter, r *http.Request, k *keystore.Key, caller *keystore.Caller, err error) {
 	var pe *pacer.PauseError
@@ -218,6 +239,12 @@ func (h *Handler) failed(w http.ResponseWriter, r *http.Request, k *keystore.Key
 			detail: fmt.Sprintf("Key '%s': %s. Nothing was sent upstream. Try again in %d seconds; the RateLimit header says what is left.", k.Name, pe.Reason, secs)}, ext)
 	case errors.As(err, &tooLarge):
 		h.bodyError(w, err)
+	case errors.Is(err, upstream.ErrBodyMemory):
+		h.log().Warn("a call did not fit in the memory for bodies in flight", "key", k.Name, "error", err)
+		ratelimit.SetRetryAfter(w.Header(), time.Second)
+		writeProblem(w, http.StatusServiceUnavailable, CodeBodyMemory, sentence(err.Error())+" Try again in a moment.", nil)
+	case errors.Is(err, upstream.ErrRefusedAnswer):
+		writeProblem(w, http.StatusBadGateway, CodeAnswerRefused, sentence(err.Error()), nil)
 	case errors.Is(err, upstream.ErrBadPath), errors.Is(err, upstream.ErrBadRequest):
 		writeProblem(w, http.StatusBadRequest, CodeBadRequest, sentence(err.Error()), nil)
 	case errors.Is(err, upstream.ErrSentUnrecorded):

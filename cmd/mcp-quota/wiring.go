@@ -298,6 +298,9 @@ func (e environment) open(ctx context.Context, c common, keys *keystore.Store, l
 	p.Now = now
 	client := upstream.New(p, log)
 	client.Now = now
+	if keys != nil {
+		client.Bodies = upstream.NewBodyMemory(keys.BodyMemory())
+	}
 	return &app{keys: keys, db: db, now: now, pacer: p, client: client, log: log}, nil
 }
 

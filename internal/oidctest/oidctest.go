@@ -7,6 +7,8 @@ package oidctest
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -15,7 +17,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // Dir is testdata/oidc, found from this file.
@@ -45,38 +49,92 @@ func Start(t testing.TB, count int, user string) []string {
 		}
 		t.Skip(missing + "; under CI=true this is a failure")
 	}
-	cmd := exec.Command(node, filepath.Join(dir, "provider.mjs"), string(rune('0'+count)))
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "OIDC_USER="+user)
-	stdin, err := cmd.StdinPipe()
+	// The provider prints its issuers within a second or two. Once, under
+	// the whole suite, a provider process stopped before printing them and
+	// never went on; such a process is killed and started again, once.
+	line, err := startProvider(t, node, dir, count, user)
+	if errors.Is(err, errProviderSilent) {
+		t.Logf("%v; starting it again", err)
+		line, err = startProvider(t, node, dir, count, user)
+	}
 	if err != nil {
 		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stdin.Close()
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		t.Fatalf("oidc-provider did not start: %v\n%s", err, stderr.String())
 	}
 	var out struct{ Issuers []string }
 	if err := json.Unmarshal([]byte(line), &out); err != nil || len(out.Issuers) != count {
 		t.Fatalf("oidc-provider said %q: %v", line, err)
 	}
 	return out.Issuers
+}
+
+// errProviderSilent reports a provider that did not print its issuers in
+// time.
+var errProviderSilent = errors.New("oidc-provider did not print its issuers within 60 s")
+
+// startProvider starts provider.mjs and returns the line it prints once
+// its issuers listen. The process is stopped when the test ends.
+func startProvider(t testing.TB, node, dir string, count int, user string) (string, error) {
+	cmd := exec.Command(node, filepath.Join(dir, "provider.mjs"), string(rune('0'+count)))
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "OIDC_USER="+user)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return "", err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	var stderr syncBuilder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	stop := func() {
+		stdin.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	type read struct {
+		line string
+		err  error
+	}
+	got := make(chan read, 1)
+	go func() {
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		got <- read{line, err}
+	}()
+	select {
+	case r := <-got:
+		if r.err != nil {
+			stop()
+			return "", fmt.Errorf("oidc-provider did not start: %v\n%s", r.err, stderr.String())
+		}
+		t.Cleanup(stop)
+		return r.line, nil
+	case <-time.After(60 * time.Second):
+		stop()
+		return "", fmt.Errorf("%w\n%s", errProviderSilent, stderr.String())
+	}
+}
+
+// syncBuilder is a strings.Builder safe for the process's writer and
+// the test's reader at once.
+type syncBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuilder) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuilder) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // ClientCredentials gets an access token from issuer for resource with

@@ -21,7 +21,8 @@
 //   mcp-quota   client_secret_basic "mcp-quota-secret" (introspects)
 import { createServer } from "node:http";
 import { once } from "node:events";
-import { generateKeyPairSync, randomUUID } from "node:crypto";
+import { generateKeyPair, randomUUID } from "node:crypto";
+import { promisify } from "node:util";
 import Provider from "oidc-provider";
 
 const accounts = {
@@ -31,14 +32,17 @@ const accounts = {
 const user = process.env.OIDC_USER || "alice";
 
 // signingKey is a fresh RSA key of one issuer: no two issuers share one.
-function signingKey() {
-  const { privateKey } = generateKeyPairSync("rsa", { modulusLength: 2048 });
+// It is made off the main thread: once, under the whole Go suite, the
+// process stalled in a futex wait after its servers listened and before it
+// printed its issuers, where the synchronous generation ran.
+async function signingKey() {
+  const { privateKey } = await promisify(generateKeyPair)("rsa", { modulusLength: 2048 });
   return { ...privateKey.export({ format: "jwk" }), kid: randomUUID(), alg: "RS256", use: "sig" };
 }
 
-function configuration() {
+function configuration(key) {
   return {
-    jwks: { keys: [signingKey()] },
+    jwks: { keys: [key] },
     clients: [
       { client_id: "sync-job", client_secret: "sync-job-secret", grant_types: ["client_credentials"], response_types: [], redirect_uris: [] },
       { client_id: "opaque-job", client_secret: "opaque-job-secret", grant_types: ["client_credentials"], response_types: [], redirect_uris: [] },
@@ -104,7 +108,7 @@ async function start() {
   server.listen(0, "127.0.0.1");
   await once(server, "listening");
   const issuer = `http://127.0.0.1:${server.address().port}`;
-  const provider = new Provider(issuer, configuration());
+  const provider = new Provider(issuer, configuration(await signingKey()));
   const callback = provider.callback();
   handler = (req, res) => {
     if (req.url.startsWith("/interaction/")) {

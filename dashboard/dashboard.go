@@ -41,6 +41,9 @@ type Config struct {
 	Log   *slog.Logger // nil means discard
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+	// OIDC, when set, adds the sign-in with the OAuth authorization
+	// server beside the sign-in with a caller token.
+	OIDC *OIDC
 	// Secure reports whether a request reached mcp-quota over HTTPS, so
 	// that the session cookie is marked Secure (gateway.Secure says so
 	// behind a trusted TLS proxy too); nil means on a TLS listener only.
@@ -81,6 +84,7 @@ func New(c Config) *Handler {
 	h.mux.HandleFunc("POST /ui/api/signout", h.signOut)
 	h.mux.HandleFunc("GET /ui/api/overview", h.overview)
 	h.mux.HandleFunc("GET /ui/api/call", h.call)
+	h.oidcRoutes()
 	h.mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		rest.WriteProblem(w, http.StatusNotFound, rest.CodeBadRequest, "The dashboard has no such page.", nil)
 	})
@@ -110,6 +114,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) Open(r *http.Request) bool {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return false
+	}
+	if h.c.OIDC != nil && (r.URL.Path == SignInPath || r.URL.Path == CallbackPath) {
+		return true
 	}
 	return r.URL.Path == "/" || strings.HasPrefix(r.URL.Path, "/ui/static/")
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/report"
 )
@@ -25,20 +26,46 @@ type detail struct {
 	Timeline timeline         `json:"timeline"`
 	Gates    []mark           `json:"gates"`    // gates closed during the timeline
 	Warnings []mark           `json:"warnings"` // warnings raised during the timeline
+	Frees    []freeing        `json:"frees"`    // when each documented budget's calls come back
 	Spenders []spender        `json:"spenders"` // who spent the window
 	WindowS  int64            `json:"window_s"` // the window spenders are counted over
 	LatestID int64            `json:"latest_id"`
 }
 
-// timeline is calls per step of the last windows, by outcome.
+// timeline is calls per step of the last windows, by outcome, and the
+// budget's calls left over the same steps and the steps ahead.
 type timeline struct {
 	Since  string           `json:"since"`
 	StepS  int64            `json:"step_s"`
-	Steps  int              `json:"steps"`
+	Steps  int              `json:"steps"`  // steps up to and with the one now is in
+	Ahead  int              `json:"ahead"`  // steps after those the budget is projected over
 	Series map[string][]int `json:"series"` // outcome → count per step
-	// The limit drawn: a policy's q per w as calls per second.
-	LimitPerS float64 `json:"limit_per_s"`
-	Limit     string  `json:"limit"`
+	Budget *budgetLine      `json:"budget,omitempty"`
+}
+
+// budgetLine is one policy's calls left in its sliding window at the end
+// of each step (Steps+Ahead of them): as they were, and ahead, as they
+// come back if no other call is made. It is counted per step from the
+// key's log, a picture; the exact figures are in Status and Frees.
+type budgetLine struct {
+	Policy  string  `json:"policy"`
+	Limit   int64   `json:"limit"`
+	WindowS int64   `json:"window_s"`
+	Left    []int64 `json:"left"`
+}
+
+// A freeing says when one budget's spent calls come back: the first
+// (Next, NextCalls of them leave the window by then) and the last (All,
+// when every call of the window has left it). Times are rounded up to
+// the second. Next and All are empty when nothing of the window is spent.
+type freeing struct {
+	Policy    string `json:"policy"`
+	Limit     int64  `json:"limit"`
+	WindowS   int64  `json:"window_s"`
+	Used      int64  `json:"used"`
+	Next      string `json:"next,omitempty"`
+	NextCalls int64  `json:"next_calls,omitempty"`
+	All       string `json:"all,omitempty"`
 }
 
 // A mark is a gate or a warning on the timeline.
@@ -59,13 +86,17 @@ type spender struct {
 	Lent     int64   `json:"lent"`     // of those, lent to the others now (it is idle)
 }
 
-// outcome is the chart's series an attempt state belongs to.
-func outcome(st string) string {
-	switch st {
+// outcome is the chart's series a bucket belongs to. The upstream's
+// refusals for quota (429) are apart from its other 4xx answers.
+func outcome(b ledger.Bucket) string {
+	if b.State == ledger.RejectedUpstream && b.Status == http.StatusTooManyRequests {
+		return "refused_upstream"
+	}
+	switch b.State {
 	case ledger.Confirmed, ledger.Accepted:
 		return "sent"
 	case ledger.RejectedUpstream:
-		return "refused_upstream"
+		return "answered_error"
 	case ledger.RejectedLocal:
 		return "refused_locally"
 	case ledger.Cached:
@@ -96,33 +127,59 @@ func window(k *keystore.Key, ks report.KeyStatus) (w time.Duration, q int64, pol
 }
 
 func (h *Handler) detail(r *http.Request, k *keystore.Key, ks report.KeyStatus, now time.Time) (*detail, error) {
-	w, q, policy := window(k, ks)
+	w, q, _ := window(k, ks)
 	span := min(max(2*w, minSpan), maxSpan)
 	step := time.Duration(math.Ceil(span.Seconds()/timelineSteps)) * time.Second
 	steps := int(span / step)
 	since := now.Add(-time.Duration(steps) * step).Truncate(step)
 	steps++ // the step now is in
-	d := &detail{Status: ks, Gates: []mark{}, Warnings: []mark{}, Spenders: []spender{}, WindowS: report.Seconds(w),
+	d := &detail{Status: ks, Gates: []mark{}, Warnings: []mark{}, Frees: []freeing{}, Spenders: []spender{}, WindowS: report.Seconds(w),
 		Timeline: timeline{Since: stamp(since), StepS: int64(step / time.Second), Steps: steps, Series: map[string][]int{}}}
-	if w > 0 && q > 0 {
-		d.Timeline.LimitPerS = float64(q) / w.Seconds()
-		d.Timeline.Limit = policy
-	}
-	for _, s := range []string{"sent", "refused_upstream", "refused_locally", "kept_copy", "interrupted", "failed", "in_flight"} {
+	for _, s := range series {
 		d.Timeline.Series[s] = make([]int, steps)
+	}
+	bp, bq, bw := budgetPolicy(ks)
+	// The budget's line needs the sends of one window before the chart.
+	back := 0
+	if bq > 0 {
+		back = int((bw + step - 1) / step)
+		d.Timeline.Ahead = min(back, steps/2)
+		d.Timeline.Budget = &budgetLine{Policy: bp, Limit: bq, WindowS: report.Seconds(bw)}
 	}
 	if w == 0 {
 		w = span / 2
 	}
 	err := h.c.DB.View(r.Context(), func(tx ledger.Tx) error {
-		buckets, err := tx.Timeline(k.Name, since, step)
+		from := since.Add(-time.Duration(back) * step)
+		buckets, err := tx.Timeline(k.Name, from, step)
 		if err != nil {
 			return err
 		}
+		counted := make([]int64, back+steps+d.Timeline.Ahead)
 		for _, b := range buckets {
-			if i := int(b.Start.Sub(since) / step); i >= 0 && i < steps {
-				d.Timeline.Series[outcome(b.State)][i] += b.Count
+			i := int(b.Start.Sub(from) / step)
+			if i < 0 || i >= back+steps {
+				continue
 			}
+			if b.State != ledger.RejectedLocal && b.State != ledger.Cached {
+				counted[i] += int64(b.Count)
+			}
+			if i -= back; i >= 0 {
+				d.Timeline.Series[outcome(b)][i] += b.Count
+			}
+		}
+		if bl := d.Timeline.Budget; bl != nil {
+			bl.Left = leftPerStep(counted, back, bq)
+		}
+		for _, l := range ks.Local {
+			if l.Limit <= 0 || l.WindowS <= 0 {
+				continue
+			}
+			f, err := frees(tx, k.Name, l, now)
+			if err != nil {
+				return err
+			}
+			d.Frees = append(d.Frees, f)
 		}
 		gates, err := tx.Gates(k.Name, since)
 		if err != nil {
@@ -157,6 +214,80 @@ func (h *Handler) detail(r *http.Request, k *keystore.Key, ks report.KeyStatus, 
 		return nil
 	})
 	return d, err
+}
+
+// series are the timeline's outcomes, in the order the chart stacks them.
+var series = []string{"sent", "refused_upstream", "refused_locally", "answered_error", "kept_copy", "interrupted", "failed", "in_flight"}
+
+// budgetPolicy is the budget the timeline draws: the documented policy
+// with the fewest calls left, else the upstream's (whole-key, with q and
+// w known) with the fewest; q is 0 when there is none.
+func budgetPolicy(ks report.KeyStatus) (name string, q int64, w time.Duration) {
+	left := int64(math.MaxInt64)
+	for _, l := range ks.Local {
+		if l.Limit > 0 && l.WindowS > 0 && l.Remaining < left {
+			name, q, w, left = l.Policy, l.Limit, time.Duration(l.WindowS)*time.Second, l.Remaining
+		}
+	}
+	if q > 0 {
+		return name, q, w
+	}
+	for _, u := range ks.Upstream {
+		if u.Q > 0 && u.W > 0 && u.Partition == "" && u.R >= 0 && u.R < left {
+			name, q, w, left = u.Policy, u.Q, time.Duration(u.W)*time.Second, u.R
+		}
+	}
+	return name, q, w
+}
+
+// leftPerStep is q less the calls counted in the window of back steps
+// that ends with each step after the first back ones.
+func leftPerStep(counted []int64, back int, q int64) []int64 {
+	out := make([]int64, len(counted)-back)
+	var in int64
+	for i := range counted {
+		in += counted[i]
+		if i >= back {
+			in -= counted[i-back]
+			out[i-back] = min(max(q-in, 0), q)
+		}
+	}
+	return out
+}
+
+// frees says when the calls spent in l's window come back, as the pacer
+// counts them: a send stays in a window of w for w and a margin of up to
+// pacer.MaxMargin; the longest is assumed, so that the page never names
+// a time before the pacer's.
+func frees(tx ledger.Log, key string, l report.Local, now time.Time) (freeing, error) {
+	w := time.Duration(l.WindowS) * time.Second
+	stay := w + pacer.MaxMargin
+	f := freeing{Policy: l.Policy, Limit: l.Limit, WindowS: l.WindowS}
+	win, err := tx.Window(key, now.Add(-stay))
+	if err != nil || win.Count == 0 {
+		return f, err
+	}
+	latest, err := tx.Latest(key)
+	if err != nil {
+		return f, err
+	}
+	next := ceilSecond(win.Oldest.Add(stay))
+	later, err := tx.Count(key, next.Add(-stay))
+	if err != nil {
+		return f, err
+	}
+	f.Used = int64(win.Count)
+	f.Next, f.NextCalls = stamp(next), int64(win.Count-later)
+	f.All = stamp(ceilSecond(latest.Add(stay)))
+	return f, nil
+}
+
+// ceilSecond is t rounded up to a whole second.
+func ceilSecond(t time.Time) time.Time {
+	if r := t.Truncate(time.Second); !r.Equal(t) {
+		return r.Add(time.Second)
+	}
+	return t
 }
 
 // spenders are the callers that spent win, most first, and every caller

@@ -21,6 +21,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/oauth"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/rest"
 )
@@ -86,6 +87,11 @@ type Config struct {
 	Metrics http.Handler
 	// Dashboard, when set, serves the page at / and /ui/.
 	Dashboard Dashboard
+	// OAuth, when set, makes the gateway an OAuth resource server beside
+	// the static caller tokens: it serves the protected resource metadata
+	// and takes access tokens of its issuers. Nil publishes nothing of
+	// OAuth.
+	OAuth *oauth.Server
 }
 
 // A Dashboard is a page for people, served behind the same walls as the
@@ -112,6 +118,7 @@ func New(c Config) http.Handler {
 	c.REST.Routes(mux)
 	mux.Handle("/mcp", mcpBodyLimit(http.HandlerFunc(sessions.serve), c.MaxMCPBody))
 	mux.HandleFunc("GET /healthz", rest.Health(c.DB, c.Version))
+	oauthRoutes(mux, c.OAuth)
 	if c.Metrics != nil {
 		mux.Handle("GET /metrics", c.Metrics)
 	}
@@ -243,7 +250,7 @@ type gate struct {
 // its bearer token and holds it to its concurrency limit.
 func (g *gate) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" || (g.c.Dashboard != nil && g.c.Dashboard.Open(r)) {
+		if r.URL.Path == "/healthz" || g.oauthOpen(r) || (g.c.Dashboard != nil && g.c.Dashboard.Open(r)) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -255,10 +262,21 @@ func (g *gate) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		caller, ok := g.caller(r)
+		if !ok && g.c.OAuth != nil {
+			var done, bad bool
+			caller, done, bad = g.oauthCaller(w, r)
+			if bad {
+				g.throttle.fail(g.c.Now(), ip, presented)
+			}
+			if done {
+				return
+			}
+			ok = caller != nil
+		}
 		if !ok {
 			g.throttle.fail(g.c.Now(), ip, presented)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="mcp-quota"`)
-			detail := "A caller token is required: send Authorization: Bearer <token> (a [[callers]] token from mcp-quota's configuration)."
+			w.Header().Set("WWW-Authenticate", g.challenge(r.Header.Get("Authorization") != ""))
+			detail := g.noTokenDetail()
 			if r.Header.Get("Authorization") != "" {
 				detail = "The caller token is not valid."
 			}
@@ -287,7 +305,7 @@ func (g *gate) authenticate(next http.Handler) http.Handler {
 // caller authenticates r. With no callers configured on a loopback
 // listener, every request is the local user.
 func (g *gate) caller(r *http.Request) (*keystore.Caller, bool) {
-	if len(g.c.Keys.Callers()) == 0 && g.c.Loopback {
+	if len(g.c.Keys.Callers()) == 0 && g.c.Loopback && g.c.OAuth == nil {
 		return keystore.Local("local"), true
 	}
 	if r.Header.Get("Authorization") == "" && g.c.Dashboard != nil {
@@ -337,7 +355,7 @@ func (g *gate) origins(next http.Handler) http.Handler {
 				fmt.Sprintf("Requests from origin %s are not allowed; start mcp-quota with --allow-origin to allow it.", origin), nil)
 			return
 		}
-		if origin == "null" || !fetchSiteAllowed(r.Header.Values("Sec-Fetch-Site"), slices.Contains(g.c.AllowOrigins, origin)) {
+		if origin == "null" || (!fetchSiteAllowed(r.Header.Values("Sec-Fetch-Site"), slices.Contains(g.c.AllowOrigins, origin)) && !signInReturn(r)) {
 			rest.WriteProblem(w, http.StatusForbidden, rest.CodeForbidden, "Cross-site requests are not allowed.", nil)
 			return
 		}

@@ -65,6 +65,10 @@ type fileConfig struct {
 	StateTimeout duration       `toml:"state_timeout"`
 	Keys         []keyConfig    `toml:"keys"`
 	Callers      []callerConfig `toml:"callers"`
+	// OAuth turns on the OAuth resource server; Principals map its
+	// tokens to keys.
+	OAuth      *oauthConfig      `toml:"oauth"`
+	Principals []principalConfig `toml:"principals"`
 }
 
 // DefaultRetention is how long the state keeps the activity when the
@@ -90,6 +94,8 @@ type keyConfig struct {
 	MaxRate        *float64        `toml:"max_rate"`
 	MaxConcurrency *int            `toml:"max_concurrency"`
 	LowWater       *float64        `toml:"low_water"`
+	Scopes         []string        `toml:"scopes"`
+	WriteScopes    []string        `toml:"write_scopes"`
 	Unreachable    string          `toml:"unreachable_hint"`
 	Secret         *string         `toml:"secret"` // refused: secrets are never inline
 }
@@ -285,6 +291,7 @@ func Parse(data []byte, env Env) (*Store, error) {
 		}
 		s.callers = append(s.callers, c)
 	}
+	errs = append(errs, s.parseOAuth(fc.OAuth, fc.Principals, env, declared)...)
 	if fc.Retention != 0 {
 		s.retention = time.Duration(fc.Retention)
 		shortest := MinRetention
@@ -434,6 +441,8 @@ func (kc keyConfig) key(env Env) (*Key, []*ConfigError) {
 			k.Policies = append(k.Policies, Policy{Name: pc.Name, Quota: pc.Quota, Window: time.Duration(pc.Window), Unit: unit})
 		}
 	}
+	checkKeyScopes(kc, bad)
+	k.Scopes, k.WriteScopes = kc.Scopes, kc.WriteScopes
 	k.Methods = []string{"GET", "HEAD"}
 	if kc.Methods != nil {
 		k.Methods = nil

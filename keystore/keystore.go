@@ -88,6 +88,10 @@ type Key struct {
 	// Methods are the HTTP methods the MCP fetch tool may use with this
 	// key. REST callers may use any method.
 	Methods []string
+	// Scopes are the OAuth scopes a token needs to use this key, and
+	// WriteScopes those it needs besides for a method other than GET and
+	// HEAD (static caller tokens need none).
+	Scopes, WriteScopes []string
 	// Reserves keep shares of the budget for named callers.
 	Reserves []Reserve
 
@@ -145,6 +149,7 @@ func (k *Key) AllowsHost(host string) bool {
 type Caller struct {
 	Name  string
 	Keys  []string // the keys it may use; "*" means all
+	OAuth bool     // a principal of an OAuth token, not a [[callers]] token
 	token Secret
 }
 
@@ -159,6 +164,9 @@ type Store struct {
 	keys      []*Key
 	callers   []*Caller
 	retention time.Duration
+
+	oauth      *OAuth
+	principals []PrincipalRule
 
 	state        string
 	stateTimeout time.Duration

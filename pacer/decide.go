@@ -135,7 +135,13 @@ func decide(s snapshot) (decision, error) {
 	// A gate binds the whole key, whatever its scope: a policy named by a
 	// refusal may cover calls we cannot tell apart.
 	for _, g := range s.gates {
-		add(constraint{wait: g.Until.Sub(s.now), reason: g.Reason, source: g.Source, exhaust: true, keyWide: true})
+		switch g.Scope {
+		case "":
+			add(constraint{wait: g.Until.Sub(s.now), reason: g.Reason, source: g.Source, exhaust: true, keyWide: true})
+		case routePartition(s.route):
+			// A route's own backoff or circuit: the key is not paused.
+			add(constraint{wait: g.Until.Sub(s.now), reason: g.Reason, source: g.Source, exhaust: true})
+		}
 	}
 
 	// 2. Windowed budgets: documented policies, and every upstream policy
@@ -374,13 +380,19 @@ func (s snapshot) held(q int64, win ledger.Window) int64 {
 // policy seen in several partitions constrains through the partition its
 // route was last seen in; when the route was never seen, every partition
 // constrains (the safe guess). A per-route policy (its partition is a
-// route, see routePartition) constrains that route alone.
+// route, see routePartition) constrains that route alone, and so does a
+// partition of a profile whose partitions are buckets of the routes that
+// reported them (Discord): a route never seen meets none of them.
 func (s snapshot) applicable() []ledger.Known {
 	byPolicy := map[string][]ledger.Known{}
 	var order []string
 	own := routePartition(s.route)
+	byRoute := s.key.Profile.PartitionsByRoute()
 	for _, k := range s.known {
 		if strings.HasPrefix(k.Partition, routePartition("")) && k.Partition != own {
+			continue
+		}
+		if byRoute && k.Partition != "" && k.Route != s.route {
 			continue
 		}
 		id := k.Policy + "\x00" + string(k.Unit)

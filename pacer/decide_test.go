@@ -1,6 +1,7 @@
 package pacer_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -345,13 +346,24 @@ func TestGenerousValuesAreClamped(t *testing.T) {
 
 // Without any signal, refusals and failures back off exponentially with
 // full jitter above RetryFloor; after BreakerThreshold of them in a row the circuit opens,
-// and half-opens with one probe.
+// and half-opens with one probe. (A failure with no answer is the key's;
+// a server error without a signal is its route's, see
+// TestFailingRouteBacksOffItsRouteAlone.)
 func TestBackoffAndCircuitBreaker(t *testing.T) {
 	e := newEnv(t)
 	_, other := e.open()
 	k := newKey()
+	lost := func() pacer.Result { // no answer: the connection was reset
+		t.Helper()
+		tk := e.mustAdmit(k, "agent", "/items")
+		res, err := e.p.Done(context.Background(), tk, pacer.Outcome{SentAt: tk.AdmittedAt, Err: errors.New("connection reset by peer")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
 	for n, want := range []time.Duration{1500 * time.Millisecond, 2 * time.Second, 3 * time.Second, 5 * time.Second} {
-		res := e.send(k, "agent", 503, nil)
+		res := lost()
 		if res.RetryIn != want {
 			t.Fatalf("failure %d: got a backoff of %v, want %v", n+1, res.RetryIn, want)
 		}
@@ -360,7 +372,7 @@ func TestBackoffAndCircuitBreaker(t *testing.T) {
 		}
 		e.clk.advance(want)
 	}
-	res := e.send(k, "agent", 502, nil)
+	res := lost()
 	if res.RetryIn != pacer.BreakerCooldown || len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "circuit") {
 		t.Fatalf("fifth failure: got RetryIn %v and warnings %q, want the circuit open for %v", res.RetryIn, res.Warnings, pacer.BreakerCooldown)
 	}

@@ -133,7 +133,7 @@ func (p *Pacer) hiddenLimit(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now t
 				slices.ContainsFunc(c.Key.Policies, func(pol keystore.Policy) bool { return pol.Name == v })
 		}
 		for _, v := range rd.Problem.ViolatedPolicies {
-			if !announced(v) {
+			if v = boundName(v); !announced(v) {
 				name = v
 				break
 			}

@@ -135,6 +135,7 @@ func writeLearned(tx ledger.Tx, l *learned) error {
 	if err != nil {
 		return err
 	}
+	grew := false
 	for _, w := range l.words {
 		var prev *ledger.Known
 		for i, k := range known {
@@ -145,6 +146,7 @@ func writeLearned(tx ledger.Tx, l *learned) error {
 		if prev != nil && prev.ReceivedAt.After(w.receivedAt) {
 			continue // a later answer spoke already
 		}
+		grew = grew || prev == nil
 		ob, err := settle(tx, l.key, w.ob, w.receivedAt, w.admitted, w.basis, prev, ks)
 		if err != nil {
 			return err
@@ -158,6 +160,11 @@ func writeLearned(tx ledger.Tx, l *learned) error {
 		noteLatency(&ks, l.latency, l.answeredAt, latencyPeriod(l.key, known))
 	}
 	ks.LastResponseAt = maxTime(ks.LastResponseAt, l.answeredAt)
+	if grew && full(l.key, known) {
+		if _, err := bound(tx, l.key, l.answeredAt, ks.LastResponseAt); err != nil {
+			return err
+		}
+	}
 	return tx.PutKeyState(ks)
 }
 

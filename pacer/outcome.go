@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"math"
 	"net/http"
 	"time"
 
@@ -157,11 +156,17 @@ func observations(t Ticket, o Outcome) []ledger.ObservationRecord {
 	return obs
 }
 
-// normalized names the policy and unit of an observation that did not.
+// normalized names the policy and unit of an observation that did not,
+// and renames one that takes the name of the policy evicted ones are
+// folded into (see bound), which only mcp-quota writes.
 func normalized(ob ratelimit.Observation) ratelimit.Observation {
-	if ob.Policy == "" {
+	switch ob.Policy {
+	case "":
 		ob.Policy = unnamedPolicy
+	case EvictedPolicy:
+		ob.Policy = "upstream-" + EvictedPolicy
 	}
+	ob.Policy, ob.Partition = boundName(ob.Policy), boundName(ob.Partition)
 	if ob.Unit == "" {
 		ob.Unit = ratelimit.Requests
 	}
@@ -236,6 +241,7 @@ func (p *Pacer) record(tx ledger.Tx, t Ticket, o Outcome) (Result, ledger.KeySta
 	// Every observation is kept with its context; fresh ones become the
 	// latest word on their policy.
 	exhausted := false
+	grew := false // a policy not kept before was recorded
 	for _, rec := range observations(t, o) {
 		if err := tx.AddObservation(rec); err != nil {
 			return res, ks, err
@@ -253,6 +259,7 @@ func (p *Pacer) record(tx ledger.Tx, t Ticket, o Outcome) (Result, ledger.KeySta
 				prev = &known[i]
 			}
 		}
+		grew = grew || prev == nil
 		if ob, err = learnLeak(tx, key, ob, rd.ReceivedAt, basis, o.Status, prev); err != nil {
 			return res, ks, err
 		}
@@ -317,18 +324,40 @@ func (p *Pacer) record(tx ledger.Tx, t Ticket, o Outcome) (Result, ledger.KeySta
 		}
 		if msg != "" {
 			res.Warnings = append(res.Warnings, msg)
+			grew = true
+		}
+	}
+	if grew && full(c.Key, known) {
+		if msg, err := bound(tx, c.Key, now, maxTime(ks.LastResponseAt, now)); err != nil {
+			return res, ks, err
+		} else if msg != "" {
+			res.Warnings = append(res.Warnings, msg)
 		}
 	}
 
 	probe := ks.ProbeAttempt == t.ID
+	routeOnly := false // the failure is evidence about its route alone
+	if failure && !guided && !(probe && ks.HalfOpen) && routeEvidence(o, rd) {
+		var wait time.Duration
+		var msg string
+		if routeOnly, wait, msg, err = p.failRoute(tx, t, o, rd, now); err != nil {
+			return res, ks, err
+		}
+		res.RetryIn = max(res.RetryIn, wait)
+		if msg != "" {
+			res.Warnings = append(res.Warnings, msg)
+		}
+	}
 	switch {
+	case routeOnly:
+		// Backed off on its route alone: the key goes on as it was.
 	case failure && !guided && !rd.Abnormal:
 		ks.Failures++
 		reopen := probe && ks.HalfOpen
 		if ks.Failures >= BreakerThreshold || reopen {
 			// Open (or, when the half-open probe failed, reopen) the circuit:
 			// nothing goes until the cooldown ends, then one probe.
-			cool := min(time.Duration(float64(BreakerCooldown)*math.Pow(2, float64(ks.Opens))), BreakerMax)
+			cool := cooldown(ks.Opens)
 			ks.Opens++
 			ks.HalfOpen = true
 			ks.Failures = 0

@@ -79,15 +79,19 @@ func sentence(s string) string {
 // A KeyStatus is everything known about one key's budget, for planning,
 // as one caller would meet it.
 type KeyStatus struct {
-	Key      string             // the key's name
-	Local    []Budget           // the documented policies, counted over every caller and process
-	Upstream []Budget           // every policy the upstream announced or a refusal revealed
-	Gates    []ledger.Gate      // closed gates, the latest to open first
-	Warnings []ledger.Warning   // raised in the last hour
-	InFlight int                // calls admitted and not yet answered, in every process
-	Reserves []keystore.Reserve // the key's reservations
-	Binding  *Budget            // the tightest budget; nil when none is known
-	Advice   Advice             // what the caller should do next
+	Key      string        // the key's name
+	Local    []Budget      // the documented policies, counted over every caller and process
+	Upstream []Budget      // every policy the upstream announced or a refusal revealed
+	Gates    []ledger.Gate // the key's closed gates, the latest to open first
+	// RouteGates are the closed gates of single routes of the key (a
+	// route's backoff or circuit after server errors without a signal),
+	// the latest to open first: calls on other routes go on.
+	RouteGates []ledger.Gate
+	Warnings   []ledger.Warning   // raised in the last hour
+	InFlight   int                // calls admitted and not yet answered, in every process
+	Reserves   []keystore.Reserve // the key's reservations
+	Binding    *Budget            // the tightest budget; nil when none is known
+	Advice     Advice             // what the caller should do next
 }
 
 // Status reports k's budget as caller would meet it now. It never sends
@@ -105,7 +109,14 @@ func (p *Pacer) Status(ctx context.Context, k *keystore.Key, caller string) (Key
 		if err != nil {
 			return err
 		}
-		st.Gates, st.InFlight = snap.gates, snap.flight.Count
+		for _, g := range snap.gates {
+			if g.Scope == "" {
+				st.Gates = append(st.Gates, g)
+			} else {
+				st.RouteGates = append(st.RouteGates, g)
+			}
+		}
+		st.InFlight = snap.flight.Count
 		if st.Warnings, err = tx.Warnings(k.Name, now.Add(-time.Hour)); err != nil {
 			return err
 		}

@@ -22,6 +22,9 @@ type profileReader struct {
 	beta bool
 	// successBody says 2xx bodies carry signals (see ReadsSuccessBody).
 	successBody bool
+	// partitionsByRoute says each partition the profile reads belongs to
+	// the routes that reported it (see PartitionsByRoute).
+	partitionsByRoute bool
 }
 
 // profileTable holds what each profile reads. Read consults it in one
@@ -50,8 +53,9 @@ var profileTable = map[Profile]profileReader{
 		waits:  (*reader).readMillisWaits,
 	},
 	Discord: {
-		vendor: (*reader).readDiscord,
-		waits:  (*reader).readDiscordWait,
+		vendor:            (*reader).readDiscord,
+		waits:             (*reader).readDiscordWait,
+		partitionsByRoute: true,
 	},
 	Shopify: {
 		vendor: (*reader).readShopify,

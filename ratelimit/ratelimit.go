@@ -94,6 +94,14 @@ func (p Profile) ReadsSuccessBody() bool {
 	return profileTable[p].successBody
 }
 
+// PartitionsByRoute reports whether a partition p reads (Discord's
+// X-RateLimit-Bucket) is a bucket of the route that reported it, saying
+// nothing of calls on other routes; otherwise a partition may hold for
+// any route (an IETF pk, GitHub's resource).
+func (p Profile) PartitionsByRoute() bool {
+	return profileTable[p].partitionsByRoute
+}
+
 // ParseProfile returns the profile named name, ignoring case and
 // surrounding space. The empty name is Generic. An unknown name is an
 // error that lists the valid names.

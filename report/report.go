@@ -64,6 +64,9 @@ func Seconds(d time.Duration) int64 {
 
 // Status is everything known about the keys a caller may use.
 type Status struct {
+	// Caller names who the answer is for: a configured caller, or the
+	// principal of an OAuth token ("alice@example.com via Claude.ai").
+	Caller string      `json:"caller,omitempty" jsonschema:"who this answer is for: the caller, or the person or job of an OAuth token and the client it came through"`
 	Keys   []KeyStatus `json:"keys" jsonschema:"one entry per key shown, the most constrained first"`
 	Advice Advice      `json:"advice" jsonschema:"the advice for the most constrained key"`
 	// More summarises the keys a page leaves out; nil when every key is shown.
@@ -95,7 +98,7 @@ func (st Status) Page(offset, limit int) Status {
 	if limit > 0 {
 		end = min(offset+limit, len(keys))
 	}
-	out := Status{Keys: keys[offset:end], Advice: st.Advice}
+	out := Status{Caller: st.Caller, Keys: keys[offset:end], Advice: st.Advice}
 	if offset == 0 && end == len(keys) {
 		return out
 	}
@@ -131,16 +134,37 @@ func shareLeft(q Quota) float64 {
 
 // KeyStatus is one key's budget, for planning.
 type KeyStatus struct {
-	Key          string        `json:"key"`
-	Credential   string        `json:"credential" jsonschema:"ok, or why the key's credential is unavailable"`
-	Local        []Local       `json:"local" jsonschema:"the documented policies, counted over every caller and process sharing the key"`
-	Upstream     []Upstream    `json:"upstream" jsonschema:"every policy the upstream announced or a refusal revealed"`
-	RetryAfter   *Gate         `json:"retry_after,omitempty" jsonschema:"the gate nothing passes before, when one is closed"`
-	Reservations []Reservation `json:"reservations,omitempty"`
-	Warnings     []string      `json:"warnings,omitempty" jsonschema:"raised in the last hour: hidden limits, abnormal usage, an open circuit"`
-	InFlight     int           `json:"in_flight"`
-	Quota        Quota         `json:"quota" jsonschema:"the tightest budget"`
-	Advice       Advice        `json:"advice"`
+	Key              string        `json:"key"`
+	Credential       string        `json:"credential" jsonschema:"ok, or why the key's credential is unavailable"`
+	Local            []Local       `json:"local" jsonschema:"the documented policies, counted over every caller and process sharing the key"`
+	Upstream         []Upstream    `json:"upstream" jsonschema:"the policies the upstream announced or a refusal revealed (at most 16: past that, the most constrained)"`
+	UpstreamNotShown int           `json:"upstream_not_shown,omitempty" jsonschema:"how many less constrained upstream policies are not shown"`
+	RetryAfter       *Gate         `json:"retry_after,omitempty" jsonschema:"the gate nothing passes before, when one is closed"`
+	Reservations     []Reservation `json:"reservations,omitempty"`
+	Warnings         []string      `json:"warnings,omitempty" jsonschema:"raised in the last hour: hidden limits, abnormal usage, an open circuit"`
+	InFlight         int           `json:"in_flight"`
+	Quota            Quota         `json:"quota" jsonschema:"the tightest budget"`
+	Advice           Advice        `json:"advice"`
+}
+
+// MaxUpstream is the most upstream policies a KeyStatus shows: the most
+// constrained, whatever the upstream announced. With names of at most
+// pacer.MaxName bytes and at most 20 warnings, one key's status stays
+// within a few tens of thousands of characters.
+const MaxUpstream = 16
+
+// budgetLeft is the share of b that is left, for ordering: an exhausted
+// or expired budget first, one whose r is unknown last.
+func budgetLeft(b pacer.Budget) float64 {
+	switch {
+	case b.Remaining < 0:
+		return 2
+	case b.Limit > 0:
+		return float64(b.Remaining) / float64(b.Limit)
+	case b.Remaining == 0:
+		return 0
+	}
+	return 1
 }
 
 // Local is a documented policy's shared local budget.
@@ -194,7 +218,7 @@ type statuser interface {
 // Build reports every key in keys as caller meets it, reading only the
 // state file.
 func Build(ctx context.Context, p statuser, keys []*keystore.Key, caller string, now time.Time) (Status, error) {
-	out := Status{Keys: []KeyStatus{}, Advice: Advice{Action: string(pacer.Continue), Reason: "No key is configured."}}
+	out := Status{Caller: caller, Keys: []KeyStatus{}, Advice: Advice{Action: string(pacer.Continue), Reason: "No key is configured."}}
 	worst := -1
 	for _, k := range keys {
 		st, err := p.Status(ctx, k, caller)
@@ -238,7 +262,14 @@ func newKeyStatus(k *keystore.Key, st pacer.KeyStatus, now time.Time) KeyStatus 
 		ks.Local = append(ks.Local, Local{Policy: b.Policy, Limit: b.Limit, Used: b.Used, Remaining: b.Remaining,
 			ResetS: Seconds(b.Reset), WindowS: Seconds(b.Window), Binds: binds(b)})
 	}
-	for _, b := range st.Upstream {
+	upstream := st.Upstream
+	if len(upstream) > MaxUpstream {
+		upstream = slices.Clone(upstream)
+		slices.SortStableFunc(upstream, func(a, b pacer.Budget) int { return cmp.Compare(budgetLeft(a), budgetLeft(b)) })
+		ks.UpstreamNotShown = len(upstream) - MaxUpstream
+		upstream = upstream[:MaxUpstream]
+	}
+	for _, b := range upstream {
 		ks.Upstream = append(ks.Upstream, Upstream{Policy: b.Policy, Unit: string(b.Unit), Partition: b.Partition,
 			Q: b.Limit, W: Seconds(b.Window), R: b.Remaining, T: Seconds(b.Reset),
 			ObservedAt: b.Observed.UTC().Format(time.RFC3339), AgeS: int64(now.Sub(b.Observed).Seconds()),

@@ -2,6 +2,7 @@ package report
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"testing"
 	"time"
@@ -44,6 +45,7 @@ func TestBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Status{
+		Caller: "agent",
 		Keys: []KeyStatus{
 			{Key: "calm", Credential: "ok",
 				// The upstream's r=119 is beside the local count; the local one binds.
@@ -78,5 +80,27 @@ func TestSeconds(t *testing.T) {
 		if got := Seconds(d); got != want {
 			t.Errorf("Seconds(%v) = %d, want %d", d, got, want)
 		}
+	}
+}
+
+// A key shows at most MaxUpstream upstream policies, the most constrained,
+// and counts the others, whatever the upstream announced.
+func TestBuildShowsAtMostMaxUpstream(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	var ups []pacer.Budget
+	for i := range 40 {
+		ups = append(ups, pacer.Budget{Policy: fmt.Sprintf("p%02d", i), Unit: ratelimit.Requests, Limit: 100,
+			Remaining: int64(100 - i), Reset: time.Minute, Window: time.Hour, Source: "draft-11", Observed: now})
+	}
+	got, err := Build(context.Background(), statuses{"k": {Key: "k", Upstream: ups}}, []*keystore.Key{key("k")}, "agent", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks := got.Keys[0]
+	if len(ks.Upstream) != MaxUpstream || ks.UpstreamNotShown != 40-MaxUpstream {
+		t.Fatalf("shows %d upstream policies and %d not shown, want %d and %d", len(ks.Upstream), ks.UpstreamNotShown, MaxUpstream, 40-MaxUpstream)
+	}
+	if first, last := ks.Upstream[0].Policy, ks.Upstream[MaxUpstream-1].Policy; first != "p39" || last != "p24" {
+		t.Errorf("shows %s … %s, want the most constrained: p39 … p24", first, last)
 	}
 }

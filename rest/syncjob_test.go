@@ -17,6 +17,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcp-quota/mcp-quota/demo"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
 // TestSyncJobBesideAnAgent is the README's sync-job example: a standard
@@ -115,8 +116,24 @@ func TestSyncJobBesideAnAgent(t *testing.T) {
 	if st.Rejected != 0 {
 		t.Errorf("the upstream refused %d calls", st.Rejected)
 	}
-	if got := st.MaxInWindow(time.Second); got > 20 {
-		t.Errorf("the upstream got %d calls in one second, more than its 20", got)
+	// The promise mcp-quota controls: it admits no more than 20 calls in
+	// any second, over both callers. The upstream counts arrivals, which
+	// follow admissions by a latency that a loaded machine stretches
+	// unevenly; its own (fixed-window) count is the refusal check above.
+	var admitted []time.Time
+	if err := s.DB.View(ctx, func(tx ledger.Tx) error {
+		list, err := tx.Activity(ledger.ActivityFilter{Key: "demo", Limit: 10_000})
+		for _, a := range list {
+			if a.State != ledger.RejectedLocal {
+				admitted = append(admitted, a.At)
+			}
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := (demo.Stats{Accepted: admitted}).MaxInWindow(time.Second); got > 20 {
+		t.Errorf("mcp-quota admitted %d calls in one second, more than the key's 20", got)
 	}
 	if agentCalls != 10 || agentPaused != 0 {
 		t.Errorf("the agent made %d calls, %d paused; want 10, none paused", agentCalls, agentPaused)

@@ -69,6 +69,16 @@ func (tx *Tx) PutKnown(k ledger.Known) error {
 	return nil
 }
 
+var qDeleteKnown = newQuery(`DELETE FROM policies WHERE key = ? AND policy = ? AND unit = ? AND partition = ?`)
+
+// DeleteKnown forgets key's policy of unit in partition, if it is kept.
+func (tx *Tx) DeleteKnown(key, policy string, unit ratelimit.Unit, partition string) error {
+	if _, err := tx.exec(qDeleteKnown, key, policy, string(unit), partition); err != nil {
+		return fmt.Errorf("state: forget policy: %w", err)
+	}
+	return nil
+}
+
 var qAddObservation = newQuery(`INSERT INTO observations
 	(key, attempt_id, policy, unit, partition, q, w_us, r, t_us, status, received_at, server_date,
 	 shape, profile, guessed, from_cache, method, target)
@@ -212,6 +222,65 @@ func (tx *Tx) PutKeyState(s ledger.KeyState) error {
 		micros(s.LatencySince))
 	if err != nil {
 		return fmt.Errorf("state: record key state: %w", err)
+	}
+	return nil
+}
+
+var qPathState = newQuery(`SELECT failures, opens, half_open, last_at FROM path_failures WHERE key = ? AND scope = ?`)
+
+// PathState returns the failures of key's calls on one route (scope).
+func (tx *Tx) PathState(key, scope string) (ledger.PathState, error) {
+	s := ledger.PathState{Key: key, Scope: scope}
+	var last int64
+	err := tx.queryRow(qPathState, key, scope).Scan(&s.Failures, &s.Opens, &s.HalfOpen, &last)
+	if errors.Is(err, sql.ErrNoRows) {
+		return s, nil
+	}
+	if err != nil {
+		return s, fmt.Errorf("state: route failures: %w", err)
+	}
+	s.LastAt = fromMicros(last)
+	return s, nil
+}
+
+var qPutPathState = newQuery(`INSERT INTO path_failures (key, scope, failures, opens, half_open, last_at)
+	VALUES (?, ?, ?, ?, ?, ?)
+	ON CONFLICT (key, scope) DO UPDATE SET failures = excluded.failures, opens = excluded.opens,
+		half_open = excluded.half_open, last_at = excluded.last_at`)
+
+// PutPathState records s.
+func (tx *Tx) PutPathState(s ledger.PathState) error {
+	if _, err := tx.exec(qPutPathState, s.Key, s.Scope, s.Failures, s.Opens, s.HalfOpen, micros(s.LastAt)); err != nil {
+		return fmt.Errorf("state: record route failures: %w", err)
+	}
+	return nil
+}
+
+var qFailingPaths = newQuery(`SELECT count(*) FROM path_failures WHERE key = ? AND last_at > ?`)
+
+// FailingPaths returns how many of key's routes have a failure after
+// since.
+func (tx *Tx) FailingPaths(key string, since time.Time) (int, error) {
+	var n int
+	if err := tx.queryRow(qFailingPaths, key, micros(since)).Scan(&n); err != nil {
+		return 0, fmt.Errorf("state: failing routes: %w", err)
+	}
+	return n, nil
+}
+
+var (
+	qForgetPaths     = newQuery(`DELETE FROM path_failures WHERE key = ? AND last_at < ?`)
+	qForgetPathGates = newQuery(`DELETE FROM gates WHERE key = ? AND scope != '' AND until < ?`)
+)
+
+// ForgetPaths forgets the failures of key's routes whose latest is
+// before before, and the gates of its routes that reopened before it.
+func (tx *Tx) ForgetPaths(key string, before time.Time) error {
+	if _, err := tx.exec(qForgetPaths, key, micros(before)); err != nil {
+		return fmt.Errorf("state: forget route failures: %w", err)
+	}
+	if _, err := tx.exec(qForgetPathGates, key, micros(before)); err != nil {
+		return fmt.Errorf("state: forget route gates: %w", err)
 	}
 	return nil
 }

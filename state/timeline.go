@@ -7,13 +7,15 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
-var qTimeline = newQuery(`SELECT (coalesce(nullif(sent_at, 0), at) - ?2) / ?3 AS b, state, count(*) FROM attempts
+var qTimeline = newQuery(`SELECT (coalesce(nullif(sent_at, 0), at) - ?2) / ?3 AS b, state,
+		CASE WHEN state = 'rejected_upstream' THEN coalesce(status, 0) ELSE 0 END AS st, count(*) FROM attempts
 	WHERE key = ?1 AND coalesce(nullif(sent_at, 0), at) >= ?2 AND state != 'reserved'
-	GROUP BY b, state ORDER BY b, state`)
+	GROUP BY b, state, st ORDER BY b, state, st`)
 
-// Timeline counts key's attempts from since on, per step and state, by
-// the time each was sent (or refused, or admitted when not yet sent). Its
-// cost grows with the attempts counted.
+// Timeline counts key's attempts from since on, per step and state (the
+// upstream's refusals apart by status), by the time each was sent (or
+// refused, or admitted when not yet sent). Its cost grows with the
+// attempts counted.
 func (tx *Tx) Timeline(key string, since time.Time, step time.Duration) ([]ledger.Bucket, error) {
 	us := step.Microseconds()
 	if us <= 0 {
@@ -28,7 +30,7 @@ func (tx *Tx) Timeline(key string, since time.Time, step time.Duration) ([]ledge
 	for rows.Next() {
 		var b ledger.Bucket
 		var n int64
-		if err := rows.Scan(&n, &b.State, &b.Count); err != nil {
+		if err := rows.Scan(&n, &b.State, &b.Status, &b.Count); err != nil {
 			return nil, err
 		}
 		b.Start = since.Add(time.Duration(n) * step)

@@ -67,13 +67,24 @@ func (d *Deps) quotaStatus(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	if err != nil {
 		return d.stateUnavailable(a.Key, err), nil
 	}
-	st = st.Page(offset, limit)
-	maxWait := d.Fetch.withDefaults().MaxMaxWait
-	st.Advice = report.WaitInstead(st.Advice, maxWait)
-	for i := range st.Keys {
-		st.Keys[i].Advice = report.WaitInstead(st.Keys[i].Advice, maxWait)
+	lim := d.Fetch.withDefaults()
+	page := func(limit int) *mcp.CallToolResult {
+		p := st.Page(offset, limit)
+		p.Advice = report.WaitInstead(p.Advice, lim.MaxMaxWait)
+		for i := range p.Keys {
+			p.Keys[i].Advice = report.WaitInstead(p.Keys[i].Advice, lim.MaxMaxWait)
+		}
+		return mcp.NewToolResultStructured(p, statusText(p))
 	}
-	return mcp.NewToolResultStructured(st, statusText(st)), nil
+	// The whole result stays within MaxResult characters: fewer keys are
+	// shown in detail when it would not (the others are summarised, with
+	// the offset of the next page).
+	out := page(limit)
+	for limit > 1 && resultChars(out) > lim.MaxResult {
+		limit = max(1, min(limit, len(st.Keys)-offset)*lim.MaxResult/resultChars(out))
+		out = page(limit)
+	}
+	return out, nil
 }
 
 // keysFor returns the keys a status request covers: the one named, or

@@ -71,6 +71,10 @@ func (e environment) serve(ctx context.Context, args []string) error {
 			return err
 		}
 	}
+	oauthSrv, err := oauthServer(keys)
+	if err != nil {
+		return err
+	}
 	loopback := isLoopback(ln.Addr())
 	a, err := e.open(ctx, c, keys, log, true)
 	if err != nil {
@@ -93,7 +97,8 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	h := gateway.New(gateway.Config{Keys: keys, REST: a.rest(), MCP: mcpServer, DB: a.db, Log: log,
 		Loopback: loopback, AllowOrigins: splitList(*origins), Version: version, SessionIdle: *sessionIdle,
 		MaxSessions: *maxSessions, MaxSessionsPerCaller: *maxSessionsPerCaller, TrustedProxies: trusted,
-		SessionSecret: a.sessionSecret(ctx), Metrics: m, Dashboard: dashboard.New(dashboard.Config{Keys: keys, Pacer: a.pacer, DB: a.db, Log: log, Now: a.now, Secure: gateway.Secure})})
+		SessionSecret: a.sessionSecret(ctx), Metrics: m, OAuth: oauthSrv,
+		Dashboard: dashboard.New(dashboard.Config{Keys: keys, Pacer: a.pacer, DB: a.db, Log: log, Now: a.now, Secure: gateway.Secure, OIDC: dashboardOIDC(keys, oauthSrv)})})
 	srv := gateway.NewServer(ln.Addr().String(), tr.REST(h, isKey(keys)), log)
 
 	base := "http://" + ln.Addr().String()
@@ -117,8 +122,8 @@ func (e environment) serveKeys(c common, listen string, log *slog.Logger) (*keys
 	if err != nil {
 		return nil, err
 	}
-	if !loopbackAddress(listen) && len(keys.Callers()) == 0 {
-		return nil, fmt.Errorf("refusing to listen on %s without caller tokens: add [[callers]] to %s, or listen on loopback (--listen 127.0.0.1:8787)", listen, e.configPath(c))
+	if !loopbackAddress(listen) && len(keys.Callers()) == 0 && keys.OAuth() == nil {
+		return nil, fmt.Errorf("refusing to listen on %s without caller tokens: add [[callers]] (or an [oauth] table) to %s, or listen on loopback (--listen 127.0.0.1:8787)", listen, e.configPath(c))
 	}
 	return keys, nil
 }

@@ -2,16 +2,37 @@
 // the server is set as text, never parsed as HTML.
 "use strict";
 
-const POLL_MS = Number(new URLSearchParams(location.search).get("poll_ms")) || 2000;
+// How often the page asks for news: ?poll_ms=, within 1 s and 5 min.
+const POLL_MIN_MS = 1000, POLL_MAX_MS = 300000;
+const POLL_MS = Math.min(Math.max(Number(new URLSearchParams(location.search).get("poll_ms")) || 2000, POLL_MIN_MS), POLL_MAX_MS);
 const COLORS = {
-  sent: "#2e7d32", refused_upstream: "#c62828", refused_locally: "#ef6c00",
+  sent: "#2e7d32", refused_upstream: "#c62828", refused_locally: "#ef6c00", answered_error: "#8d6e63",
   kept_copy: "#1565c0", interrupted: "#6a1b9a", failed: "#424242", in_flight: "#90a4ae",
 };
 const LABELS = {
-  sent: "sent and confirmed", refused_upstream: "refused by the upstream", refused_locally: "refused locally",
-  kept_copy: "answered from the kept copy", interrupted: "interrupted", failed: "failed", in_flight: "in flight",
+  sent: "sent and confirmed", refused_upstream: "refused by the upstream for quota (429)", refused_locally: "refused locally",
+  answered_error: "answered with another 4xx", kept_copy: "answered from the kept copy", interrupted: "interrupted", failed: "failed", in_flight: "in flight",
 };
-const REFUSED = new Set(["rejected_local", "rejected_upstream"]);
+
+// refusedForQuota reports an attempt refused for its budget: by mcp-quota,
+// or by the upstream with 429. A 404 or a 403 is an answer, not a refusal
+// for quota.
+function refusedForQuota(a) { return a.state === "rejected_local" || (a.state === "rejected_upstream" && a.status === 429); }
+
+const pad = (n) => String(n).padStart(2, "0");
+// clock is a time of day, 24-hour, in the browser's time zone: 18:42:10.
+function clock(d) { return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`; }
+// stampText is a date and time of day: 2026-12-01 18:42:10.
+function stampText(d) { return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${clock(d)}`; }
+function plural(n, one, many) { return `${n} ${n === 1 ? one : many}`; }
+// duration says s seconds in the largest whole unit: 90 seconds, 10 minutes.
+function duration(s) {
+  if (s >= 3600 && s % 3600 === 0) return plural(s / 3600, "hour", "hours");
+  if (s >= 60 && s % 60 === 0) return plural(s / 60, "minute", "minutes");
+  return plural(s, "second", "seconds");
+}
+// per says "per" a window of s seconds: per minute, per 10 minutes.
+function per(s) { return "per " + ({ 1: "second", 60: "minute", 3600: "hour", 86400: "day" }[s] || duration(s)); }
 
 const $ = (id) => document.getElementById(id);
 let me = null;           // GET /ui/api/session
@@ -20,6 +41,7 @@ let latestID = -1;       // the newest activity the table has seen
 let cursors = [""];      // activity pages: cursors[i] fetches page i
 let page = 0;
 let timer = null;
+let openCall = "";       // the call whose detail is shown, under its row
 
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
@@ -54,6 +76,7 @@ function showSignIn() {
   clearTimeout(timer);
   me = null;
   $("main").hidden = true;
+  $("live").textContent = "";
   $("signout").hidden = true;
   $("who").textContent = "";
   $("signin").hidden = false;
@@ -111,7 +134,7 @@ async function tick() {
           await loadActivity();
         }
       }
-      $("live").textContent = "updated " + new Date().toLocaleTimeString();
+      $("live").textContent = "updated " + clock(new Date());
     } catch (e) {
       if (!me) return;
       $("error").textContent = "Could not update: " + e.message;
@@ -140,21 +163,62 @@ function renderKeys(keys) {
   }));
 }
 
+// freeSentence says when a documented budget's calls come back, with
+// clock times: "None of 120 left now: 3 calls free at 18:42:10, all 120
+// at 18:42:55."
+function freeSentence(f, left) {
+  if (!f.next) return `All ${f.limit} calls free now.`;
+  const next = clock(new Date(f.next)), all = clock(new Date(f.all));
+  const head = left > 0 ? `${left} of ${f.limit} left now; ` : `None of ${f.limit} left now: `;
+  const more = left > 0 ? "more " : "";
+  if (f.next === f.all) return `${head}all ${f.limit} free at ${all}.`;
+  return `${head}${f.next_calls} ${more}${f.next_calls === 1 ? "call" : "calls"} free at ${next}, all ${f.limit} at ${all}.`;
+}
+
+// upstreamSentence says what the upstream's policy u allows, in words,
+// saying what is not known rather than a question mark.
+function upstreamSentence(u, now) {
+  if (u.expired) return "What the upstream said has expired: it no longer holds, and the next call asks again.";
+  const ends = u.t > 0 ? ` until ${clock(new Date(now.getTime() + u.t * 1000))}, when its window ends` : "";
+  const left = u.r >= 0 ? `${u.r}${u.q > 0 ? " of " + u.q : ""} left` : "Calls left not said";
+  return `${left}${ends}${u.counted_locally ? " (counted by mcp-quota from every caller's sends)" : ""}.`;
+}
+
+function quotaWords(q, w, unit) {
+  const what = unit && unit !== "requests" ? unit : "calls";
+  if (q > 0 && w > 0) return `${q} ${what} ${per(w)}`;
+  if (q > 0) return `${q} ${what} per window; the upstream did not say how long`;
+  if (w > 0) return `a window of ${duration(w)}; the upstream did not say how many ${what}`;
+  return "its quota and window not said";
+}
+
 function renderDetail(d, now) {
   const s = d.status;
   $("key-name").textContent = s.key;
   const adv = $("advice");
   adv.className = "advice " + s.advice.action;
   adv.textContent = s.advice.reason;
-  $("gate").textContent = s.retry_after ? `Gate closed (${s.retry_after.source}) for ${s.retry_after.retry_after_s} s more: ${s.retry_after.reason}` : "";
+  $("gate").textContent = s.retry_after ? `Gate closed (${s.retry_after.source}) until ${clock(new Date(s.retry_after.until))}: ${s.retry_after.reason}` : "";
   $("warnings").replaceChildren(...(s.warnings || []).map((w) => el("li", {}, w)));
 
+  const frees = new Map((d.frees || []).map((f) => [f.policy, f]));
   const gauges = [];
+  // The headline is the budget that binds now, else the tightest.
+  let headline = "", bound = false;
+  const lead = (when, binds, tightest) => {
+    if (!when || bound) return;
+    if (binds) { headline = when; bound = true; } else if (tightest || !headline) headline = when;
+  };
+  const bindsTag = (b) => b.binds ? [el("span", { class: "tag binds" }, "binds now")] : [];
   for (const l of s.local) {
+    const f = frees.get(l.policy);
+    const when = f ? freeSentence(f, l.remaining) : "";
+    lead(when, l.binds, l.policy === s.quota.policy && s.quota.source === "local");
     gauges.push(el("div", { class: "gauge", "data-policy": l.policy, "data-origin": "local" },
-      el("b", {}, l.policy), el("span", { class: "tag" }, "documented, counted by mcp-quota"),
+      el("b", {}, l.policy), el("span", { class: "tag" }, "documented, counted by mcp-quota"), ...bindsTag(l),
       bar(fraction(l.used, l.limit)),
-      el("div", { class: "facts" }, `q ${l.limit} per w ${l.window_s} s · used ${l.used} · left ${l.remaining} · oldest leaves in ${l.reset_s} s`)));
+      el("div", { class: "facts" }, `${quotaWords(l.limit, l.window_s)} · ${l.used} used · ${l.remaining} left`),
+      el("div", { class: "when" }, when)));
   }
   for (const u of s.upstream) {
     const name = u.partition ? `${u.policy} / ${u.partition}` : u.policy;
@@ -162,90 +226,140 @@ function renderDetail(d, now) {
     const tags = [el("span", { class: "tag" }, "upstream · " + u.source)];
     if (u.hidden) tags.push(el("span", { class: "tag hidden" }, "hidden: inferred from a refusal"));
     if (u.expired) tags.push(el("span", { class: "tag expired" }, "expired"));
-    if (u.counted_locally) tags.push(el("span", { class: "tag" }, "counted locally"));
+    const when = upstreamSentence(u, now);
+    tags.push(...bindsTag(u));
+    if (u.binds || !s.local.length) lead(when, u.binds, u.policy === s.quota.policy);
     gauges.push(el("div", { class: "gauge" + (u.expired ? " expired" : ""), "data-policy": u.policy, "data-origin": "upstream" },
-      el("b", {}, name), ...tags, bar(fraction(used, u.q)),
-      el("div", { class: "facts" }, `q ${u.q || "?"} per w ${u.w || "?"} s (${u.unit}) · left ${u.r >= 0 ? u.r : "?"} · window ends in ${u.t} s · said ${u.age_s} s ago`)));
+      el("b", {}, name), ...tags, bar(u.expired ? 0 : fraction(used, u.q)),
+      el("div", { class: "facts" }, `${quotaWords(u.q, u.w, u.unit)} · said ${u.age_s} s ago`),
+      el("div", { class: "when" }, when)));
   }
   if (!gauges.length) gauges.push(el("p", {}, "No budget is known for this key yet."));
   $("gauges").replaceChildren(...gauges);
+  $("free").textContent = headline;
 
   renderChart(d.timeline, d.gates, d.warnings, now);
 
-  $("spenders-caption").textContent = d.window_s ? `over the last ${d.window_s} s` : "";
+  $("spenders-caption").textContent = d.window_s ? `over the last ${duration(d.window_s)}` : "";
+  const reserved = d.spenders.some((p) => p.reserved > 0);
+  $("spenders").classList.toggle("no-reservations", !reserved);
   $("spenders").tBodies[0].replaceChildren(...d.spenders.map((p) => el("tr", {},
     el("td", {}, p.caller), el("td", {}, p.used), el("td", {}, (p.share * 100).toFixed(0) + "%"),
-    el("td", {}, p.reserved || ""), el("td", {}, p.held || ""), el("td", {}, p.lent || ""))));
+    el("td", { class: "res" }, p.reserved), el("td", { class: "res" }, p.held), el("td", { class: "res" }, p.lent))));
+}
+
+// The charts share one time axis: the past steps, then the steps ahead
+// over which the budget's calls come back. Each is drawn at its own pixel
+// width, so that its text is never stretched.
+function axis(svgEl, t, height) {
+  const W = Math.max(Math.round(svgEl.clientWidth || svgEl.getBoundingClientRect().width) || 800, 200);
+  svgEl.setAttribute("viewBox", `0 0 ${W} ${height}`);
+  const left = 34, right = 8, n = t.steps + t.ahead;
+  const since = new Date(t.since).getTime(), stepMs = t.step_s * 1000;
+  const bw = (W - left - right) / n;
+  const x = (ms) => left + ((ms - since) / stepMs) * bw;
+  return { W, left, right, bw, x, since, stepMs, end: W - right };
+}
+
+function text(x, y, s, attrs) {
+  const tx = svg("text", Object.assign({ x, y, "font-size": 11, fill: "#555" }, attrs));
+  tx.textContent = s;
+  return tx;
+}
+
+function timeLabels(a, now, H) {
+  const out = [];
+  const nowX = a.x(now.getTime());
+  out.push(svg("line", { x1: nowX, x2: nowX, y1: 4, y2: H - 18, stroke: "#263238", "stroke-dasharray": "2 3", class: "now" }));
+  const first = new Date(a.since);
+  out.push(text(a.left, H - 5, clock(first), { "text-anchor": "start" }));
+  out.push(text(Math.min(nowX, a.end - 60), H - 5, "now " + clock(now), { "text-anchor": nowX > a.end - 60 ? "start" : "middle" }));
+  return out;
 }
 
 function renderChart(t, gates, warnings, now) {
-  const W = 800, H = 220, top = 10, bottom = 20, left = 40;
+  const H = 200, top = 10, bottom = 20;
   const chart = $("chart");
+  const a = axis(chart, t, H);
   const series = Object.keys(COLORS);
-  const since = new Date(t.since).getTime();
-  const stepMs = t.step_s * 1000;
   const totals = new Array(t.steps).fill(0);
   for (const name of series) (t.series[name] || []).forEach((n, i) => { totals[i] += n; });
-  const peak = Math.max(t.limit_per_s * 1.25, ...totals.map((n) => n / t.step_s), 1);
-  const y = (perS) => H - bottom - (perS / peak) * (H - top - bottom);
-  const bw = (W - left) / t.steps;
-  const x = (ms) => left + ((ms - since) / stepMs) * bw;
+  const peak = Math.max(...totals, 1);
+  const y = (n) => H - bottom - (n / peak) * (H - top - bottom);
   const nodes = [];
   // Gates: shaded spans, from when they closed to when they open.
   for (const g of gates) {
-    const x0 = Math.max(x(new Date(g.at).getTime()), left), x1 = Math.min(x(new Date(g.until).getTime()), W);
+    const x0 = Math.max(a.x(new Date(g.at).getTime()), a.left), x1 = Math.min(a.x(new Date(g.until).getTime()), a.end);
     if (x1 <= x0) continue;
     const r = svg("rect", { x: x0, y: top, width: x1 - x0, height: H - top - bottom, fill: "#ffcdd2", opacity: 0.5, class: "gate" });
     r.append(svg("title")); r.firstChild.textContent = `${g.kind}: ${g.reason}`;
     nodes.push(r);
   }
-  // Bars: calls per second in each step, stacked by outcome.
+  // Bars: calls in each step, stacked by outcome.
   for (let i = 0; i < t.steps; i++) {
     let base = 0;
     for (const name of series) {
       const n = (t.series[name] || [])[i] || 0;
       if (!n) continue;
-      const y0 = y(base / t.step_s), y1 = y((base + n) / t.step_s);
-      const r = svg("rect", { x: left + i * bw + 0.5, y: y1, width: Math.max(bw - 1, 1), height: y0 - y1, fill: COLORS[name], class: "bar " + name });
+      const y0 = y(base), y1 = y(base + n);
+      const r = svg("rect", { x: a.left + i * a.bw + 0.25, y: y1, width: Math.max(a.bw - 0.5, 0.5), height: y0 - y1, fill: COLORS[name], class: "bar " + name });
       r.append(svg("title")); r.firstChild.textContent = `${n} ${LABELS[name]}`;
       nodes.push(r);
       base += n;
     }
   }
-  // The limit: q per w as calls per second.
-  if (t.limit_per_s > 0) {
-    nodes.push(svg("line", { x1: left, x2: W, y1: y(t.limit_per_s), y2: y(t.limit_per_s), stroke: "#c62828", "stroke-dasharray": "6 4", class: "limit" }));
-    const lbl = svg("text", { x: left + 4, y: y(t.limit_per_s) - 4, "text-anchor": "start", "font-size": 11, fill: "#c62828" });
-    lbl.textContent = `limit ${t.limit}: ${t.limit_per_s.toFixed(2)}/s`;
-    nodes.push(lbl);
-  }
   // Warnings: a marker where each was raised.
   for (const w of warnings) {
-    const wx = x(new Date(w.at).getTime());
-    if (wx < left || wx > W) continue;
+    const wx = a.x(new Date(w.at).getTime());
+    if (wx < a.left || wx > a.end) continue;
     const m = svg("path", { d: `M${wx - 5},${top} L${wx + 5},${top} L${wx},${top + 9} Z`, fill: "#ef6c00", class: "warning" });
     m.append(svg("title")); m.firstChild.textContent = `${w.kind}: ${w.reason}`;
     nodes.push(m);
   }
-  // Axes.
-  nodes.push(svg("line", { x1: left, x2: left, y1: top, y2: H - bottom, stroke: "#999" }));
-  nodes.push(svg("line", { x1: left, x2: W, y1: H - bottom, y2: H - bottom, stroke: "#999" }));
-  for (const v of [0, peak / 2, peak]) {
-    const tx = svg("text", { x: left - 4, y: y(v) + 4, "text-anchor": "end", "font-size": 10, fill: "#666" });
-    tx.textContent = v.toFixed(v < 10 ? 1 : 0);
-    nodes.push(tx);
-  }
-  const span = (t.steps - 1) * t.step_s;
-  for (const back of [span, span / 2, 0]) {
-    const anchor = back === span ? "start" : back === 0 ? "end" : "middle";
-    const tx = svg("text", { x: Math.min(Math.max(x(now.getTime() - back * 1000), left), W), y: H - 6, "text-anchor": anchor, "font-size": 10, fill: "#666" });
-    tx.textContent = back ? `${Math.round(back)} s ago` : "now";
-    nodes.push(tx);
-  }
+  nodes.push(svg("line", { x1: a.left, x2: a.left, y1: top, y2: H - bottom, stroke: "#999" }));
+  nodes.push(svg("line", { x1: a.left, x2: a.end, y1: H - bottom, y2: H - bottom, stroke: "#999" }));
+  for (const v of [0, peak]) nodes.push(text(a.left - 4, y(v) + 4, String(v), { "text-anchor": "end", "font-size": 10 }));
+  nodes.push(...timeLabels(a, now, H));
   chart.replaceChildren(...nodes);
-  $("chart-caption").textContent = `calls per second, ${t.step_s} s steps`;
-  $("legend").replaceChildren(...series.map((n) => { const i = el("i"); i.style.background = COLORS[n]; return el("span", {}, i, LABELS[n]); }),
-    el("span", {}, "shaded: a gate (Retry-After, backoff, circuit, abnormal usage) · ▼ a warning"));
+  $("chart-caption").textContent = `calls in each ${duration(t.step_s)}, by how they ended`;
+  const shown = series.filter((n) => (t.series[n] || []).some((c) => c > 0));
+  $("legend").replaceChildren(...shown.map((n) => { const i = el("i"); i.style.background = COLORS[n]; return el("span", {}, i, LABELS[n]); }),
+    el("span", { class: "note" }, "shaded: a gate (Retry-After, backoff, circuit, abnormal usage) · ▼ a warning"));
+  renderBudget(t, now);
+}
+
+// renderBudget draws one policy's calls left in its window: as they were
+// (solid), and ahead as they come back if no other call is made (dashed).
+function renderBudget(t, now) {
+  const H = 120, top = 14, bottom = 20;
+  const el2 = $("budget"), b = t.budget;
+  if (!b) {
+    el2.hidden = true;
+    $("budget-caption").textContent = "no budget with a known quota and window";
+    return;
+  }
+  el2.hidden = false;
+  const a = axis(el2, t, H);
+  const y = (n) => H - bottom - (n / b.limit) * (H - top - bottom);
+  const nodes = [];
+  nodes.push(svg("line", { x1: a.left, x2: a.end, y1: y(b.limit), y2: y(b.limit), stroke: "#bbb", class: "all" }));
+  nodes.push(svg("line", { x1: a.left, x2: a.end, y1: y(0), y2: y(0), stroke: "#999" }));
+  nodes.push(text(a.left - 4, y(b.limit) + 4, String(b.limit), { "text-anchor": "end", "font-size": 10 }));
+  nodes.push(text(a.left - 4, y(0) + 4, "0", { "text-anchor": "end", "font-size": 10 }));
+  const path = (from, to) => {
+    let d = "";
+    for (let i = from; i < to; i++) {
+      const x0 = a.left + i * a.bw, x1 = x0 + a.bw, yy = y(b.left[i]);
+      d += (d ? ` L${x0},${yy}` : `M${x0},${yy}`) + ` L${x1},${yy}`;
+    }
+    return d;
+  };
+  const past = t.steps, all = b.left.length;
+  if (past > 0) nodes.push(svg("path", { d: path(0, past), fill: "none", stroke: "#1565c0", "stroke-width": 2, class: "left" }));
+  if (all > past) nodes.push(svg("path", { d: path(past - 1, all), fill: "none", stroke: "#1565c0", "stroke-width": 2, "stroke-dasharray": "5 4", class: "ahead" }));
+  nodes.push(...timeLabels(a, now, H));
+  el2.replaceChildren(...nodes);
+  $("budget-caption").textContent = `of ${b.policy}'s ${b.limit} ${per(b.window_s)}; dashed: as they come back if no other call is made`;
 }
 
 // loadActivity shows the activity page `page`, through /v1/activity —
@@ -268,31 +382,79 @@ async function loadActivity() {
   cursors[page + 1] = next;
   $("older").disabled = !next;
   $("newest").disabled = page === 0;
-  $("activity").tBodies[0].replaceChildren(...rows.map((a) => {
-    const tr = el("tr", { class: REFUSED.has(a.state) ? "refused" : "", "data-state": a.state, "data-call": a.call },
-      el("td", {}, new Date(a.at).toLocaleTimeString()), el("td", {}, a.caller), el("td", {}, a.transport), el("td", {}, a.instance || ""), el("td", {}, a.method),
-      el("td", {}, a.target), el("td", {}, a.attempt), el("td", { class: "state" }, a.state), el("td", {}, a.status || ""),
-      el("td", {}, a.wait_ms ? a.wait_ms + " ms" : ""), el("td", {}, a.reason || ""));
-    tr.addEventListener("click", () => showCall(a.call));
+  const table = $("activity");
+  table.classList.toggle("no-instance", !rows.some((a) => a.instance));
+  unplaceCall($("call")); // out of the rows about to be replaced
+  table.tBodies[0].replaceChildren(...rows.map((a) => {
+    const tr = el("tr", { class: "row" + (refusedForQuota(a) ? " refused" : ""), "data-state": a.state, "data-call": a.call },
+      el("td", { class: "time" }, stampText(new Date(a.at))), el("td", { class: "caller" }, a.caller), el("td", { class: "transport" }, a.transport),
+      el("td", { class: "instance" }, a.instance || ""), el("td", { class: "method" }, a.method),
+      el("td", { class: "target" }, a.target),
+      el("td", { class: "state" }, a.state.replace("_", " ") + (a.attempt > 1 ? ` (attempt ${a.attempt})` : "")),
+      el("td", { class: "status" }, statusText(a)),
+      el("td", { class: "wait" }, a.wait_ms ? waitText(a.wait_ms) : ""), el("td", { class: "reason" }, reasonText(a)));
+    tr.addEventListener("click", () => showCall(a.call, tr));
     return tr;
   }));
+  if (openCall) {
+    const tr = table.querySelector(`tr.row[data-call="${CSS.escape(openCall)}"]`);
+    if (tr) placeCall(tr, false); else openCall = "";
+  }
 }
 
-async function showCall(id) {
+// An attempt's reason is often its status line ("HTTP 404 Not Found"):
+// the status column gives the code, the reason column the rest.
+function statusLine(a) { return a.status > 0 && (a.reason || "").startsWith("HTTP " + a.status); }
+function statusText(a) { return a.status ? String(a.status) : ""; }
+function reasonText(a) { return statusLine(a) ? a.reason.slice(("HTTP " + a.status).length).trim() : a.reason || ""; }
+
+function waitText(ms) { return ms < 1000 ? ms + " ms" : (ms / 1000).toFixed(ms < 10000 ? 1 : 0) + " s"; }
+
+// placeCall puts the call's detail in a row right under tr, the first
+// attempt of the call clicked.
+function placeCall(tr, scroll) {
+  const call = $("call");
+  unplaceCall(call);
+  const cell = el("td", { class: "call-cell", colSpan: tr.children.length });
+  cell.append(call);
+  tr.after(el("tr", { class: "call-row" }, cell));
+  tr.classList.add("open");
+  call.hidden = false;
+  if (scroll) call.scrollIntoView({ block: "nearest" });
+}
+
+// unplaceCall takes the call's detail out of the table, hidden.
+function unplaceCall(call) {
+  call.hidden = true;
+  document.body.append(call);
+  for (const o of $("activity").querySelectorAll("tr.open")) o.classList.remove("open");
+  for (const o of $("activity").querySelectorAll("tr.call-row")) o.remove();
+}
+
+function closeCall() {
+  openCall = "";
+  unplaceCall($("call"));
+}
+
+async function showCall(id, tr) {
+  if (openCall === id && !$("call").hidden) { closeCall(); return; }
   const c = await api("/ui/api/call?key=" + encodeURIComponent(selected) + "&call=" + encodeURIComponent(id));
   $("call-id").textContent = id;
   $("call-body").replaceChildren(...c.attempts.map((a) => {
-    const obs = a.observations.length ? el("table", { class: "observations" },
+    const obs = a.observations.length ? el("div", { class: "scroll" }, el("table", { class: "observations" },
       el("thead", {}, el("tr", {}, ...["policy", "unit", "partition", "q", "w", "r", "t", "source", "status"].map((h) => el("th", {}, h)))),
       el("tbody", {}, ...a.observations.map((o) => el("tr", {},
-        el("td", {}, o.policy), el("td", {}, o.unit), el("td", {}, o.partition || ""), el("td", {}, o.q ?? "?"),
-        el("td", {}, o.w ?? "?"), el("td", {}, o.r ?? "?"), el("td", {}, o.t ?? "?"),
-        el("td", {}, o.source + (o.guessed ? " (guessed)" : "") + (o.from_cache ? " (from a cache)" : "")), el("td", {}, o.status)))))
+        el("td", {}, o.policy), el("td", {}, o.unit), el("td", {}, o.partition || ""), el("td", {}, o.q ?? "not said"),
+        el("td", {}, o.w != null ? o.w + " s" : "not said"), el("td", {}, o.r ?? "not said"), el("td", {}, o.t != null ? o.t + " s" : "not said"),
+        el("td", {}, o.source + (o.guessed ? " (guessed)" : "") + (o.from_cache ? " (from a cache)" : "")), el("td", {}, o.status))))))
       : el("p", {}, el("small", {}, "This answer carried no rate-limit observation."));
     return el("div", { class: "attempt" },
-      el("p", {}, el("b", {}, `Attempt ${a.attempt}: ${a.state}`), ` ${a.status ? "HTTP " + a.status : ""} ${a.reason || ""}`), obs);
+      el("p", {}, el("b", {}, `Attempt ${a.attempt}: ${a.state}`), ` ${a.status ? "HTTP " + a.status : ""} ${reasonText(a)}`), obs);
   }));
-  $("call").hidden = false;
+  openCall = id;
+  // The row may have been redrawn while the call was read.
+  const row = tr.isConnected ? tr : $("activity").querySelector(`tr.row[data-call="${CSS.escape(id)}"]`);
+  if (row) placeCall(row, true);
 }
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -301,7 +463,9 @@ document.addEventListener("DOMContentLoaded", () => {
   $("filters").addEventListener("submit", (ev) => { ev.preventDefault(); cursors = [""]; page = 0; loadActivity(); });
   $("newest").addEventListener("click", () => { cursors = [""]; page = 0; loadActivity(); });
   $("older").addEventListener("click", () => { if (cursors[page + 1]) { page++; loadActivity(); } });
-  $("call-close").addEventListener("click", () => { $("call").hidden = true; });
+  $("call-close").addEventListener("click", (ev) => { ev.stopPropagation(); closeCall(); });
+  $("live").title = `updated every ${duration(POLL_MS / 1000)}`;
+  $("live").dataset.pollMs = POLL_MS;
   document.addEventListener("visibilitychange", () => { if (!document.hidden) tick(); });
   start();
 });

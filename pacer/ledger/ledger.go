@@ -136,6 +136,9 @@ type Signals interface {
 	Known(key string) ([]Known, error)
 	// PutKnown records k, the latest fresh observation of its policy.
 	PutKnown(k Known) error
+	// DeleteKnown forgets key's policy of unit in partition, if it is
+	// kept.
+	DeleteKnown(key, policy string, unit ratelimit.Unit, partition string) error
 	// AddObservation records o.
 	AddObservation(o ObservationRecord) error
 	// Gates returns key's gates still closed at now, the latest to open
@@ -148,6 +151,18 @@ type Signals interface {
 	KeyState(key string) (KeyState, error)
 	// PutKeyState records s.
 	PutKeyState(s KeyState) error
+	// PathState returns the failures of key's calls on one route (scope);
+	// a route that has none has the zero state.
+	PathState(key, scope string) (PathState, error)
+	// PutPathState records s.
+	PutPathState(s PathState) error
+	// FailingPaths returns how many of key's routes have a failure after
+	// since.
+	FailingPaths(key string, since time.Time) (int, error)
+	// ForgetPaths forgets the failures of key's routes whose latest is
+	// before before, and the gates of its routes (a Scope other than "")
+	// that reopened before it.
+	ForgetPaths(key string, before time.Time) error
 	// AddWarning records w.
 	AddWarning(w Warning) error
 	// Claimed returns the callers of key with a claim still open at now.
@@ -291,7 +306,7 @@ type ObservationRecord struct {
 // it, Scope) may be sent.
 type Gate struct {
 	Key    string    // the key it closes
-	Scope  string    // "" for the whole key
+	Scope  string    // "" for the whole key, else one route of it ("route GET /path")
 	Until  time.Time // closed until then
 	Reason string    // why, as a clause a caller is shown
 	Source string    // retry-after, backoff, circuit, abnormal-usage, problem
@@ -317,6 +332,19 @@ type KeyState struct {
 	Latency      time.Duration
 	PrevLatency  time.Duration
 	LatencySince time.Time
+}
+
+// A PathState is what the failures of one route of a key set: the
+// backoff and circuit breaker of that route alone, for failures that
+// said nothing of rate limits. The zero PathState is a route without
+// failures.
+type PathState struct {
+	Key      string    // the key
+	Scope    string    // the route, as a gate's Scope names it
+	Failures int       // failures without guidance since its circuit last opened
+	Opens    int       // times its circuit opened in a row
+	HalfOpen bool      // its circuit opened: a failure once it closes opens it again
+	LastAt   time.Time // its latest failure
 }
 
 // A Warning is something a key's users should hear about.
@@ -348,7 +376,10 @@ type StoredResponse struct {
 type Bucket struct {
 	Start time.Time // the step's start
 	State string    // Confirmed, RejectedLocal, … (reserved slots are not attempts yet)
-	Count int
+	// Status is the upstream's answer for RejectedUpstream (a 429 and a
+	// 404 count apart); 0 for every other state.
+	Status int
+	Count  int
 }
 
 // A Finished is how the call of a reserved slot ended: the attempt as

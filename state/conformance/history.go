@@ -150,6 +150,10 @@ func timelineCallAndObservationsOf(t *testing.T, b Backend) {
 			return err
 		}
 		add("c2", 1, ledger.RejectedLocal, t0.Add(2500*time.Millisecond))
+		gone := add("c5", 1, ledger.Admitted, t0.Add(1200*time.Millisecond))
+		if err := tx.FinishAttempt(gone, ledger.RejectedUpstream, "HTTP 404", 404, t0.Add(1300*time.Millisecond), t0.Add(1400*time.Millisecond)); err != nil {
+			return err
+		}
 		add("c3", 1, ledger.Cached, t0.Add(-time.Second))    // before the timeline
 		add("c4", 1, ledger.Admitted, t0.Add(3*time.Second)) // in flight: by its admission
 		return tx.AddObservation(ledger.ObservationRecord{Key: "k", AttemptID: second, Status: 200, ReceivedAt: t0.Add(2200 * time.Millisecond),
@@ -161,7 +165,8 @@ func timelineCallAndObservationsOf(t *testing.T, b Backend) {
 			return err
 		}
 		want := []ledger.Bucket{
-			{Start: t0.Add(time.Second), State: ledger.RejectedUpstream, Count: 1},
+			{Start: t0.Add(time.Second), State: ledger.RejectedUpstream, Status: 404, Count: 1},
+			{Start: t0.Add(time.Second), State: ledger.RejectedUpstream, Status: 429, Count: 1},
 			{Start: t0.Add(2 * time.Second), State: ledger.Confirmed, Count: 1},
 			{Start: t0.Add(2 * time.Second), State: ledger.RejectedLocal, Count: 1},
 			{Start: t0.Add(3 * time.Second), State: ledger.Admitted, Count: 1},

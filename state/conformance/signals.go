@@ -13,8 +13,9 @@ import (
 
 // signals: what the upstream said of a key, and what the pacer made of it.
 var signals = []behaviour{
-	{"a policy keeps what a new observation does not state, a hidden limit is replaced whole", known},
+	{"a policy keeps what a new observation does not state, a hidden limit is replaced whole, a forgotten one is gone", known},
 	{"a gate is never shortened, and opens at its time", gates},
+	{"a route's failures read back as recorded, are counted by route, and are forgotten with their gates", pathFailures},
 	{"a claim is never shortened, and ends at its time", claims},
 	{"a key's pacing state reads back as recorded, a key never used as the zero state", keyState},
 	{"the keys are those with a pacing state or a policy", keys},
@@ -71,6 +72,20 @@ func known(t *testing.T, b Backend) {
 	}
 	if ks := get("never"); len(ks) != 0 {
 		t.Errorf("Known of a key never seen: %+v, want none", ks)
+	}
+
+	// A policy forgotten is gone, its other partitions and keys stay.
+	update(t, s, func(tx ledger.Tx) error {
+		if err := tx.DeleteKnown("k", "p", ratelimit.Requests, ""); err != nil {
+			return err
+		}
+		return tx.DeleteKnown("k", "p", ratelimit.Tokens, "user-1") // another unit: kept
+	}, "k")
+	if diff := cmp.Diff(get("k"), []ledger.Known{other}); diff != "" {
+		t.Errorf("after forgetting one partition (-got +want):\n%s", diff)
+	}
+	if got := get("h"); len(got) != 1 {
+		t.Errorf("another key's policies after a forget: %d, want 1", len(got))
 	}
 }
 
@@ -189,4 +204,74 @@ func keys(t *testing.T, b Backend) {
 		}
 		return err
 	})
+}
+
+// The failures of a key's routes: recorded per route, counted, forgotten
+// once old, with the routes' gates that reopened; the key's own gate stays.
+func pathFailures(t *testing.T, b Backend) {
+	s, _ := b.fresh(t)
+	put := func(ps ledger.PathState) {
+		update(t, s, func(tx ledger.Tx) error { return tx.PutPathState(ps) }, ps.Key)
+	}
+	get := func(key, scope string) (ps ledger.PathState) {
+		view(t, s, func(tx ledger.Tx) (err error) { ps, err = tx.PathState(key, scope); return err })
+		return ps
+	}
+	failing := func(since time.Time) (n int) {
+		view(t, s, func(tx ledger.Tx) (err error) { n, err = tx.FailingPaths("k", since); return err })
+		return n
+	}
+	if diff := cmp.Diff(get("k", "route GET /a"), ledger.PathState{Key: "k", Scope: "route GET /a"}); diff != "" {
+		t.Errorf("a route never failed (-got +want):\n%s", diff)
+	}
+	a := ledger.PathState{Key: "k", Scope: "route GET /a", Failures: 3, Opens: 1, HalfOpen: true, LastAt: t0}
+	put(a)
+	put(ledger.PathState{Key: "k", Scope: "route GET /b", Failures: 1, LastAt: t0.Add(time.Minute)})
+	put(ledger.PathState{Key: "other", Scope: "route GET /a", Failures: 1, LastAt: t0.Add(time.Minute)})
+	if diff := cmp.Diff(get("k", "route GET /a"), a); diff != "" {
+		t.Errorf("a route's failures (-got +want):\n%s", diff)
+	}
+	a.Failures, a.LastAt = 4, t0.Add(time.Second)
+	put(a)
+	if diff := cmp.Diff(get("k", "route GET /a"), a); diff != "" {
+		t.Errorf("a route's failures recorded again (-got +want):\n%s", diff)
+	}
+	if got := failing(t0); got != 2 {
+		t.Errorf("routes failing after t0: %d, want 2", got)
+	}
+	if got := failing(t0.Add(time.Second)); got != 1 {
+		t.Errorf("routes failing after t0+1s: %d, want 1", got)
+	}
+	update(t, s, func(tx ledger.Tx) error {
+		for _, g := range []ledger.Gate{
+			{Key: "k", Scope: "route GET /a", Until: t0.Add(10 * time.Second), Source: "backoff", Reason: "r", SetAt: t0},
+			{Key: "k", Scope: "route GET /b", Until: t0.Add(5 * time.Minute), Source: "circuit", Reason: "r", SetAt: t0},
+			{Key: "k", Until: t0.Add(10 * time.Second), Source: "retry-after", Reason: "r", SetAt: t0},
+		} {
+			if err := tx.PutGate(g); err != nil {
+				return err
+			}
+		}
+		return tx.ForgetPaths("k", t0.Add(30*time.Second))
+	}, "k")
+	if diff := cmp.Diff(get("k", "route GET /a"), ledger.PathState{Key: "k", Scope: "route GET /a"}); diff != "" {
+		t.Errorf("an old route's failures after ForgetPaths (-got +want):\n%s", diff)
+	}
+	if got := get("k", "route GET /b"); got.Failures != 1 {
+		t.Errorf("a recent route's failures after ForgetPaths: %+v, want kept", got)
+	}
+	if got := get("other", "route GET /a"); got.Failures != 1 {
+		t.Errorf("another key's route after ForgetPaths: %+v, want kept", got)
+	}
+	var scopes []string
+	view(t, s, func(tx ledger.Tx) error {
+		gs, err := tx.Gates("k", t0)
+		for _, g := range gs {
+			scopes = append(scopes, g.Scope)
+		}
+		return err
+	})
+	if diff := cmp.Diff(scopes, []string{"route GET /b", ""}); diff != "" {
+		t.Errorf("gates after ForgetPaths (-got +want):\n%s", diff)
+	}
 }

@@ -1,0 +1,289 @@
+package pacer
+
+import (
+	"cmp"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+)
+
+// What one key keeps of what its upstream announced is bounded, whatever
+// the upstream sends: at most MaxPolicies policies (every partition of
+// them and every hidden-limit guess included) and MaxRouteBuckets
+// partitions that belong to one route each (Discord's buckets, Slack's
+// per-method tiers). Past a bound, what holds calls back least goes first:
+// a policy that constrains nothing any more (its word expired and was
+// answered since, and it has no quota over a window), then one that only
+// spreads calls (a budget in a unit the log does not count, not
+// exhausted), then the one with the most headroom. A policy that still
+// binds is folded into the key's policy EvictedPolicy before it goes (see
+// fold), which is at least as tight as every policy folded into it: an
+// evicted policy never frees a budget it was holding back.
+const (
+	MaxPolicies     = 32
+	MaxRouteBuckets = 256
+	// EvictedPolicy names the policy that policies evicted while they
+	// still bound are folded into.
+	EvictedPolicy = "evicted"
+)
+
+// MaxName is the longest policy or partition name kept, in bytes: a
+// longer one is cut, and ends with a hash of the whole, so that two long
+// names stay two policies.
+const MaxName = 128
+
+// boundName returns name within MaxName bytes (see MaxName).
+func boundName(name string) string {
+	if len(name) <= MaxName {
+		return name
+	}
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	sum := fmt.Sprintf("~%016x", h.Sum64())
+	return strings.ToValidUTF8(name[:MaxName-len(sum)], "") + sum
+}
+
+// shapeFolded is the shape of the folded policy: made by mcp-quota, never
+// read from an answer.
+const shapeFolded ratelimit.Shape = "folded"
+
+// isFolded reports whether k is one of the key's folded policies.
+func isFolded(k ledger.Known) bool {
+	return k.Policy == EvictedPolicy && k.Shape == shapeFolded && k.Partition == ""
+}
+
+// routeScoped reports whether kn belongs to the calls of one route only:
+// a per-route partition (see routePartition), or a partition of a profile
+// whose partitions are buckets of the route that reported them.
+func routeScoped(k *keystore.Key, kn ledger.Known) bool {
+	return strings.HasPrefix(kn.Partition, routePartition("")) || (kn.Partition != "" && k.Profile.PartitionsByRoute())
+}
+
+// restraint is how much a kept policy holds calls back at one moment:
+// the higher the class, the more; within a class, the less headroom.
+type restraint struct {
+	class    int       // 0 nothing, 1 spreading only, 2 binding
+	headroom float64   // for class 2: the share of its quota left, 1 when unknown
+	at       time.Time // when it was last said
+}
+
+// restraintOf ranks k at now, answered being the key's latest answer.
+func restraintOf(k ledger.Known, now, answered time.Time) restraint {
+	r := restraint{headroom: 1, at: k.ReceivedAt}
+	windowed := k.HasQuota && k.Window > 0 && (k.Unit == ratelimit.Requests || k.Unit == "")
+	concurrent := k.Unit == ratelimit.ConcurrentRequests && k.HasQuota
+	live, probing := false, false
+	if k.HasRemaining {
+		end := k.ReceivedAt.Add(validity(k))
+		live = now.Before(end)
+		probing = !live && !answered.After(end)
+	}
+	switch {
+	case windowed || concurrent || (live && logCounted(k.Unit)) || (live && k.Remaining <= 0):
+		r.class = 2
+		switch {
+		case live && k.Remaining <= 0:
+			r.headroom = 0
+		case live && k.HasQuota && k.Quota > 0:
+			r.headroom = float64(k.Remaining) / float64(k.Quota)
+		}
+	case live || probing:
+		r.class = 1
+	}
+	return r
+}
+
+// logCounted reports whether sends are subtracted from what the upstream
+// said is left in unit u (see observed).
+func logCounted(u ratelimit.Unit) bool { return u == ratelimit.Requests || u == "" }
+
+// evictions returns which of rows go so that at most max stay, the least
+// restrictive at now first (the oldest word among equals), answered being
+// the key's latest answer. Rows must not hold a folded policy.
+func evictions(rows []ledger.Known, max int, now, answered time.Time) []ledger.Known {
+	if len(rows) <= max {
+		return nil
+	}
+	type ranked struct {
+		k ledger.Known
+		r restraint
+	}
+	rs := make([]ranked, len(rows))
+	for i, k := range rows {
+		rs[i] = ranked{k, restraintOf(k, now, answered)}
+	}
+	slices.SortStableFunc(rs, func(a, b ranked) int {
+		return cmp.Or(cmp.Compare(a.r.class, b.r.class), -cmp.Compare(a.r.headroom, b.r.headroom), a.r.at.Compare(b.r.at))
+	})
+	out := make([]ledger.Known, len(rows)-max)
+	for i := range out {
+		out[i] = rs[i].k
+	}
+	return out
+}
+
+// fold returns into (a folded policy of v's key, or the zero Known when
+// there is none yet) made at least as tight at every moment as v too, as
+// of now: count returns how many calls of the key were admitted after a
+// time.
+//
+//   - A quota over a window (q, w) in requests folds into the least quota
+//     over the longest window: at most min q calls in any max w holds at
+//     most q in any w of each. (A leaky bucket's too: a sliding window of
+//     its size over its drain time admits no more than the bucket.)
+//   - A live word (r, t) folds into the least of what each has left now,
+//     its sends subtracted, until the latest of their ends: from now on
+//     every send is subtracted from it, so it admits no more than any of
+//     them would have, until each would have expired — and some while
+//     after. A word in a unit the log does not count holds calls back
+//     only when it is exhausted: it folds as nothing left in requests.
+//   - A limit on calls in flight folds into the least of them.
+//
+// Anything else v says constrains nothing at now, and is dropped.
+func fold(into, v ledger.Known, now time.Time, count func(since time.Time) (int64, error)) (ledger.Known, error) {
+	c := into
+	if c.Policy == "" {
+		unit := ratelimit.Requests
+		if v.Unit == ratelimit.ConcurrentRequests {
+			unit = ratelimit.ConcurrentRequests
+		}
+		c = ledger.Known{Key: v.Key, ReceivedAt: now, BasisAt: now,
+			Observation: ratelimit.Observation{Policy: EvictedPolicy, Unit: unit, Shape: shapeFolded}}
+	}
+	if c.Unit == ratelimit.ConcurrentRequests {
+		if v.Unit == ratelimit.ConcurrentRequests && v.HasQuota {
+			c.Quota, c.HasQuota = minKnown(c.Quota, c.HasQuota, v.Quota), true
+		}
+		return c, nil
+	}
+	if v.HasQuota && v.Window > 0 && logCounted(v.Unit) {
+		c.Quota, c.HasQuota = minKnown(c.Quota, c.HasQuota, v.Quota), true
+		c.Window = max(c.Window, v.Window)
+	}
+	left, end, ok, err := leftNow(v, now, count)
+	if err != nil || !ok {
+		return c, err
+	}
+	if l, e, ok, err := leftNow(c, now, count); err != nil {
+		return c, err
+	} else if ok {
+		left, end = min(left, l), maxTime(end, e)
+	}
+	c.Remaining, c.HasRemaining = max(left, 0), true
+	c.Reset, c.HasReset = end.Sub(now), true
+	c.ReceivedAt, c.BasisAt = now, now
+	return c, nil
+}
+
+// leftNow is what k's live word has left at now in requests, and when it
+// expires; ok is false when k has no live word that holds calls back.
+func leftNow(k ledger.Known, now time.Time, count func(since time.Time) (int64, error)) (left int64, end time.Time, ok bool, err error) {
+	if !k.HasRemaining {
+		return 0, end, false, nil
+	}
+	end = k.ReceivedAt.Add(validity(k))
+	if !now.Before(end) {
+		return 0, end, false, nil
+	}
+	if !logCounted(k.Unit) {
+		return 0, end, k.Remaining <= 0, nil
+	}
+	n, err := count(k.BasisAt)
+	return k.Remaining - n, end, err == nil, err
+}
+
+func minKnown(a int64, has bool, b int64) int64 {
+	if !has {
+		return b
+	}
+	return min(a, b)
+}
+
+// full reports whether known, what the state keeps of k, is at one of
+// its bounds: one policy more may call for an eviction (see bound).
+func full(k *keystore.Key, known []ledger.Known) bool {
+	plain, scoped := 0, 0
+	for _, kn := range known {
+		switch {
+		case isFolded(kn):
+		case routeScoped(k, kn):
+			scoped++
+		default:
+			plain++
+		}
+	}
+	return plain >= MaxPolicies || scoped >= MaxRouteBuckets
+}
+
+// bound keeps what tx holds of k within the bounds at now, answered being
+// the key's latest answer, and returns the warning to show when it
+// reached a bound for the first time ("" otherwise).
+func bound(tx ledger.Tx, k *keystore.Key, now, answered time.Time) (string, error) {
+	known, err := tx.Known(k.Name)
+	if err != nil {
+		return "", err
+	}
+	var plain, scoped []ledger.Known
+	folded := map[ratelimit.Unit]ledger.Known{}
+	for _, kn := range known {
+		switch {
+		case isFolded(kn):
+			folded[kn.Unit] = kn
+		case routeScoped(k, kn):
+			scoped = append(scoped, kn)
+		default:
+			plain = append(plain, kn)
+		}
+	}
+	victims := append(evictions(plain, MaxPolicies, now, answered), evictions(scoped, MaxRouteBuckets, now, answered)...)
+	if len(victims) == 0 {
+		return "", nil
+	}
+	first := len(folded) == 0
+	count := func(since time.Time) (int64, error) {
+		n, err := tx.Count(k.Name, since)
+		return int64(n), err
+	}
+	changed := map[ratelimit.Unit]bool{ratelimit.Requests: first} // the first fold marks that the bound was reached
+	for _, v := range victims {
+		unit := ratelimit.Requests
+		if v.Unit == ratelimit.ConcurrentRequests {
+			unit = v.Unit
+		}
+		if folded[unit], err = fold(folded[unit], v, now, count); err != nil {
+			return "", err
+		}
+		changed[unit] = true
+		if err := tx.DeleteKnown(k.Name, v.Policy, v.Unit, v.Partition); err != nil {
+			return "", err
+		}
+	}
+	for unit, ok := range changed {
+		if !ok {
+			continue
+		}
+		f, had := folded[unit]
+		if !had {
+			f, _ = fold(ledger.Known{}, ledger.Known{Key: k.Name, Observation: ratelimit.Observation{Unit: unit}}, now, count)
+		}
+		// Replaced whole: what it held is in its new values.
+		if err := tx.DeleteKnown(k.Name, EvictedPolicy, unit, ""); err != nil {
+			return "", err
+		}
+		if err := tx.PutKnown(f); err != nil {
+			return "", err
+		}
+	}
+	if !first {
+		return "", nil
+	}
+	msg := fmt.Sprintf("the upstream of key '%s' announced more than mcp-quota keeps for one key (%d policies, %d route buckets); the least restrictive are dropped, and those that still bind are folded into policy '%s', at least as tight as each of them",
+		k.Name, MaxPolicies, MaxRouteBuckets, EvictedPolicy)
+	return msg, tx.AddWarning(ledger.Warning{Key: k.Name, At: now, Kind: "policy-bound", Message: msg})
+}

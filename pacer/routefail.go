@@ -1,0 +1,126 @@
+package pacer
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+)
+
+// A server error that says nothing of rate limits is evidence about the
+// route it answered (method and path), not about the key: it backs off
+// and, after BreakerThreshold of them, opens the circuit of that route
+// alone — other routes of the key go on. When such failures spread (they
+// come from PathSpread routes or more within PathWindow, as an overloaded
+// upstream's do), each is the key's: it backs off the whole key and counts
+// towards the key's circuit. A refusal (429), Retry-After, a rate-limit
+// signal, an abnormal-usage problem and a failure with no answer at all
+// are always the key's. A failure that is the key's is not kept per
+// route: the store keeps at most PathSpread-1 routes' failures per
+// PathWindow, forgotten after pathMemory.
+const (
+	// PathSpread is how many routes failing within PathWindow make a
+	// failure the key's.
+	PathSpread = 3
+	// PathWindow is how long a route's failure counts: for its own
+	// backoff and circuit, and for the spread.
+	PathWindow = time.Minute
+	// pathMemory is how long a route's failures are kept: its circuit's
+	// longest cooldown, and a window after it.
+	pathMemory = BreakerMax + PathWindow
+)
+
+// routeEvidence reports whether the failed answer o, read as rd, is
+// evidence about its route alone: a server error (500, 502, 503, 504)
+// with no rate-limit signal of any kind.
+func routeEvidence(o Outcome, rd *ratelimit.Reading) bool {
+	return o.Err == nil && serverTrouble(o.Status) && !rd.Throttled && !rd.HasRetryAfter && !rd.Abnormal &&
+		len(rd.Observations) == 0 && rd.Problem == nil && !rd.DoNotRetry
+}
+
+// widens reports whether a failure is the key's, failing being how many of
+// its routes failed within PathWindow, its own included.
+func widens(failing int) bool { return failing >= PathSpread }
+
+// cooldown is how long a circuit stays open after it opened opens times
+// before in a row.
+func cooldown(opens int) time.Duration {
+	return min(time.Duration(float64(BreakerCooldown)*math.Pow(2, float64(opens))), BreakerMax)
+}
+
+// routeFailure is one more failure of a route whose state was ps, at now,
+// r being a uniform jitter in [0, 1): the route's new state, how long the
+// route waits, and whether its circuit opened. Failures older than
+// PathWindow are not counted; a failure within PathWindow after the
+// route's circuit closed opens it again, for twice as long.
+func routeFailure(ps ledger.PathState, now time.Time, r float64) (ledger.PathState, time.Duration, bool) {
+	since := now.Sub(ps.LastAt)
+	if ps.HalfOpen && since > cooldown(ps.Opens-1)+PathWindow {
+		ps.HalfOpen = false
+	}
+	if since > pathMemory {
+		ps.Opens = 0
+	}
+	if since > PathWindow {
+		ps.Failures = 0
+	}
+	ps.Failures++
+	ps.LastAt = now
+	if ps.Failures >= BreakerThreshold || ps.HalfOpen {
+		cool := cooldown(ps.Opens)
+		ps.Opens++
+		ps.HalfOpen = true
+		ps.Failures = 0
+		return ps, cool, true
+	}
+	return ps, backoff(ps.Failures, r), false
+}
+
+// failRoute records the failure of t's route at now, when o (read as rd)
+// is evidence about that route alone, and returns whether it stays the
+// route's (else it is the key's: its failures spread), with the wait it
+// sets and the warning it raises.
+func (p *Pacer) failRoute(tx ledger.Tx, t Ticket, o Outcome, rd *ratelimit.Reading, now time.Time) (bool, time.Duration, string, error) {
+	c := t.Call
+	key, route := c.Key.Name, c.route()
+	scope := routePartition(route)
+	if err := tx.ForgetPaths(key, now.Add(-pathMemory)); err != nil {
+		return false, 0, "", err
+	}
+	failing, err := tx.FailingPaths(key, now.Add(-PathWindow))
+	if err != nil {
+		return false, 0, "", err
+	}
+	ps, err := tx.PathState(key, scope)
+	if err != nil {
+		return false, 0, "", err
+	}
+	if ps.LastAt.IsZero() || now.Sub(ps.LastAt) > PathWindow {
+		failing++ // this route is one more
+	}
+	if widens(failing) {
+		// The key's failure: it is not kept per route, so that the routes
+		// kept stay a few, whatever fails.
+		return false, 0, "", nil
+	}
+	ps, wait, opened := routeFailure(ps, now, p.rand())
+	if err := tx.PutPathState(ps); err != nil {
+		return false, 0, "", err
+	}
+	g := ledger.Gate{Key: key, Scope: scope, Until: now.Add(wait), Source: "backoff", SetAt: now,
+		Reason: fmt.Sprintf("the upstream answered %d to %s without a rate-limit signal, so calls on that route back off (failure %d on it within %s); other routes of the key go on",
+			o.Status, route, ps.Failures, seconds(PathWindow))}
+	msg := ""
+	if opened {
+		g.Source = "circuit"
+		g.Reason = fmt.Sprintf("the circuit for %s of key '%s' opened after failures without a rate-limit signal, for %s; other routes of the key go on",
+			route, key, seconds(wait))
+		msg = g.Reason
+		if err := tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "circuit-open", Message: msg}); err != nil {
+			return false, 0, "", err
+		}
+	}
+	return true, wait, msg, tx.PutGate(g)
+}

@@ -245,7 +245,8 @@ type Checker interface {
 // Health serves GET /healthz: ok, with the program's version when it is
 // not empty, when the state answers and took its last write (a SQLite
 // file also passes quick_check; see state.DB.Check); otherwise 503
-// stateUnavailable, saying which failed.
+// stateUnavailable, saying which failed. A db that also has a method
+// Detail() map[string]any adds what it returns to the ok answer.
 
 func Health(db Checker, version string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -256,9 +257,14 @@ func Health(db Checker, version string) http.HandlerFunc {
 				sentence("The state file cannot be used: "+strings.TrimPrefix(err.Error(), "state: ")), map[string]any{"state": "unhealthy"})
 			return
 		}
-		body := map[string]string{"status": "ok"}
+		body := map[string]any{"status": "ok"}
 		if version != "" {
 			body["version"] = version
+		}
+		if d, ok := db.(interface{ Detail() map[string]any }); ok {
+			for k, v := range d.Detail() {
+				body[k] = v
+			}
 		}
 		writeJSON(w, http.StatusOK, body)
 	}

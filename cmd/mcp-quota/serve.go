@@ -94,7 +94,9 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	m := metrics.New(keys, a.pacer, a.db)
 	a.client.Observe = m.Observe // before the first call: every call through this process is counted
 	a.client.Watch = tr.Watch()
-	h := gateway.New(gateway.Config{Keys: keys, REST: a.rest(), MCP: mcpServer, DB: a.db, Log: log,
+	reload := &reloader{e: e, c: c, listen: *listen, keys: keys, log: log, loaded: time.Now()}
+	reload.start(ctx)
+	h := gateway.New(gateway.Config{Keys: keys, REST: a.rest(), MCP: mcpServer, DB: health{a.db, reload}, Log: log,
 		Loopback: loopback, AllowOrigins: splitList(*origins), Version: version, SessionIdle: *sessionIdle,
 		MaxSessions: *maxSessions, MaxSessionsPerCaller: *maxSessionsPerCaller, TrustedProxies: trusted,
 		SessionSecret: a.sessionSecret(ctx), Metrics: m, OAuth: oauthSrv,

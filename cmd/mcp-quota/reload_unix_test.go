@@ -1,0 +1,141 @@
+//go:build unix
+
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/demo"
+)
+
+// waitFor waits until the log holds want n times (the process logs
+// each reload's outcome once), or fails.
+func waitFor(t *testing.T, logs *lockedBuffer, want string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for strings.Count(logs.String(), want) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the log never said %q %d times:\n%s", want, n, logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestReloadOnSIGHUP runs the built binary, edits its configuration and
+// sends SIGHUP: a new key and a caller's new access take effect without
+// a restart; a bad edit is refused whole, logged and shown by /healthz,
+// and the running configuration keeps serving.
+func TestReloadOnSIGHUP(t *testing.T) {
+	_, url := upstreamAPI(t, demo.Config{})
+	s := newSetup(t, url, `name = "default"
+  quota = 120
+  window = "60s"`, "")
+	cmd, logs := s.command(t, "serve", "--listen", "127.0.0.1:0", "--log-level", "info")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		for _, secret := range []string{upstreamSecret, agentToken, syncToken} {
+			if strings.Contains(logs.String(), secret) {
+				t.Errorf("the log holds a secret")
+			}
+		}
+	})
+	sc := bufio.NewScanner(out)
+	re := regexp.MustCompile(`(http://127\.0\.0\.1:\d+)/mcp`)
+	base := ""
+	for base == "" && sc.Scan() {
+		if m := re.FindStringSubmatch(sc.Text()); m != nil {
+			base = m[1]
+		}
+	}
+	if base == "" {
+		t.Fatalf("serve did not start:\n%s", logs.String())
+	}
+	go io.Copy(io.Discard, out)
+
+	status := func(path string) int {
+		resp := get(t, base+path, syncToken)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := status("/k/second/v1/participants"); got == http.StatusOK {
+		t.Fatalf("GET /k/second before the edit: %d, want a refusal (no such key)", got)
+	}
+	cfg, err := os.ReadFile(s.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.ReplaceAll(string(cfg), `keys = ["demo"]`, `keys = ["demo", "second"]`) + `
+[[keys]]
+name = "second"
+base_url = "` + url + `"
+secret_env = "DEMO_SECRET"
+profile = "ietf"
+`
+	if err := os.WriteFile(s.config, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, logs, "configuration reloaded", 1)
+	if got := status("/k/second/v1/participants"); got != http.StatusOK {
+		t.Fatalf("GET /k/second after the reload: %d, want 200", got)
+	}
+
+	// A bad edit: refused whole, the running configuration stays.
+	bad := strings.ReplaceAll(edited, `name = "second"`, `name = "third"
+window = 5`)
+	if err := os.WriteFile(s.config, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, logs, "the configuration was not reloaded", 1)
+	if got := status("/k/second/v1/participants"); got != http.StatusOK {
+		t.Errorf("GET /k/second after a refused reload: %d, want 200 (the running configuration)", got)
+	}
+	resp := get(t, base+"/healthz", "")
+	defer resp.Body.Close()
+	var h struct {
+		Status string
+		Config struct {
+			Loaded string
+			Reload struct{ Refused, Error string }
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		t.Fatal(err)
+	}
+	if h.Status != "ok" || h.Config.Reload.Refused == "" || !strings.Contains(h.Config.Reload.Error, "window") {
+		t.Errorf("/healthz = %+v, want ok with the refused reload and its error", h)
+	}
+
+	// Fixed again: the detail clears.
+	if err := os.WriteFile(s.config, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, logs, "configuration reloaded", 2)
+	resp2 := get(t, base+"/healthz", "")
+	defer resp2.Body.Close()
+	var h2 map[string]any
+	json.NewDecoder(resp2.Body).Decode(&h2)
+	if c, _ := h2["config"].(map[string]any); c == nil || c["reload"] != nil {
+		t.Errorf("/healthz after a good reload = %v, want no refused reload", h2)
+	}
+}

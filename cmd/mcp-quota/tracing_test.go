@@ -216,6 +216,8 @@ keys = ["bear", "qk"]
 		spanB  = "00f067aa0ba902b7"
 		traceC = "5b8aa5a2d2c872e8321cf37308d69df2" // the REST call's traceparent
 		spanC  = "051581bf3cb55c13"
+		traceD = "9d3b5c7a1e2f40618293a4b5c6d7e8f9" // the raw 2025-06-18 session's
+		spanD  = "1a2b3c4d5e6f7081"
 	)
 	hc := &http.Client{Transport: withHeader{"traceparent", "00-" + traceA + "-" + spanA + "-01",
 		bearer{agentToken, http.DefaultTransport}}}
@@ -246,6 +248,37 @@ keys = ["bear", "qk"]
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /k/qk/items: %d", resp.StatusCode)
 	}
+	// A client of a revision with sessions: its requests name the session.
+	post := func(body, session string) *http.Response {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/mcp", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+agentToken)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("traceparent", "00-"+traceD+"-"+spanD+"-01")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+			req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	init := post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`, "")
+	session := init.Header.Get("Mcp-Session-Id")
+	if session == "" {
+		t.Fatalf("initialize (2025-06-18): %d, no session", init.StatusCode)
+	}
+	post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`, session)
+	if r := post(`{"jsonrpc":"2.0","id":"list-1","method":"tools/list"}`, session); r.StatusCode != http.StatusOK {
+		t.Fatalf("tools/list in the session: %d", r.StatusCode)
+	}
+
+	post(`{"jsonrpc":"2.0","id":"bad-1","method":"tools/call","params":{"name":"nosuchtool","arguments":{}}}`, session)
+
 	if err := stop(); err != nil { // sends the spans not yet sent
 		t.Fatalf("serve: %v\n%s", err, logs.String())
 	}
@@ -401,6 +434,28 @@ keys = ["bear", "qk"]
 	}
 	if tg := attrs(restAttempt)["mcp_quota.target"]; !strings.Contains(tg, "/items") || strings.Contains(tg, "api_key") {
 		t.Errorf("REST attempt target %q, want the path without the query credential", tg)
+	}
+
+	lists := find("tools/list", traceD)
+	if len(lists) != 1 {
+		t.Fatalf("spans %v: want one tools/list in trace %s", names, traceD)
+	}
+	if a := attrs(lists[0]); a["mcp.session.id"] != session || a["jsonrpc.request.id"] != "list-1" || a["mcp.protocol.version"] != "2025-06-18" {
+		t.Errorf("tools/list in a 2025-06-18 session: %v, want its session ID, request ID list-1 and the version", a)
+	}
+
+	// A JSON-RPC error answer: error.type is its code.
+	var bad *tracepb.Span
+	for _, sp := range rcv.spans {
+		if attrs(sp)["jsonrpc.request.id"] == "bad-1" {
+			bad = sp
+		}
+	}
+	if bad == nil {
+		t.Fatalf("spans %v: none for the call of an unknown tool", names)
+	}
+	if et := attrs(bad)["error.type"]; !regexp.MustCompile(`^-?[0-9]+$`).MatchString(et) || bad.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR {
+		t.Errorf("the unknown tool's span: error.type %q, status %v; want the JSON-RPC error code and an error status", et, bad.Status)
 	}
 
 	// No exported byte holds a secret, in any form.

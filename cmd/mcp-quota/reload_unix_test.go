@@ -17,16 +17,29 @@ import (
 	"github.com/mcp-quota/mcp-quota/demo"
 )
 
+// written tells of every write to a log.
+type written chan struct{}
+
+func (w written) Write(p []byte) (int, error) {
+	select {
+	case w <- struct{}{}:
+	default:
+	}
+	return len(p), nil
+}
+
 // waitFor waits until the log holds want n times (the process logs
 // each reload's outcome once), or fails.
-func waitFor(t *testing.T, logs *lockedBuffer, want string, n int) {
+func waitFor(t *testing.T, logs *lockedBuffer, wrote written, want string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.NewTimer(20 * time.Second)
+	defer deadline.Stop()
 	for strings.Count(logs.String(), want) < n {
-		if time.Now().After(deadline) {
+		select {
+		case <-wrote:
+		case <-deadline.C:
 			t.Fatalf("the log never said %q %d times:\n%s", want, n, logs.String())
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -40,6 +53,8 @@ func TestReloadOnSIGHUP(t *testing.T) {
   quota = 120
   window = "60s"`, "")
 	cmd, logs := s.command(t, "serve", "--listen", "127.0.0.1:0", "--log-level", "info")
+	wrote := make(written, 1)
+	cmd.Stderr = io.MultiWriter(logs, wrote)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +108,7 @@ profile = "ietf"
 		t.Fatal(err)
 	}
 	cmd.Process.Signal(syscall.SIGHUP)
-	waitFor(t, logs, "configuration reloaded", 1)
+	waitFor(t, logs, wrote, "configuration reloaded", 1)
 	if got := status("/k/second/v1/participants"); got != http.StatusOK {
 		t.Fatalf("GET /k/second after the reload: %d, want 200", got)
 	}
@@ -105,7 +120,7 @@ window = 5`)
 		t.Fatal(err)
 	}
 	cmd.Process.Signal(syscall.SIGHUP)
-	waitFor(t, logs, "the configuration was not reloaded", 1)
+	waitFor(t, logs, wrote, "the configuration was not reloaded", 1)
 	if got := status("/k/second/v1/participants"); got != http.StatusOK {
 		t.Errorf("GET /k/second after a refused reload: %d, want 200 (the running configuration)", got)
 	}
@@ -130,7 +145,7 @@ window = 5`)
 		t.Fatal(err)
 	}
 	cmd.Process.Signal(syscall.SIGHUP)
-	waitFor(t, logs, "configuration reloaded", 2)
+	waitFor(t, logs, wrote, "configuration reloaded", 2)
 	resp2 := get(t, base+"/healthz", "")
 	defer resp2.Body.Close()
 	var h2 map[string]any

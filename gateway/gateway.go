@@ -302,6 +302,12 @@ func (g *gate) authenticate(next http.Handler) http.Handler {
 	})
 }
 
+// callerSchemes are the authentication schemes a caller token is
+// accepted in: Bearer, and the ones vendor SDKs send by default — GitHub's
+// "token" (octokit's auth: "<token>") and Discord's "Bot". Each is one
+// guess for the bad-token throttle, like any other.
+var callerSchemes = []string{"Bearer", "token", "Bot"}
+
 // caller authenticates r. With no callers configured on a loopback
 // listener, every request is the local user.
 func (g *gate) caller(r *http.Request) (*keystore.Caller, bool) {
@@ -312,7 +318,7 @@ func (g *gate) caller(r *http.Request) (*keystore.Caller, bool) {
 		return g.c.Dashboard.Session(r)
 	}
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
+	if !ok || !slices.ContainsFunc(callerSchemes, func(s string) bool { return strings.EqualFold(s, scheme) }) {
 		return nil, false
 	}
 	return g.c.Keys.Authenticate(strings.TrimSpace(token))

@@ -16,6 +16,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // Defaults for the local safety limits of a key.
@@ -62,9 +63,12 @@ type fileConfig struct {
 	// password. --state and MCP_QUOTA_STATE override it.
 	State string `toml:"state"`
 	// StateTimeout bounds each transaction on a PostgreSQL state.
-	StateTimeout duration       `toml:"state_timeout"`
-	Keys         []keyConfig    `toml:"keys"`
-	Callers      []callerConfig `toml:"callers"`
+	StateTimeout duration `toml:"state_timeout"`
+	// BodyMemoryMiB bounds the memory bodies in flight take across all
+	// callers, in MiB; default 64 (see BodyMemory).
+	BodyMemoryMiB int64          `toml:"body_memory_mib"`
+	Keys          []keyConfig    `toml:"keys"`
+	Callers       []callerConfig `toml:"callers"`
 	// OAuth turns on the OAuth resource server; Principals map its
 	// tokens to keys.
 	OAuth      *oauthConfig      `toml:"oauth"`
@@ -317,22 +321,25 @@ func Parse(data []byte, env Env) (*Store, error) {
 				"state_timeout %s is outside 100ms to 1m: it bounds how long a call waits for the database before it fails with stateUnavailable", s.stateTimeout)})
 		}
 	}
+	if fc.BodyMemoryMiB != 0 {
+		if fc.BodyMemoryMiB < 16 || fc.BodyMemoryMiB > 1<<20 {
+			errs = append(errs, &ConfigError{Field: "body_memory_mib", Msg: fmt.Sprintf(
+				"body_memory_mib %d is outside 16 to 1048576: it bounds, in MiB, the memory that request and answer bodies in flight take across all callers (at least one fetch's 8 MiB and then some)",
+				fc.BodyMemoryMiB)})
+		}
+		s.bodyMemory = fc.BodyMemoryMiB << 20
+	}
 	if len(errs) > 0 {
 		return nil, located(errs, lines)
 	}
 	return newStore(s), nil
 }
 
-// checkState refuses a state URL with a password in it: a config file is
-// no place for a credential.
-func checkState(state string) *ConfigError {
-	u, err := url.Parse(state)
-	if err != nil || u.Scheme == "" {
-		return nil // a file path; opening it says what is wrong with it
-	}
-	if _, ok := u.User.Password(); ok || u.Query().Has("password") {
-		return &ConfigError{Field: "state", Msg: "the state URL carries a password: remove it, and give it in PGPASSWORD or a password file " +
-			"(~/.pgpass, or the file PGPASSFILE names)"}
+// checkState refuses a state location with a password in it: a config
+// file is no place for a credential.
+func checkState(location string) *ConfigError {
+	if state.HasPassword(location) {
+		return &ConfigError{Field: "state", Msg: "the state " + state.ErrPassword.Error()}
 	}
 	return nil
 }

@@ -176,7 +176,13 @@ type contents struct {
 
 	state        string
 	stateTimeout time.Duration
+	bodyMemory   int64
 }
+
+// BodyMemory is the configuration's bound, in bytes, on the memory that
+// request and answer bodies in flight take across all callers; zero when
+// it says nothing (the upstream client's default then holds).
+func (s *Store) BodyMemory() int64 { return s.bodyMemory }
 
 // State is where the configuration puts the state (a file path or a
 // PostgreSQL URL); empty when it says nothing.

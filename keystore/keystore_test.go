@@ -193,9 +193,12 @@ func TestParseErrors(t *testing.T) {
 		{"reserve too big", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n  [[keys.reserve]]\n  caller = \"agent\"\n  share = 1.5\n", 5, "keys[0].reserve[0]", "between 0 and 1"},
 		{"retention shorter than a window", "retention = \"2h\"\n[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n  [[keys.policies]]\n  quota = 1000\n  window = \"24h\"\n", 1, "retention", `write retention = "24h0m0s" or more`},
 		{"retention not a duration", "retention = \"a week\"\n", 1, "retention", "invalid duration"},
+		{"body memory too small", "body_memory_mib = 4\n", 1, "body_memory_mib", "outside 16 to 1048576"},
 		{"caller unknown key", "[[callers]]\nname = \"c\"\ntoken_env = \"T\"\nkeys = [\"nope\"]\n", 4, "callers[0].keys[0]", `key "nope" is not configured`},
 		{"caller short token", "[[callers]]\nname = \"c\"\ntoken_env = \"SHORT\"\nkeys = [\"*\"]\n", 3, "callers[0].token_env", "shorter than 16"},
 		{"caller token unset", "[[callers]]\nname = \"c\"\ntoken_env = \"UNSET\"\nkeys = [\"*\"]\n", 3, "callers[0].token_env", "UNSET is not set"},
+		{"state URL with a password", "state = \"postgres://mq:hunter2@db.example/mq\"\n", 1, "state", "carries a password"},
+		{"state keyword/value string with a password", "state = \"host=db.example user=mq password=hunter2 dbname=mq\"\n", 1, "state", "carries a password"},
 		{"bad method", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\nmethods = [\"TRACE\"]\n", 5, "keys[0].methods", "TRACE"},
 	}
 	for _, tt := range tests {
@@ -359,6 +362,24 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("err = %#v, want a *ConfigError with a message", err)
 		}
 	})
+}
+
+func TestBodyMemory(t *testing.T) {
+	for _, tt := range []struct {
+		config string
+		want   int64
+	}{
+		{"", 0}, // the client's default
+		{"body_memory_mib = 256\n", 256 << 20},
+	} {
+		s, err := Parse([]byte(tt.config), Env{Getenv: func(string) string { return "" }})
+		if err != nil {
+			t.Fatalf("%q: %v", tt.config, err)
+		}
+		if got := s.BodyMemory(); got != tt.want {
+			t.Errorf("%q: BodyMemory() = %d, want %d", tt.config, got, tt.want)
+		}
+	}
 }
 
 func TestRetention(t *testing.T) {

@@ -2,6 +2,7 @@ package keystore
 
 import (
 	"encoding/base64"
+	"errors"
 	"io"
 	"slices"
 	"strings"
@@ -333,6 +334,15 @@ func (sr *ScrubReader) Read(p []byte) (int, error) {
 			if len(sr.pending) == 0 {
 				return 0, sr.err
 			}
+			if !errors.Is(sr.err, io.EOF) {
+				// The stream broke (or was cut at a bound) where the
+				// caller may have chosen: a tail that could begin a form
+				// of the credential never goes out.
+				sr.pending = sr.pending[:sr.s.partialCut(sr.pending)]
+				if len(sr.pending) == 0 {
+					continue
+				}
+			}
 			sr.emit(len(sr.pending))
 			continue
 		}
@@ -348,14 +358,7 @@ func (sr *ScrubReader) Read(p []byte) (int, error) {
 		if err == nil {
 			// Everything but a tail that could begin a form goes out now,
 			// so a stream's events are not held back.
-			cut := len(sr.pending)
-			for i := max(0, len(sr.pending)-sr.s.hold); i < len(sr.pending); i++ {
-				if sr.s.partialAt(sr.pending, i) {
-					cut = i
-					break
-				}
-			}
-			if cut > 0 {
+			if cut := sr.s.partialCut(sr.pending); cut > 0 {
 				sr.emit(cut)
 			}
 		}
@@ -363,6 +366,27 @@ func (sr *ScrubReader) Read(p []byte) (int, error) {
 	n := copy(p, sr.out)
 	sr.out = sr.out[n:]
 	return n, nil
+}
+
+// CutTail returns b without a tail that could begin a form of the
+// credential: what to keep of a prefix cut from a longer text, whose
+// next bytes are unknown. For the nil *Scrubber it returns b.
+func (s *Scrubber) CutTail(b []byte) []byte {
+	if s == nil {
+		return b
+	}
+	return b[:s.partialCut(b)]
+}
+
+// partialCut returns where a tail of b that could begin a form of a
+// secret starts; len(b) when none could.
+func (s *Scrubber) partialCut(b []byte) int {
+	for i := max(0, len(b)-s.hold); i < len(b); i++ {
+		if s.partialAt(b, i) {
+			return i
+		}
+	}
+	return len(b)
 }
 
 // partialAt reports whether b[i:] could be the start of a form of a

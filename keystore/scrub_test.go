@@ -220,3 +220,44 @@ keys = ["k"]
 		t.Errorf("log %s; want four redactions and the rest kept", b.String())
 	}
 }
+
+// TestScrubReaderWithholdsACutTail: a stream that breaks (or is cut at a
+// bound) just after the start of a form of the credential does not pass
+// that start on — where the cut falls may be the caller's choice — while
+// a stream that ends there (EOF) is the upstream's own ending and passes
+// as it came.
+func TestScrubReaderWithholdsACutTail(t *testing.T) {
+	const secret = "sk-live-CUT-0123456789abcdef"
+	s := keystore.NewScrubber(secret)
+	for _, n := range []int{1, 4, 12, len(secret) - 1} {
+		broken := io.MultiReader(strings.NewReader("padding "+secret[:n]), iotest.ErrReader(io.ErrUnexpectedEOF))
+		got, err := io.ReadAll(s.Reader(broken))
+		if err == nil || string(got) != "padding " {
+			t.Errorf("cut %d bytes into the key: read %q, %v; want %q and the error", n, got, err, "padding ")
+		}
+		got, err = io.ReadAll(s.Reader(strings.NewReader("padding " + secret[:n])))
+		if err != nil || string(got) != "padding "+secret[:n] {
+			t.Errorf("ending %d bytes into the key: read %q, %v; want it whole", n, got, err)
+		}
+	}
+}
+
+// TestCutTail: a prefix cut from a longer text loses a tail that could
+// begin the credential, and nothing else.
+func TestCutTail(t *testing.T) {
+	const secret = "sk-live-CUT-0123456789abcdef"
+	s := keystore.NewScrubber(secret)
+	for _, tt := range []struct{ in, want string }{
+		{"plain text", "plain text"},
+		{"text sk-live-C", "text "},
+		{"text " + secret + " more", "text " + secret + " more"}, // a whole one is the scrubber's to replace
+	} {
+		if got := string(s.CutTail([]byte(tt.in))); got != tt.want {
+			t.Errorf("CutTail(%q) = %q; want %q", tt.in, got, tt.want)
+		}
+	}
+	var none *keystore.Scrubber
+	if got := string(none.CutTail([]byte("sk-live-C"))); got != "sk-live-C" {
+		t.Errorf("nil Scrubber: %q; want it unchanged", got)
+	}
+}

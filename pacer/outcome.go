@@ -316,7 +316,7 @@ func (p *Pacer) record(tx ledger.Tx, t Ticket, o Outcome) (Result, ledger.KeySta
 	}
 
 	refused := rd.Throttled || o.Status == http.StatusTooManyRequests
-	if refused && !exhausted && !rd.Abnormal {
+	if refused && !exhausted && !rd.Abnormal && !rd.Secondary { // a secondary limit is its wait alone
 		// Nothing we saw explains the refusal: a limit nobody announced.
 		msg, err := p.hiddenLimit(tx, t, rd, now)
 		if err != nil {

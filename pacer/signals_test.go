@@ -89,17 +89,20 @@ func TestWhatTheNextCallDoes(t *testing.T) {
 		{"problem-reduced-capacity-r-left", "retry-after", 30*time.Second + 500*time.Millisecond},
 		// …unless the policy's own r=0 and t prove the longer one.
 		{"problem-reduced-capacity-proved", "hour", 40 * time.Minute},
-		// GitLab: the 429 outranks remaining; the reset says when.
-		{"gitlab-429", "x-ratelimit", time.Minute},
+		// GitLab: the 429 outranks remaining; the reset says when (the
+		// end of the whole second it names).
+		{"gitlab-429", "x-ratelimit", time.Minute + time.Second},
 		// Shopify GraphQL: ceil((752 - 40) / 50) = 15 s.
 		{"shopify-graphql-throttled", "retry-after", 15*time.Second + 500*time.Millisecond},
 		{"google-retryinfo", "retry-after", 35*time.Second + 500*time.Millisecond},
 		{"google-status-under-openai", "retry-after", 12500*time.Millisecond + 500*time.Millisecond},
 		// X: the exhausted 24-hour window, not the 15-minute one.
-		{"x-24hour-exhausted", "user-24hour", 20 * time.Hour},
+		{"x-24hour-exhausted", "user-24hour", 20*time.Hour + time.Second},
 		{"kong-minute-hour", "retry-after", 20*time.Second + 500*time.Millisecond},
 		{"slack-429", "method", 30 * time.Second}, // that method; see TestSlackWaitHoldsItsMethod
-		{"anthropic-unified-rejected", "retry-after", 7999*time.Second + 500*time.Millisecond},
+		// The 5-hour window ends with the second its reset names, after
+		// Retry-After's 7999 s and their jitter.
+		{"anthropic-unified-rejected", "unified-5h", 8000 * time.Second},
 		{"jira-beta-reset", "tenant-app-quota", 35 * time.Minute},
 		{"azure-prose-hint-seconds", "retry-after", 33*time.Second + 500*time.Millisecond},
 		{"openai-prose-hint-shorter", "retry-after", 2*time.Second + 100*time.Millisecond},

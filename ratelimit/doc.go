@@ -59,9 +59,13 @@
 //
 // # Writing
 //
-// SetHeaders and SetRetryAfter write the fields an intermediary announces
-// to its clients; StripHeaders removes an upstream's, so that a more
-// generous upstream value never shows through.
+// WriteFields states a key's shared budget in the fields its clients'
+// SDKs read: the IETF ones, and the profile's own vendor fields in the
+// vendor's names and formats (the upstream's, tightened, or written from
+// the budget), never more generous than the upstream. SetHeaders and
+// SetRetryAfter write the IETF and seed fields alone; StripHeaders
+// removes an upstream's, so that a more generous upstream value never
+// shows through.
 //
 // The types are plain values; their zero values are documented on each.
 package ratelimit

@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/ratelimit"
@@ -50,7 +51,7 @@ func ExampleRead_gitHub() {
 	o := ratelimit.Read(ratelimit.GitHub, resp, now).Observations[0]
 	fmt.Printf("%s: %d of %d left, resets in %v\n", o.Partition, o.Remaining, o.Quota, o.Reset)
 	// Output:
-	// core: 4997 of 5000 left, resets in 20m0s
+	// core: 4997 of 5000 left, resets in 20m1s
 }
 
 // SetHeaders announces quota to a client in both forms the seed API uses.
@@ -79,4 +80,32 @@ func ExampleParseProfile() {
 	// Output:
 	// github <nil>
 	// unknown rate-limit profile "twitter" (valid: generic, ietf, github, openai, anthropic, discord, shopify, gitlab, reddit, jira, google, x, kong, slack, stripe)
+}
+
+// A GitHub answer passes with GitHub's own fields, its remaining lowered
+// to what every caller of the key together may still spend and its epoch
+// reset moved later to match; mcp-quota's view goes in RateLimit.
+func ExampleWriteFields() {
+	now := time.Date(2026, 12, 1, 20, 0, 0, 0, time.UTC)
+	h := http.Header{}
+	h.Set("X-RateLimit-Limit", "5000")
+	h.Set("X-RateLimit-Remaining", "4990")
+	h.Set("X-RateLimit-Reset", strconv.FormatInt(now.Add(20*time.Minute).Unix(), 10))
+	h.Set("X-RateLimit-Used", "10")
+	h.Set("X-RateLimit-Resource", "core")
+	ratelimit.WriteFields(h, ratelimit.Announcement{Profile: ratelimit.GitHub, Now: now, Limits: []ratelimit.Limit{
+		{Policy: "core", Quota: 5000, Window: time.Hour, Remaining: 120, Reset: 30 * time.Minute}}})
+	for _, k := range []string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Used", "X-Ratelimit-Resource", "Ratelimit-Policy", "Ratelimit"} {
+		fmt.Printf("%s: %s\n", k, h.Get(k))
+	}
+	reset, _ := strconv.ParseInt(h.Get("X-Ratelimit-Reset"), 10, 64)
+	fmt.Println("X-Ratelimit-Reset: now +", time.Unix(reset, 0).Sub(now))
+	// Output:
+	// X-Ratelimit-Limit: 5000
+	// X-Ratelimit-Remaining: 120
+	// X-Ratelimit-Used: 4880
+	// X-Ratelimit-Resource: core
+	// Ratelimit-Policy: "core";q=5000;w=3600
+	// Ratelimit: "core";r=120;t=1800
+	// X-Ratelimit-Reset: now + 30m0s
 }

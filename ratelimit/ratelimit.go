@@ -270,6 +270,10 @@ type Reading struct {
 	// refused for rate limiting: a 429, a vendor's 403 rate-limit answer, a
 	// rate-limit problem type, or a GraphQL body error.
 	Throttled bool
+	// Secondary is set on a refusal the vendor says is a wait that spends
+	// no quota (GitHub's secondary limits): what it teaches is its wait,
+	// not a count limit.
+	Secondary bool
 	// Abnormal is set when the upstream reported abnormal usage: pause and
 	// warn, never retry in a loop.
 	Abnormal bool
@@ -292,4 +296,7 @@ type Limit struct {
 	Window    time.Duration
 	Remaining int64
 	Reset     time.Duration
+	// Partition is the upstream's partition the limit holds for (GitHub's
+	// resource); "" when it holds for the whole key.
+	Partition string
 }

@@ -64,12 +64,19 @@ func (rd *reader) deltaReset(name, v string) (time.Duration, bool, bool) {
 // measured against the response's Date or the receive time (readDate):
 //
 //	reset = 1*DIGIT [ "." 1*DIGIT ]
+//
+// A whole number names a second, not an instant: the window may end
+// anywhere in it, so the reset is read as the end of that second (as
+// octokit reads GitHub's).
 func (rd *reader) epochReset(name, v string) (time.Duration, bool, bool) {
 	f, ok := parseDecimal(v)
 	t, okT := epochTime(f)
 	if !ok || !okT {
 		rd.warnf("%s: not epoch seconds %s, ignored", name, quote(v))
 		return 0, false, false
+	}
+	if !strings.Contains(v, ".") {
+		t = t.Add(time.Second)
 	}
 	return rd.untilInstant(name, v, t), false, true
 }
@@ -219,6 +226,7 @@ func (rd *reader) readGitHub() {
 		return
 	}
 	rd.r.Throttled = true
+	rd.r.Secondary = !exhausted
 	if rd.r.HasRetryAfter {
 		return
 	}

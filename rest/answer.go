@@ -47,6 +47,11 @@ func lookahead(resp *upstream.Response, method string) (*answer, error) {
 	if method == http.MethodHead || !bodyAllowed(resp.StatusCode) || flushEach(resp.Response) || resp.ContentLength > lookaheadLimit {
 		return a, nil
 	}
+	// The lookahead holds the body in memory: when the memory for bodies
+	// in flight has no room, the body streams on instead.
+	if resp.Hold.Grow(min(max(resp.ContentLength, 0), lookaheadLimit)+bytes.MinRead) != nil {
+		return a, nil
+	}
 	// Read into a buffer of the announced size (scrubbing may change it
 	// a little; the buffer grows then), not io.ReadAll's doublings.
 	buf := bytes.NewBuffer(make([]byte, 0, min(max(resp.ContentLength, 0), lookaheadLimit)+bytes.MinRead))

@@ -67,7 +67,8 @@ func (h *Handler) Forward(w http.ResponseWriter, r *http.Request) {
 		path += "?" + r.URL.RawQuery
 	}
 	req := upstream.Request{Caller: caller.Name, Transport: "rest", Method: r.Method, Path: "/" + path,
-		Header: r.Header, MaxWait: wait, AllMethods: true}
+		Header: r.Header, MaxWait: wait, AllMethods: true, MaxDecoded: lim.MaxBody, Hold: h.Client.BodyHold()}
+	defer req.Hold.Release() // whatever the call held of the body memory, however it ends
 	body := &limitedBody{r: http.MaxBytesReader(w, r.Body, lim.MaxBody)}
 	switch {
 	case r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0:
@@ -77,7 +78,11 @@ func (h *Handler) Forward(w http.ResponseWriter, r *http.Request) {
 		// Buffer what fits the replayable limit, so that retries can
 		// resend it; a body of unknown length that turns out longer
 		// streams on from what was read.
-		b, err := io.ReadAll(io.LimitReader(body, lim.ReplayableBody+1))
+		b, err := upstream.ReadBody(body, lim.ReplayableBody, req.Hold)
+		if errors.Is(err, upstream.ErrBodyMemory) {
+			h.failed(w, r, k, caller, err)
+			return
+		}
 		if err != nil {
 			h.quotaHeaders(w, r, k, caller)
 			h.bodyError(w, err)
@@ -108,15 +113,23 @@ func (h *Handler) Forward(w http.ResponseWriter, r *http.Request) {
 	}
 	hdr := w.Header()
 	copyResponseHeaders(hdr, resp.Header)
+	if !upstream.Ranged(k) {
+		// Range never goes upstream for this key (see upstream.SentHeader):
+		// the caller gets whole representations only.
+		hdr.Set("Accept-Ranges", "none")
+	}
 	var from *url.URL
 	if resp.Request != nil {
 		from = resp.Request.URL
 	}
 	rewriteRefs(hdr, k, from)
-	if ls := limits(resp.Result.Budgets); len(ls) > 0 {
-		ratelimit.SetHeaders(hdr, ls) // else the upstream's own fields pass as they came
+	after := decidedWait(resp)
+	if ls := limits(resp.Result.Budgets, after > 0); len(ls) > 0 || after > 0 {
+		// else the upstream's own fields pass as they came
+		ratelimit.WriteFields(hdr, ratelimit.Announcement{Profile: k.Profile, Limits: ls, Wait: wholeSeconds(after),
+			Secondary: secondaryRefusal(&resp.Reading), Now: time.Now()})
 	}
-	ratelimit.ReplaceRetryAfter(hdr, decidedWait(resp))
+	ratelimit.ReplaceRetryAfter(hdr, after)
 	if applied != "" {
 		hdr.Set("Preference-Applied", applied)
 	}
@@ -160,13 +173,42 @@ func (b *limitedBody) tooLarge() error {
 // rate-limit fields of an answer mcp-quota gives itself. It reads the
 // state file only.
 func (h *Handler) quotaHeaders(w http.ResponseWriter, r *http.Request, k *keystore.Key, caller *keystore.Caller) {
+	h.refusalHeaders(w, r, k, caller, 0, false)
+}
+
+// refusalHeaders is quotaHeaders for a refusal that asks the caller to
+// wait (0: none): every field then says that nothing is left until
+// then, in the vendor's fields of the key's profile too (secondary: the
+// wait is no spent quota, and the vendor's counts stay as they are).
+func (h *Handler) refusalHeaders(w http.ResponseWriter, r *http.Request, k *keystore.Key, caller *keystore.Caller, wait time.Duration, secondary bool) {
 	st, err := h.Pacer.Status(r.Context(), k, caller.Name)
 	if err != nil {
 		h.log().Warn("reading the budget for an answer's headers failed", "key", k.Name, "error", err)
-		return
+		st = pacer.KeyStatus{}
 	}
-	ratelimit.SetHeaders(w.Header(), limits(append(st.Local, st.Upstream...)))
+	ratelimit.WriteFields(w.Header(), ratelimit.Announcement{Profile: k.Profile,
+		Limits: limits(append(st.Local, st.Upstream...), wait > 0), Wait: wait, Secondary: secondary, Now: time.Now()})
 }
+
+// wholeSeconds is d as Retry-After states it: whole seconds, rounded
+// up, at least 1 (0 stays 0).
+func wholeSeconds(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(max(math.Ceil(d.Seconds()), 1)) * time.Second
+}
+
+// Problem codes of the answers the REST side refuses to hold or pass on.
+const (
+	// CodeBodyMemory is a call whose body did not fit in the memory that
+	// bodies in flight may take across all callers (503, Retry-After).
+	CodeBodyMemory = "bodyMemory"
+	// CodeAnswerRefused is an upstream answer mcp-quota did not pass on:
+	// in a content coding it did not ask for, or a part of a
+	// representation when it asked for the whole (502).
+	CodeAnswerRefused = "answerRefused"
+)
 
 // failed answers a call that got no answer from the upstream.
 func (h *Handler) failed(w http.ResponseWriter, r *http.Request, k *keystore.Key, caller *keystore.Caller, err error) {
@@ -175,21 +217,34 @@ func (h *Handler) failed(w http.ResponseWriter, r *http.Request, k *keystore.Key
 	if r.Context().Err() != nil && !errors.As(err, &pe) {
 		return // the caller went away; there is no one to answer
 	}
-	if !errors.Is(err, upstream.ErrStateUnavailable) { // its headers are read from the state that just failed
+	paused := errors.As(err, &pe)
+	switch {
+	case errors.Is(err, upstream.ErrStateUnavailable): // its headers are read from the state that just failed
+	case paused:
+		// Rounded up as Retry-After is, so that no field names an
+		// earlier instant than it does.
+		h.refusalHeaders(w, r, k, caller, wholeSeconds(pe.RetryAfter), waitOnly(pe))
+	default:
 		h.quotaHeaders(w, r, k, caller)
 	}
 	switch {
-	case errors.As(err, &pe):
+	case paused:
 		ratelimit.SetRetryAfter(w.Header(), pe.RetryAfter)
 		secs := max(report.Seconds(pe.RetryAfter), 1)
 		ext := map[string]any{"type": ratelimit.ProblemQuotaExceeded, "key": k.Name, "retry_after_s": secs}
-		if pe.Binding != nil {
+		if pe.Binding != nil && !pe.Binding.Hidden {
 			ext["violated-policies"] = []string{pe.Binding.Policy}
 		}
-		writeProblem(w, http.StatusTooManyRequests, CodeRateLimited,
-			fmt.Sprintf("Key '%s': %s. Nothing was sent upstream. Try again in %d seconds; the RateLimit header says what is left.", k.Name, pe.Reason, secs), ext)
+		writeRefusal(w, k.Profile, refusal{status: http.StatusTooManyRequests, secondary: waitOnly(pe), binding: pe.Binding,
+			detail: fmt.Sprintf("Key '%s': %s. Nothing was sent upstream. Try again in %d seconds; the RateLimit header says what is left.", k.Name, pe.Reason, secs)}, ext)
 	case errors.As(err, &tooLarge):
 		h.bodyError(w, err)
+	case errors.Is(err, upstream.ErrBodyMemory):
+		h.log().Warn("a call did not fit in the memory for bodies in flight", "key", k.Name, "error", err)
+		ratelimit.SetRetryAfter(w.Header(), time.Second)
+		writeProblem(w, http.StatusServiceUnavailable, CodeBodyMemory, sentence(err.Error())+" Try again in a moment.", nil)
+	case errors.Is(err, upstream.ErrRefusedAnswer):
+		writeProblem(w, http.StatusBadGateway, CodeAnswerRefused, sentence(err.Error()), nil)
 	case errors.Is(err, upstream.ErrBadPath), errors.Is(err, upstream.ErrBadRequest):
 		writeProblem(w, http.StatusBadRequest, CodeBadRequest, sentence(err.Error()), nil)
 	case errors.Is(err, upstream.ErrSentUnrecorded):
@@ -253,18 +308,23 @@ func preferWait(h http.Header, lim Limits) (time.Duration, string) {
 
 // limits turns budgets into the limits the response headers announce:
 // every budget whose remaining is known.
-func limits(bs []pacer.Budget) []ratelimit.Limit {
+// Limits learned from refusals (Hidden) are left out: the upstream never
+// announced them, and what they hold back is said by the wait. With
+// refused set, budgets whose remaining is unknown are kept too (the
+// refusal states them as 0 until its wait).
+func limits(bs []pacer.Budget, refused bool) []ratelimit.Limit {
 	var out []ratelimit.Limit
 	seen := map[string]bool{}
 	for _, b := range bs {
-		if b.Remaining < 0 || b.Limit <= 0 || (b.Unit != "" && b.Unit != ratelimit.Requests) {
+		if b.Hidden || b.Limit <= 0 || (b.Remaining < 0 && !refused) {
 			continue
 		}
 		id := b.Policy + "\x00" + b.Partition
-		l := ratelimit.Limit{Policy: b.Policy, Unit: b.Unit, Quota: b.Limit, Window: b.Window, Remaining: b.Remaining, Reset: b.Reset}
+		l := ratelimit.Limit{Policy: b.Policy, Unit: b.Unit, Quota: b.Limit, Window: b.Window, Remaining: max(b.Remaining, 0),
+			Reset: b.Reset, Partition: b.Partition}
 		if seen[id] { // a policy both documented and announced: keep the tighter
 			for i := range out {
-				if out[i].Policy == b.Policy && (l.Remaining < out[i].Remaining || (l.Remaining == out[i].Remaining && l.Reset > out[i].Reset)) {
+				if out[i].Policy == b.Policy && out[i].Partition == b.Partition && (l.Remaining < out[i].Remaining || (l.Remaining == out[i].Remaining && l.Reset > out[i].Reset)) {
 					out[i] = l
 				}
 			}

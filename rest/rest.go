@@ -245,16 +245,22 @@ type Checker interface {
 // Health serves GET /healthz: ok, with the program's version when it is
 // not empty, when the state answers and took its last write (a SQLite
 // file also passes quick_check; see state.DB.Check); otherwise 503
-// stateUnavailable, saying which failed. A db that also has a method
-// Detail() map[string]any adds what it returns to the ok answer.
-
+// stateUnavailable, saying which failed — of "the state file" or, for a
+// state that names its database (a Where method, as state.Postgres has),
+// of "the state database".
+// A db that also has a method Detail() map[string]any adds what it
+// returns to the ok answer.
 func Health(db Checker, version string) http.HandlerFunc {
+	what := "The state file"
+	if _, ok := db.(interface{ Where() string }); ok {
+		what = "The state database"
+	}
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := db.Check(ctx); err != nil {
 			writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable,
-				sentence("The state file cannot be used: "+strings.TrimPrefix(err.Error(), "state: ")), map[string]any{"state": "unhealthy"})
+				sentence(what+" cannot be used: "+strings.TrimPrefix(err.Error(), "state: ")), map[string]any{"state": "unhealthy"})
 			return
 		}
 		body := map[string]any{"status": "ok"}

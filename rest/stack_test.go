@@ -61,6 +61,8 @@ type stackConfig struct {
 	StateDir string
 	// AnswerTimeout bounds each fetch's answer (tools.Deps.AnswerTimeout).
 	AnswerTimeout time.Duration
+	// Fetch bounds the fetch tool (tools.Deps.Fetch).
+	Fetch tools.FetchLimits
 }
 
 const defaultKeys = `
@@ -172,7 +174,7 @@ func newStack(t testing.TB, sc stackConfig) *stack {
 	}
 	s.REST = &rest.Handler{Keys: store, Client: s.Client, Pacer: s.Pacer, DB: db, Log: log, Limits: sc.Limits}
 	mcp := tools.NewServer(&tools.Deps{Keys: store, Client: s.Client, Pacer: s.Pacer, DB: db, Log: log, Transport: "mcp-http",
-		AnswerTimeout: sc.AnswerTimeout}, "test")
+		AnswerTimeout: sc.AnswerTimeout, Fetch: sc.Fetch}, "test")
 	gc := gateway.Config{Keys: store, REST: s.REST, MCP: mcp, DB: db, Log: log, Loopback: true}
 	if sc.Gateway != nil {
 		sc.Gateway(&gc)

@@ -11,10 +11,12 @@ import (
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
-// Commits copy the write-ahead log back into the file only once it holds
-// CheckpointPages pages, and the log is reused after that: under writes
-// that never stop it does not grow past about that many pages.
-func TestCheckpointsEveryCheckpointPages(t *testing.T) {
+// While the history stays small, a commit copies the write-ahead log
+// back into the file once it holds MinCheckpointPages pages, and the log
+// is reused after that: under writes that never stop it stays within
+// about that many pages (4 MiB), however much is written, rather than
+// growing to CheckpointPages (40 MiB) on a disk that may not have it.
+func TestLogBoundedByHistory(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
 	db := open(t, path)
 	size := func(p string) int64 {
@@ -39,32 +41,42 @@ func TestCheckpointsEveryCheckpointPages(t *testing.T) {
 		}
 		return nil
 	})
-	commits := 0
-	rewrite := func(n int) {
-		t.Helper()
-		for range n {
-			commits++
-			reason := strings.Repeat(fmt.Sprint(commits%10), 3000)
-			update(t, db, func(tx ledger.Tx) error {
-				for _, id := range ids {
-					if err := tx.FinishAttempt(id, ledger.Confirmed, reason, 200, t0, t0); err != nil {
-						return err
-					}
+	const frame = 4096 + 24
+	most := int64(state.MinCheckpointPages+2*rows) * frame
+	var largest int64
+	for commit := range 3 * state.MinCheckpointPages / rows {
+		reason := strings.Repeat(fmt.Sprint(commit%10), 3000)
+		update(t, db, func(tx ledger.Tx) error {
+			for _, id := range ids {
+				if err := tx.FinishAttempt(id, ledger.Confirmed, reason, 200, t0, t0); err != nil {
+					return err
 				}
-				return nil
-			})
+			}
+			return nil
+		})
+		largest = max(largest, size(path+"-wal"))
+	}
+	if largest > most {
+		t.Errorf("the log reached %d bytes over %d pages written to a file of about %d pages; want at most %d",
+			largest, 3*state.MinCheckpointPages, rows, most)
+	}
+	if got := size(path); got < rows*4096 {
+		t.Errorf("the file is %d bytes: no commit checkpointed", got)
+	}
+	t.Logf("the log at most %d bytes, the file %d bytes", largest, size(path))
+}
+
+// The log checkpoints at the size of the history it holds, within
+// MinCheckpointPages and CheckpointPages.
+func TestCheckpointAt(t *testing.T) {
+	for _, tt := range []struct{ file, want int }{
+		{0, state.MinCheckpointPages},
+		{state.MinCheckpointPages / 2, state.MinCheckpointPages},
+		{3 * state.MinCheckpointPages, 3 * state.MinCheckpointPages},
+		{state.CheckpointPages * 5, state.CheckpointPages},
+	} {
+		if got := state.CheckpointAt(tt.file); got != tt.want {
+			t.Errorf("CheckpointAt(%d) = %d, want %d", tt.file, got, tt.want)
 		}
-	}
-	before := size(path)
-	rewrite(state.CheckpointPages / rows / 2) // half the pages
-	if got := size(path); got != before {
-		t.Fatalf("the file went from %d to %d bytes with the log half full: a commit checkpointed early", before, got)
-	}
-	rewrite(4 * state.CheckpointPages / rows) // four times as many
-	if got := size(path); got <= before {
-		t.Fatalf("the file is %d bytes, as it was: no commit checkpointed", got)
-	}
-	if got, most := size(path+"-wal"), int64(state.CheckpointPages+2*rows)*4200; got > most {
-		t.Errorf("the log is %d bytes after 4.5 times CheckpointPages pages, more than %d: it is not reused", got, most)
 	}
 }

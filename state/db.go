@@ -39,14 +39,15 @@ var migrations embed.FS
 // transaction to end before it gives up with an error wrapping ErrBusy.
 const BusyTimeout = 10 * time.Second
 
-// CheckpointPages is how many pages the write-ahead log holds before the
+// CheckpointPages is the most pages the write-ahead log holds before the
 // commit that reaches it copies them back into the file (a checkpoint),
-// ten times SQLite's default. A checkpoint syncs the file twice, and
-// every writer of the process waits for the commit that runs it: on a
-// busy key, at the default, that was a tenth of all the writer's time.
-// Each checkpoint also copies a page once however often it was written
-// since the last, and the log is reused after it: it stays within about
-// CheckpointPages × 4 KiB (40 MiB).
+// ten times SQLite's default; a smaller file checkpoints sooner (see
+// CheckpointAt). A checkpoint syncs the file twice, and every writer of
+// the process waits for the commit that runs it: on a busy key with a
+// large history, at the default, that was a tenth of all the writer's
+// time. Each checkpoint also copies a page once however often it was
+// written since the last, and the log is reused after it: it stays within
+// about CheckpointPages × 4 KiB (40 MiB).
 const CheckpointPages = 10000
 
 // ErrNewerSchema reports a state written by a newer mcp-quota, which
@@ -78,7 +79,8 @@ type DB struct {
 	out      outcomes // the process's journal (see FinishLater)
 	instance string   // this process in the attempts it records (see Instance)
 
-	wh writeHealth // how the last writes ended (see Check)
+	wh writeHealth    // how the last writes ended (see Check)
+	bg sync.WaitGroup // the background checks (see watch)
 }
 
 // Open opens (creating if needed) the state file at path and brings its
@@ -113,8 +115,15 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	first, creating := "_pragma=busy_timeout(0)&", false
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		first, creating = "_pragma=busy_timeout(10000)&_pragma=auto_vacuum(2)&", true
+		// Made empty (SQLite reads it as a new database) and readable by
+		// this user alone: SQLite gives the -wal and -shm files it makes
+		// beside it the file's own mode. Another process may make it
+		// first.
+		if f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+			f.Close()
+		}
 	}
-	w, err := sql.Open("sqlite", file+"?"+first+fmt.Sprintf("_pragma=wal_autocheckpoint(%d)", CheckpointPages)+pragmas)
+	w, err := sql.Open("sqlite", file+"?"+first+fmt.Sprintf("_pragma=wal_autocheckpoint(%d)", MinCheckpointPages)+pragmas)
 	if err != nil {
 		return nil, fmt.Errorf("state: open %s: %w", path, err)
 	}
@@ -151,6 +160,10 @@ func Open(ctx context.Context, path string) (*DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("state: %w", err)
 	}
+	// The -wal and -shm files an earlier version made readable by others;
+	// those another user's process made stay as they are.
+	os.Chmod(path+"-wal", 0o600)
+	os.Chmod(path+"-shm", 0o600)
 	if _, err := db.Recover(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -168,6 +181,7 @@ func (db *DB) Close() error {
 	if !first {
 		return nil
 	}
+	db.bg.Wait()
 	errs := []error{err}
 	for _, s := range append(append(db.ws, db.rs...), db.ctl[:]...) {
 		if s != nil {
@@ -288,7 +302,7 @@ func (db *DB) view(ctx context.Context, fn func(*Tx) error) error {
 		return fmt.Errorf("state: begin: %w", err)
 	}
 	defer tx.Rollback()
-	return fn(&Tx{tx: tx, stmts: db.rs, ctx: ctx})
+	return db.noteDamage(fn(&Tx{tx: tx, stmts: db.rs, ctx: ctx}))
 }
 
 // IntegrityCheck runs PRAGMA integrity_check and returns its findings; an

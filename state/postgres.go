@@ -2,6 +2,8 @@ package state
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"database/sql"
 	"database/sql/driver"
 	"embed"
@@ -48,6 +50,7 @@ import (
 type Postgres struct {
 	db       *sql.DB
 	where    string // user@host:port/database, for errors: never a credential
+	tls      bool   // the location asks for TLS, with no fallback without it
 	timeout  time.Duration
 	local    func() time.Time
 	instance string
@@ -102,12 +105,6 @@ var ErrUnavailable = ledger.ErrUnavailable
 //go:embed postgres/*.sql
 var pgMigrations embed.FS
 
-// IsPostgresURL reports whether state names a PostgreSQL database
-// (postgres:// or postgresql://) rather than a SQLite file.
-func IsPostgresURL(state string) bool {
-	return strings.HasPrefix(state, "postgres://") || strings.HasPrefix(state, "postgresql://")
-}
-
 // Instance returns the name this process gets in the attempts it
 // records: MCP_QUOTA_INSTANCE when it is set, else its host name and
 // process ID.
@@ -123,10 +120,11 @@ func Instance() string {
 }
 
 // OpenPostgres connects to the database rawURL names
-// (postgres://user@host:port/database?sslmode=…; the standard PG*
+// (postgres://user@host:port/database?sslmode=…, or the keyword/value
+// form host=… port=… user=… dbname=… sslmode=…; the standard PG*
 // variables fill what it leaves out), creates or migrates mcp-quota's
 // schema in it, and measures the server's clock. The password must not be
-// in the URL: it comes from PGPASSWORD or a password file (~/.pgpass, or
+// in the location: it comes from PGPASSWORD or a password file (~/.pgpass, or
 // PGPASSFILE), so that it is in no config file, command line or process
 // list. Errors say what to fix, and never hold the password.
 func OpenPostgres(ctx context.Context, rawURL string, o PostgresOptions) (*Postgres, error) {
@@ -160,14 +158,12 @@ func OpenPostgres(ctx context.Context, rawURL string, o PostgresOptions) (*Postg
 	db.SetMaxOpenConns(o.MaxConns)
 	db.SetMaxIdleConns(o.MaxConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	pg := &Postgres{db: db, where: where, timeout: o.Timeout, local: o.Local, instance: o.Instance, preparing: make(chan struct{}, 1)}
+	pg := &Postgres{db: db, where: where, tls: requiresTLS(cfg), timeout: o.Timeout, local: o.Local, instance: o.Instance,
+		preparing: make(chan struct{}, 1)}
 	pg.out.dir, pg.out.update = o.JournalDir, func(ctx context.Context, fn func(*Tx) error) error { return pg.update(ctx, fn) }
-	if o.JournalDir != "" {
-		if err := os.MkdirAll(o.JournalDir, 0o700); err != nil {
-			db.Close()
-			return nil, fmt.Errorf("state: the journal directory: %w", err)
-		}
-	}
+	// The journal's directory is made by the first outcome it keeps (and
+	// removed by the last process to close it): a state that fails to
+	// open leaves nothing behind.
 	if err := pg.prepare(ctx, ctx); err != nil && !(o.WaitForServer && errors.Is(err, ErrUnavailable) && ctx.Err() == nil) {
 		db.Close()
 		return nil, err
@@ -202,33 +198,54 @@ func (pg *Postgres) prepare(ctx, wait context.Context) error {
 	return nil
 }
 
-// pgConfig parses rawURL, refusing one that carries a password.
-func pgConfig(rawURL string) (*pgx.ConnConfig, string, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // without the URL, which may hold a password
+// pgConfig parses location (a URL or a keyword/value string), refusing
+// one that carries a password. Its errors never quote location.
+func pgConfig(location string) (*pgx.ConnConfig, string, error) {
+	if isKeywordValue(location) {
+		if _, err := parseKeywordValue(location); err != nil {
+			return nil, "", fmt.Errorf("state: the PostgreSQL connection string does not parse (%v): write it as "+
+				"host=HOST port=5432 user=USER dbname=DATABASE sslmode=require, or as postgres://user@host:5432/database?sslmode=require "+
+				"(a SQLite file whose name holds '=' is written ./NAME)", err)
 		}
-		return nil, "", fmt.Errorf("state: the PostgreSQL URL does not parse (%v): write it as postgres://user@host:5432/database?sslmode=require", err)
+	} else {
+		u, err := url.Parse(location)
+		if err != nil {
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err // without the URL, which may hold a password
+			}
+			return nil, "", fmt.Errorf("state: the PostgreSQL URL does not parse (%v): write it as postgres://user@host:5432/database?sslmode=require", err)
+		}
+		if !IsPostgresURL(location) || u.Opaque != "" {
+			return nil, "", errors.New("state: a PostgreSQL state is a URL of the form postgres://user@host:5432/database?sslmode=require")
+		}
 	}
-	if !IsPostgresURL(rawURL) || u.Opaque != "" {
-		return nil, "", errors.New("state: a PostgreSQL state is a URL of the form postgres://user@host:5432/database?sslmode=require")
+	if HasPassword(location) {
+		return nil, "", fmt.Errorf("state: the PostgreSQL location %w", ErrPassword)
 	}
-	if _, ok := u.User.Password(); ok || u.Query().Has("password") {
-		return nil, "", errors.New("state: the PostgreSQL URL carries a password: remove it, and give it in PGPASSWORD or a password file " +
-			"(~/.pgpass, or the file PGPASSFILE names), so that it is in no config file, command line or process list")
-	}
-	cfg, err := pgx.ParseConfig(rawURL)
+	cfg, err := pgx.ParseConfig(location)
 	if err != nil {
 		var pe *pgconn.ParseConfigError
 		if errors.As(err, &pe) && pe.Unwrap() != nil {
 			err = pe.Unwrap()
 		}
-		return nil, "", fmt.Errorf("state: the PostgreSQL URL is not usable (%v)", redact(err.Error(), cfg))
+		return nil, "", fmt.Errorf("state: the PostgreSQL location is not usable (%v)", redact(err.Error(), cfg))
 	}
-	where := fmt.Sprintf("%s@%s/%s", cfg.User, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), cfg.Database)
-	return cfg, where, nil
+	return cfg, pgWhere(cfg), nil
+}
+
+// pgWhere names the database cfg reaches, for messages and for the
+// journals' directory: user@host:port/database, never a credential.
+func pgWhere(cfg *pgx.ConnConfig) string {
+	return fmt.Sprintf("%s@%s/%s", cfg.User, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), cfg.Database)
+}
+
+// PostgresWhere names the database location reaches, however it is
+// spelled: user@host:port/database (the standard PG* variables fill what
+// location leaves out). It never holds a credential.
+func PostgresWhere(location string) (string, error) {
+	_, where, err := pgConfig(location)
+	return where, err
 }
 
 // redact removes cfg's password from s, should an error quote it.
@@ -262,6 +279,10 @@ func (pg *Postgres) connect(ctx context.Context) error {
 		return fmt.Errorf("state: PostgreSQL at %s has no such database (%s): create it (createdb) or name one that exists", pg.where, pe.Message)
 	case errors.As(err, &pe):
 		return fmt.Errorf("state: PostgreSQL at %s: %s (SQLSTATE %s)", pg.where, pe.Message, pe.Code)
+	case tlsFailed(err, pg.tls):
+		return fmt.Errorf("state: PostgreSQL at %s: TLS could not be set up (%v): the location asks for TLS (sslmode=require or verify-…); "+
+			"turn on ssl in the server's postgresql.conf and give it a certificate, give the CA that signed it in sslrootcert, "+
+			"or, on a network you trust, use sslmode=prefer or disable", pg.where, pgCause(err))
 	case ctx.Err() != nil:
 		return fmt.Errorf("state: PostgreSQL at %s did not answer within %s: is it running, and is the address right? %w",
 			pg.where, pg.timeout, ErrUnavailable)
@@ -269,13 +290,74 @@ func (pg *Postgres) connect(ctx context.Context) error {
 	return fmt.Errorf("state: cannot reach PostgreSQL at %s (%v): is it running, and is the address right? %w", pg.where, pgCause(err), ErrUnavailable)
 }
 
-// pgCause is the innermost useful part of a connection error.
+// pgCause is the innermost useful part of a connection error: for a
+// failed dial, the reason alone (its address is in the message already).
 func pgCause(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Err
+	}
 	var ce *pgconn.ConnectError
-	if errors.As(err, &ce) && ce.Unwrap() != nil {
-		return ce.Unwrap()
+	if errors.As(err, &ce) {
+		// pgconn says where it was dialling, and what it was doing, in
+		// each layer: the innermost is the reason.
+		for inner := error(ce); inner != nil; {
+			err = inner
+			switch u := inner.(type) {
+			case interface{ Unwrap() error }:
+				inner = u.Unwrap()
+			case interface{ Unwrap() []error }:
+				if all := u.Unwrap(); len(all) == 1 {
+					inner = all[0]
+				} else {
+					inner = nil // several addresses tried: each says its own
+				}
+			default:
+				inner = nil
+			}
+		}
 	}
 	return err
+}
+
+// requiresTLS reports whether cfg connects only over TLS: its first try
+// and every fallback have a TLS configuration (sslmode=require,
+// verify-ca, verify-full).
+func requiresTLS(cfg *pgx.ConnConfig) bool {
+	if cfg.TLSConfig == nil {
+		return false
+	}
+	for _, f := range cfg.Fallbacks {
+		if f.TLSConfig == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// tlsFailed reports whether a connection failed on TLS: a certificate
+// not accepted, an answer that is not TLS, or — when the location asks
+// for TLS — a server that refused it (which pgconn reports without a
+// type of its own: a connection error that is neither the network's nor
+// the server's).
+func tlsFailed(err error, required bool) bool {
+	var (
+		header  tls.RecordHeaderError
+		verify  *tls.CertificateVerificationError
+		unknown x509.UnknownAuthorityError
+		host    x509.HostnameError
+		invalid x509.CertificateInvalidError
+	)
+	if errors.As(err, &header) || errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid) {
+		return true
+	}
+	var (
+		ce *pgconn.ConnectError
+		ne net.Error
+		pe *pgconn.PgError
+	)
+	return required && errors.As(err, &ce) && !errors.As(err, &ne) && !errors.As(err, &pe) &&
+		!errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
 }
 
 // migrate creates mcp-quota's schema, or brings it up to date, in one
@@ -658,9 +740,10 @@ type Store interface {
 }
 
 // OpenStore opens the state at location: a PostgreSQL database for a
-// postgres:// URL (with o), else a SQLite file.
+// PostgreSQL location (a URL or a keyword/value string; see IsPostgres),
+// with o; else a SQLite file.
 func OpenStore(ctx context.Context, location string, o PostgresOptions) (Store, error) {
-	if IsPostgresURL(location) {
+	if IsPostgres(location) {
 		return OpenPostgres(ctx, location, o)
 	}
 	return Open(ctx, location)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -77,6 +78,62 @@ func TestPostgres(t *testing.T) {
 	t.Run("hosts starting at once migrate once", func(t *testing.T) { migrationsAtOnce(t, srv) })
 	t.Run("an outcome the database refuses is set aside", func(t *testing.T) { refusedOutcome(t, srv) })
 	t.Run("the password is in no table", func(t *testing.T) { passwordInNoTable(t, srv) })
+	t.Run("a keyword/value connection string names the database", func(t *testing.T) { keywordValue(t, srv) })
+	t.Run("a state that fails to open leaves no journal directory", func(t *testing.T) { noJournalDirLeft(t, srv) })
+}
+
+// A keyword/value connection string (libpq's other form) opens the same
+// database as its URL: what one records, the other reads.
+func keywordValue(t *testing.T, srv *pgtest.Server) {
+	u, err := neturl.Parse(srv.CreateDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := fmt.Sprintf("host=%s port=%s user=%s dbname='%s' sslmode=disable", u.Hostname(), u.Port(), u.User.Username(), strings.TrimPrefix(u.Path, "/"))
+	where, err := state.PostgresWhere(kv)
+	if err != nil {
+		t.Fatalf("PostgresWhere(%q): %v", kv, err)
+	}
+	if other, _ := state.PostgresWhere(u.String()); where != other {
+		t.Errorf("the keyword/value string names %s, the URL %s: want one name for one database", where, other)
+	}
+	byURL := openPostgres(t, u.String(), state.PostgresOptions{})
+	store, err := state.OpenStore(context.Background(), kv, state.PostgresOptions{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("OpenStore(%q): %v", kv, err)
+	}
+	defer store.Close()
+	byKV, ok := store.(*state.Postgres)
+	if !ok {
+		t.Fatalf("OpenStore(%q) opened a %T, want a *state.Postgres", kv, store)
+	}
+	update(t, byKV, func(tx ledger.Tx) error {
+		_, err := tx.InsertAttempt(ledger.Attempt{CallID: "kv", Attempt: 1, Key: "k", State: ledger.Admitted, At: t0})
+		return err
+	}, "k")
+	var got []ledger.Attempt
+	if err := byURL.View(context.Background(), func(tx ledger.Tx) error {
+		var err error
+		got, err = tx.Activity(ledger.ActivityFilter{Key: "k", Limit: 10})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].CallID != "kv" {
+		t.Errorf("read through the URL: %+v; want the attempt recorded through the keyword/value string", got)
+	}
+}
+
+// OpenPostgres makes no journal directory: a database that refuses the
+// login, or is not there, leaves nothing under the journals.
+func noJournalDirLeft(t *testing.T, srv *pgtest.Server) {
+	dir := filepath.Join(t.TempDir(), "journals", "db")
+	if _, err := state.OpenPostgres(context.Background(), srv.URL("no_such_database"), state.PostgresOptions{JournalDir: dir, Timeout: 5 * time.Second}); err == nil {
+		t.Fatal("OpenPostgres of a missing database succeeded")
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after a failed open the journal directory %s is there (%v); want none", dir, err)
+	}
 }
 
 // While a transaction holds key A (its function blocked), an Update of
@@ -305,6 +362,7 @@ func noPassword(t *testing.T, what string, err error, passwords ...string) {
 func badInput(t *testing.T, srv *pgtest.Server) {
 	url := srv.CreateDatabase(t)
 	host := strings.TrimPrefix(strings.SplitN(url, "/", 4)[2], "mcpq@")
+	_, port, _ := strings.Cut(host, ":")
 	const secret = "s3cr3t-Pa55"
 	for _, c := range []struct {
 		name, url string
@@ -316,6 +374,12 @@ func badInput(t *testing.T, srv *pgtest.Server) {
 		{"a password in the URL", "postgres://mcpq:" + secret + "@" + host + "/db?sslmode=disable", []string{"carries a password", "PGPASSWORD"}},
 		{"a password in the query", "postgres://mcpq@" + host + "/db?sslmode=disable&password=" + secret, []string{"carries a password"}},
 		{"a missing database", srv.URL("no_such_database"), []string{"no such database", "create it"}},
+		{"a password in a keyword/value string", "host=127.0.0.1 port=" + port + " user=mcpq password=" + secret + " dbname=db sslmode=disable",
+			[]string{"carries a password", "PGPASSWORD"}},
+		{"a quoted password in a keyword/value string", "host=127.0.0.1 password='" + secret + " x' dbname=db", []string{"carries a password"}},
+		{"TLS asked of a server without it", strings.Replace(url, "sslmode=disable", "sslmode=require", 1), []string{"TLS could not be set up", "sslmode"}},
+		{"a keyword/value string with an unknown keyword", "host=127.0.0.1 pasword=" + secret + " dbname=db",
+			[]string{"\"pasword\" is not a PostgreSQL connection keyword", "./NAME"}},
 	} {
 		_, err := state.OpenPostgres(context.Background(), c.url, state.PostgresOptions{Timeout: 5 * time.Second})
 		if err == nil {
@@ -329,6 +393,9 @@ func badInput(t *testing.T, srv *pgtest.Server) {
 			}
 		}
 		noPassword(t, c.name, err, secret, srv.Password())
+		if strings.Contains(err.Error(), "is it running") {
+			t.Errorf("%s: %q asks whether the server runs; it does", c.name, err)
+		}
 	}
 	t.Run("wrong password", func(t *testing.T) {
 		wrong := srv.Password() + "x"

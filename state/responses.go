@@ -9,7 +9,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
-var qResponse = newQuery(`SELECT etag, last_modified, status, content_type, body, digest, stored_at, unchanged
+var qResponse = newQuery(`SELECT etag, last_modified, status, content_type, body, digest, stored_at, unchanged, vary, varied
 	FROM responses WHERE key = ? AND target = ?`)
 
 // Response returns the stored answer for key and target, if any.
@@ -17,7 +17,7 @@ func (tx *Tx) Response(key, target string) (ledger.StoredResponse, bool, error) 
 	r := ledger.StoredResponse{Key: key, Target: target}
 	var at int64
 	err := tx.queryRow(qResponse, key, target).
-		Scan(&r.ETag, &r.LastModified, &r.Status, &r.ContentType, &r.Body, &r.Digest, &at, &r.Unchanged)
+		Scan(&r.ETag, &r.LastModified, &r.Status, &r.ContentType, &r.Body, &r.Digest, &at, &r.Unchanged, &r.Vary, &r.Varied)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, false, nil
 	}
@@ -30,11 +30,12 @@ func (tx *Tx) Response(key, target string) (ledger.StoredResponse, bool, error) 
 
 var (
 	qPutResponse = newQuery(`INSERT INTO responses
-	(key, target, etag, last_modified, status, content_type, body, digest, stored_at, unchanged)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	(key, target, etag, last_modified, status, content_type, body, digest, stored_at, unchanged, vary, varied)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 	ON CONFLICT (key, target) DO UPDATE SET etag = excluded.etag, last_modified = excluded.last_modified,
 		status = excluded.status, content_type = excluded.content_type, body = excluded.body,
-		digest = excluded.digest, stored_at = excluded.stored_at, unchanged = excluded.unchanged`)
+		digest = excluded.digest, stored_at = excluded.stored_at, unchanged = excluded.unchanged,
+		vary = excluded.vary, varied = excluded.varied`)
 	qTrimResponses = newQuery(`DELETE FROM responses WHERE key = ? AND target NOT IN
 	(SELECT target FROM responses WHERE key = ? ORDER BY stored_at DESC LIMIT ?)`)
 )
@@ -47,7 +48,7 @@ func (tx *Tx) PutResponse(r ledger.StoredResponse, keep int) error {
 		body = []byte{} // no body is an empty one: a nil slice would be NULL, which the column refuses
 	}
 	_, err := tx.exec(qPutResponse,
-		r.Key, r.Target, r.ETag, r.LastModified, r.Status, r.ContentType, body, r.Digest, micros(r.StoredAt), r.Unchanged)
+		r.Key, r.Target, r.ETag, r.LastModified, r.Status, r.ContentType, body, r.Digest, micros(r.StoredAt), r.Unchanged, r.Vary, r.Varied)
 	if err != nil {
 		return fmt.Errorf("state: store response: %w", err)
 	}

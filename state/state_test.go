@@ -67,6 +67,17 @@ func TestOpen(t *testing.T) {
 		_, err := tx.InsertAttempt(ledger.Attempt{CallID: "c", Attempt: 1, Key: "k", State: ledger.Admitted, At: t0})
 		return err
 	})
+	// The log and the shared memory beside it hold the same history: they
+	// are no more readable than the file.
+	for _, side := range []string{path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(side)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s mode: got %v, want 0600", filepath.Base(side), fi.Mode().Perm())
+		}
+	}
 	// Opened again (another process): the schema is not applied twice and
 	// what was written is there.
 	other := open(t, path)

@@ -140,6 +140,11 @@ func (db *DB) handOver() {
 // and reports each outcome. While it waits, a receive from wake makes it
 // look at the queue at once, and a closed stop ends it.
 func (db *DB) batch(wake, stop <-chan struct{}) {
+	if err := db.damaged(); err != nil {
+		db.failQueue(err)
+		return
+	}
+	db.watch()
 	if err := db.relieve(); err != nil {
 		db.failQueue(fmt.Errorf("state: begin: %w", err))
 		return

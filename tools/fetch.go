@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
 	"net/url"
@@ -207,7 +206,10 @@ func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 		header.Set(name, v)
 	}
 
-	f := fetchCall{d: d, lim: lim, k: k, caller: caller, method: method, target: target, digest: digest, start: start, maxLen: maxLen}
+	f := fetchCall{d: d, lim: lim, k: k, caller: caller, method: method, target: target, digest: digest, start: start, maxLen: maxLen,
+		sent: upstream.SentHeader(k, header), hold: d.Client.BodyHold(),
+		ownConditional: header.Get("If-None-Match") != "" || header.Get("If-Modified-Since") != ""}
+	defer f.hold.Release()
 	if a.MaxLength != nil {
 		f.askedLen = *a.MaxLength
 	}
@@ -215,7 +217,9 @@ func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 		f.askedWait = time.Duration(*a.MaxWaitS * float64(time.Second))
 	}
 	if method == http.MethodGet {
-		if res, ok, err := f.fromKept(ctx, header); err != nil {
+		if res, ok, err := f.fromKept(ctx, header); errors.Is(err, upstream.ErrBodyMemory) {
+			return f.namedFailure(err), nil
+		} else if err != nil {
 			return f.namedFailure(stateFailed(err)), nil
 		} else if ok {
 			return res, nil
@@ -223,7 +227,7 @@ func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	}
 	resp, err := d.Client.Do(ctx, k, upstream.Request{Caller: caller.Name, Transport: d.Transport, Method: method,
 		Path: a.Path, Query: query, Header: header, Body: body, MaxWait: maxWait, Progress: progressSender(ctx, req, k.Name),
-		Digest: digest, AnswerTimeout: d.answerTimeout()})
+		Digest: digest, AnswerTimeout: d.answerTimeout(), MaxDecoded: lim.MaxBody + decodeMargin, Hold: f.hold})
 	if err != nil {
 		if res := f.namedFailure(err); res != nil {
 			return res, nil
@@ -252,7 +256,19 @@ type fetchCall struct {
 	kept      ledger.StoredResponse
 	hasKept   bool
 	repeats   int
+	// sent is what the request goes upstream with (see
+	// upstream.SentHeader): what a kept answer's Vary is matched against.
+	sent http.Header
+	// ownConditional is set when the caller sent its own validator: a 304
+	// then answers the caller's question, and no kept body is shown.
+	ownConditional bool
+	hold           *upstream.BodyHold
 }
+
+// decodeMargin is how far past MaxBody a compressed answer is decoded:
+// the scrubber reads a little ahead of what it passes on, so that the
+// body is cut at MaxBody, with the credential removed up to there.
+const decodeMargin = 64 << 10
 
 // fromKept answers from the kept copy when that is the right thing: a
 // page beyond the first of a body fetched moments ago, or a request
@@ -273,6 +289,15 @@ func (f *fetchCall) fromKept(ctx context.Context, header http.Header) (*mcp.Call
 	}
 	if !f.hasKept {
 		return nil, false, nil
+	}
+	if !reusable(f.kept, f.sent) {
+		// Another variant's answer (or one that varies on everything):
+		// this request neither sees it nor is made conditional on it.
+		f.hasKept, f.kept = false, ledger.StoredResponse{}
+		return nil, false, nil
+	}
+	if err := f.hold.Grow(int64(len(f.kept.Body))); err != nil {
+		return nil, false, err
 	}
 	f.kept = scrubKept(f.k, f.kept)
 	switch {
@@ -316,25 +341,40 @@ func (f *fetchCall) keptResult(ctx context.Context, now time.Time, digest, why s
 // answered turns the upstream's answer into the tool result, keeping GET
 // answers for conditional requests and the loop guard.
 func (f *fetchCall) answered(ctx context.Context, resp *upstream.Response) (*mcp.CallToolResult, error) {
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, f.lim.MaxBody+1))
+	raw, err := upstream.ReadBody(resp.Body, f.lim.MaxBody, resp.Hold)
+	if errors.Is(err, upstream.ErrBodyMemory) {
+		return f.namedFailure(err), nil
+	}
 	cut := f.bodyCut(err, len(raw), resp.ContentLength) // a broken body is not a long one
 	complete := err == nil && int64(len(raw)) <= f.lim.MaxBody
 	if int64(len(raw)) > f.lim.MaxBody {
 		raw = raw[:f.lim.MaxBody]
 	}
 	ct := resp.Header.Get("Content-Type")
-	notModified := resp.StatusCode == http.StatusNotModified && f.hasKept
+	// A 304 shows the kept body only when it answers mcp-quota's own
+	// conditional, armed from that very copy, and names it (RFC 9111
+	// §4.3.4).
+	notModified := resp.StatusCode == http.StatusNotModified && f.hasKept && !f.ownConditional && sameValidator(resp.Header, f.kept)
 	if notModified {
 		raw, ct, complete, cut = f.kept.Body, f.kept.ContentType, true, ""
 	}
 	unchanged := false
 	if f.method == http.MethodGet && complete && int64(len(raw)) <= f.lim.KeepBody && (resp.StatusCode == http.StatusOK || notModified) {
 		sum := upstream.Digest("", "", raw)
+		vary := varyOf(resp.Header)
+		if notModified && resp.Header.Get("Vary") == "" {
+			vary = f.kept.Vary
+		}
 		kept := ledger.StoredResponse{Key: f.k.Name, Target: f.target, ETag: resp.Header.Get("ETag"),
 			LastModified: resp.Header.Get("Last-Modified"), Status: http.StatusOK, ContentType: ct, Body: raw,
-			Digest: sum, StoredAt: f.d.now()}
+			Digest: sum, StoredAt: f.d.now(), Vary: vary, Varied: varied(vary, f.sent)}
 		if notModified {
 			kept.ETag, kept.LastModified = f.kept.ETag, f.kept.LastModified
+		}
+		if vary == varyStar {
+			// Never reused: the row only stands in the place of the
+			// answer kept before, which a later request must not get.
+			kept = ledger.StoredResponse{Key: f.k.Name, Target: f.target, Status: http.StatusOK, StoredAt: f.d.now(), Vary: varyStar}
 		}
 		if f.hasKept && f.kept.Digest == sum {
 			unchanged = true
@@ -344,12 +384,28 @@ func (f *fetchCall) answered(ctx context.Context, resp *upstream.Response) (*mcp
 			f.d.Log.Error("keeping an answer failed", "key", f.k.Name, "error", err)
 		}
 	}
+	stale := resp.StatusCode == http.StatusNotModified && f.hasKept && !f.ownConditional && !notModified
+	if stale {
+		// A 304 for another version than the kept one: the kept answer
+		// must not answer the next request either, which then goes
+		// unconditionally.
+		err := f.d.DB.Update(ctx, func(tx ledger.Tx) error {
+			return tx.PutResponse(ledger.StoredResponse{Key: f.k.Name, Target: f.target, Status: http.StatusOK, StoredAt: f.d.now(), Vary: varyStar},
+				f.lim.KeepResponses)
+		})
+		if err != nil {
+			f.d.Log.Error("dropping a kept answer failed", "key", f.k.Name, "error", err)
+		}
+	}
 	status := resp.StatusCode
 	if notModified {
 		status = http.StatusNotModified
 	}
 	r := f.result(status, resp.Header, ct, raw, complete || cut != "")
 	markCut(&r, cut)
+	if stale {
+		r.Warnings = append(r.Warnings, "The upstream answered 304 Not Modified for another version than the one mcp-quota kept, so there is no body to show; call again to get it whole.")
+	}
 	r.Sent, r.NotModified = true, notModified
 	r.Attempts, r.WaitedS = resp.Attempts, resp.Waited.Seconds()
 	r.Quota, r.Advice = report.NewQuota(f.k.Name, resp.Result.Binding), report.WaitInstead(report.NewAdvice(resp.Result.Advice), f.lim.MaxMaxWait)

@@ -39,6 +39,10 @@ func (f *fetchCall) namedFailure(err error) *mcp.CallToolResult {
 			"but its outcome could not be recorded, so its answer is withheld. Tell the user; check before repeating a request that changes something.")
 	case errors.Is(err, upstream.ErrStateUnavailable):
 		return f.d.stateUnavailable(f.k.Name, err)
+	case errors.Is(err, upstream.ErrBodyMemory):
+		return failure("bodyMemory", sentence(err.Error())+" Try again in a moment, or ask the API for less (a smaller page).")
+	case errors.Is(err, upstream.ErrRefusedAnswer):
+		return failure("answerRefused", sentence(err.Error())+" Nothing of it is shown. Tell the user: the API's answer is not one mcp-quota can pass on safely.")
 	case errors.Is(err, upstream.ErrAnswerTimeout):
 		return failure("upstreamTimeout", fmt.Sprintf("Key '%s': the upstream did not answer within %s; mcp-quota stopped waiting. Try again later, or ask for less (smaller pages).",
 			f.k.Name, f.d.answerTimeout()))

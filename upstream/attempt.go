@@ -67,6 +67,7 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 	actx, cancel := withAnswerDeadline(out.Context(), cs.req.AnswerTimeout)
 	out = out.WithContext(actx)
 	sentAt := c.now()
+	cs.req.Hold.markSent()
 	resp, err := a.transport(k).RoundTrip(out)
 	if err != nil {
 		cancel()
@@ -92,6 +93,10 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp.Body = &answerBody{body: resp.Body, ctx: actx, cancel: cancel}
 	cs.lastErr = nil
 	answeredAt := c.now()
+	// Codings are undone before anything reads the body (the signals
+	// below, the scrubber, the caller); an answer that cannot be read is
+	// recorded for what the upstream said, then refused.
+	refused := decodeAnswer(resp, out.Method, Ranged(k), cs.req.MaxDecoded)
 	// Signals are read from the answer as callers will see it: what they
 	// record (policy names, partitions, problem details) never holds the
 	// credential either. (The header itself stays as it came until Do
@@ -101,10 +106,16 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 		rr.Header = resp.Header.Clone()
 		scrubHeader(s, rr.Header)
 	}
-	if wantsBody(resp, k.Profile) {
+	if refused == nil && wantsBody(resp, k.Profile) {
 		prefix, err := io.ReadAll(io.LimitReader(resp.Body, peekLimit))
 		if err == nil || len(prefix) > 0 {
-			rr.Body, _ = k.Scrubber().ScrubBytes(prefix)
+			seen := prefix
+			if len(prefix) == peekLimit {
+				// Cut from a longer body: a tail that could begin the
+				// credential is not read for signals.
+				seen = k.Scrubber().CutTail(prefix)
+			}
+			rr.Body, _ = k.Scrubber().ScrubBytes(seen)
 			resp.Body = readCloser{io.MultiReader(bytes.NewReader(prefix), resp.Body), resp.Body}
 		}
 	}
@@ -115,6 +126,11 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Body.Close()
 		return nil, fmt.Errorf("%w: %w: the upstream answered %d, but the call could not be recorded, so its answer is not passed on (the call may have taken effect upstream): %w",
 			ErrStateUnavailable, ErrSentUnrecorded, resp.StatusCode, err)
+	}
+	if refused != nil {
+		resp.Body.Close()
+		c.log.Warn("an upstream answer was refused", "key", k.Name, "status", resp.StatusCode, "error", scrubErr(k.Scrubber(), refused))
+		return nil, scrubErr(k.Scrubber(), refused)
 	}
 	return resp, nil
 }
@@ -216,6 +232,19 @@ func wantsBody(resp *http.Response, p ratelimit.Profile) bool {
 type readCloser struct {
 	io.Reader
 	io.Closer
+}
+
+// releasing closes a body, then releases its call's hold on the body
+// memory.
+type releasing struct {
+	io.Closer
+	hold *BodyHold
+}
+
+func (r releasing) Close() error {
+	err := r.Closer.Close()
+	r.hold.Release()
+	return err
 }
 
 func closeBody(req *http.Request) {

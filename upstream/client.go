@@ -65,6 +65,9 @@ type Client struct {
 	// context of the call they belong to (tracing hangs its spans off
 	// it). Same rules as Observe; nil means none.
 	Watch func(context.Context, Event)
+	// Bodies bounds the memory that bodies in flight take across every
+	// call; New sets DefaultBodyMemory. Set it before the first call.
+	Bodies *BodyMemory
 
 	mu         sync.Mutex
 	transports map[bool]http.RoundTripper // by whether the keys may reach internal addresses
@@ -75,7 +78,7 @@ func New(p *pacer.Pacer, log *slog.Logger) *Client {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Client{pacer: p, log: log, transports: map[bool]http.RoundTripper{}}
+	return &Client{pacer: p, log: log, transports: map[bool]http.RoundTripper{}, Bodies: NewBodyMemory(0)}
 }
 
 func (c *Client) now() time.Time {
@@ -113,6 +116,14 @@ type Request struct {
 	// reads fail, with ErrAnswerTimeout. Zero means no bound beyond the
 	// transport's (which bounds only the header).
 	AnswerTimeout time.Duration
+	// MaxDecoded bounds a compressed answer's decoded body: its reads
+	// fail with ErrAnswerTooLarge past it. Zero means DefaultMaxDecoded.
+	MaxDecoded int64
+	// Hold is the call's part of the Client's BodyMemory, when the caller
+	// took one already (for the request's body); nil means a new one.
+	// Either way the Response's Hold is it, and it is released when the
+	// call fails or the Response's Body is closed.
+	Hold *BodyHold
 }
 
 // A Response is the upstream's answer, with what mcp-quota learned from
@@ -125,6 +136,10 @@ type Response struct {
 	Reading  ratelimit.Reading
 	Result   pacer.Result // the quota that holds after the answer, and the advice
 	Target   string       // what was asked for, credential-free
+	// Hold is the call's part of the memory bodies in flight may take:
+	// grow it before holding more of the body in memory (ReadBody does).
+	// Closing Body releases it.
+	Hold *BodyHold
 
 	redacted []string              // header fields the credential was removed from
 	body     *keystore.ScrubReader // the scrubbed body
@@ -153,9 +168,34 @@ func (r *Response) Redactions() []string {
 // The answer's header fields, status text and body come with the key's
 // credential removed in every form it can take (see keystore.Scrubber);
 // Redactions says where it was. Errors never hold it either.
+//
+// Every call holds part of the Client's BodyMemory from before it is
+// sent: a call that does not fit gets a *BodyMemoryError (ErrBodyMemory)
+// and nothing is sent.
+//
+// The answer's body reads decoded from the content codings mcp-quota
+// asked for (AcceptEncoding); an answer in another coding, or a partial
+// answer to a request for the whole, is refused with ErrRefusedAnswer.
 func (c *Client) Do(ctx context.Context, k *keystore.Key, r Request) (*Response, error) {
+	if r.Hold == nil {
+		r.Hold = c.bodies().Hold()
+	}
+	if err := r.Hold.Grow(initialHold); err != nil {
+		r.Hold.Release()
+		return nil, err
+	}
 	resp, err := c.do(ctx, k, r)
+	if err != nil {
+		r.Hold.Release()
+	}
 	return resp, scrubErr(k.Scrubber(), err)
+}
+
+func (c *Client) bodies() *BodyMemory {
+	if c.Bodies == nil {
+		return NewBodyMemory(0)
+	}
+	return c.Bodies
 }
 
 func (c *Client) do(ctx context.Context, k *keystore.Key, r Request) (*Response, error) {
@@ -205,7 +245,9 @@ func (c *Client) do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 		cs.body = &callerBody{r: rc}
 		req.Body, req.ContentLength = cs.body, r.ContentLength
 	}
-	copyEndToEnd(req.Header, r.Header, k)
+	for name, vs := range SentHeader(k, r.Header) {
+		req.Header[name] = vs
+	}
 	rc := &retryablehttp.Client{
 		HTTPClient: &http.Client{Transport: &attempts{client: c}, CheckRedirect: redirectPolicy(k)},
 		RetryMax:   MaxRetries,
@@ -244,12 +286,12 @@ func (c *Client) do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 			return nil, ctx.Err()
 		case errors.Is(err, ErrAnswerTimeout):
 			return nil, fmt.Errorf("key '%s': %w", k.Name, unwrapURL(err))
-		case errors.Is(err, ErrForbiddenAddress):
+		case errors.Is(err, ErrForbiddenAddress), errors.Is(err, ErrRefusedAnswer):
 			return nil, fmt.Errorf("key '%s': %w", k.Name, unwrapURL(err))
 		}
 		return nil, fmt.Errorf("%w: key '%s': %w", ErrUnreachable, k.Name, unwrapURL(err))
 	}
-	out := &Response{Response: resp, CallID: cs.id, Attempts: cs.attempts, Waited: cs.waited, Target: cs.target}
+	out := &Response{Response: resp, CallID: cs.id, Attempts: cs.attempts, Waited: cs.waited, Target: cs.target, Hold: r.Hold}
 	s := k.Scrubber()
 	out.redacted = scrubHeader(s, resp.Header)
 	if st, hit := s.Scrub(resp.Status); hit {
@@ -257,7 +299,7 @@ func (c *Client) do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 		out.redacted = append(out.redacted, "the status line")
 	}
 	out.body = s.Reader(resp.Body)
-	resp.Body = readCloser{out.body, resp.Body}
+	resp.Body = readCloser{out.body, releasing{resp.Body, r.Hold}}
 	if cs.last != nil {
 		out.Reading, out.Result = cs.last.reading, cs.last.result
 		out.Result.Warnings = cs.warnings // every attempt's
@@ -306,7 +348,7 @@ func (cs *call) checkRetry(ctx context.Context, resp *http.Response, err error) 
 	if err != nil {
 		var pe *pacer.PauseError
 		if errors.As(err, &pe) || errors.Is(err, ErrForbiddenAddress) || errors.As(err, new(*PathError)) ||
-			errors.Is(err, ErrBadRequest) || errors.Is(err, ErrStateUnavailable) {
+			errors.Is(err, ErrBadRequest) || errors.Is(err, ErrStateUnavailable) || errors.Is(err, ErrRefusedAnswer) {
 			return false, err
 		}
 	}
@@ -367,12 +409,33 @@ var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-A
 	"TE", "Trailer", "Transfer-Encoding", "Upgrade", "Host", "Content-Length",
 	"Authorization", "Cookie", "Prefer", "Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
 
+// SentHeader returns the fields a request whose caller sent h goes
+// upstream with through k (before the credential goes on): the
+// end-to-end fields of h, without those mcp-quota sets itself and, for a
+// key with a credential, without the fields that pick a range of the
+// representation; with mcp-quota's own Accept-Encoding.
+func SentHeader(k *keystore.Key, h http.Header) http.Header {
+	out := http.Header{}
+	copyEndToEnd(out, h, k)
+	out.Set("Accept-Encoding", AcceptEncoding)
+	return out
+}
+
 // copyEndToEnd copies the end-to-end fields of src into dst: no hop-by-hop
-// field, none named by Connection, and no credential of the caller's.
+// field, none named by Connection, no credential of the caller's, none
+// mcp-quota sets itself, and no range field for a key with a credential.
 func copyEndToEnd(dst, src http.Header, k *keystore.Key) {
 	drop := map[string]bool{}
 	for _, h := range hopByHop {
 		drop[http.CanonicalHeaderKey(h)] = true
+	}
+	for _, h := range ownFields {
+		drop[http.CanonicalHeaderKey(h)] = true
+	}
+	if !Ranged(k) {
+		for _, h := range rangeFields {
+			drop[http.CanonicalHeaderKey(h)] = true
+		}
 	}
 	for _, v := range src.Values("Connection") {
 		for _, f := range strings.Split(v, ",") {

@@ -56,7 +56,7 @@ func (d *demoSetup) close() {
 // with --demo-listen.
 func (e environment) startDemo(ctx context.Context, c common, listen string, listenSet bool, log *slog.Logger) (*demoSetup, error) {
 	near := e.statePath(c, nil)
-	if state.IsPostgresURL(near) {
+	if state.IsPostgres(near) {
 		near = e.statePath(common{}, nil) // the demo's files stay on this host
 	}
 	dir, err := filepath.Abs(filepath.Join(filepath.Dir(near), "demo"))

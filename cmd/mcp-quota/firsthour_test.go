@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -180,12 +181,21 @@ func TestStateURLRefused(t *testing.T) {
 		{"variable", []string{"stdio"}, map[string]string{"MCP_QUOTA_STATE": "postgresql://mcp:hunter2@db.example/quota"}, "MCP_QUOTA_STATE", "carries a password"},
 		{"in the query", []string{"activity", "--state", "postgres://db.example/quota?password=hunter2"}, nil, "--state", "PGPASSWORD"},
 		{"other scheme", []string{"activity", "--state", "s3://bucket/state.db"}, nil, "--state", "no state back end for s3://"},
+		{"keyword/value", []string{"activity", "--state", "host=127.0.0.1 port=15432 user=mq password=hunter2 dbname=mq"}, nil,
+			"--state", "carries a password"},
+		{"keyword/value in the variable", []string{"status"}, map[string]string{"MCP_QUOTA_STATE": "dbname=mq password='hunter2 x'"},
+			"MCP_QUOTA_STATE", "PGPASSWORD"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, err := runCmd(t, func(k string) string { return tt.env[k] }, tt.args...)
+			env := map[string]string{"XDG_STATE_HOME": dir}
+			maps.Copy(env, tt.env)
+			out, errOut, err := runCmd(t, func(k string) string { return env[k] }, tt.args...)
 			if err == nil || !strings.Contains(err.Error(), tt.source) || !strings.Contains(err.Error(), tt.says) ||
 				strings.Contains(err.Error(), "hunter2") {
 				t.Errorf("%v: %v; want a refusal naming %s that says %q, without the password", tt.args, err, tt.source, tt.says)
+			}
+			if strings.Contains(out+errOut, "hunter2") {
+				t.Errorf("%v printed the password: stdout %q, stderr %q", tt.args, out, errOut)
 			}
 		})
 	}

@@ -357,10 +357,11 @@ func TestHostsShareOneBudget(t *testing.T) {
 		t.Errorf("the agent's quota://activity/demo and GET /v1/activity on host-a differ (-rest +mcp):\n%s", diff)
 	}
 
-	// Each host keeps its journals in its own state directory.
+	// Each host keeps its journals in its own state directory: one
+	// directory for the database, made by the first outcome it keeps.
 	for _, h := range append(hosts, agentHost) {
-		if dirs, _ := filepath.Glob(filepath.Join(h.dir, "state", "mcp-quota", "journals", "*")); len(dirs) != 1 {
-			t.Errorf("%s: journal directories %v; want one, for the database", h.name, dirs)
+		if dirs, _ := filepath.Glob(filepath.Join(h.dir, "state", "mcp-quota", "journals", "*")); len(dirs) > 1 {
+			t.Errorf("%s: journal directories %v; want at most one, for the database", h.name, dirs)
 		}
 	}
 

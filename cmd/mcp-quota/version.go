@@ -7,21 +7,33 @@ import (
 )
 
 // version is the version the program reports: -ldflags "-X main.version=…"
-// sets it at build time; left empty, it comes from the build info (see
-// buildVersion).
+// sets it at build time (the release archives carry their release's
+// version this way, see .goreleaser.yaml); left empty, it comes from the
+// build info (see buildVersion).
 var version = ""
 
 // revision is the VCS revision the binary was built from, with "+dirty"
-// when the tree had uncommitted changes; empty when unknown.
+// when the tree had uncommitted changes; empty when unknown. Like version,
+// -ldflags "-X main.revision=…" sets it: a release build runs without VCS
+// stamping in the build info, so the commit comes in that way.
 var revision = ""
 
 func init() {
 	bi, _ := debug.ReadBuildInfo()
-	v, r := buildVersion(bi)
-	if version == "" {
-		version = v
+	version, revision = stamped(version, revision, bi)
+}
+
+// stamped is the version and revision to report: each as set at build time
+// by -ldflags when it was set, else as read from the build info.
+func stamped(ldVersion, ldRevision string, bi *debug.BuildInfo) (version, revision string) {
+	version, revision = buildVersion(bi)
+	if ldVersion != "" {
+		version = ldVersion
 	}
-	revision = r
+	if ldRevision != "" {
+		revision = ldRevision
+	}
+	return version, revision
 }
 
 // buildVersion reads the module version and the VCS revision from the

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -43,6 +45,18 @@ func TestWallsEndToEnd(t *testing.T) {
 			http.Redirect(w, r, "/slash/?"+r.URL.RawQuery, http.StatusMovedPermanently)
 		case "/slash/":
 			io.WriteString(w, "ok")
+		case "/gz": // compressed when asked, as most servers do
+			body := fmt.Sprintf(`{"query":%q}`, r.URL.RawQuery)
+			if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+				w.Header().Set("Content-Encoding", "gzip")
+				z := gzip.NewWriter(w)
+				io.WriteString(z, body)
+				z.Close()
+				return
+			}
+			io.WriteString(w, body)
+		case "/range": // byte ranges of a body that holds the credential
+			http.ServeContent(w, r, "q.json", time.Time{}, strings.NewReader(fmt.Sprintf(`{"query":%q}`, r.URL.RawQuery)))
 		default:
 			http.NotFound(w, r)
 		}
@@ -85,6 +99,9 @@ keys = ["leaky"]
 		{"key": "leaky", "path": "/v1/items?limit=5"}, // conditional, against the kept answer
 		{"key": "leaky", "path": "/v1/items?limit=5", "start_index": 5},
 		{"key": "leaky", "path": "/slash?limit=5"},
+		{"key": "leaky", "path": "/gz?limit=5", "headers": map[string]any{"Accept-Encoding": "gzip"}},
+		{"key": "leaky", "path": "/gz?limit=5", "headers": map[string]any{"Accept-Encoding": "gzip"}}, // against the kept copy
+		{"key": "leaky", "path": "/range", "headers": map[string]any{"Range": "bytes=10-17"}},
 	}
 
 	// stdio, as its own process.
@@ -121,6 +138,29 @@ keys = ["leaky"]
 		resp.Body.Close()
 		fmt.Fprintf(&out, "== REST %s\n%s %v\n%s\n", p, resp.Status, resp.Header, b)
 	}
+	// Compressed and ranged answers: the caller asks for gzip and decodes
+	// nothing itself (the scan decodes what it finds); three ranges that
+	// would each hold a piece of the key are put back together.
+	var pieces strings.Builder
+	for _, c := range []struct{ path, field, value string }{{"/k/leaky/gz?limit=5", "Accept-Encoding", "gzip"},
+		{"/k/leaky/range", "Range", "bytes=10-17"}, {"/k/leaky/range", "Range", "bytes=18-25"}, {"/k/leaky/range", "Range", "bytes=26-33"}} {
+		req, _ := http.NewRequest("GET", base+c.path, nil)
+		req.Header.Set("Authorization", "Bearer "+syncToken)
+		req.Header.Set(c.field, c.value)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		fmt.Fprintf(&out, "== REST %s (%s: %s)\n%s %v\n%s\n", c.path, c.field, c.value, resp.Status, resp.Header, b)
+		if c.field == "Range" {
+			pieces.Write(b)
+		}
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Encoding") != "" {
+			t.Errorf("REST %s with %s: %s: %s, Content-Encoding %q; want 200, whole and decoded", c.path, c.field, c.value, resp.Status, resp.Header.Get("Content-Encoding"))
+		}
+	}
 	hs := httpSession(t, base, agentToken, nil)
 	for _, args := range fetches {
 		res, sc := call(t, hs, "fetch", args)
@@ -148,7 +188,8 @@ keys = ["leaky"]
 		fmt.Fprintf(&out, "== mcp-quota %v\n%s\n%s\n", args, b, stderr.String())
 	}
 
-	channels := map[string]string{"answers and CLI output": out.String(), "serve log": logs.String(), "stdio stderr": stdioErr.String()}
+	channels := map[string]string{"answers and CLI output": out.String(), "serve log": logs.String(), "stdio stderr": stdioErr.String(),
+		"REST ranges, reassembled": pieces.String()}
 	for _, suffix := range []string{"", "-wal", "-shm"} {
 		if b, err := os.ReadFile(s.state + suffix); err == nil {
 			channels["state file"+suffix] = string(b)

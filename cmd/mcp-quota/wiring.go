@@ -9,7 +9,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -114,40 +113,23 @@ func (e environment) source(fs *flag.FlagSet, name, envVar string) string {
 var urlScheme = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*)://`)
 
 // refuseURL refuses a state location that is a URL of a scheme with no
-// back end: the state is a SQLite file or a PostgreSQL database.
+// back end (the state is a SQLite file or a PostgreSQL database), and a
+// PostgreSQL location, URL or keyword/value string, with a password.
 func refuseURL(location, source string) error {
-	m := urlScheme.FindStringSubmatch(location)
-	if m == nil {
+	if state.IsPostgres(location) {
+		if state.HasPassword(location) {
+			return fmt.Errorf("%s %s %w", source, state.Redact(location), state.ErrPassword)
+		}
 		return nil
 	}
-	if state.IsPostgresURL(location) {
-		if u, err := url.Parse(location); err == nil {
-			if _, ok := u.User.Password(); ok || u.Query().Has("password") {
-				return fmt.Errorf("%s %s carries a password: remove it, and give it in PGPASSWORD or a password file "+
-					"(~/.pgpass, or the file PGPASSFILE names), so that it is in no command line, config file or process list",
-					source, redactURL(location))
-			}
-		}
+	m := urlScheme.FindStringSubmatch(location)
+	if m == nil {
 		return nil
 	}
 	return fmt.Errorf("%s %s is a URL, and mcp-quota has no state back end for %s://: "+
 		"its state is a SQLite file (give %s a file path; every process on the host sharing a budget names the same file) "+
 		"or a PostgreSQL database shared by many hosts (postgres://user@host:5432/database)",
-		source, redactURL(location), m[1], source)
-}
-
-// redactURL drops the password a URL may carry (in its user part or as
-// a password= parameter), for messages.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(a URL)"
-	}
-	if q := u.Query(); q.Has("password") {
-		q.Set("password", "xxxxx")
-		u.RawQuery = q.Encode()
-	}
-	return u.Redacted()
+		source, state.Redact(location), m[1], source)
 }
 
 func (e environment) logger(c common) (*slog.Logger, error) {
@@ -185,23 +167,28 @@ func (e environment) statePath(c common, keys *keystore.Store) string {
 }
 
 // journalDir is where this host keeps the journals of its processes for
-// the PostgreSQL state at url: in the user's state directory, one
-// directory per database.
-func (e environment) journalDir(url string) string {
+// the PostgreSQL state at location: in the user's state directory, one
+// directory per database (named by user, host, port and database, however
+// location spells them).
+func (e environment) journalDir(location string) string {
+	where, err := state.PostgresWhere(location)
+	if err != nil {
+		where = "unparsed" // opening it fails, before any journal is kept
+	}
 	name := strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' {
 			return r
 		}
 		return '_'
-	}, strings.TrimPrefix(strings.TrimPrefix(redactURL(url), "postgresql://"), "postgres://"))
+	}, where)
 	return filepath.Join(stateDir(e.getenv), "mcp-quota", "journals", name)
 }
 
 // stateShown is the state location as it may be shown: a file's absolute
-// path, or a URL without a password.
+// path, or a PostgreSQL location without a password.
 func stateShown(location string) string {
-	if urlScheme.MatchString(location) {
-		return redactURL(location)
+	if state.IsPostgres(location) || urlScheme.MatchString(location) {
+		return state.Redact(location)
 	}
 	return absPath(location)
 }
@@ -311,6 +298,9 @@ func (e environment) open(ctx context.Context, c common, keys *keystore.Store, l
 	p.Now = now
 	client := upstream.New(p, log)
 	client.Now = now
+	if keys != nil {
+		client.Bodies = upstream.NewBodyMemory(keys.BodyMemory())
+	}
 	return &app{keys: keys, db: db, now: now, pacer: p, client: client, log: log}, nil
 }
 
@@ -323,7 +313,7 @@ func (e environment) openState(ctx context.Context, c common, keys *keystore.Sto
 		return nil, nil, err
 	}
 	path := e.statePath(c, keys)
-	if state.IsPostgresURL(path) {
+	if state.IsPostgres(path) {
 		o := state.PostgresOptions{Local: local, WaitForServer: serving,
 			JournalDir: e.journalDir(path)}
 		if keys != nil {
@@ -364,6 +354,10 @@ func (a *app) close() {
 // its own: its sessions then work on it alone, until it restarts.
 func (a *app) sessionSecret(ctx context.Context) keystore.Secret {
 	key, err := a.db.SigningKey(ctx, "mcp-sessions")
+	if errors.Is(err, state.ErrUnavailable) { // why is said once, by openState
+		a.log.Warn("the state does not answer, so it gives no session key now: MCP sessions opened here work on this process only, until it restarts")
+		return keystore.Secret{}
+	}
 	if err != nil {
 		a.log.Warn("the state gives no session key now: MCP sessions opened here work on this process only, until it restarts", "error", err)
 		return keystore.Secret{}
@@ -383,17 +377,30 @@ func (a *app) rest() *rest.Handler {
 // sweep records what the journals of processes that died hold, marks
 // their attempts as interrupted and drops old history, now and every ten
 // minutes until ctx ends (every 30 s while the state fails).
+//
+// A state that does not answer is said once an outage, not every 30 s:
+// at the start, openState has said it already.
 func (a *app) sweep(ctx context.Context) {
+	said := true // that the state does not answer
 	for {
 		next := 10 * time.Minute
+		failed := false
+		warn := func(msg string, err error) {
+			failed, next = true, 30*time.Second
+			if !errors.Is(err, state.ErrUnavailable) || !said {
+				a.log.Warn(msg, "error", err)
+			}
+			said = said || errors.Is(err, state.ErrUnavailable)
+		}
 		if _, err := a.db.Recover(ctx); err != nil && ctx.Err() == nil {
-			a.log.Warn("recording the journal of a process that ended failed; trying again in 30 s", "error", err)
-			next = 30 * time.Second // a state that did not answer at the start: its journals wait
+			warn("recording the journal of a process that ended failed; trying again in 30 s", err) // its journals wait
 		}
 		now := a.now()
 		if _, err := a.db.Sweep(ctx, now, now.Add(-a.keys.Retention())); err != nil && ctx.Err() == nil {
-			a.log.Warn("sweeping the state failed; trying again in 30 s", "error", err)
-			next = 30 * time.Second
+			warn("sweeping the state failed; trying again in 30 s", err)
+		}
+		if !failed {
+			said = false
 		}
 		t := time.NewTimer(next)
 		select {

@@ -5,8 +5,14 @@
 package leaktest
 
 import (
+	"bytes"
+	"compress/flate"
+	"compress/gzip"
+	"compress/zlib"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/url"
 	"strings"
 	"testing"
@@ -45,14 +51,55 @@ func lowerHex(s string) string {
 }
 
 // Scan fails t for every channel (a name and what it held) that holds
-// secret in any of its Forms, quoting where.
+// secret in any of its Forms, quoting where — also inside every gzip or
+// zlib stream a channel holds, decoded (see Decoded).
 func Scan(t testing.TB, secret string, channels map[string]string) {
 	t.Helper()
+	all := map[string]string{}
 	for name, text := range channels {
+		all[name] = text
+		for where, d := range Decoded(text) {
+			all[name+", "+where+" decoded"] = d
+		}
+	}
+	for name, text := range all {
 		for form, v := range Forms(secret) {
 			if i := strings.Index(text, v); i >= 0 {
 				t.Errorf("%s holds the credential (%s): …%s…", name, form, text[max(i-160, 0):min(i+len(v)+40, len(text))])
 			}
 		}
 	}
+}
+
+// Decoded finds the compressed streams text holds — gzip members, zlib
+// streams, and raw deflate (tried where a gzip or zlib stream would
+// begin, and at the start) — and returns each one's decoded bytes (at
+// most 64 MiB of each) by where it starts. Bytes that only look like the
+// start of a stream decode to nothing and are left out.
+func Decoded(text string) map[string]string {
+	out := map[string]string{}
+	b := []byte(text)
+	try := func(where string, r io.Reader, err error) {
+		if err != nil {
+			return
+		}
+		d, _ := io.ReadAll(io.LimitReader(r, 64<<20))
+		if len(d) > 0 {
+			out[where] = string(d)
+		}
+	}
+	for i := 0; i+2 <= len(b); i++ {
+		switch {
+		case b[i] == 0x1f && b[i+1] == 0x8b:
+			z, err := gzip.NewReader(bytes.NewReader(b[i:]))
+			try(fmt.Sprintf("gzip at byte %d", i), z, err)
+		case b[i]&0x0f == 8 && (uint16(b[i])<<8|uint16(b[i+1]))%31 == 0:
+			z, err := zlib.NewReader(bytes.NewReader(b[i:]))
+			try(fmt.Sprintf("zlib at byte %d", i), z, err)
+		}
+	}
+	if len(b) > 0 {
+		try("raw deflate at byte 0", flate.NewReader(bytes.NewReader(b)), nil)
+	}
+	return out
 }

@@ -369,6 +369,14 @@ type StoredResponse struct {
 	Digest       string    // identifies the body, to tell an unchanged answer
 	StoredAt     time.Time // when it was stored
 	Unchanged    int       // how many answers in a row were the same as the one before
+	// Vary is what the answer varies on: the field names of its Vary,
+	// lower case, one comma between them ("" for none). An answer that
+	// varies on everything ("*") is never kept.
+	Vary string
+	// Varied is what the request that produced it sent for those fields
+	// (see upstream.Varied): another request may be answered from it only
+	// when it sends the same.
+	Varied string
 }
 
 // A Bucket is how many attempts of one state a key saw in one step of a

@@ -22,7 +22,8 @@ func keptResponses(t *testing.T, b Backend) {
 	update(t, s, func(tx ledger.Tx) error {
 		for i, target := range []string{"/a", "/b", "/c"} {
 			r := ledger.StoredResponse{Key: "k", Target: target, ETag: `"e"`, Status: 200, ContentType: "application/json",
-				Body: body(target), Digest: "d", StoredAt: t0.Add(time.Duration(i) * time.Second), Unchanged: i}
+				Body: body(target), Digest: "d", StoredAt: t0.Add(time.Duration(i) * time.Second), Unchanged: i,
+				Vary: "accept-language", Varied: "accept-language: " + target}
 			if err := tx.PutResponse(r, 2); err != nil {
 				return err
 			}
@@ -36,7 +37,8 @@ func keptResponses(t *testing.T, b Backend) {
 		}
 		r, ok, err := tx.Response("k", "/c")
 		want := ledger.StoredResponse{Key: "k", Target: "/c", ETag: `"e"`, Status: 200, ContentType: "application/json",
-			Body: body("/c"), Digest: "d", StoredAt: t0.Add(2 * time.Second), Unchanged: 2}
+			Body: body("/c"), Digest: "d", StoredAt: t0.Add(2 * time.Second), Unchanged: 2,
+			Vary: "accept-language", Varied: "accept-language: /c"}
 		if diff := cmp.Diff(r, want); !ok || err != nil || diff != "" {
 			t.Errorf("Response (-got +want):\n%s%v", diff, err)
 		}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// TestDamagedStateFailsClosed: serve runs on a state file whose
+// write-ahead log is then damaged under it (every third frame
+// overwritten). Once it has found the damage (here, by a read of the
+// activity), no call is sent upstream: each is answered 503
+// stateUnavailable, as when the database cannot be reached, and /healthz
+// says the file is damaged and what to do.
+func TestDamagedStateFailsClosed(t *testing.T) {
+	var sent atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sent.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"ok":true}`)
+	}))
+	t.Cleanup(up.Close)
+	s := newSetup(t, up.URL, defaultPolicy, "")
+	base, _ := s.serve(t)
+	for i := range 40 {
+		resp := get(t, base+"/k/demo/items?i="+strings.Repeat("x", i), syncToken)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("call %d before the damage: %s", i, resp.Status)
+		}
+	}
+	damageWALFile(t, s.state)
+	resp := get(t, base+"/v1/activity?key=demo&limit=500", syncToken)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Logf("the activity after the damage: %s (the damage is in pages it did not read)", resp.Status)
+	}
+	before := sent.Load()
+	for i := range 6 {
+		resp := get(t, base+"/k/demo/after?i="+strings.Repeat("y", i), syncToken)
+		var p struct{ Code string }
+		json.NewDecoder(resp.Body).Decode(&p)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || p.Code != "stateUnavailable" {
+			t.Errorf("call %d on the damaged state: %s %q; want 503 stateUnavailable", i, resp.Status, p.Code)
+		}
+	}
+	if n := sent.Load() - before; n != 0 {
+		t.Errorf("%d calls reached the upstream on a damaged state; want none", n)
+	}
+	resp = get(t, base+"/healthz", "")
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "damaged") || !strings.Contains(string(body), "move") {
+		t.Errorf("/healthz: %s %s; want 503 saying the file is damaged and what to do", resp.Status, body)
+	}
+}
+
+// damageWALFile overwrites the page of every third frame of the
+// write-ahead log beside the state file at path.
+func damageWALFile(t *testing.T, path string) {
+	t.Helper()
+	const header, frameHeader, page = 32, 24, 4096
+	fi, err := os.Stat(path + "-wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path+"-wal", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	junk := []byte(strings.Repeat("damaged!", page/8))
+	n := 0
+	for frame := 0; header+int64(frame+1)*(frameHeader+page) <= fi.Size(); frame += 3 {
+		if _, err := f.WriteAt(junk, header+int64(frame)*(frameHeader+page)+frameHeader); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatalf("the log holds no frame to damage (%d bytes)", fi.Size())
+	}
+	t.Logf("overwrote %d of %d log frames", n, (fi.Size()-header)/(frameHeader+page))
+}

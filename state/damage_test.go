@@ -1,0 +1,107 @@
+package state_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/state"
+)
+
+// damageWAL overwrites the page of every third frame of the write-ahead
+// log of the file at path, in place, as a failing disk or a stray writer
+// would, and returns how many frames it overwrote.
+func damageWAL(t *testing.T, path string) int {
+	t.Helper()
+	const header, frameHeader, page = 32, 24, 4096
+	wal, err := os.ReadFile(path + "-wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path+"-wal", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	junk := []byte(strings.Repeat("damaged!", page/8))
+	n := 0
+	for frame := 0; header+(frame+1)*(frameHeader+page) <= len(wal); frame += 3 {
+		if _, err := f.WriteAt(junk, int64(header+frame*(frameHeader+page)+frameHeader)); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatalf("the log holds no frame to damage (%d bytes)", len(wal))
+	}
+	return n
+}
+
+// withHistory opens a state file at path and records n attempts of key k.
+func withHistory(t *testing.T, path string, n int) *state.DB {
+	t.Helper()
+	db := open(t, path)
+	for i := range n {
+		update(t, db, func(tx ledger.Tx) error {
+			_, err := tx.InsertAttempt(ledger.Attempt{CallID: fmt.Sprint("c", i), Attempt: 1, Key: "k", State: ledger.Admitted,
+				At: t0.Add(time.Duration(i) * time.Second), Reason: strings.Repeat("r", 200)})
+			return err
+		})
+	}
+	return db
+}
+
+// TestDamagedFileFailsClosed: once a read or a check of the process finds
+// the file damaged (here: every third frame of its write-ahead log
+// overwritten under the running process), no write transaction begins on
+// it again — the writer's own cache, which still holds the pages as they
+// were, admits nothing more — and Check says the file is damaged.
+func TestDamagedFileFailsClosed(t *testing.T) {
+	admit := func(db *state.DB) error {
+		return db.Update(context.Background(), func(tx ledger.Tx) error {
+			_, err := tx.InsertAttempt(ledger.Attempt{CallID: "after", Attempt: 1, Key: "k", State: ledger.Admitted, At: t0.Add(time.Hour)})
+			return err
+		}, "k")
+	}
+	for _, tt := range []struct {
+		name  string
+		finds func(*state.DB) error // what finds the damage
+	}{
+		{"a read", func(db *state.DB) error {
+			return db.View(context.Background(), func(tx ledger.Tx) error {
+				_, err := tx.Activity(ledger.ActivityFilter{Key: "k", Limit: 1000})
+				return err
+			})
+		}},
+		{"a check", func(db *state.DB) error { return db.Check(context.Background()) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "state.db")
+			db := withHistory(t, path, 200)
+			frames := damageWAL(t, path)
+			if err := tt.finds(db); err == nil {
+				t.Fatalf("%s of the file with %d log frames overwritten succeeded; want it to find the damage", tt.name, frames)
+			}
+			for i := range 3 {
+				err := admit(db)
+				if err == nil {
+					t.Fatalf("write %d after %s found the file damaged succeeded; want it refused", i+1, tt.name)
+				}
+				if !errors.Is(err, state.ErrDamaged) || !state.Storage(err) {
+					t.Errorf("write %d: %v; want ErrDamaged, a storage failure", i+1, err)
+				}
+			}
+			err := db.Check(context.Background())
+			if !errors.Is(err, state.ErrDamaged) || !strings.Contains(err.Error(), "move") {
+				t.Errorf("Check: %v; want it to say the file is damaged and what to do", err)
+			}
+			t.Logf("Check: %v", err)
+		})
+	}
+}

@@ -160,7 +160,8 @@ func (c *Caller) MayUse(key string) bool {
 }
 
 // A Store is the set of configured keys and callers. The zero value has
-// none. A Store is immutable once loaded and safe for concurrent use.
+// none. Its contents change only all at once, by Replace; it is safe for
+// concurrent use.
 type Store struct {
 	cur atomic.Pointer[contents] // nil: no keys, no callers
 }
@@ -182,7 +183,7 @@ type contents struct {
 // BodyMemory is the configuration's bound, in bytes, on the memory that
 // request and answer bodies in flight take across all callers; zero when
 // it says nothing (the upstream client's default then holds).
-func (s *Store) BodyMemory() int64 { return s.bodyMemory }
+func (s *contents) BodyMemory() int64 { return s.bodyMemory }
 
 // State is where the configuration puts the state (a file path or a
 // PostgreSQL URL); empty when it says nothing.

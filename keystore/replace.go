@@ -79,3 +79,7 @@ func (s *Store) Principal(c Claims) (*Caller, error) { return s.load().Principal
 // Scrubber returns the Scrubber of every credential the store holds: the
 // keys' and the callers' tokens. Nil when there is none to look for.
 func (s *Store) Scrubber() *Scrubber { return s.load().Scrubber() }
+
+// BodyMemory is the configuration's bound, in bytes, on the memory that
+// bodies in flight take; zero when it says nothing.
+func (s *Store) BodyMemory() int64 { return s.load().BodyMemory() }

@@ -74,12 +74,15 @@ func (r *reloader) reload() {
 }
 
 // restartOnly refuses a configuration that changes what only a restart
-// changes: the state and its timeout (the state is open), and the
+// changes: the state and its timeout (the state is open), the bound on
+// bodies' memory (the upstream client was set up with it) and the
 // [oauth] table (the resource server was set up from it).
 func restartOnly(old, n *keystore.Store) error {
 	switch {
 	case old.State() != n.State() || old.StateTimeout() != n.StateTimeout():
 		return fmt.Errorf("the new configuration changes state or state_timeout, which take effect only at a restart: restart mcp-quota, or change them back")
+	case old.BodyMemory() != n.BodyMemory():
+		return fmt.Errorf("the new configuration changes body_memory_mib, which takes effect only at a restart: restart mcp-quota, or change it back")
 	case !reflect.DeepEqual(old.OAuth(), n.OAuth()):
 		return fmt.Errorf("the new configuration changes the [oauth] table, which takes effect only at a restart: restart mcp-quota, or change it back")
 	}
@@ -92,6 +95,23 @@ type health struct {
 	rest.Checker
 	r *reloader
 }
+
+// withDetail returns db with the reloads' detail, keeping what else
+// /healthz reads of it (a database's Where).
+func withDetail(db rest.Checker, r *reloader) rest.Checker {
+	h := health{db, r}
+	if w, ok := db.(interface{ Where() string }); ok {
+		return healthWhere{h, w}
+	}
+	return h
+}
+
+type healthWhere struct {
+	health
+	w interface{ Where() string }
+}
+
+func (h healthWhere) Where() string { return h.w.Where() }
 
 func (h health) Detail() map[string]any {
 	h.r.mu.Lock()

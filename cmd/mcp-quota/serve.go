@@ -96,7 +96,7 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	a.client.Watch = tr.Watch()
 	reload := &reloader{e: e, c: c, listen: *listen, keys: keys, log: log, loaded: time.Now()}
 	reload.start(ctx)
-	h := gateway.New(gateway.Config{Keys: keys, REST: a.rest(), MCP: mcpServer, DB: health{a.db, reload}, Log: log,
+	h := gateway.New(gateway.Config{Keys: keys, REST: a.rest(), MCP: mcpServer, DB: withDetail(a.db, reload), Log: log,
 		Loopback: loopback, AllowOrigins: splitList(*origins), Version: version, SessionIdle: *sessionIdle,
 		MaxSessions: *maxSessions, MaxSessionsPerCaller: *maxSessionsPerCaller, TrustedProxies: trusted,
 		SessionSecret: a.sessionSecret(ctx), Metrics: m, OAuth: oauthSrv,

@@ -23,6 +23,8 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/mcp-quota/mcp-quota/demo"
 )
 
 // otlpReceiver is an OTLP/HTTP trace receiver: it keeps every request's
@@ -465,6 +467,51 @@ keys = ["bear", "qk"]
 				if bytes.Contains(b, []byte(form)) {
 					t.Errorf("export %d holds a secret (%s…)", i, secret[:6])
 				}
+			}
+		}
+	}
+}
+
+// TestTracesOverStdio: a stdio server (the built binary) traces too, its
+// trace context from _meta, and sends what is left when its client
+// closes it.
+func TestTracesOverStdio(t *testing.T) {
+	rcv := &otlpReceiver{names: map[string]bool{}}
+	collector := httptest.NewServer(rcv)
+	defer collector.Close()
+	_, url := upstreamAPI(t, demo.Config{})
+	s := newSetup(t, url, `name = "default"
+  quota = 120
+  window = "60s"`, "")
+	s.env = append(s.env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="+collector.URL+"/v1/traces")
+	sess := s.stdioSession(t, nil)
+	const trace, parent = "7c1f0e2d3b4a59687766554433221100", "0123456789abcdef"
+	res, err := sess.CallTool(t.Context(), &gomcp.CallToolParams{Name: "fetch", Arguments: map[string]any{"path": "/v1/participants"},
+		Meta: gomcp.Meta{"traceparent": "00-" + trace + "-" + parent + "-01"}})
+	if err != nil || res.IsError {
+		t.Fatalf("fetch over stdio: %v %s", err, text(res))
+	}
+	if err := sess.Close(); err != nil { // the process ends, and sends its spans
+		t.Logf("close: %v", err)
+	}
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	var call *tracepb.Span
+	for _, sp := range rcv.spans {
+		if sp.Name == "tools/call fetch" && hex.EncodeToString(sp.TraceId) == trace {
+			call = sp
+		}
+	}
+	if call == nil {
+		t.Fatalf("no 'tools/call fetch' span in trace %s among %d spans", trace, len(rcv.spans))
+	}
+	if a := attrs(call); hex.EncodeToString(call.ParentSpanId) != parent || a["network.transport"] != "pipe" {
+		t.Errorf("stdio fetch span: parent %x, attributes %v; want parent %s and network.transport pipe", call.ParentSpanId, a, parent)
+	}
+	for i, b := range rcv.raw {
+		for _, secret := range []string{upstreamSecret, agentToken, syncToken} {
+			if bytes.Contains(b, []byte(secret)) {
+				t.Errorf("export %d holds a secret", i)
 			}
 		}
 	}

@@ -15,6 +15,7 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -55,10 +56,15 @@ func FromEnv(ctx context.Context, getenv func(string) string, version string) (*
 	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") {
 		return nil, nil
 	}
-	endpoint := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+	endpoint, from := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
 	if endpoint == "" {
 		if base := getenv("OTEL_EXPORTER_OTLP_ENDPOINT"); base != "" {
-			endpoint = strings.TrimRight(base, "/") + "/v1/traces" // the base URL's signal path
+			endpoint, from = strings.TrimRight(base, "/")+"/v1/traces", "OTEL_EXPORTER_OTLP_ENDPOINT" // the base URL's signal path
+		}
+	}
+	if endpoint != "" {
+		if u, err := url.Parse(endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("%s is not an http:// or https:// URL: give the receiver's URL, such as http://collector:4318", from)
 		}
 	}
 	switch exp := strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")); exp {

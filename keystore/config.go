@@ -260,7 +260,7 @@ func Parse(data []byte, env Env) (*Store, error) {
 	if _, err := toml.Decode(string(data), &fc); err != nil {
 		return nil, &ConfigError{Msg: err.Error()}
 	}
-	s := &Store{retention: DefaultRetention}
+	s := &contents{retention: DefaultRetention}
 	declared := map[string]bool{}
 	for _, kc := range fc.Keys {
 		declared[kc.Name] = true
@@ -332,7 +332,7 @@ func Parse(data []byte, env Env) (*Store, error) {
 	if len(errs) > 0 {
 		return nil, located(errs, lines)
 	}
-	return s, nil
+	return newStore(s), nil
 }
 
 // checkState refuses a state location with a password in it: a config

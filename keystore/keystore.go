@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/ratelimit"
@@ -159,8 +160,14 @@ func (c *Caller) MayUse(key string) bool {
 }
 
 // A Store is the set of configured keys and callers. The zero value has
-// none. A Store is immutable once loaded and safe for concurrent use.
+// none. Its contents change only all at once, by Replace; it is safe for
+// concurrent use.
 type Store struct {
+	cur atomic.Pointer[contents] // nil: no keys, no callers
+}
+
+// contents is what a Store holds at one time.
+type contents struct {
 	keys      []*Key
 	callers   []*Caller
 	retention time.Duration
@@ -176,19 +183,19 @@ type Store struct {
 // BodyMemory is the configuration's bound, in bytes, on the memory that
 // request and answer bodies in flight take across all callers; zero when
 // it says nothing (the upstream client's default then holds).
-func (s *Store) BodyMemory() int64 { return s.bodyMemory }
+func (s *contents) BodyMemory() int64 { return s.bodyMemory }
 
 // State is where the configuration puts the state (a file path or a
 // PostgreSQL URL); empty when it says nothing.
-func (s *Store) State() string { return s.state }
+func (s *contents) State() string { return s.state }
 
 // StateTimeout is the configuration's bound on a PostgreSQL state's
 // transactions; zero when it says nothing.
-func (s *Store) StateTimeout() time.Duration { return s.stateTimeout }
+func (s *contents) StateTimeout() time.Duration { return s.stateTimeout }
 
 // Retention is how long the state keeps the activity: the configuration's
 // retention, or DefaultRetention.
-func (s *Store) Retention() time.Duration {
+func (s *contents) Retention() time.Duration {
 	if s.retention <= 0 {
 		return DefaultRetention
 	}
@@ -196,14 +203,14 @@ func (s *Store) Retention() time.Duration {
 }
 
 // Keys returns every configured key, in configuration order.
-func (s *Store) Keys() []*Key { return s.keys }
+func (s *contents) Keys() []*Key { return s.keys }
 
 // Callers returns every configured caller, in configuration order.
-func (s *Store) Callers() []*Caller { return s.callers }
+func (s *contents) Callers() []*Caller { return s.callers }
 
 // Key returns the key called name. When name is empty and exactly one key
 // is configured, it returns that key.
-func (s *Store) Key(name string) (*Key, error) {
+func (s *contents) Key(name string) (*Key, error) {
 	if name == "" {
 		switch len(s.keys) {
 		case 1:
@@ -225,7 +232,7 @@ func (s *Store) Key(name string) (*Key, error) {
 }
 
 // KeyNames returns the names of all keys, in configuration order.
-func (s *Store) KeyNames() []string {
+func (s *contents) KeyNames() []string {
 	names := make([]string, len(s.keys))
 	for i, k := range s.keys {
 		names[i] = k.Name
@@ -236,7 +243,7 @@ func (s *Store) KeyNames() []string {
 // Authenticate returns the caller whose token is token. It compares
 // against every caller's token in constant time, so the time it takes
 // does not reveal which token was close.
-func (s *Store) Authenticate(token string) (*Caller, bool) {
+func (s *contents) Authenticate(token string) (*Caller, bool) {
 	var found *Caller
 	for _, c := range s.callers {
 		if c.token.Equal(token) && token != "" {
@@ -268,12 +275,12 @@ func CallerFrom(ctx context.Context) (*Caller, bool) {
 // For returns the Store as caller c sees it: only the keys c may use, and
 // no callers. What it returns is what an error or a description shown to
 // c may name.
-func (s *Store) For(c *Caller) *Store {
-	out := &Store{}
+func (s *contents) For(c *Caller) *Store {
+	out := &contents{}
 	for _, k := range s.keys {
 		if c.MayUse(k.Name) {
 			out.keys = append(out.keys, k)
 		}
 	}
-	return out
+	return newStore(out)
 }

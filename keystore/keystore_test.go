@@ -323,7 +323,7 @@ func TestSecretsNeverPrint(t *testing.T) {
 	c, _ := s.Authenticate("caller-token-9f8e7d6c5b4a")
 	var out bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&out, nil))
-	for _, v := range []any{sec, &sec, *k, k, c, *c, s, *s} {
+	for _, v := range []any{sec, &sec, *k, k, c, *c, s, *s.load()} {
 		fmt.Fprintf(&out, "%v %+v %#v %s\n", v, v, v, v)
 		b, _ := json.Marshal(v)
 		out.Write(b)

@@ -80,10 +80,10 @@ type PrincipalRule struct {
 
 // OAuth returns the [oauth] table, or nil when the configuration has
 // none (then mcp-quota publishes no OAuth metadata at all).
-func (s *Store) OAuth() *OAuth { return s.oauth }
+func (s *contents) OAuth() *OAuth { return s.oauth }
 
 // ExtraScopes are the scopes keys ask for beyond the [oauth] scopes.
-func (s *Store) ExtraScopes() []string {
+func (s *contents) ExtraScopes() []string {
 	var out []string
 	for _, k := range s.keys {
 		out = append(out, k.Scopes...)
@@ -96,7 +96,7 @@ func (s *Store) ExtraScopes() []string {
 // NeedScopes returns the scopes a token needs to call key k with method:
 // the [oauth] scopes, the key's scopes, and its write scopes for a method
 // other than GET and HEAD.
-func (s *Store) NeedScopes(k *Key, method string) []string {
+func (s *contents) NeedScopes(k *Key, method string) []string {
 	var need []string
 	if s.oauth != nil {
 		need = append(need, s.oauth.Scopes...)
@@ -127,7 +127,7 @@ var ErrUnknownPrincipal = errors.New("unknown principal")
 // " via " and the client's configured name or client_id. A principal
 // no rule matches, without default keys, gets an error that says what to
 // ask an administrator for.
-func (s *Store) Principal(c Claims) (*Caller, error) {
+func (s *contents) Principal(c Claims) (*Caller, error) {
 	client := first(c.Values("client_id"))
 	sub := first(c.Values("sub"))
 	var name string
@@ -191,7 +191,7 @@ func scopeToken(s string) bool {
 }
 
 // parseOAuth checks the [oauth] table and the [[principals]] entries.
-func (s *Store) parseOAuth(oc *oauthConfig, pcs []principalConfig, env Env, keys map[string]bool) []*ConfigError {
+func (s *contents) parseOAuth(oc *oauthConfig, pcs []principalConfig, env Env, keys map[string]bool) []*ConfigError {
 	var errs []*ConfigError
 	bad := func(field, msg string) { errs = append(errs, &ConfigError{Field: field, Msg: msg}) }
 	if oc == nil {

@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 )
 
 // Scrubber returns the Scrubber of every credential the store holds: the
 // keys' and the callers' tokens. Nil when there is none to look for.
-func (s *Store) Scrubber() *Scrubber {
+func (s *contents) Scrubber() *Scrubber { return NewScrubber(s.secrets()...) }
+
+// secrets are the credentials s holds.
+func (s *contents) secrets() []string {
 	var secrets []string
 	for _, k := range s.keys {
 		if k.Auth.Kind != AuthNone {
@@ -19,7 +23,7 @@ func (s *Store) Scrubber() *Scrubber {
 	for _, c := range s.callers {
 		secrets = append(secrets, c.token.Reveal())
 	}
-	return NewScrubber(secrets...)
+	return secrets
 }
 
 // A ScrubHandler is a slog.Handler that removes credentials from every
@@ -41,6 +45,27 @@ func NewScrubHandler(inner slog.Handler) *ScrubHandler {
 // Use makes h (and every handler derived from it) remove the credentials
 // of store from now on.
 func (h *ScrubHandler) Use(store *Store) { h.s.Store(store.Scrubber()) }
+
+// Add makes h look for store's credentials besides those it looks for
+// already: after a configuration is reloaded, a line about a call that
+// began under the old one may still hold an old credential.
+func (h *ScrubHandler) Add(store *Store) {
+	for {
+		old := h.s.Load()
+		var secrets []string
+		if old != nil {
+			secrets = slices.Clone(old.secrets)
+		}
+		for _, v := range store.load().secrets() {
+			if !slices.Contains(secrets, v) {
+				secrets = append(secrets, v)
+			}
+		}
+		if h.s.CompareAndSwap(old, NewScrubber(secrets...)) {
+			return
+		}
+	}
+}
 
 func (h *ScrubHandler) Enabled(ctx context.Context, l slog.Level) bool {
 	return h.inner.Enabled(ctx, l)

@@ -130,6 +130,7 @@ type Ticket struct {
 	Waited     time.Duration // how long it waited for admission
 	SlowDown   bool          // admitted while a budget runs low
 	Reason     string        // why it waited or slows down
+	HeldBy     string        // what held it while it waited (a policy name, "pace", …, as PauseError.Source); "" when it did not wait
 	lease      *lease        // the lease it was admitted from; nil when none
 	granted    bool          // its admission granted a lease, whose slots are recorded with it
 }
@@ -196,6 +197,7 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 	spent := p.spentLease(c.Key.Name, p.now()) // this call renews it, when leaseSize allows
 	deadline := start.Add(c.MaxWait)
 	lastProgress := start
+	heldBy := ""
 	for {
 		wake := p.waker(c.Key.Name)
 		var d decision
@@ -296,12 +298,14 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 		spent = nil
 		if d.admit {
 			p.noteAdmission(c.Key.Name, now)
+			t.HeldBy = heldBy
 			return t, nil
 		}
 		if pause != nil {
 			return Ticket{}, pause
 		}
 		wait := d.wait
+		heldBy = d.source
 		if c.Progress != nil && now.Sub(lastProgress) >= time.Second {
 			c.Progress(Progress{Waited: now.Sub(start), Total: now.Sub(start) + d.wait, Reason: d.reason})
 			lastProgress = now

@@ -248,6 +248,8 @@ type Checker interface {
 // stateUnavailable, saying which failed — of "the state file" or, for a
 // state that names its database (a Where method, as state.Postgres has),
 // of "the state database".
+// A db that also has a method Detail() map[string]any adds what it
+// returns to the ok answer.
 func Health(db Checker, version string) http.HandlerFunc {
 	what := "The state file"
 	if _, ok := db.(interface{ Where() string }); ok {
@@ -261,9 +263,14 @@ func Health(db Checker, version string) http.HandlerFunc {
 				sentence(what+" cannot be used: "+strings.TrimPrefix(err.Error(), "state: ")), map[string]any{"state": "unhealthy"})
 			return
 		}
-		body := map[string]string{"status": "ok"}
+		body := map[string]any{"status": "ok"}
 		if version != "" {
 			body["version"] = version
+		}
+		if d, ok := db.(interface{ Detail() map[string]any }); ok {
+			for k, v := range d.Detail() {
+				body[k] = v
+			}
 		}
 		writeJSON(w, http.StatusOK, body)
 	}

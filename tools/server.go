@@ -44,6 +44,9 @@ type Deps struct {
 	// AnswerTimeout bounds each fetch's whole answer, header and body,
 	// once admitted; 0 means DefaultAnswerTimeout.
 	AnswerTimeout time.Duration
+	// Watch, when set, adds its own hooks to the server's and returns
+	// more options for it: the seam tracing hangs off. Nil means none.
+	Watch func(*server.Hooks) []server.ServerOption
 }
 
 func (d *Deps) now() time.Time {
@@ -63,7 +66,7 @@ func NewServer(d *Deps, version string) *server.MCPServer {
 	hooks.AddAfterCallTool(explainArguments)
 	hooks.AddBeforeReadResource(d.hideActivity)
 	hooks.AddAfterListResources(d.listActivity)
-	s := server.NewMCPServer("mcp-quota", version,
+	opts := []server.ServerOption{
 		server.WithToolCapabilities(false),
 		server.WithResourceCapabilities(false, false),
 		server.WithLogging(),
@@ -73,7 +76,11 @@ func NewServer(d *Deps, version string) *server.MCPServer {
 		server.WithHooks(hooks),
 		server.WithToolFilter(d.ownKeysOnly),
 		server.WithInstructions(Instructions),
-	)
+	}
+	if d.Watch != nil {
+		opts = append(opts, d.Watch(hooks)...)
+	}
+	s := server.NewMCPServer("mcp-quota", version, opts...)
 	s.AddTool(fetchTool(d.Keys), d.fetch)
 	s.AddTool(statusTool(), d.quotaStatus)
 	s.AddResourceTemplate(activityTemplate(), d.readActivity)

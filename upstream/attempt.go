@@ -35,17 +35,20 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	c, k := a.client, cs.key
 	cs.attempts++
-	remaining := max(cs.req.MaxWait, PaceGrace) - c.now().Sub(cs.start)
+	admitStart := c.now()
+	target := ActivityTarget(k, req.URL)
+	remaining := max(cs.req.MaxWait, PaceGrace) - admitStart.Sub(cs.start)
 	t, err := c.pacer.Admit(req.Context(), pacer.Call{Key: k, Caller: cs.req.Caller, Transport: cs.req.Transport,
-		Method: cs.method, Target: ActivityTarget(k, req.URL), Digest: cs.digest, CallID: cs.id, Attempt: cs.attempts,
+		Method: cs.method, Target: target, Digest: cs.digest, CallID: cs.id, Attempt: cs.attempts,
 		MaxWait: max(remaining, 0), Progress: cs.req.Progress})
 	if err != nil {
 		closeBody(req)
 		var pe *pacer.PauseError
 		if errors.As(err, &pe) { // recorded in the activity
 			cs.lastState = ledger.RejectedLocal
-			c.observe(Event{Kind: Refused, Key: k.Name, Caller: cs.req.Caller, Transport: cs.req.Transport,
-				CallID: cs.id, Attempt: cs.attempts, State: ledger.RejectedLocal, Source: pe.Source})
+			c.observe(req.Context(), Event{Kind: Refused, Key: k.Name, Caller: cs.req.Caller, Transport: cs.req.Transport,
+				CallID: cs.id, Attempt: cs.attempts, State: ledger.RejectedLocal, Source: pe.Source,
+				Wait: c.now().Sub(admitStart), Method: cs.method, Target: target})
 		} else if req.Context().Err() == nil {
 			// Not a refusal and not the caller leaving: the state file
 			// failed, and nothing was sent.
@@ -58,7 +61,7 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 	out := req.Clone(req.Context())
 	if err := authorize(out, k); err != nil {
 		closeBody(req)
-		c.done(req.Context(), cs, t, pacer.Outcome{SentAt: c.now(), Err: err}, nil) // nothing went out
+		c.done(req.Context(), cs, t, pacer.Outcome{SentAt: c.now(), Err: err}, nil, target) // nothing went out
 		return nil, err
 	}
 	actx, cancel := withAnswerDeadline(out.Context(), cs.req.AnswerTimeout)
@@ -81,7 +84,7 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 			err = &RequestError{Field: "body", Reason: "the request body could not be read to its end: " + bodyErr.Error()}
 		}
 		err = scrubErr(k.Scrubber(), err)
-		if derr := c.done(req.Context(), cs, t, pacer.Outcome{SentAt: sentAt, Err: err, CallerAbort: abort}, nil); derr != nil {
+		if derr := c.done(req.Context(), cs, t, pacer.Outcome{SentAt: sentAt, Err: err, CallerAbort: abort}, nil, target); derr != nil {
 			return nil, fmt.Errorf("%w: %w: the attempt failed (%w) and could not be recorded: %w", ErrStateUnavailable, ErrSentUnrecorded, err, derr)
 		}
 		cs.lastErr = err
@@ -117,7 +120,7 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	reading := ratelimit.Read(k.Profile, rr, answeredAt)
-	if err := c.done(req.Context(), cs, t, pacer.Outcome{SentAt: sentAt, AnsweredAt: answeredAt, Status: resp.StatusCode, Reading: &reading}, &reading); err != nil {
+	if err := c.done(req.Context(), cs, t, pacer.Outcome{SentAt: sentAt, AnsweredAt: answeredAt, Status: resp.StatusCode, Reading: &reading}, &reading, target); err != nil {
 		// mcp-quota answers nothing it could not record: the budget
 		// every other caller shares would not know of it.
 		resp.Body.Close()
@@ -134,7 +137,7 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // done records an attempt's outcome, and returns the error when it could
 // not be recorded (which is also logged).
-func (c *Client) done(ctx context.Context, cs *call, t pacer.Ticket, o pacer.Outcome, rd *ratelimit.Reading) error {
+func (c *Client) done(ctx context.Context, cs *call, t pacer.Ticket, o pacer.Outcome, rd *ratelimit.Reading, target string) error {
 	// Recorded even when the caller has gone: the attempt happened.
 	res, err := c.pacer.Done(context.WithoutCancel(ctx), t, o)
 	if err != nil {
@@ -147,7 +150,8 @@ func (c *Client) done(ctx context.Context, cs *call, t pacer.Ticket, o pacer.Out
 	}
 	cs.lastState = res.State
 	e := Event{Kind: Attempted, Key: cs.key.Name, Caller: cs.req.Caller, Transport: cs.req.Transport, CallID: cs.id,
-		Attempt: cs.attempts, State: res.State, Status: o.Status, Wait: t.Waited}
+		Attempt: cs.attempts, State: res.State, Status: o.Status, Wait: t.Waited, HeldBy: t.HeldBy,
+		Method: cs.method, Target: target, Reading: rd}
 	if !o.SentAt.IsZero() {
 		end := o.AnsweredAt
 		if end.IsZero() {
@@ -155,7 +159,7 @@ func (c *Client) done(ctx context.Context, cs *call, t pacer.Ticket, o pacer.Out
 		}
 		e.Latency = end.Sub(o.SentAt)
 	}
-	c.observe(e)
+	c.observe(ctx, e)
 	a := &answer{status: o.Status, result: res}
 	if rd != nil {
 		a.reading = *rd
@@ -250,12 +254,12 @@ func closeBody(req *http.Request) {
 }
 
 // ended reports the end of the call to the Observe hook.
-func (cs *call) ended() {
+func (cs *call) ended(ctx context.Context) {
 	st := cs.lastState
 	if st == "" {
 		st = Canceled
 	}
-	cs.client.observe(Event{Kind: Ended, Key: cs.key.Name, Caller: cs.req.Caller, Transport: cs.req.Transport,
+	cs.client.observe(ctx, Event{Kind: Ended, Key: cs.key.Name, Caller: cs.req.Caller, Transport: cs.req.Transport,
 		CallID: cs.id, Attempt: cs.attempts, State: st, Status: cs.status()})
 }
 

@@ -61,6 +61,10 @@ type Client struct {
 	// the one seam metrics and the dashboard watch calls through. It is
 	// called on the call's goroutine and must not block; nil means none.
 	Observe func(Event)
+	// Watch, when set, is told of the same steps as Observe, with the
+	// context of the call they belong to (tracing hangs its spans off
+	// it). Same rules as Observe; nil means none.
+	Watch func(context.Context, Event)
 	// Bodies bounds the memory that bodies in flight take across every
 	// call; New sets DefaultBodyMemory. Set it before the first call.
 	Bodies *BodyMemory
@@ -255,7 +259,7 @@ func (c *Client) do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 		Logger:       retryLog{c.log, k.Scrubber()},
 	}
 	resp, err := rc.Do(req)
-	cs.ended()
+	cs.ended(ctx)
 	if err != nil {
 		var pe *pacer.PauseError
 		var reqErr *RequestError

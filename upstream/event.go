@@ -7,6 +7,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
 )
 
 // An EventKind says which step of a call an Event reports.
@@ -41,8 +42,17 @@ type Event struct {
 	State   string
 	Status  int           // the upstream's HTTP status; 0 when no answer came
 	Source  string        // Refused: what bound (a policy, "retry-after", "circuit", "pace", …)
-	Wait    time.Duration // Attempted: how long the attempt waited for admission
+	Wait    time.Duration // Attempted and Refused: how long the attempt waited for admission
 	Latency time.Duration // Attempted: from the send to the answer, or to the failure
+	// HeldBy is, for Attempted, what held the attempt while it waited
+	// for admission (as Source names it); "" when it did not wait.
+	HeldBy string
+	Method string // Attempted and Refused: the attempt's method
+	Target string // Attempted and Refused: what was asked for, as the activity shows it (credential-free)
+	// Reading is, for Attempted, the signals read from the answer (from
+	// its header fields with the credential removed); nil when no answer
+	// came.
+	Reading *ratelimit.Reading
 }
 
 // Canceled is the final state of a call that ended (its caller went
@@ -50,9 +60,12 @@ type Event struct {
 // recorded: it is not in the activity.
 const Canceled = "canceled"
 
-func (c *Client) observe(e Event) {
+func (c *Client) observe(ctx context.Context, e Event) {
 	if c.Observe != nil {
 		c.Observe(e)
+	}
+	if c.Watch != nil {
+		c.Watch(ctx, e)
 	}
 }
 
@@ -71,6 +84,6 @@ func (c *Client) Kept(ctx context.Context, k *keystore.Key, r Request, target, w
 	if err != nil {
 		return err
 	}
-	c.observe(Event{Kind: Ended, Key: k.Name, Caller: r.Caller, Transport: r.Transport, CallID: id, State: ledger.Cached})
+	c.observe(ctx, Event{Kind: Ended, Key: k.Name, Caller: r.Caller, Transport: r.Transport, CallID: id, State: ledger.Cached})
 	return nil
 }

@@ -82,16 +82,26 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	}
 	defer a.close()
 	go a.sweep(ctx)
+	tr, endTracing, err := e.tracing(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer endTracing()
 
-	mcpServer := tools.NewServer(a.tools("mcp-http", ""), version)
+	deps := a.tools("mcp-http", "")
+	deps.Watch = tr.MCP("tcp")
+	mcpServer := tools.NewServer(deps, version)
 	m := metrics.New(keys, a.pacer, a.db)
 	a.client.Observe = m.Observe // before the first call: every call through this process is counted
-	h := gateway.New(gateway.Config{Keys: keys, REST: a.rest(), MCP: mcpServer, DB: a.db, Log: log,
+	a.client.Watch = tr.Watch()
+	reload := &reloader{e: e, c: c, listen: *listen, keys: keys, log: log, loaded: time.Now()}
+	reload.start(ctx)
+	h := gateway.New(gateway.Config{Keys: keys, REST: a.rest(), MCP: mcpServer, DB: withDetail(a.db, reload), Log: log,
 		Loopback: loopback, AllowOrigins: splitList(*origins), Version: version, SessionIdle: *sessionIdle,
 		MaxSessions: *maxSessions, MaxSessionsPerCaller: *maxSessionsPerCaller, TrustedProxies: trusted,
 		SessionSecret: a.sessionSecret(ctx), Metrics: m, OAuth: oauthSrv,
 		Dashboard: dashboard.New(dashboard.Config{Keys: keys, Pacer: a.pacer, DB: a.db, Log: log, Now: a.now, Secure: gateway.Secure, OIDC: dashboardOIDC(keys, oauthSrv)})})
-	srv := gateway.NewServer(ln.Addr().String(), h, log)
+	srv := gateway.NewServer(ln.Addr().String(), tr.REST(h, isKey(keys)), log)
 
 	base := "http://" + ln.Addr().String()
 	if d != nil {
@@ -174,7 +184,15 @@ func (e environment) stdio(ctx context.Context, args []string, stdin io.Reader) 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go a.sweep(ctx)
-	s := server.NewStdioServer(tools.NewServer(a.tools("stdio", *caller), version))
+	tr, endTracing, err := e.tracing(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer endTracing()
+	a.client.Watch = tr.Watch()
+	deps := a.tools("stdio", *caller)
+	deps.Watch = tr.MCP("pipe")
+	s := server.NewStdioServer(tools.NewServer(deps, version))
 	s.SetErrorLogger(slogLogger(log))
 	err = s.Listen(ctx, stdin, e.stdout)
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {

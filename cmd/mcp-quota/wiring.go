@@ -264,7 +264,7 @@ func (e environment) loadKeys(c common, log *slog.Logger, use keysUse) (*keystor
 		return nil, err
 	}
 	if h, ok := log.Handler().(*keystore.ScrubHandler); ok {
-		h.Use(s)
+		h.Add(s) // after a reload, the old credentials too: calls in flight hold them
 	}
 	for _, k := range s.Keys() {
 		if _, err := k.Credential(); err != nil && use != keysToRead {

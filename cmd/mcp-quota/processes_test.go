@@ -275,10 +275,11 @@ func busySyncJob(t *testing.T, calls int) (*setup, *exec.Cmd, *lockedBuffer) {
 }
 
 // serveProcess starts `mcp-quota serve` on a free loopback port as a
-// process of its own and returns it, its base URL and its stderr.
-func (s *setup) serveProcess(t *testing.T) (*exec.Cmd, string, *lockedBuffer) {
+// process of its own (with args) and returns it, its base URL and its
+// stderr.
+func (s *setup) serveProcess(t *testing.T, args ...string) (*exec.Cmd, string, *lockedBuffer) {
 	t.Helper()
-	cmd, stderr := s.command(t, "serve", "--listen", "127.0.0.1:0")
+	cmd, stderr := s.command(t, append([]string{"serve", "--listen", "127.0.0.1:0", "--drain-delay", "0"}, args...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

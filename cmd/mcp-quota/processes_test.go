@@ -291,7 +291,7 @@ func (s *setup) serveProcess(t *testing.T, args ...string) (*exec.Cmd, string, *
 	base := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
-		re := regexp.MustCompile(`(http://127\.0\.0\.1:\d+)/mcp`)
+		re := regexp.MustCompile(`(https?://127\.0\.0\.1:\d+)/mcp`)
 		for sc.Scan() {
 			if m := re.FindStringSubmatch(sc.Text()); m != nil {
 				base <- m[1]

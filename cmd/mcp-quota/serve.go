@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -32,6 +33,8 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	sessionIdle := fs.Duration("session-idle", gateway.DefaultSessionIdle, "end an MCP session after this long without a request (its client then starts a new one)")
 	proxies := fs.String("trusted-proxy", "", "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto and X-Forwarded-For are believed")
 	maxSessions := fs.Int("max-sessions", gateway.DefaultMaxSessions, "the most MCP sessions live at once on this host; past it, initialize is refused")
+	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate (PEM, its chain after it); read again when the file changes")
+	tlsKey := fs.String("tls-key", "", "with --tls-cert: its private key (PEM)")
 	drainDelay := fs.Duration("drain-delay", 5*time.Second, "on SIGTERM, how long /readyz answers 503 while calls are still taken, so that a load balancer stops sending before the listener closes")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM, how long calls in flight may take to finish after the listener closes; past it they are cancelled")
 	maxSessionsPerCaller := fs.Int("max-sessions-per-caller", gateway.DefaultMaxSessionsPerCaller, "the most MCP sessions one caller may have live at once on this host")
@@ -44,6 +47,9 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	if *drainDelay < 0 || *shutdownTimeout <= 0 {
 		return fmt.Errorf("--drain-delay must not be negative and --shutdown-timeout must be positive (such as --drain-delay 5s --shutdown-timeout 30s)")
 	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return fmt.Errorf("--tls-cert and --tls-key go together: give both (the certificate and its private key, PEM), or neither")
+	}
 	trusted, err := gateway.ParseProxies(*proxies)
 	if err != nil {
 		return fmt.Errorf("--trusted-proxy: %w", err)
@@ -51,6 +57,12 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	log, err := e.logger(c)
 	if err != nil {
 		return err
+	}
+	var certs *certFiles
+	if *tlsCert != "" {
+		if certs, err = newCertFiles(*tlsCert, *tlsKey, time.Now, log); err != nil {
+			return err
+		}
 	}
 	// Without --demo the configuration is checked before binding; with it
 	// the listener comes first, so that an address in use stops serve
@@ -66,6 +78,10 @@ func (e environment) serve(ctx context.Context, args []string) error {
 		return listenError("serve", *listen, "--listen", err)
 	}
 	defer ln.Close()
+	scheme := "http"
+	if certs != nil {
+		ln, scheme = tls.NewListener(ln, certs.tlsConfig()), "https"
+	}
 	var d *demoSetup
 	if *demoMode {
 		if d, err = e.startDemo(ctx, c, *demoListen, flagSet(fs, "demo-listen"), log); err != nil {
@@ -110,7 +126,7 @@ func (e environment) serve(ctx context.Context, args []string) error {
 		Dashboard: dashboard.New(dashboard.Config{Keys: keys, Pacer: a.pacer, DB: a.db, Log: log, Now: a.now, Secure: gateway.Secure, OIDC: dashboardOIDC(keys, oauthSrv)})})
 	srv := gateway.NewServer(ln.Addr().String(), tr.REST(h, isKey(keys)), log)
 
-	base := "http://" + ln.Addr().String()
+	base := scheme + "://" + ln.Addr().String()
 	if d != nil {
 		d.announce(e.stdout, base, stateShown(e.statePath(c, keys)), demoExecutable())
 	} else {

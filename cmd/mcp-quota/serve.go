@@ -58,18 +58,22 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var certs *certFiles
-	if *tlsCert != "" {
-		if certs, err = newCertFiles(*tlsCert, *tlsKey, time.Now, log); err != nil {
-			return err
-		}
-	}
 	// Without --demo the configuration is checked before binding; with it
 	// the listener comes first, so that an address in use stops serve
 	// before the demo writes any file.
 	var keys *keystore.Store
 	if !*demoMode {
 		if keys, err = e.serveKeys(c, *listen, log); err != nil {
+			return err
+		}
+	}
+	certPath, keyPath := *tlsCert, *tlsKey
+	if certPath == "" && keys != nil {
+		certPath, keyPath = keys.TLS() // tls_cert and tls_key in the configuration
+	}
+	var certs *certFiles
+	if certPath != "" {
+		if certs, err = newCertFiles(certPath, keyPath, time.Now, log); err != nil {
 			return err
 		}
 	}

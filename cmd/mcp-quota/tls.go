@@ -46,7 +46,7 @@ func newCertFiles(certPath, keyPath string, now func() time.Time, log *slog.Logg
 	}
 	cert, err := tls.LoadX509KeyPair(certPath, keyPath)
 	if err != nil {
-		return nil, fmt.Errorf("--tls-cert %s and --tls-key %s do not load as a certificate and its key (PEM): %w", certPath, keyPath, err)
+		return nil, fmt.Errorf("the TLS certificate %s and key %s (--tls-cert and --tls-key, or tls_cert and tls_key) do not load as a certificate and its private key in PEM: %w", certPath, keyPath, err)
 	}
 	c.cert, c.seen, c.checked = &cert, marks, now()
 	return c, nil
@@ -57,7 +57,7 @@ func (c *certFiles) marks() ([2]fileMark, error) {
 	for i, p := range []string{c.certPath, c.keyPath} {
 		fi, err := os.Stat(p)
 		if err != nil {
-			return m, fmt.Errorf("TLS: %w", err)
+			return m, fmt.Errorf("the TLS certificate or key (--tls-cert and --tls-key, or tls_cert and tls_key): %w", err)
 		}
 		m[i] = fileMark{fi.Size(), fi.ModTime()}
 	}

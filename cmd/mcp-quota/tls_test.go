@@ -237,3 +237,42 @@ func TestServeTLS(t *testing.T) {
 		}
 	}
 }
+
+// TestServeTLSFromConfig: tls_cert and tls_key in the configuration serve
+// HTTPS as the flags do.
+func TestServeTLSFromConfig(t *testing.T) {
+	_, url := upstreamAPI(t, demo.Config{Quota: 1000, Window: time.Hour})
+	s := newSetup(t, url, `name = "default"
+  quota = 1000
+  window = "1h"`, "")
+	certPath, keyPath := filepath.Join(s.dir, "tls.crt"), filepath.Join(s.dir, "tls.key")
+	a, certA, keyA := selfSigned(t, 7)
+	writeReplacing(t, certPath, certA, time.Now())
+	writeReplacing(t, keyPath, keyA, time.Now())
+	cfg, err := os.ReadFile(s.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = append([]byte("tls_cert = \""+certPath+"\"\ntls_key = \""+keyPath+"\"\n\n"), cfg...)
+	if err := os.WriteFile(s.config, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd, base, stderr := s.serveProcess(t)
+	roots := x509.NewCertPool()
+	roots.AddCert(a)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}, Timeout: 30 * time.Second}
+	resp, err := hc.Get(base + "/readyz")
+	if err != nil || !strings.HasPrefix(base, "https://") {
+		t.Fatalf("GET %s/readyz: %v\n%s", base, err, stderr.String())
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.TLS.PeerCertificates[0].SerialNumber.Int64() != 7 {
+		t.Errorf("/readyz over TLS: %d; want 200 with the configured certificate", resp.StatusCode)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("serve after SIGTERM: %v\n%s", err, stderr.String())
+	}
+}

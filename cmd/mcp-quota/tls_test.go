@@ -276,3 +276,32 @@ func TestServeTLSFromConfig(t *testing.T) {
 		t.Fatalf("serve after SIGTERM: %v\n%s", err, stderr.String())
 	}
 }
+
+// TestServeRefusesBadTLSAndStopFlags: flags that cannot work stop serve
+// with an error naming them, before it serves anything.
+func TestServeRefusesBadTLSAndStopFlags(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing.pem")
+	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte("[[keys]]\nname = \"open\"\nbase_url = \"https://api.example\"\nauth = \"none\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--tls-cert", missing}, "--tls-cert and --tls-key go together"},
+		{[]string{"--tls-cert", missing, "--tls-key", missing}, "--tls-cert and --tls-key"},
+		{[]string{"--drain-delay", "-1s"}, "--drain-delay must not be negative"},
+		{[]string{"--shutdown-timeout", "0s"}, "--shutdown-timeout must be positive"},
+	} {
+		var out, errOut strings.Builder
+		args := append([]string{"serve", "--listen", "127.0.0.1:0", "--config", filepath.Join(dir, "config.toml"), "--state", filepath.Join(dir, "state.db")}, tt.args...)
+		err := run(t.Context(), args, nil, &out, &errOut, func(string) string { return "" })
+		if err == nil || !strings.Contains(err.Error(), tt.says) {
+			t.Errorf("%v: %v; want an error saying %q", tt.args, err, tt.says)
+		}
+		if strings.Contains(out.String(), "127.0.0.1") {
+			t.Errorf("%v: serve announced an address: %q", tt.args, out.String())
+		}
+	}
+}

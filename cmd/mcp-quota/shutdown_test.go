@@ -121,7 +121,7 @@ func drainUnderLoad(t *testing.T, finish bool) {
 	if !finish {
 		timeout = "1s"
 	}
-	cmd, base, stderr := s.serveProcess(t, "--drain-delay", "2s", "--shutdown-timeout", timeout)
+	cmd, base, stderr := s.serveProcess(t, "--drain-delay", "3s", "--shutdown-timeout", timeout)
 
 	readyz := func() int {
 		resp, err := http.Get(base + "/readyz")

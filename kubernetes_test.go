@@ -82,8 +82,8 @@ func TestKubernetesManifest(t *testing.T) {
 	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 8787 || c.Ports[0].Name != "http" {
 		t.Errorf("ports = %+v; want http 8787", c.Ports)
 	}
-	if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "http" {
-		t.Errorf("readinessProbe = %+v; want GET /healthz on http", p)
+	if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/readyz" || p.HTTPGet.Port.String() != "http" {
+		t.Errorf("readinessProbe = %+v; want GET /readyz on http", p)
 	}
 	if p := c.LivenessProbe; p == nil || (p.TCPSocket == nil && p.HTTPGet == nil) {
 		t.Errorf("livenessProbe = %+v; want one", p)

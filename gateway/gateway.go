@@ -32,7 +32,10 @@ type Config struct {
 	REST *rest.Handler
 	MCP  *server.MCPServer
 	DB   rest.Checker // the state, checked by GET /healthz
-	Log  *slog.Logger // nil means discard
+	// Drain turns GET /readyz unready and ends the MCP sessions when the
+	// server stops; nil means /readyz answers as /healthz does.
+	Drain *Drain
+	Log   *slog.Logger // nil means discard
 
 	// Loopback says the listener is bound to a loopback address: Host
 	// must then name a loopback host, and, when no [[callers]] are
@@ -117,7 +120,9 @@ func New(c Config) http.Handler {
 	mux := http.NewServeMux()
 	c.REST.Routes(mux)
 	mux.Handle("/mcp", mcpBodyLimit(http.HandlerFunc(sessions.serve), c.MaxMCPBody))
-	mux.HandleFunc("GET /healthz", rest.Health(c.DB, c.Version))
+	health := rest.Health(c.DB, c.Version)
+	mux.HandleFunc("GET /healthz", health)
+	mux.HandleFunc("GET /readyz", ready(c.Drain, health))
 	oauthRoutes(mux, c.OAuth)
 	if c.Metrics != nil {
 		mux.Handle("GET /metrics", c.Metrics)
@@ -133,7 +138,7 @@ func New(c Config) http.Handler {
 	if c.Metrics != nil {
 		served += ", /metrics"
 	}
-	notFound := "Nothing is here. mcp-quota serves " + served + " and /healthz."
+	notFound := "Nothing is here. mcp-quota serves " + served + ", /healthz and /readyz."
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		rest.WriteProblem(w, http.StatusNotFound, rest.CodeBadRequest, notFound, nil)
 	})
@@ -170,6 +175,9 @@ func newMCP(c Config) *sessions {
 		}),
 		server.WithStreamableHTTPLogger(c.Log),
 	)
+	if sc, ok := ss.mcp.(sessionCloser); ok && c.Drain != nil {
+		c.Drain.add(sc)
+	}
 	return ss
 }
 
@@ -250,7 +258,7 @@ type gate struct {
 // its bearer token and holds it to its concurrency limit.
 func (g *gate) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" || g.oauthOpen(r) || (g.c.Dashboard != nil && g.c.Dashboard.Open(r)) {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || g.oauthOpen(r) || (g.c.Dashboard != nil && g.c.Dashboard.Open(r)) {
 			next.ServeHTTP(w, r)
 			return
 		}

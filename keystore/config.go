@@ -66,9 +66,14 @@ type fileConfig struct {
 	StateTimeout duration `toml:"state_timeout"`
 	// BodyMemoryMiB bounds the memory bodies in flight take across all
 	// callers, in MiB; default 64 (see BodyMemory).
-	BodyMemoryMiB int64          `toml:"body_memory_mib"`
-	Keys          []keyConfig    `toml:"keys"`
-	Callers       []callerConfig `toml:"callers"`
+	BodyMemoryMiB int64 `toml:"body_memory_mib"`
+	// TLSCert and TLSKey are the PEM files of serve's TLS listener (the
+	// certificate with its chain, and its private key); --tls-cert and
+	// --tls-key override them.
+	TLSCert string         `toml:"tls_cert"`
+	TLSKey  string         `toml:"tls_key"`
+	Keys    []keyConfig    `toml:"keys"`
+	Callers []callerConfig `toml:"callers"`
 	// OAuth turns on the OAuth resource server; Principals map its
 	// tokens to keys.
 	OAuth      *oauthConfig      `toml:"oauth"`
@@ -329,6 +334,10 @@ func Parse(data []byte, env Env) (*Store, error) {
 		}
 		s.bodyMemory = fc.BodyMemoryMiB << 20
 	}
+	if (fc.TLSCert == "") != (fc.TLSKey == "") {
+		errs = append(errs, &ConfigError{Field: "tls_cert", Msg: "tls_cert and tls_key go together: set both (the certificate and its private key, PEM files), or neither"})
+	}
+	s.tlsCert, s.tlsKey = fc.TLSCert, fc.TLSKey
 	if len(errs) > 0 {
 		return nil, located(errs, lines)
 	}

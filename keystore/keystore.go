@@ -178,7 +178,13 @@ type contents struct {
 	state        string
 	stateTimeout time.Duration
 	bodyMemory   int64
+	tlsCert      string
+	tlsKey       string
 }
+
+// TLS is where the configuration puts serve's certificate and its
+// private key (PEM files); empty when it says nothing.
+func (s *contents) TLS() (cert, key string) { return s.tlsCert, s.tlsKey }
 
 // BodyMemory is the configuration's bound, in bytes, on the memory that
 // request and answer bodies in flight take across all callers; zero when

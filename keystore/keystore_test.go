@@ -382,6 +382,24 @@ func TestBodyMemory(t *testing.T) {
 	}
 }
 
+// TestTLSFiles: tls_cert and tls_key are read together; one alone is an
+// error naming both.
+func TestTLSFiles(t *testing.T) {
+	env := Env{Getenv: func(string) string { return "" }}
+	s, err := Parse([]byte("tls_cert = \"/etc/q/tls.crt\"\ntls_key = \"/etc/q/tls.key\"\n"), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cert, key := s.TLS(); cert != "/etc/q/tls.crt" || key != "/etc/q/tls.key" {
+		t.Errorf("TLS() = %q, %q", cert, key)
+	}
+	_, err = Parse([]byte("tls_cert = \"/etc/q/tls.crt\"\n"), env)
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Field != "tls_cert" || !strings.Contains(err.Error(), "tls_key") {
+		t.Errorf("tls_cert alone: %v; want a ConfigError naming tls_cert and tls_key", err)
+	}
+}
+
 func TestRetention(t *testing.T) {
 	for _, tt := range []struct {
 		config string

@@ -83,3 +83,7 @@ func (s *Store) Scrubber() *Scrubber { return s.load().Scrubber() }
 // BodyMemory is the configuration's bound, in bytes, on the memory that
 // bodies in flight take; zero when it says nothing.
 func (s *Store) BodyMemory() int64 { return s.load().BodyMemory() }
+
+// TLS is where the configuration puts serve's certificate and its private
+// key; empty when it says nothing.
+func (s *Store) TLS() (cert, key string) { return s.load().TLS() }

@@ -33,7 +33,7 @@ func startDemoServe(t *testing.T, dir string, args ...string) *runningDemo {
 	pr, pw := io.Pipe()
 	logs := &lockedBuffer{}
 	done := make(chan error, 1)
-	args = append([]string{"serve", "--demo", "--listen", "127.0.0.1:0", "--state", filepath.Join(dir, "state.db")}, args...)
+	args = append([]string{"serve", "--demo", "--listen", "127.0.0.1:0", "--drain-delay", "0", "--state", filepath.Join(dir, "state.db")}, args...)
 	go func() {
 		done <- run(ctx, args, strings.NewReader(""), pw, logs, func(string) string { return "" })
 		pw.Close()

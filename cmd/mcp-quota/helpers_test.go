@@ -156,7 +156,7 @@ func (s *setup) serve(t *testing.T, args ...string) (string, *lockedBuffer) {
 	pr, pw := io.Pipe()
 	var logs lockedBuffer
 	done := make(chan error, 1)
-	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--config", s.config, "--state", s.state, "--log-level", "debug"}, args...)
+	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--drain-delay", "0", "--config", s.config, "--state", s.state, "--log-level", "debug"}, args...)
 	go func() { done <- run(ctx, args, strings.NewReader(""), pw, &logs, s.getenv); pw.Close() }()
 	t.Cleanup(func() {
 		cancel()

@@ -139,7 +139,7 @@ func (h *host) run(t *testing.T, args ...string) string {
 // serve starts `mcp-quota serve` on a free loopback port on h.
 func (h *host) serve(t *testing.T) {
 	t.Helper()
-	cmd, stderr := h.command(t, "serve", "--listen", "127.0.0.1:0")
+	cmd, stderr := h.command(t, "serve", "--listen", "127.0.0.1:0", "--drain-delay", "0")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,12 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		// A second SIGTERM or Ctrl-C does not wait for the drain: it ends
+		// the process at once.
+		<-ctx.Done()
+		stop()
+	}()
 	if err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv); err != nil {
 		if !errors.Is(err, errUsage) {
 			fmt.Fprintln(os.Stderr, "mcp-quota:", err)

@@ -275,10 +275,11 @@ func busySyncJob(t *testing.T, calls int) (*setup, *exec.Cmd, *lockedBuffer) {
 }
 
 // serveProcess starts `mcp-quota serve` on a free loopback port as a
-// process of its own and returns it, its base URL and its stderr.
-func (s *setup) serveProcess(t *testing.T) (*exec.Cmd, string, *lockedBuffer) {
+// process of its own (with args) and returns it, its base URL and its
+// stderr.
+func (s *setup) serveProcess(t *testing.T, args ...string) (*exec.Cmd, string, *lockedBuffer) {
 	t.Helper()
-	cmd, stderr := s.command(t, "serve", "--listen", "127.0.0.1:0")
+	cmd, stderr := s.command(t, append([]string{"serve", "--listen", "127.0.0.1:0", "--drain-delay", "0"}, args...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -290,7 +291,7 @@ func (s *setup) serveProcess(t *testing.T) (*exec.Cmd, string, *lockedBuffer) {
 	base := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
-		re := regexp.MustCompile(`(http://127\.0\.0\.1:\d+)/mcp`)
+		re := regexp.MustCompile(`(https?://127\.0\.0\.1:\d+)/mcp`)
 		for sc.Scan() {
 			if m := re.FindStringSubmatch(sc.Text()); m != nil {
 				base <- m[1]

@@ -73,14 +73,23 @@ func (r *reloader) reload() {
 	r.log.Info("configuration reloaded", "config", r.e.configPath(r.c), "keys", n.KeyNames(), "callers", len(n.Callers()))
 }
 
+// tlsFiles are the TLS certificate's and key's paths in the configuration.
+func tlsFiles(s *keystore.Store) [2]string {
+	cert, key := s.TLS()
+	return [2]string{cert, key}
+}
+
 // restartOnly refuses a configuration that changes what only a restart
-// changes: the state and its timeout (the state is open), the bound on
+// changes: the state and its timeout (the state is open), the TLS files'
+// paths (the listener was set up with them), the bound on
 // bodies' memory (the upstream client was set up with it) and the
 // [oauth] table (the resource server was set up from it).
 func restartOnly(old, n *keystore.Store) error {
 	switch {
 	case old.State() != n.State() || old.StateTimeout() != n.StateTimeout():
 		return fmt.Errorf("the new configuration changes state or state_timeout, which take effect only at a restart: restart mcp-quota, or change them back")
+	case tlsFiles(old) != tlsFiles(n):
+		return fmt.Errorf("the new configuration changes tls_cert or tls_key, which take effect only at a restart (the files they name are read again when they change): restart mcp-quota, or change them back")
 	case old.BodyMemory() != n.BodyMemory():
 		return fmt.Errorf("the new configuration changes body_memory_mib, which takes effect only at a restart: restart mcp-quota, or change it back")
 	case !reflect.DeepEqual(old.OAuth(), n.OAuth()):

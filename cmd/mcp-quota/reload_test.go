@@ -48,6 +48,7 @@ auth = "none"
 		{`state = "/srv/q/state.db"`, ""},
 		{`state = "/srv/other.db"`, "state"},
 		{"state = \"/srv/q/state.db\"\nbody_memory_mib = 128", "body_memory_mib"},
+		{"state = \"/srv/q/state.db\"\ntls_cert = \"/srv/q/tls.crt\"\ntls_key = \"/srv/q/tls.key\"", "tls_cert"},
 	} {
 		err := restartOnly(base, parse(tc.extra))
 		switch {

@@ -55,7 +55,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	s := newSetup(t, url, `name = "default"
   quota = 120
   window = "60s"`, "")
-	cmd, logs := s.command(t, "serve", "--listen", "127.0.0.1:0", "--log-level", "info")
+	cmd, logs := s.command(t, "serve", "--listen", "127.0.0.1:0", "--drain-delay", "0", "--log-level", "info")
 	wrote := make(written, 1)
 	cmd.Stderr = io.MultiWriter(logs, wrote)
 	out, err := cmd.StdoutPipe()
@@ -196,7 +196,7 @@ keys = ["demo"]
 	if err := os.WriteFile(s.config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd, logs := s.command(t, "serve", "--listen", "127.0.0.1:0", "--log-level", "info")
+	cmd, logs := s.command(t, "serve", "--listen", "127.0.0.1:0", "--drain-delay", "0", "--log-level", "info")
 	wrote := make(written, 1)
 	cmd.Stderr = io.MultiWriter(logs, wrote)
 	out, err := cmd.StdoutPipe()

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/mark3labs/mcp-go/server"
@@ -31,12 +33,22 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	sessionIdle := fs.Duration("session-idle", gateway.DefaultSessionIdle, "end an MCP session after this long without a request (its client then starts a new one)")
 	proxies := fs.String("trusted-proxy", "", "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto and X-Forwarded-For are believed")
 	maxSessions := fs.Int("max-sessions", gateway.DefaultMaxSessions, "the most MCP sessions live at once on this host; past it, initialize is refused")
+	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate (PEM, its chain after it); read again when the file changes")
+	tlsKey := fs.String("tls-key", "", "with --tls-cert: its private key (PEM)")
+	drainDelay := fs.Duration("drain-delay", 5*time.Second, "on SIGTERM, how long /readyz answers 503 while calls are still taken, so that a load balancer stops sending before the listener closes")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM, how long calls in flight may take to finish after the listener closes; past it they are cancelled")
 	maxSessionsPerCaller := fs.Int("max-sessions-per-caller", gateway.DefaultMaxSessionsPerCaller, "the most MCP sessions one caller may have live at once on this host")
 	if err := e.parse(fs, args); err != nil {
 		return err
 	}
 	if *maxSessions < 1 || *maxSessionsPerCaller < 1 {
 		return fmt.Errorf("--max-sessions and --max-sessions-per-caller must be at least 1")
+	}
+	if *drainDelay < 0 || *shutdownTimeout <= 0 {
+		return fmt.Errorf("--drain-delay must not be negative and --shutdown-timeout must be positive (such as --drain-delay 5s --shutdown-timeout 30s)")
+	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return fmt.Errorf("--tls-cert and --tls-key go together: give both (the certificate and its private key, PEM), or neither")
 	}
 	trusted, err := gateway.ParseProxies(*proxies)
 	if err != nil {
@@ -55,11 +67,25 @@ func (e environment) serve(ctx context.Context, args []string) error {
 			return err
 		}
 	}
+	certPath, keyPath := *tlsCert, *tlsKey
+	if certPath == "" && keys != nil {
+		certPath, keyPath = keys.TLS() // tls_cert and tls_key in the configuration
+	}
+	var certs *certFiles
+	if certPath != "" {
+		if certs, err = newCertFiles(certPath, keyPath, time.Now, log); err != nil {
+			return err
+		}
+	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return listenError("serve", *listen, "--listen", err)
 	}
 	defer ln.Close()
+	scheme := "http"
+	if certs != nil {
+		ln, scheme = tls.NewListener(ln, certs.tlsConfig()), "https"
+	}
 	var d *demoSetup
 	if *demoMode {
 		if d, err = e.startDemo(ctx, c, *demoListen, flagSet(fs, "demo-listen"), log); err != nil {
@@ -81,13 +107,14 @@ func (e environment) serve(ctx context.Context, args []string) error {
 		return err
 	}
 	defer a.close()
-	go a.sweep(ctx)
+	defer a.sweepUntilDone(ctx)() // the sweep ends before the state closes
 	tr, endTracing, err := e.tracing(ctx, log)
 	if err != nil {
 		return err
 	}
 	defer endTracing()
 
+	drain := &gateway.Drain{}
 	deps := a.tools("mcp-http", "")
 	deps.Watch = tr.MCP("tcp")
 	mcpServer := tools.NewServer(deps, version)
@@ -97,13 +124,13 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	reload := &reloader{e: e, c: c, listen: *listen, keys: keys, log: log, loaded: time.Now()}
 	reload.start(ctx)
 	h := gateway.New(gateway.Config{Keys: keys, REST: a.rest(), MCP: mcpServer, DB: withDetail(a.db, reload), Log: log,
-		Loopback: loopback, AllowOrigins: splitList(*origins), Version: version, SessionIdle: *sessionIdle,
+		Drain: drain, Loopback: loopback, AllowOrigins: splitList(*origins), Version: version, SessionIdle: *sessionIdle,
 		MaxSessions: *maxSessions, MaxSessionsPerCaller: *maxSessionsPerCaller, TrustedProxies: trusted,
 		SessionSecret: a.sessionSecret(ctx), Metrics: m, OAuth: oauthSrv,
 		Dashboard: dashboard.New(dashboard.Config{Keys: keys, Pacer: a.pacer, DB: a.db, Log: log, Now: a.now, Secure: gateway.Secure, OIDC: dashboardOIDC(keys, oauthSrv)})})
 	srv := gateway.NewServer(ln.Addr().String(), tr.REST(h, isKey(keys)), log)
 
-	base := "http://" + ln.Addr().String()
+	base := scheme + "://" + ln.Addr().String()
 	if d != nil {
 		d.announce(e.stdout, base, stateShown(e.statePath(c, keys)), demoExecutable())
 	} else {
@@ -114,7 +141,7 @@ func (e environment) serve(ctx context.Context, args []string) error {
 		}
 	}
 	log.Info("serving", "addr", ln.Addr().String(), "keys", keys.KeyNames(), "state", stateShown(e.statePath(c, keys)))
-	return serveUntil(ctx, srv, ln)
+	return stopping{drain: drain, delay: *drainDelay, timeout: *shutdownTimeout, log: log}.serve(ctx, srv, ln)
 }
 
 // serveKeys loads the configuration serve runs with, refusing a
@@ -132,6 +159,38 @@ func (e environment) serveKeys(c common, listen string, log *slog.Logger) (*keys
 
 // serveUntil serves on ln until ctx ends, then shuts down gracefully.
 func serveUntil(ctx context.Context, srv *http.Server, ln net.Listener) error {
+	return stopping{timeout: 10 * time.Second}.serve(ctx, srv, ln)
+}
+
+// stopping is how serve stops once its context ends (SIGTERM or SIGINT):
+// /readyz turns unready for delay while the listener still takes calls,
+// so that a load balancer stops sending; then the listener closes, the
+// MCP sessions end, and calls in flight have timeout to finish. Past it
+// their contexts are cancelled (each records its outcome as it ends) and
+// the server waits a little longer for their handlers to return.
+type stopping struct {
+	drain   *gateway.Drain // nil: no /readyz, no sessions to end
+	delay   time.Duration
+	timeout time.Duration
+	log     *slog.Logger // nil: no log
+}
+
+// handlersGrace is how long the handlers of calls cancelled at the
+// shutdown timeout have to record their outcomes and return.
+const handlersGrace = 5 * time.Second
+
+// serve serves srv on ln until ctx ends, then stops as s says.
+func (s stopping) serve(ctx context.Context, srv *http.Server, ln net.Listener) error {
+	log := s.log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	base, cancelCalls := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelCalls()
+	srv.BaseContext = func(net.Listener) context.Context { return base }
+	var handlers running
+	srv.Handler = handlers.wrap(srv.Handler)
+
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -139,15 +198,96 @@ func serveUntil(ctx context.Context, srv *http.Server, ln net.Listener) error {
 		return err
 	case <-ctx.Done():
 	}
-	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	if s.drain != nil {
+		s.drain.Start()
+		log.Info("draining: /readyz answers 503; the listener closes after the drain delay", "drain_delay", s.delay.String())
+		if s.delay > 0 {
+			t := time.NewTimer(s.delay)
+			select {
+			case <-t.C:
+			case err := <-errc:
+				t.Stop()
+				return err
+			}
+		}
+	}
+	log.Info("shutting down: the listener is closed; calls in flight finish", "shutdown_timeout", s.timeout.String(), "in_flight", handlers.count())
+	stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
-	if err := srv.Shutdown(shutdown); err != nil {
-		return err
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(stop) }()
+	if s.drain != nil {
+		s.drain.CloseSessions(stop) // their event streams would hold the shutdown to its timeout
+	}
+	err := <-shut
+	if err != nil {
+		// Past the bound: cancel what still runs, close its connections,
+		// and give the handlers a moment to record their outcomes.
+		log.Warn("calls in flight did not finish within the shutdown timeout: cancelling them", "in_flight", handlers.count())
+		cancelCalls()
+		srv.Close()
+		grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), handlersGrace)
+		defer cancel()
+		if handlers.wait(grace) != nil {
+			log.Warn("calls still running after their cancellation: their slots stay counted until the next sweep", "in_flight", handlers.count())
+		}
 	}
 	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
+}
+
+// running counts the handlers running.
+type running struct {
+	mu   sync.Mutex
+	n    int
+	zero chan struct{} // closed when n drops to 0; nil when none waits
+}
+
+func (r *running) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.mu.Lock()
+		r.n++
+		r.mu.Unlock()
+		defer r.done()
+		h.ServeHTTP(w, req)
+	})
+}
+
+func (r *running) done() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n--; r.n == 0 && r.zero != nil {
+		close(r.zero)
+		r.zero = nil
+	}
+}
+
+func (r *running) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
+}
+
+// wait returns when no handler runs, or with ctx's error when it ends first.
+func (r *running) wait(ctx context.Context) error {
+	r.mu.Lock()
+	if r.n == 0 {
+		r.mu.Unlock()
+		return nil
+	}
+	if r.zero == nil {
+		r.zero = make(chan struct{})
+	}
+	zero := r.zero
+	r.mu.Unlock()
+	select {
+	case <-zero:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func isLoopback(a net.Addr) bool {
@@ -181,9 +321,7 @@ func (e environment) stdio(ctx context.Context, args []string, stdin io.Reader) 
 		return e.stdioUnavailable(ctx, stdin, err, log)
 	}
 	defer a.close()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go a.sweep(ctx)
+	defer a.sweepUntilDone(ctx)() // the sweep ends before the state closes
 	tr, endTracing, err := e.tracing(ctx, log)
 	if err != nil {
 		return err

@@ -105,7 +105,7 @@ func startServe(t *testing.T, env map[string]string, args ...string) (string, *l
 	pr, pw := io.Pipe()
 	var logs lockedBuffer
 	done := make(chan error, 1)
-	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--log-level", "debug"}, args...)
+	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--drain-delay", "0", "--log-level", "debug"}, args...)
 	go func() {
 		done <- run(ctx, args, strings.NewReader(""), pw, &logs, func(k string) string { return env[k] })
 		pw.Close()

@@ -374,6 +374,22 @@ func (a *app) rest() *rest.Handler {
 	return &rest.Handler{Keys: a.keys, Client: a.client, Pacer: a.pacer, DB: a.db, Log: a.log, Now: a.now}
 }
 
+// sweepUntilDone runs the sweep until ctx ends or the returned function
+// is called, which returns once the sweep has ended: the state must not
+// close under it.
+func (a *app) sweepUntilDone(ctx context.Context) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.sweep(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 // sweep records what the journals of processes that died hold, marks
 // their attempts as interrupted and drops old history, now and every ten
 // minutes until ctx ends (every 30 s while the state fails).

@@ -35,7 +35,7 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	maxSessions := fs.Int("max-sessions", gateway.DefaultMaxSessions, "the most MCP sessions live at once on this host; past it, initialize is refused")
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate (PEM, its chain after it); read again when the file changes")
 	tlsKey := fs.String("tls-key", "", "with --tls-cert: its private key (PEM)")
-	drainDelay := fs.Duration("drain-delay", 5*time.Second, "on SIGTERM, how long /readyz answers 503 while calls are still taken, so that a load balancer stops sending before the listener closes")
+	drainDelay := fs.Duration("drain-delay", 5*time.Second, "on SIGTERM, how long /readyz answers 503 while calls are still taken, so that a load balancer stops sending before the listener closes (unless set, 0 on a loopback address)")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM, how long calls in flight may take to finish after the listener closes; past it they are cancelled")
 	maxSessionsPerCaller := fs.Int("max-sessions-per-caller", gateway.DefaultMaxSessionsPerCaller, "the most MCP sessions one caller may have live at once on this host")
 	if err := e.parse(fs, args); err != nil {
@@ -141,7 +141,11 @@ func (e environment) serve(ctx context.Context, args []string) error {
 		}
 	}
 	log.Info("serving", "addr", ln.Addr().String(), "keys", keys.KeyNames(), "state", stateShown(e.statePath(c, keys)))
-	return stopping{drain: drain, delay: *drainDelay, timeout: *shutdownTimeout, log: log}.serve(ctx, srv, ln)
+	delay := *drainDelay
+	if !flagSet(fs, "drain-delay") && loopbackAddress(*listen) {
+		delay = 0 // no load balancer reaches a loopback listener: Ctrl-C stops at once
+	}
+	return stopping{drain: drain, delay: delay, timeout: *shutdownTimeout, log: log}.serve(ctx, srv, ln)
 }
 
 // serveKeys loads the configuration serve runs with, refusing a

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,6 +22,8 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/state"
+
+	"github.com/mcp-quota/mcp-quota/demo"
 )
 
 // heldUpstream is an API that answers every authorized GET with 200, and,
@@ -292,4 +296,38 @@ func drainUnderLoad(t *testing.T, finish bool) {
 		}
 	}
 	t.Logf("answered 2xx: %v (%d after SIGTERM); activity: %v", byTransport, got.late, states)
+}
+
+// TestLoopbackServeHasNoDrainDelay: no load balancer reaches a loopback
+// listener, so Ctrl-C stops it without the drain delay unless one is
+// given.
+func TestLoopbackServeHasNoDrainDelay(t *testing.T) {
+	_, url := upstreamAPI(t, demo.Config{})
+	s := newSetup(t, url, defaultPolicy, "")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "drain_delay=0s"},
+		{[]string{"--drain-delay", "1ms"}, "drain_delay=1ms"},
+	} {
+		ctx, cancel := context.WithCancel(t.Context())
+		var logs lockedBuffer
+		args := append([]string{"serve", "--listen", "127.0.0.1:0", "--config", s.config, "--state", s.state}, tt.args...)
+		done := make(chan error, 1)
+		pr, pw := io.Pipe()
+		go func() { done <- run(ctx, args, strings.NewReader(""), pw, &logs, s.getenv); pw.Close() }()
+		// serve has started once it printed where it serves.
+		if _, err := bufio.NewReader(pr).ReadString('\n'); err != nil {
+			t.Fatalf("serve %v: %v\n%s", tt.args, err, logs.String())
+		}
+		go io.Copy(io.Discard, pr)
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("serve %v: %v", tt.args, err)
+		}
+		if !strings.Contains(logs.String(), tt.want) {
+			t.Errorf("serve %v on loopback logged no %s:\n%s", tt.args, tt.want, logs.String())
+		}
+	}
 }

@@ -88,15 +88,20 @@ func scopes(scope string, scp any) []string {
 	case string:
 		return strings.Fields(v)
 	case []any:
-		var out []string
-		for _, e := range v {
-			if s, ok := e.(string); ok && s != "" {
-				out = append(out, s)
-			}
-		}
-		return out
+		return nonEmptyStrings(v)
 	}
 	return nil
+}
+
+// nonEmptyStrings returns the non-empty strings of a JSON array, in order.
+func nonEmptyStrings(v []any) []string {
+	var out []string
+	for _, e := range v {
+		if s, ok := e.(string); ok && s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // An issuer is a trusted authorization server: its metadata and keys,

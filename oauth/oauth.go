@@ -105,13 +105,7 @@ func (p *Principal) Values(claim string) []string {
 	case string:
 		return nonEmpty(v)
 	case []any:
-		var out []string
-		for _, e := range v {
-			if s, ok := e.(string); ok && s != "" {
-				out = append(out, s)
-			}
-		}
-		return out
+		return nonEmptyStrings(v)
 	case []string:
 		return v
 	}

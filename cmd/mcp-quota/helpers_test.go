@@ -152,18 +152,34 @@ func (s *setup) stdioSession(t *testing.T, opts *gomcp.ClientOptions, args ...st
 // and returns its base URL and collected logs.
 func (s *setup) serve(t *testing.T, args ...string) (string, *lockedBuffer) {
 	t.Helper()
+	base, logs, stop := startServe(t, s.getenv, append([]string{"--config", s.config, "--state", s.state}, args...)...)
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return base, logs
+}
+
+// startServe runs `mcp-quota serve` in this process on a free loopback
+// port with getenv as its environment, and returns its base URL, its
+// collected logs and a function that stops it and returns its error
+// (called at the test's end too).
+func startServe(t *testing.T, getenv func(string) string, args ...string) (string, *lockedBuffer, func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	var logs lockedBuffer
 	done := make(chan error, 1)
-	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--drain-delay", "0", "--config", s.config, "--state", s.state, "--log-level", "debug"}, args...)
-	go func() { done <- run(ctx, args, strings.NewReader(""), pw, &logs, s.getenv); pw.Close() }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
+	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--drain-delay", "0", "--log-level", "debug"}, args...)
+	go func() { done <- run(ctx, args, strings.NewReader(""), pw, &logs, getenv); pw.Close() }()
+	var once sync.Once
+	var err error
+	stop := func() error {
+		once.Do(func() { cancel(); err = <-done })
+		return err
+	}
+	t.Cleanup(func() { stop() })
 	base := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(pr)
@@ -178,13 +194,13 @@ func (s *setup) serve(t *testing.T, args ...string) (string, *lockedBuffer) {
 	}()
 	select {
 	case u := <-base:
-		return u, &logs
+		return u, &logs, stop
 	case err := <-done:
 		t.Fatalf("serve ended: %v\n%s", err, logs.String())
 	case <-time.After(20 * time.Second):
 		t.Fatalf("serve did not start\n%s", logs.String())
 	}
-	return "", nil
+	return "", nil, nil
 }
 
 // httpSession connects the go-sdk client to base/mcp with token.

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"context"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -16,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -97,49 +94,6 @@ const (
 	querySecret  = "query-secret-9e27b4f01c6d"
 )
 
-// startServe runs `mcp-quota serve` in this process with env and returns
-// its base URL and a function that stops it and returns its error.
-func startServe(t *testing.T, env map[string]string, args ...string) (string, *lockedBuffer, func() error) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	var logs lockedBuffer
-	done := make(chan error, 1)
-	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--drain-delay", "0", "--log-level", "debug"}, args...)
-	go func() {
-		done <- run(ctx, args, strings.NewReader(""), pw, &logs, func(k string) string { return env[k] })
-		pw.Close()
-	}()
-	var once sync.Once
-	var err error
-	stop := func() error {
-		once.Do(func() { cancel(); err = <-done })
-		return err
-	}
-	t.Cleanup(func() { stop() })
-	base := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		re := regexp.MustCompile(`(http://127\.0\.0\.1:\d+)/mcp`)
-		sent := false
-		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil && !sent {
-				base <- m[1]
-				sent = true
-			}
-		}
-	}()
-	select {
-	case u := <-base:
-		return u, &logs, stop
-	case err := <-done:
-		t.Fatalf("serve ended: %v\n%s", err, logs.String())
-	case <-time.After(20 * time.Second):
-		t.Fatalf("serve did not start\n%s", logs.String())
-	}
-	return "", nil, nil
-}
-
 // withHeader sets a header field on every request.
 type withHeader struct {
 	name, value string
@@ -209,7 +163,7 @@ keys = ["bear", "qk"]
 	}
 	env := map[string]string{"BEAR_SECRET": bearerSecret, "Q_SECRET": querySecret, "AGENT_TOKEN": agentToken, "SYNC_TOKEN": syncToken,
 		"OTEL_EXPORTER_OTLP_ENDPOINT": collector.URL, "OTEL_SERVICE_NAME": "quota-under-test"}
-	base, logs, stop := startServe(t, env, "--config", config, "--state", filepath.Join(dir, "state.db"))
+	base, logs, stop := startServe(t, func(k string) string { return env[k] }, "--config", config, "--state", filepath.Join(dir, "state.db"))
 
 	const (
 		traceA = "0af7651916cd43dd8448eb211c80319c" // the MCP session's HTTP traceparent

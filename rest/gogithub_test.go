@@ -178,7 +178,7 @@ func TestGoGitHubThroughTheRESTSide(t *testing.T) {
 					t.Errorf("caller %d: go-github surfaced %v", i, err)
 				}
 			}
-			full, refusals, calls := up.windows()
+			full, refusals, calls := up.windows(until)
 			if len(refusals) > 0 {
 				t.Errorf("the upstream refused %d of %d calls: %v", len(refusals), calls, refusals)
 			}
@@ -257,7 +257,7 @@ func TestGitHubSecondaryLimitStaysSecondary(t *testing.T) {
 			t.Errorf("call %d (refused by %s): X-RateLimit-Remaining %q, want the upstream's %d (a secondary limit spends no primary quota)", i+1, from, got, left)
 		}
 	}
-	if _, refusals, calls := up.windows(); len(refusals) != 1 || calls != up.secondaryAt {
+	if _, refusals, calls := up.windows(time.Now()); len(refusals) != 1 || calls != up.secondaryAt {
 		t.Errorf("the upstream got %d calls and refused %v, want the one refusal", calls, refusals)
 	}
 	// What the refusal taught is a wait, not a count limit.
@@ -297,7 +297,7 @@ func TestGitHubSecondaryLimitStaysSecondary(t *testing.T) {
 			time.Sleep(time.Until(rle.Rate.Reset.Time)) // go-github's documented wait
 		}
 	}
-	if _, refusals, _ := up.windows(); len(refusals) != 1 {
+	if _, refusals, _ := up.windows(time.Now()); len(refusals) != 1 {
 		t.Errorf("the upstream refused %v after the secondary limit", refusals[1:])
 	}
 }

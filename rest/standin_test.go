@@ -17,7 +17,21 @@ type windowCount struct {
 	window time.Duration
 	start  time.Time
 	used   int
-	full   []int // what each ended window spent
+	full   []int       // what each ended window spent
+	ends   []time.Time // when each of them ended
+}
+
+// spentBy returns what each window that ended by t spent: a window still
+// open when the callers stopped (a late retry closes it) was not looped
+// through whole.
+func spentBy(full []int, ends []time.Time, t time.Time) []int {
+	var out []int
+	for i, n := range full {
+		if !ends[i].After(t) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // take spends one at now; ok is false when the window is spent.
@@ -25,6 +39,7 @@ func (c *windowCount) take(now time.Time, n int) (ok bool) {
 	if c.start.IsZero() || !now.Before(c.start.Add(c.window)) {
 		if !c.start.IsZero() {
 			c.full = append(c.full, c.used)
+			c.ends = append(c.ends, c.start.Add(c.window))
 		}
 		c.start, c.used = now, 0
 	}
@@ -104,10 +119,12 @@ func (g *ghStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // windows returns what each ended window spent, and the refusals.
-func (g *ghStandIn) windows() (full []int, refusals []string, calls int) {
+// windows returns what each primary window that ended by t spent, the
+// refusals and the calls.
+func (g *ghStandIn) windows(t time.Time) (full []int, refusals []string, calls int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return append([]int(nil), g.primary.full...), append([]string(nil), g.refusals...), g.calls
+	return spentBy(g.primary.full, g.primary.ends, t), append([]string(nil), g.refusals...), g.calls
 }
 
 // openAIStandIn is an OpenAI-like upstream: POST /v1/chat/completions
@@ -179,8 +196,10 @@ func (o *openAIStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		"usage":   map[string]any{"prompt_tokens": 0, "completion_tokens": cost, "total_tokens": cost}})
 }
 
-func (o *openAIStandIn) windows() (requests, tokens []int, refusals []string, calls int) {
+// windows returns what each window that ended by t spent, in requests
+// and in tokens, the refusals and the calls.
+func (o *openAIStandIn) windows(t time.Time) (requests, tokens []int, refusals []string, calls int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return append([]int(nil), o.requests.full...), append([]int(nil), o.tokens.full...), append([]string(nil), o.refusals...), o.calls
+	return spentBy(o.requests.full, o.requests.ends, t), spentBy(o.tokens.full, o.tokens.ends, t), append([]string(nil), o.refusals...), o.calls
 }

@@ -93,8 +93,9 @@ func TestOctokitThroughTheRESTSide(t *testing.T) {
 			keys, callers := githubKeys(documented)
 			s := newStack(t, stackConfig{Upstream: up, Keys: keys, Callers: callers, QuietLog: true, Limits: refuseAtOnce})
 			var got struct{ Runs []octokitRun }
+			loopEnd := time.Now().Add(loopFor) // the callers loop no longer than this
 			vendorNode(t, "octokit.mjs", &got, s.URL+"/k/github", strconv.FormatInt(loopFor.Milliseconds(), 10), syncToken, agentToken)
-			full, refusals, calls := up.windows()
+			full, refusals, calls := up.windows(loopEnd)
 			if len(refusals) > 0 {
 				t.Errorf("the upstream refused %d of %d calls: %v", len(refusals), calls, refusals)
 			}
@@ -206,9 +207,10 @@ keys = ["openai"]
 `, "\r", "")
 			s := newStack(t, stackConfig{Upstream: up, Keys: keys, Callers: callers, QuietLog: true, Limits: refuseAtOnce})
 			var got struct{ Runs []openAIRun }
+			loopEnd := time.Now().Add(loopFor) // the callers loop no longer than this
 			vendorNode(t, "openai.mjs", &got, s.URL+"/k/openai/v1", strconv.FormatInt(loopFor.Milliseconds(), 10),
 				strconv.Itoa(openAICost), syncToken, agentToken)
-			reqs, _, refusals, calls := up.windows()
+			reqs, _, refusals, calls := up.windows(loopEnd)
 			if len(refusals) > 0 {
 				t.Errorf("the upstream refused %d of %d calls: %v", len(refusals), calls, refusals)
 			}

@@ -23,6 +23,12 @@ import (
 // checked like any other and mapped to its principal, whose session the
 // browser then holds. The token itself is dropped.
 type OIDC struct {
+	// Name is the authorization server as people know it ("Example
+	// SSO"): the sign-in card's button says "Sign in with" it. Empty
+	// means the host of Issuer.
+	Name string
+	// Issuer is the authorization server's issuer URL.
+	Issuer       string
 	ClientID     string
 	ClientSecret string // empty for a public client
 	// Resource is mcp-quota's resource URI: the token is asked for it,
@@ -46,8 +52,46 @@ const (
 	flowCookie   = "mcpq_oidc"
 )
 
+// SignInOptionsPath answers which sign-ins the page offers; anyone may
+// read it (it names no caller and no key).
+const SignInOptionsPath = "/ui/api/signin"
+
+// signInOptions is SignInOptionsPath's answer: the sign-in with the
+// authorization server, when it is configured, beside the token form.
+type signInOptions struct {
+	OIDC *oidcOption `json:"oidc,omitempty"`
+}
+
+type oidcOption struct {
+	Label string `json:"label"` // the button's text: Sign in with <issuer name>
+	Path  string `json:"path"`  // where the button goes
+}
+
+// label is the sign-in button's text.
+func (o *OIDC) label() string {
+	name := o.Name
+	if name == "" {
+		if u, err := url.Parse(o.Issuer); err == nil && u.Host != "" {
+			name = u.Host
+		} else {
+			name = "the authorization server"
+		}
+	}
+	return "Sign in with " + name
+}
+
+// signInChoices serves SignInOptionsPath.
+func (h *Handler) signInChoices(w http.ResponseWriter, r *http.Request) {
+	var out signInOptions
+	if o := h.c.OIDC; o != nil {
+		out.OIDC = &oidcOption{Label: o.label(), Path: SignInPath}
+	}
+	writeJSON(w, out)
+}
+
 // oidcRoutes adds the sign-in's routes, when it is configured.
 func (h *Handler) oidcRoutes() {
+	h.mux.HandleFunc("GET "+SignInOptionsPath, h.signInChoices)
 	if h.c.OIDC == nil {
 		return
 	}

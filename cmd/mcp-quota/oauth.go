@@ -28,7 +28,7 @@ func dashboardOIDC(keys *keystore.Store, srv *oauth.Server) *dashboard.OIDC {
 	if srv == nil || o == nil || o.DashboardClient == "" {
 		return nil
 	}
-	return &dashboard.OIDC{ClientID: o.DashboardClient, ClientSecret: o.DashboardSecret.Reveal(), Resource: o.Resource,
+	return &dashboard.OIDC{Name: o.IssuerName, Issuer: o.Issuers[0], ClientID: o.DashboardClient, ClientSecret: o.DashboardSecret.Reveal(), Resource: o.Resource,
 		Scopes: o.Scopes, Endpoints: srv.Endpoints,
 		Caller: func(ctx context.Context, token string) (*keystore.Caller, error) {
 			p, err := srv.Verify(ctx, token)

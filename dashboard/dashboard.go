@@ -62,6 +62,7 @@ type Handler struct {
 	c        Config
 	mux      *http.ServeMux
 	sessions *sessions
+	client   registered // the client registered at the authorization server, when OIDC has no ClientID
 }
 
 // New returns the dashboard for c.

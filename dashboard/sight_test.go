@@ -1,7 +1,9 @@
 package dashboard
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -44,8 +46,11 @@ func TestSignInChoices(t *testing.T) {
 		want string
 	}{
 		{"none", nil, ""},
-		{"named", &OIDC{Name: "Example SSO", Issuer: "https://login.example.com/realms/team"}, "Sign in with Example SSO"},
-		{"by host", &OIDC{Issuer: "https://login.example.com/realms/team"}, "Sign in with login.example.com"},
+		{"named", &OIDC{Name: "Example SSO", Issuer: "https://login.example.com/realms/team", ClientID: "dash"}, "Sign in with Example SSO"},
+		{"by host", &OIDC{Issuer: "https://login.example.com/realms/team", ClientID: "dash"}, "Sign in with login.example.com"},
+		{"registers", &OIDC{Issuer: "https://login.example.com", Registration: registration("https://login.example.com/reg", nil)}, "Sign in with login.example.com"},
+		{"no client, no registration", &OIDC{Issuer: "https://login.example.com", Registration: registration("", nil)}, ""},
+		{"issuer down", &OIDC{Issuer: "https://login.example.com", Registration: registration("", errors.New("connection refused"))}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := New(Config{OIDC: tc.oidc})
@@ -71,4 +76,8 @@ func TestSignInChoices(t *testing.T) {
 			}
 		})
 	}
+}
+
+func registration(endpoint string, err error) func(context.Context) (string, error) {
+	return func(context.Context) (string, error) { return endpoint, err }
 }

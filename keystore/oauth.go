@@ -69,7 +69,8 @@ type OAuth struct {
 	// principal is given.
 	AdminGroup string
 	// DashboardClient (and DashboardSecret, for a confidential client)
-	// turn on the dashboard's sign-in with the authorization server.
+	// is the dashboard's client at the authorization server; empty, the
+	// dashboard registers one there itself (RFC 7591) when it can.
 	DashboardClient string
 	DashboardSecret Secret
 	// IssuerName is the first issuer as people know it ("Example SSO"),
@@ -214,6 +215,9 @@ func (s *contents) parseOAuth(oc *oauthConfig, pcs []principalConfig, env Env, k
 		IntrospectionClient: oc.IntrospectionClientID, IntrospectionCache: time.Duration(oc.IntrospectionCache),
 		NameClaim: oc.NameClaim, DefaultKeys: oc.DefaultKeys, Contact: oc.Contact, Clients: oc.Clients,
 		AdminGroup: oc.AdminGroup, DashboardClient: oc.DashboardClientID, IssuerName: strings.TrimSpace(oc.IssuerName)}
+	if oc.DashboardSecretEnv != "" && oc.DashboardClientID == "" {
+		bad("oauth.dashboard_client_secret_env", "a dashboard client secret needs its client: set dashboard_client_id too")
+	}
 	if oc.DashboardSecretEnv != "" {
 		if v := strings.TrimSpace(env.getenv(oc.DashboardSecretEnv)); v != "" {
 			o.DashboardSecret = NewSecret(v)

@@ -146,6 +146,8 @@ visible_to = [""]`, "principals[0].visible_to[0]", "name a principal"},
 name = "a via b"
 values = ["a"]
 keys = ["gh"]`, "principals[0].name", "may not contain"},
+		"dashboard secret without client": {base + `dashboard_client_secret_env = "T"
+`, "oauth.dashboard_client_secret_env", "set dashboard_client_id"},
 		"caller's empty group": {`
 [[callers]]
 name = "etl"

@@ -255,3 +255,40 @@ func TestDashboardSightAdministrator(t *testing.T) {
 		t.Errorf("key ops: %d %s", code, body)
 	}
 }
+
+// TestDashboardSignInButton: with [oauth] and no dashboard_client_id, the
+// sign-in card offers the issuer (by its host) and the dashboard
+// registers its own client there at the first sign-in; without [oauth]
+// it offers nothing but the token form.
+func TestDashboardSignInButton(t *testing.T) {
+	iss := oidctest.Start(t, 1, "alice")
+	_, upstream := upstreamAPI(t, demo.Config{})
+	s, addr := oauthSetup(t, upstream, iss[0])
+	base, logs := s.serve(t, "--listen", addr)
+
+	var choices struct {
+		OIDC *struct{ Label, Path string }
+	}
+	code, body := getJSON(t, http.DefaultClient, base+"/ui/api/signin", &choices)
+	if want := "Sign in with " + strings.TrimPrefix(iss[0], "http://"); code != http.StatusOK || choices.OIDC == nil || choices.OIDC.Label != want {
+		t.Fatalf("GET /ui/api/signin: %d %s, want the button %q", code, body, want)
+	}
+	browser := signInWithIssuer(t, base, logs)
+	var who sessionAnswer
+	getJSON(t, browser, base+"/ui/api/session", &who)
+	if !who.SignedIn || !strings.HasPrefix(who.Caller, "alice@example.com via ") {
+		t.Errorf("signed in as %+v, want alice through the client the dashboard registered", who)
+	}
+
+	plain := newSetup(t, upstream, `name = "default"
+  quota = 120
+  window = "60s"`, "")
+	plainBase, _ := plain.serve(t)
+	choices.OIDC = nil
+	if code, body := getJSON(t, http.DefaultClient, plainBase+"/ui/api/signin", &choices); code != http.StatusOK || choices.OIDC != nil {
+		t.Errorf("without [oauth], GET /ui/api/signin: %d %s, want no button", code, body)
+	}
+	if code, _ := getJSON(t, http.DefaultClient, plainBase+"/ui/signin/oidc", nil); code != http.StatusNotFound && code != http.StatusUnauthorized {
+		t.Errorf("without [oauth], GET /ui/signin/oidc: %d, want no sign-in there", code)
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/internal/oidctest"
 	"github.com/mcp-quota/mcp-quota/report"
@@ -215,6 +217,22 @@ func TestDashboardSightPerPrincipal(t *testing.T) {
 		if strings.Contains(a.Caller, "agent") {
 			t.Errorf("bob sees agent's call %+v", a)
 		}
+	}
+
+	// Over MCP, the job nightly-sync reads its own calls in the activity
+	// resource, not agent's.
+	job := oidctest.ClientCredentials(t, issuer, "sync-job", "sync-job-secret", base+"/mcp", "mcp")
+	sess := httpSession(t, base, job, nil)
+	res, err := sess.ReadResource(t.Context(), &gomcp.ReadResourceParams{URI: "quota://activity/demo"})
+	if err != nil || len(res.Contents) != 1 {
+		t.Fatalf("reading the activity resource: %v", err)
+	}
+	var resource report.ActivityPage
+	if err := json.Unmarshal([]byte(res.Contents[0].Text), &resource); err != nil {
+		t.Fatal(err)
+	}
+	if len(resource.Activity) != 1 || resource.Activity[0].Caller != "nightly-sync" {
+		t.Errorf("nightly-sync's activity resource = %+v, want its one call", resource.Activity)
 	}
 }
 

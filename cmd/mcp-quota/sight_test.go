@@ -49,6 +49,7 @@ func sightSetup(t *testing.T, user string) (s *setup, base, issuer, client strin
 		t.Fatal(err)
 	}
 	cfg := strings.Replace(string(raw), "[oauth]\n", fmt.Sprintf("[oauth]\ndashboard_client_id = %q\nissuer_name = \"Test IdP\"\nadmin_group = \"team-a\"\n", registered.ClientID), 1)
+	cfg = strings.Replace(cfg, "write_scopes = [\"demo:write\"]\n", "write_scopes = [\"demo:write\"]\nreserve = [{ caller = \"agent\", share = 0.2 }]\n", 1)
 	cfg = strings.Replace(cfg, "values = [\"sync-job\"]\nkeys = [\"demo\"]\n", "values = [\"sync-job\"]\nkeys = [\"demo\"]\nvisible_to = [\"bob@example.com\"]\n", 1)
 	cfg += fmt.Sprintf(`
 [[principals]]
@@ -146,6 +147,11 @@ type overviewAnswer struct {
 		Key string `json:"key"`
 	} `json:"keys"`
 	Detail struct {
+		Status struct {
+			Reservations []struct {
+				Caller string `json:"caller"`
+			} `json:"reservations"`
+		} `json:"status"`
 		Spenders []struct {
 			Caller string `json:"caller"`
 			Others bool   `json:"others"`
@@ -195,6 +201,9 @@ func TestDashboardSightPerPrincipal(t *testing.T) {
 	}
 	if strings.Join(named, ",") != "nightly-sync" || others != 2 {
 		t.Errorf("spenders: named %v, others' calls %d; want nightly-sync, 2", named, others)
+	}
+	if r := o.Detail.Status.Reservations; len(r) != 0 {
+		t.Errorf("bob is shown the reservations %+v, want none: agent's is not his to see", r)
 	}
 
 	// A call of a principal bob may not see reads as one that does not
@@ -271,6 +280,11 @@ func TestDashboardSightAdministrator(t *testing.T) {
 	}
 	if code, body := getJSON(t, alice, base+"/ui/api/overview?key=ops", nil); code != http.StatusOK {
 		t.Errorf("key ops: %d %s", code, body)
+	}
+	var o overviewAnswer
+	getJSON(t, alice, base+"/ui/api/overview?key=demo", &o)
+	if r := o.Detail.Status.Reservations; len(r) != 1 || r[0].Caller != "agent" {
+		t.Errorf("the administrator is shown the reservations %+v, want agent's", r)
 	}
 }
 

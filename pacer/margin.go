@@ -1,6 +1,9 @@
 package pacer
 
 import (
+	"fmt"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
@@ -31,9 +34,11 @@ func marginCap(w time.Duration) time.Duration {
 
 // margin is how long beyond w a send stays in a window of w, as of s: the
 // key's recent admission-to-answer latency, or the age of its oldest call
-// in flight when that is longer, within marginCap(w).
+// in flight when that is longer, within marginCap(w); or this process's
+// recent delay from admission to send, when that is longer still, within
+// sendMarginCap(w).
 func (s snapshot) margin(w time.Duration) time.Duration {
-	m := latencyMargin(s.ks, w)
+	m := max(latencyMargin(s.ks, w), min(s.delay, sendMarginCap(w)))
 	if !s.flight.Oldest.IsZero() {
 		m = max(m, min(s.now.Sub(s.flight.Oldest), marginCap(w)))
 	}
@@ -77,4 +82,152 @@ func latencyPeriod(k *keystore.Key, known []ledger.Known) time.Duration {
 		}
 	}
 	return w + marginCap(w)
+}
+
+// A send leaves its process a moment after its admission: the admission's
+// transaction commits, the request is built and handed to the network.
+// On a busy machine that moment grows, and a send that leaves later than
+// the margin allows reaches the upstream's window after the log has let
+// its slot go. So each process measures how long its sends of a key take
+// to leave (a high percentile of the recent ones, sendDelays), and its
+// decisions keep a send in the window for that long beyond w, when it is
+// longer than the margin above — within sendMarginCap(w). A send that
+// would still leave later than the margin its admission counted with is
+// not sent: its attempt ends, counted where it was admitted, and the call
+// is admitted again, in the window it will land in (see Pacer.Leaving).
+const (
+	// MaxSendMargin bounds the margin that measured send delays give any
+	// window.
+	MaxSendMargin = 5 * time.Second
+	// sendMarginShare bounds that margin in a window of w to
+	// w/sendMarginShare.
+	sendMarginShare = 8
+	// delaySamples is how many of a key's latest send delays a process
+	// keeps.
+	delaySamples = 64
+	// delayPercentile is the share of the recent send delays the margin
+	// covers.
+	delayPercentile = 0.95
+	// delayMemory is how long a send delay counts.
+	delayMemory = time.Minute
+)
+
+// sendMarginCap is the most a measured send delay keeps a send in a
+// window of w beyond w: never less than marginCap(w).
+func sendMarginCap(w time.Duration) time.Duration {
+	return max(marginCap(w), min(MaxSendMargin, w/sendMarginShare))
+}
+
+// sendDelays are the latest delays from admission to send of one key's
+// calls in this process, each with when it was measured: a ring of
+// delaySamples. The zero value holds none. It is not safe for concurrent
+// use.
+type sendDelays struct {
+	at   [delaySamples]time.Time
+	d    [delaySamples]time.Duration
+	n    int // how many are held
+	next int // where the next goes
+}
+
+// note records that a send measured at now left d after its admission.
+func (s *sendDelays) note(now time.Time, d time.Duration) {
+	s.at[s.next], s.d[s.next] = now, max(d, 0)
+	s.next = (s.next + 1) % delaySamples
+	s.n = min(s.n+1, delaySamples)
+}
+
+// high returns the delayPercentile-th percentile of the delays measured
+// within delayMemory before now (a delay measured after now, by a clock
+// that stepped back, counts too); zero when there are none.
+func (s *sendDelays) high(now time.Time) time.Duration {
+	var recent [delaySamples]time.Duration
+	k := 0
+	for i := range s.n {
+		if now.Sub(s.at[i]) < delayMemory {
+			recent[k] = s.d[i]
+			k++
+		}
+	}
+	if k == 0 {
+		return 0
+	}
+	ds := recent[:k]
+	slices.Sort(ds)
+	return ds[int(math.Ceil(delayPercentile*float64(k)))-1]
+}
+
+// sendDelay is the high percentile of key's recent send delays in this
+// process, as of now.
+func (p *Pacer) sendDelay(key string, now time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s := p.delays[key]; s != nil {
+		return s.high(now)
+	}
+	return 0
+}
+
+// noteSendDelay records that a send of key measured at now left d after
+// its admission.
+func (p *Pacer) noteSendDelay(key string, now time.Time, d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.delays == nil {
+		p.delays = map[string]*sendDelays{}
+	}
+	s := p.delays[key]
+	if s == nil {
+		s = &sendDelays{}
+		p.delays[key] = s
+	}
+	s.note(now, d)
+}
+
+// allowance is how long after an admission at s.now its send may leave
+// and still be counted as the decision counted it: the margin of the
+// key's shortest windowed policy, without what calls in flight add to it
+// (they leave). Zero means no window binds the send.
+func (s snapshot) allowance() time.Duration {
+	var allowed time.Duration
+	for i, p := range policyWindows(s.key, s.applicable()) {
+		m := max(latencyMargin(s.ks, p.w), min(s.delay, sendMarginCap(p.w)))
+		if i == 0 || m < allowed {
+			allowed = m
+		}
+	}
+	return allowed
+}
+
+// A LateError is a send that would leave later after its admission than
+// its margin allows (see Pacer.Leaving): it is not sent, and its call is
+// admitted again.
+type LateError struct {
+	Delay   time.Duration // from its admission to now
+	Allowed time.Duration // the most its margin allowed
+}
+
+func (e *LateError) Error() string {
+	return fmt.Sprintf("not sent: it would have left %s after its admission, later than the %s its window's margin allows; the call is admitted again",
+		e.Delay.Round(time.Millisecond), e.Allowed.Round(time.Millisecond))
+}
+
+// Leaving is told that t's request is about to leave, at once. It records
+// how long after its admission it leaves, for the margin of the key's
+// next decisions in this process; and it returns a *LateError when that
+// is later than the margin t's admission counted with allows. Then the
+// request must not be sent: end t with Done and an Outcome whose Err is
+// the *LateError (CallerAbort set), and admit the call again. A ticket
+// from a lease is never late: its lease lasts a fraction of the margin
+// (see lease.go).
+func (p *Pacer) Leaving(t Ticket) error {
+	now := p.now()
+	d := now.Sub(t.AdmittedAt)
+	if t.Leased() {
+		return nil
+	}
+	p.noteSendDelay(t.Call.Key.Name, now, d)
+	if t.allowed > 0 && d > t.allowed {
+		return &LateError{Delay: d, Allowed: t.allowed}
+	}
+	return nil
 }

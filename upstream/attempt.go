@@ -151,10 +151,14 @@ func (a *attempts) admit(req *http.Request, cs *call) (pacer.Ticket, string, *ht
 		if late == nil {
 			return t, target, out, nil
 		}
+		// Nothing went out: the call's last answer is still the one
+		// before, if any.
+		last, lastErr := cs.last, cs.lastErr
 		if err := c.done(req.Context(), cs, t, pacer.Outcome{Err: late, CallerAbort: true}, nil, target); err != nil {
 			closeBody(req)
 			return t, target, nil, fmt.Errorf("%w: %w", ErrStateUnavailable, err) // nothing was sent
 		}
+		cs.last, cs.lastErr = last, lastErr
 	}
 }
 

@@ -90,7 +90,7 @@ type snapshot struct {
 	flight  ledger.Flight   // calls in flight, when counted
 	claimed map[string]bool // reserve callers with an open claim
 	log     log
-	delay   time.Duration // this process's recent delay from admission to send (see sendDelays)
+	delay   delayEstimate // this process's recent delays from admission to send (see sendDelays)
 }
 
 // A decision says whether a call may go now, and if not, for how long it

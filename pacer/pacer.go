@@ -134,7 +134,7 @@ type Ticket struct {
 	HeldBy     string        // what held it while it waited (a policy name, "pace", …, as PauseError.Source); "" when it did not wait
 	lease      *lease        // the lease it was admitted from; nil when none
 	granted    bool          // its admission granted a lease, whose slots are recorded with it
-	allowed    time.Duration // how late after AdmittedAt it may leave (see Pacer.Leaving); 0: any time
+	send       sendAllowance // how late after AdmittedAt it may leave (see Pacer.Leaving)
 }
 
 // Leased says t was admitted from its process's lease on a batch of
@@ -256,7 +256,7 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 					ks.ProbeAttempt, ks.ProbeUntil = id, now.Add(p.lease())
 				}
 				t = Ticket{ID: id, Call: c, Probe: d.probe, AdmittedAt: now, Waited: waited, SlowDown: d.slow, Reason: d.reason,
-					allowed: snap.allowance()}
+					send: snap.allowance()}
 				if granted, err = p.grant(tx, c, snap, d, &ks, now); err != nil {
 					return err
 				}

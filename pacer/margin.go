@@ -89,10 +89,10 @@ func latencyPeriod(k *keystore.Key, known []ledger.Known) time.Duration {
 // On a busy machine that moment grows, and a send that leaves later than
 // the margin allows reaches the upstream's window after the log has let
 // its slot go. So each process measures how long its sends of a key take
-// to leave (sendDelays). A send may leave as late as the margin its
-// admission counted with, or the delayPercentile-th percentile of the
-// recent delays when that is longer (its allowance, within
-// sendMarginCap); a send that would leave later is not sent: its attempt
+// to leave (sendDelays). A send may leave as late as marginCap(w), or the
+// delayPercentile-th percentile of the recent delays when that is longer
+// (its allowance, within sendMarginCap); a send that would leave later is
+// not sent: its attempt
 // ends, counted where it was admitted, and the call is admitted again, in
 // the window it will land in (see Pacer.Leaving). The process's decisions
 // then keep a send in the window beyond w for the longest delay of the
@@ -226,14 +226,15 @@ type sendAllowance struct {
 }
 
 // allowance is how long after an admission at s.now its send may leave:
-// for each windowed policy of the key, the latency margin or the recent
-// send delays when longer (their percentile, or the longest that went),
-// within sendMarginCap — the least of these over the policies. Zero when
-// no window binds the send.
+// for each windowed policy of the key, marginCap(w), or the recent send
+// delays when longer (their percentile, or the longest that went), within
+// sendMarginCap(w) — the least of these over the policies. A send within
+// it goes, and its delay joins the longest that the margin keeps. The
+// zero value, when no window binds the send, allows any time.
 func (s snapshot) allowance() sendAllowance {
 	var a sendAllowance
 	for i, p := range policyWindows(s.key, s.applicable()) {
-		m := max(latencyMargin(s.ks, p.w), min(max(s.delay.high, s.delay.longest), sendMarginCap(p.w)))
+		m := max(marginCap(p.w), min(max(s.delay.high, s.delay.longest), sendMarginCap(p.w)))
 		if i == 0 || m < a.allowed {
 			a.allowed = m
 		}

@@ -14,10 +14,12 @@ import (
 // A send that would leave later after its admission than its margin
 // allows is not sent: Leaving says so, its attempt ends counted where it
 // was admitted, and the call is admitted again, in the window it will
-// land in. The delay is measured: the next admission allows for it.
+// land in — its own admission not counting the attempt it replaces, every
+// other one counting both. The delay is measured: the next admission
+// allows for it.
 func TestLateSendIsAdmittedAgain(t *testing.T) {
 	e := newEnv(t)
-	k := newKey(policy("p", 3, 4*time.Second)) // margin: 200 ms before any send is measured
+	k := newKey(policy("p", 2, 4*time.Second)) // allowance: 200 ms before any send is measured
 	ms := time.Millisecond
 
 	on := e.mustAdmit(k, "sync", "/items")
@@ -45,6 +47,7 @@ func TestLateSendIsAdmittedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Attempt++
+	c.Late = le
 	again, err := e.admitWith(e.p, c)
 	if err != nil {
 		t.Fatalf("admitted again: %v", err)

@@ -251,6 +251,8 @@ func (s snapshot) allowance() sendAllowance {
 type LateError struct {
 	Delay   time.Duration // from its admission to now
 	Allowed time.Duration // the most its allowance was
+
+	admitted time.Time // when the attempt not sent was admitted
 }
 
 func (e *LateError) Error() string {
@@ -263,7 +265,9 @@ func (e *LateError) Error() string {
 // next decisions in this process; and it returns a *LateError when that
 // is later than t's allowance. Then the request must not be sent: end t
 // with Done and an Outcome whose Err is the *LateError (CallerAbort set),
-// and admit the call again. A ticket from a lease is never late: its
+// and admit the call again with the *LateError as its Call.Late: that
+// admission does not count the attempt it replaces, which stays counted
+// for every other one. A ticket from a lease is never late: its
 // lease lasts a fraction of the margin (see lease.go).
 func (p *Pacer) Leaving(t Ticket) error {
 	if t.Leased() {
@@ -275,7 +279,14 @@ func (p *Pacer) Leaving(t Ticket) error {
 	late := a.allowed > 0 && d > a.allowed
 	p.noteSendDelay(t.Call.Key.Name, now, d, !late, a.period)
 	if late {
-		return &LateError{Delay: d, Allowed: a.allowed}
+		return &LateError{Delay: d, Allowed: a.allowed, admitted: t.AdmittedAt}
 	}
 	return nil
+}
+
+// replaced is whether an attempt admitted after since is the one s's call
+// replaces (see Call.Late): its own admission does not count it, since it
+// was never sent.
+func (s snapshot) replaced(since time.Time) bool {
+	return s.late != nil && s.late.admitted.After(since)
 }

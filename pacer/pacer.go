@@ -106,6 +106,9 @@ type Call struct {
 	MaxWait time.Duration
 	// Progress, when set, is told about a wait about once a second.
 	Progress func(Progress)
+	// Late, when set, is the attempt of the call this one replaces: it
+	// was not sent for leaving late (see Pacer.Leaving).
+	Late *LateError
 }
 
 // route is what partitions are predicted by: method and path.
@@ -373,7 +376,7 @@ func (p *Pacer) load(tx ledger.Tx, c Call, now time.Time, ks *ledger.KeyState, i
 	// send after its start, later ones included, and the spacing from the
 	// latest admission holds every call until the clock passes it again.
 	s := snapshot{now: now, key: c.Key, caller: c.Caller, route: c.route(), ks: *ks, log: newTxLog(tx, c.Key),
-		delay: p.sendDelay(key, now)}
+		delay: p.sendDelay(key, now), late: c.Late}
 	if s.known, err = tx.Known(key); err != nil {
 		return s, err
 	}

@@ -117,6 +117,7 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 // admitted again, counted in the window it will land in.
 func (a *attempts) admit(req *http.Request, cs *call) (pacer.Ticket, string, *http.Request, error) {
 	c, k := a.client, cs.key
+	var late *pacer.LateError // the attempt this one replaces, if any
 	for {
 		cs.attempts++
 		admitStart := c.now()
@@ -124,7 +125,7 @@ func (a *attempts) admit(req *http.Request, cs *call) (pacer.Ticket, string, *ht
 		remaining := max(cs.req.MaxWait, PaceGrace) - admitStart.Sub(cs.start)
 		t, err := c.pacer.Admit(req.Context(), pacer.Call{Key: k, Caller: cs.req.Caller, Transport: cs.req.Transport,
 			Method: cs.method, Target: target, Digest: cs.digest, CallID: cs.id, Attempt: cs.attempts,
-			MaxWait: max(remaining, 0), Progress: cs.req.Progress})
+			MaxWait: max(remaining, 0), Progress: cs.req.Progress, Late: late})
 		if err != nil {
 			closeBody(req)
 			var pe *pacer.PauseError
@@ -147,8 +148,7 @@ func (a *attempts) admit(req *http.Request, cs *call) (pacer.Ticket, string, *ht
 			c.done(req.Context(), cs, t, pacer.Outcome{SentAt: c.now(), Err: err}, nil, target) // nothing went out
 			return t, target, nil, err
 		}
-		late := c.pacer.Leaving(t)
-		if late == nil {
+		if err := c.pacer.Leaving(t); !errors.As(err, &late) {
 			return t, target, out, nil
 		}
 		// Nothing went out: the call's last answer is still the one

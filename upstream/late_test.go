@@ -43,7 +43,8 @@ func (s *stalling) Update(ctx context.Context, fn func(ledger.Tx) error, keys ..
 // A request whose process stalled between its admission and its send,
 // longer than the margin the admission counted with, is not sent as it
 // was admitted: its attempt ends "not sent", and the call is admitted
-// again and goes, once.
+// again and goes, once — the attempt it replaces, counted, does not
+// hold it back (the key allows one call per 4 s).
 func TestLateSendIsAdmittedAgainBeforeItGoes(t *testing.T) {
 	f := &fake{answer: func(int, *http.Request) *http.Response { return respond(http.StatusOK) }}
 	db, err := state.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
@@ -64,7 +65,7 @@ auth = "bearer"
 max_rate = 1000
   [[keys.policies]]
   name = "p"
-  quota = 10
+  quota = 1
   window = "4s"
 `), keystore.Env{Getenv: func(string) string { return secret }})
 	if err != nil {

@@ -167,6 +167,17 @@ func (a *attempts) admit(req *http.Request, cs *call) (pacer.Ticket, string, *ht
 func (c *Client) done(ctx context.Context, cs *call, t pacer.Ticket, o pacer.Outcome, rd *ratelimit.Reading, target string) error {
 	// Recorded even when the caller has gone: the attempt happened.
 	res, err := c.pacer.Done(context.WithoutCancel(ctx), t, o)
+	if err != nil && !o.SentAt.IsZero() && !t.Leased() && errors.Is(err, ledger.ErrUnavailable) {
+		// The call went upstream: its outcome is worth one more bounded
+		// try, unless the failed one committed after all.
+		if recorded, rerr := c.pacer.Recorded(context.WithoutCancel(ctx), t); rerr == nil {
+			if recorded {
+				err = nil
+			} else {
+				res, err = c.pacer.Done(context.WithoutCancel(ctx), t, o)
+			}
+		}
+	}
 	if err != nil {
 		c.log.Error("recording an attempt failed", "key", cs.key.Name, "call", cs.id, "error", err)
 	}

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -92,5 +93,65 @@ max_rate = 1000
 	if sent := list[0]; sent.CallID != late.CallID || sent.Attempt != 2 || sent.SentAt.Sub(sent.At) > 0 {
 		t.Errorf("the attempt that went: call %s attempt %d, admitted at %v, sent at %v; want the same call's second, sent as admitted",
 			sent.CallID, sent.Attempt, sent.At, sent.SentAt)
+	}
+}
+
+// failing is a store whose nth transaction fails as a database that
+// stopped answering does: after committing (when committed), or before.
+type failing struct {
+	ledger.Store
+	n         int  // the transaction that fails, from 1
+	committed bool // whether it commits first
+	seen      int
+}
+
+func (s *failing) Update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
+	s.seen++
+	if s.seen != s.n {
+		return s.Store.Update(ctx, fn, keys...)
+	}
+	if s.committed {
+		if err := s.Store.Update(ctx, fn, keys...); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("state: the connection was cut: %w", ledger.ErrUnavailable)
+}
+
+// The outcome of a call that went upstream, when its transaction fails
+// for a database that did not answer, is tried once more — unless the
+// failed one committed after all: it is in the activity once, and the
+// call is answered.
+func TestOutcomeOfASentCallIsTriedAgain(t *testing.T) {
+	for _, committed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("committed %v", committed), func(t *testing.T) {
+			f := &fake{answer: func(int, *http.Request) *http.Response {
+				return respond(http.StatusOK, "RateLimit-Policy", `"p";q=10;w=60`, "RateLimit", `"p";r=9;t=60`)
+			}}
+			db, err := state.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			c := New(pacer.New(&failing{Store: db, n: 2, committed: committed}), nil) // 1: the admission, 2: the outcome
+			c.Transport = f
+			resp, err := c.Do(context.Background(), newKey(t, "bearer"), Request{Caller: "a", Transport: "test", Path: "/x"})
+			if err != nil {
+				t.Fatalf("the call: %v", err)
+			}
+			resp.Body.Close()
+			list := activity(t, db)
+			if len(list) != 1 || list[0].State != ledger.Confirmed || list[0].Status != http.StatusOK {
+				t.Fatalf("activity %+v; want the call confirmed, 200", list)
+			}
+			var obs []ledger.ObservationRecord
+			db.View(context.Background(), func(tx ledger.Tx) error {
+				obs, err = tx.ObservationsOf("k", list[0].ID)
+				return err
+			})
+			if len(obs) != 1 {
+				t.Errorf("the answer's observations are recorded %d times, want once", len(obs))
+			}
+		})
 	}
 }

@@ -52,8 +52,11 @@ func underPressure(t *testing.T, loops int, cut time.Duration) {
 		maxWait = 2 // seconds a call waits for the budget
 		// The state's bound on a transaction: the outages here are cut
 		// connections, which a transaction is run again for, not a
-		// database that hangs; a loaded machine takes its time.
-		stateTimeout = 10 * time.Second
+		// database that hangs. Every cut ends every connection, and a
+		// transaction on a new one prepares each of its statements: on a
+		// loaded machine, a transaction may be cut again and again
+		// before one run of it commits.
+		stateTimeout = 30 * time.Second
 	)
 	pg := pgtest.Start(t)
 	db := pg.CreateDatabase(t)

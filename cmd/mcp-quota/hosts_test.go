@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -26,7 +27,8 @@ import (
 // instance name; host-c's clock seven seconds ahead) and a `stdio` agent
 // on one key and one PostgreSQL database, and has them spend the key's
 // budget as greedily as they can against the demo upstream for seven and
-// a half windows: REST callers on every host and the agent's fetch loop.
+// a half windows, and then until each caller was answered after the
+// outages: REST callers on every host and the agent's fetch loop.
 // During the run PostgreSQL stops for three seconds and restarts on its
 // port; host-b is killed with SIGKILL half-way; and PostgreSQL hangs for
 // three seconds (its processes stopped: only the state_timeout ends a
@@ -44,7 +46,8 @@ func TestHostsShareOneBudget(t *testing.T) {
 		quota        = 30
 		window       = 4 * time.Second
 		stateTimeout = time.Second
-		load         = 30 * time.Second // how long the callers keep at it
+		load         = 30 * time.Second // how long the callers keep at it, at least…
+		resumeWait   = time.Minute      // …and at most this longer, until every caller was answered after the outages
 		restartAt    = 8 * time.Second  // PostgreSQL stops then for downFor, and restarts
 		downFor      = 3 * time.Second
 		killAt       = 15 * time.Second // host-b is killed then
@@ -79,7 +82,7 @@ func TestHostsShareOneBudget(t *testing.T) {
 	goroutinesBefore := goroutines(t, a.base)
 
 	var log callLog
-	ctx, stop := context.WithTimeout(context.Background(), load)
+	ctx, stop := context.WithTimeout(context.Background(), load+resumeWait)
 	defer stop()
 	start := time.Now()
 	since := func(at time.Time) time.Duration { return at.Sub(start).Round(time.Millisecond) }
@@ -117,6 +120,17 @@ func TestHostsShareOneBudget(t *testing.T) {
 		hang.to = time.Now()
 		outages = append(outages, hang)
 	}
+	// The load goes on for load, then until every caller still running
+	// has been answered after the last outage (within resumeWait): on a
+	// loaded machine service comes back later, but it must come back.
+	last := outages[len(outages)-1].to
+	for ctx.Err() == nil && (time.Since(start) < load || !answeredAfter(log.all(), last, "host-a", "host-c", "agent")) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	stop()
 	wg.Wait()
 	end := time.Now()
 	client.CloseIdleConnections()
@@ -362,6 +376,17 @@ func TestHostsShareOneBudget(t *testing.T) {
 	if after > goroutinesBefore+50 {
 		t.Errorf("host-a has %d goroutines after the run, %d before it", after, goroutinesBefore)
 	}
+}
+
+// answeredAfter reports whether each of who has a call begun after at
+// that was answered.
+func answeredAfter(calls []hostCall, at time.Time, who ...string) bool {
+	for _, w := range who {
+		if !slices.ContainsFunc(calls, func(c hostCall) bool { return c.who == w && c.kind == callAnswered && c.start.After(at) }) {
+			return false
+		}
+	}
+	return true
 }
 
 // An outage is a time the database was gone, from from to to, and what

@@ -90,6 +90,8 @@ type snapshot struct {
 	flight  ledger.Flight   // calls in flight, when counted
 	claimed map[string]bool // reserve callers with an open claim
 	log     log
+	delay   delayEstimate // this process's recent delays from admission to send (see sendDelays)
+	late    *LateError    // the attempt this call replaces, not sent; nil when none
 }
 
 // A decision says whether a call may go now, and if not, for how long it
@@ -326,6 +328,9 @@ func (s snapshot) windowedBudgets() ([]windowed, error) {
 			return nil, err
 		}
 		n := int64(win.Count)
+		if s.replaced(since) {
+			n-- // the attempt this call replaces was never sent
+		}
 		held := s.held(p.q, win)
 		limit := p.q - held
 		wb := windowed{Budget: Budget{Policy: p.name, Unit: ratelimit.Requests, Partition: p.partition, Limit: p.q,

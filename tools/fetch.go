@@ -122,7 +122,7 @@ func fetchTool(keys *keystore.Store) mcp.Tool {
 	return mcp.NewTool("fetch",
 		mcp.WithDescription(desc),
 		mcp.WithInputSchema[fetchArgs](),
-		mcp.WithOutputSchema[fetchResult](),
+		mcp.WithRawOutputSchema(fetchOutputSchema()),
 		mcp.WithTitleAnnotation("Quota-aware HTTP fetch"),
 		mcp.WithReadOnlyHintAnnotation(readOnly),
 		mcp.WithDestructiveHintAnnotation(!readOnly),

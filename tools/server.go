@@ -49,6 +49,7 @@ type Deps struct {
 	Watch func(*server.Hooks) []server.ServerOption
 
 	fetchTools fetchTools // the fetch tool as each set of keys shows it (see ownKeysOnly)
+	kept       keptIndex  // which targets have a kept answer (see fromKept)
 }
 
 func (d *Deps) now() time.Time {

@@ -17,7 +17,7 @@ import (
 // be kept after the function it was passed to returns.
 type Tx struct {
 	tx    *sql.Tx     // a View's transaction; nil in an Update, which runs on the writer's connection
-	stmts []*sql.Stmt // the DB's prepared statements, on the readers or on the writer's connection
+	stmts *statements // the DB's statements, on the readers or on the writer's connection
 	ctx   context.Context
 	pg    *pgTx // on PostgreSQL: what the transaction holds; nil on SQLite
 
@@ -59,32 +59,59 @@ func (tx *Tx) admits(key string) error {
 }
 
 // stmt returns the prepared statement q, bound to the transaction.
-func (tx *Tx) stmt(q query) *sql.Stmt {
-	if tx.tx == nil {
-		return tx.stmts[q]
+func (tx *Tx) stmt(q query) (*sql.Stmt, error) {
+	s, err := tx.stmts.get(tx.ctx, q)
+	if err != nil || tx.tx == nil {
+		return s, err
 	}
-	return tx.tx.StmtContext(tx.ctx, tx.stmts[q])
+	return tx.tx.StmtContext(tx.ctx, s), nil
 }
 
 func (tx *Tx) exec(q query, args ...any) (sql.Result, error) {
 	if tx.pg != nil {
 		return tx.tx.ExecContext(tx.ctx, queries[q].postgres, pgArgs(args)...)
 	}
-	return tx.stmt(q).ExecContext(tx.ctx, args...)
+	s, err := tx.stmt(q)
+	if err != nil {
+		return nil, err
+	}
+	return s.ExecContext(tx.ctx, args...)
 }
 
 func (tx *Tx) query(q query, args ...any) (*sql.Rows, error) {
 	if tx.pg != nil {
 		return tx.tx.QueryContext(tx.ctx, queries[q].postgres, pgArgs(args)...)
 	}
-	return tx.stmt(q).QueryContext(tx.ctx, args...)
+	s, err := tx.stmt(q)
+	if err != nil {
+		return nil, err
+	}
+	return s.QueryContext(tx.ctx, args...)
 }
 
-func (tx *Tx) queryRow(q query, args ...any) *sql.Row {
-	if tx.pg != nil {
-		return tx.tx.QueryRowContext(tx.ctx, queries[q].postgres, pgArgs(args)...)
+// row is a *sql.Row, or the error that kept its statement from running.
+type row struct {
+	r   *sql.Row
+	err error
+}
+
+// Scan is sql.Row's Scan, or the error that kept the statement from running.
+func (r row) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
 	}
-	return tx.stmt(q).QueryRowContext(tx.ctx, args...)
+	return r.r.Scan(dest...)
+}
+
+func (tx *Tx) queryRow(q query, args ...any) row {
+	if tx.pg != nil {
+		return row{r: tx.tx.QueryRowContext(tx.ctx, queries[q].postgres, pgArgs(args)...)}
+	}
+	s, err := tx.stmt(q)
+	if err != nil {
+		return row{err: err}
+	}
+	return row{r: s.QueryRowContext(tx.ctx, args...)}
 }
 
 var (

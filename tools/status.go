@@ -32,7 +32,7 @@ func statusTool() mcp.Tool {
 			"Shows the shared local budget, every policy the upstream announced (q, w, r, t, age), hidden limits, "+
 			"any active Retry-After, reservations, and one line of advice. Reads mcp-quota's state only: it never spends quota."),
 		mcp.WithInputSchema[statusArgs](),
-		mcp.WithOutputSchema[report.Status](),
+		mcp.WithRawOutputSchema(statusOutputSchema()),
 		mcp.WithTitleAnnotation("Quota status"),
 		mcp.WithReadOnlyHintAnnotation(true),
 		mcp.WithDestructiveHintAnnotation(false),

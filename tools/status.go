@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/report"
 )
 
@@ -118,8 +119,16 @@ func statusText(st report.Status) string {
 		}
 		b.WriteString("\n")
 		for _, l := range k.Local {
-			fmt.Fprintf(&b, "  local %s: %d of %d left (%d used), window %d s, oldest leaves in %d s%s\n",
-				l.Policy, l.Remaining, l.Limit, l.Used, l.WindowS, l.ResetS, flag(l.Binds, "; this binds now"))
+			switch l.Unit {
+			case string(ratelimit.ConcurrentRequests):
+				fmt.Fprintf(&b, "  local %s: %d of %d concurrent requests in flight%s\n", l.Policy, l.Used, l.Limit, flag(l.Binds, "; this binds now"))
+			case string(ratelimit.ContentBytes):
+				fmt.Fprintf(&b, "  local %s: %d of %d content-bytes left (%d used), window %d s, oldest leaves in %d s%s\n",
+					l.Policy, l.Remaining, l.Limit, l.Used, l.WindowS, l.ResetS, flag(l.Binds, "; this binds now"))
+			default:
+				fmt.Fprintf(&b, "  local %s: %d of %d left (%d used), window %d s, oldest leaves in %d s%s\n",
+					l.Policy, l.Remaining, l.Limit, l.Used, l.WindowS, l.ResetS, flag(l.Binds, "; this binds now"))
+			}
 		}
 		for _, u := range k.Upstream {
 			state := fmt.Sprintf("r=%d t=%d", u.R, u.T)

@@ -28,6 +28,7 @@ func (p *Pacer) advise(tx ledger.Tx, c Call, now time.Time, ks ledger.KeyState) 
 		snap.flight.Count, snap.noFlightWait = f.Count, true
 	}
 	snap.ks.LastAdmitAt, snap.ks.Interval = time.Time{}, 0
+	snap.bytes = 0 // a next call carries what it carries: the advice says what is left
 	d, err := decide(snap)
 	if err != nil {
 		return nil, nil, Advice{}, err

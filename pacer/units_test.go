@@ -111,3 +111,19 @@ func TestConcurrencyIsReleasedWhenCallsEnd(t *testing.T) {
 		t.Errorf("the call after one ended went as a probe; want an ordinary call")
 	}
 }
+
+// The advice after a call says what is left of a byte budget for the
+// next call, whatever that one carries: not what this call's body would
+// find.
+func TestAdviceAfterABodySaysWhatIsLeft(t *testing.T) {
+	e := newEnv(t)
+	k := newKey(keystore.Policy{Name: "upload", Unit: ratelimit.ContentBytes, Quota: 1000, Window: time.Minute})
+	tk, err := e.admitWith(e.p, e.carrying(k, "sync", 600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := e.answer(tk, 200, nil)
+	if res.Advice.Action != pacer.Continue || !strings.Contains(res.Advice.Reason, "400 of 1,000 content-bytes are left under policy 'upload'") {
+		t.Errorf("advice after 600 of 1000 bytes: %s %q; want continue, with 400 content-bytes left", res.Advice.Action, res.Advice.Reason)
+	}
+}

@@ -19,7 +19,8 @@ import (
 // both protocol eras: a caller's own key answers; an unknown key and
 // another caller's key answer alike, with the revision's code for a
 // missing resource (-32002 before 2026-07-28, -32602 from it on), never
-// an internal error.
+// an internal error, naming the caller's own keys (the one it likely
+// meant first) and never another caller's.
 func TestReadActivityNotFound(t *testing.T) {
 	cfg := `
 [[keys]]
@@ -95,8 +96,18 @@ keys = ["mine"]
 			if said[0] != said[1] {
 				t.Errorf("an unknown key and another caller's key are told apart:\n%s\n%s", said[0], said[1])
 			}
-			if strings.Contains(said[1], "theirs") || strings.Contains(said[0], "mine") {
-				t.Errorf("the error names other keys: %q", said)
+			if strings.Contains(said[1], "theirs") || strings.Contains(said[0], "theirs") {
+				t.Errorf("the error names another caller's key: %q", said)
+			}
+			// What the caller can read instead: its own keys, and the one
+			// a misspelling meant.
+			if !strings.Contains(said[0], "no key of yours has this name. Your keys: mine; read quota://activity/KEY with one of them") {
+				t.Errorf("an unknown key: %q; want the caller's own keys named", said[0])
+			}
+			_, rerr = read(t, era.modern, "mnie")
+			if rerr == nil || rerr.Code != era.code || !strings.Contains(rerr.Message, "Did you mean quota://activity/mine?") ||
+				strings.Contains(rerr.Message, "theirs") {
+				t.Errorf("a misspelt key: %+v; want it to suggest quota://activity/mine, and name no other caller's key", rerr)
 			}
 		})
 	}

@@ -265,3 +265,27 @@ func TestGrouped(t *testing.T) {
 		}
 	}
 }
+
+// Evicted policies in content-bytes fold into a folded policy of their
+// own, as tight as each of them: the least quota over the longest window,
+// and the least of what their live words have left, the bytes sent since
+// subtracted. They are never folded into the requests one.
+func TestFoldContentBytes(t *testing.T) {
+	now := b0.Add(10 * time.Second)
+	bytesSince := map[time.Time]int64{b0: 700}
+	count := func(since time.Time) (int64, error) { return bytesSince[since], nil }
+	c, err := fold(ledger.Known{}, kept("a", ratelimit.ContentBytes, 100000, time.Minute, 0, 0), now, count)
+	if err == nil {
+		c, err = fold(c, kept("b", ratelimit.ContentBytes, 5000000, time.Hour, 1000, time.Minute), now, count)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Unit != ratelimit.ContentBytes || c.Quota != 100000 || c.Window != time.Hour || c.Remaining != 300 || !c.HasRemaining {
+		t.Errorf("byte policies folded: %s q=%d w=%s r=%d; want content-bytes q=100000 w=1h r=300 (1000 less 700 sent)",
+			c.Unit, c.Quota, c.Window, c.Remaining)
+	}
+	if r := restraintOf(kept("a", ratelimit.ContentBytes, 1000, time.Minute, 0, 0), now, now); r.class != 2 {
+		t.Errorf("a byte quota over a window ranks %d; want 2, a policy that binds", r.class)
+	}
+}

@@ -112,3 +112,23 @@ keys = ["mine"]
 		})
 	}
 }
+
+// A caller with many keys is told of the first 20, and how many more.
+func TestNoActivityNamesAtMostTwentyKeys(t *testing.T) {
+	var cfg strings.Builder
+	var names []string
+	for i := range 25 {
+		names = append(names, fmt.Sprintf("%q", fmt.Sprintf("key%02d", i)))
+		fmt.Fprintf(&cfg, "[[keys]]\nname = \"key%02d\"\nbase_url = \"https://api.example.com\"\nauth = \"none\"\n", i)
+	}
+	fmt.Fprintf(&cfg, "[[callers]]\nname = \"many\"\ntoken_env = \"T\"\nkeys = [%s]\n", strings.Join(names, ", "))
+	keys, err := keystore.Parse([]byte(cfg.String()), keystore.Env{Getenv: func(string) string { return "tools-test-token-0123456789" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Deps{Keys: keys}
+	many := d.noActivity(keystore.WithCaller(context.Background(), keys.Callers()[0]), "nope")
+	if !strings.Contains(many, "key19 and 5 more (resources/list lists them all)") || strings.Contains(many, "key20") {
+		t.Errorf("25 keys: %q; want the first 20 and 5 more", many)
+	}
+}

@@ -130,7 +130,8 @@ func (s snapshot) concurrency(k ledger.Known) (Budget, constraint) {
 	limit := int64(-1)
 	switch {
 	case k.HasQuota:
-		limit = k.Quota
+		limit = max(k.Quota, 1) // a call at a time at least: its answer may say more
+		b.Limit = limit
 	case k.HasRemaining:
 		limit = max(k.Remaining, 0) + 1
 	}

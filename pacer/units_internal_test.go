@@ -205,6 +205,9 @@ func TestConcurrentRequestsRule(t *testing.T) {
 		// and asks for no probe.
 		{"q=2, 2 in flight, expired", unitsKey(), []ledger.Known{conc(2, true, 1)}, u3, 2, false, "the next starts when one of them ends"},
 		{"q=2, none in flight, expired", unitsKey(), []ledger.Known{conc(2, true, 0)}, u3, 0, true, ""},
+		// A quota of 0 lets one call at a time go, whose answer may say more.
+		{"q=0, none in flight", unitsKey(), []ledger.Known{conc(0, true, 0)}, u1, 0, true, ""},
+		{"q=0, 1 in flight", unitsKey(), []ledger.Known{conc(0, true, 0)}, u1, 1, false, "concurrent requests allowed by policy 'conc' are in flight"},
 		// Without q, r more could start while the answered call was in
 		// flight: r+1 at once.
 		{"r=0, 1 in flight", unitsKey(), []ledger.Known{conc(0, false, 0)}, u3, 1, false, "as many as the upstream's last answer allows under policy 'conc'"},

@@ -126,6 +126,7 @@ type callerConfig struct {
 	TokenEnv  string   `toml:"token_env"`
 	TokenFile string   `toml:"token_file"`
 	Keys      []string `toml:"keys"`
+	VisibleTo []string `toml:"visible_to"`
 }
 
 // duration is a time.Duration written as a Go duration string ("60s",
@@ -570,7 +571,12 @@ func (cc callerConfig) caller(env Env, keys map[string]bool) (*Caller, []*Config
 	if !keyName.MatchString(cc.Name) {
 		bad("name", fmt.Sprintf("%q is not a valid caller name", cc.Name))
 	}
-	c := &Caller{Name: cc.Name, Keys: cc.Keys}
+	c := &Caller{Name: cc.Name, Keys: cc.Keys, visibleTo: cc.VisibleTo}
+	for j, v := range cc.VisibleTo {
+		if msg := badViewer(v); msg != "" {
+			bad(fmt.Sprintf("visible_to[%d]", j), msg)
+		}
+	}
 	var v string
 	tokenField := "token_env"
 	switch {

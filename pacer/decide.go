@@ -95,7 +95,9 @@ type snapshot struct {
 	flight  ledger.Flight   // calls in flight, when counted
 	claimed map[string]bool // reserve callers with an open claim
 	log     log
-	bytes   int64 // what the call carries (Call.Bytes), for budgets in content-bytes
+	delay   delayEstimate // this process's recent delays from admission to send (see sendDelays)
+	late    *LateError    // the attempt this call replaces, not sent; nil when none
+	bytes   int64         // what the call carries (Call.Bytes), for budgets in content-bytes
 	// noFlightWait says the calls in flight are shown in budgets but hold
 	// nothing back: a status, not a call.
 	noFlightWait bool
@@ -362,6 +364,9 @@ func (s snapshot) windowedBudgets() ([]windowed, error) {
 			return nil, err
 		}
 		n := int64(win.Count)
+		if s.replaced(since) {
+			n-- // the attempt this call replaces was never sent
+		}
 		held := s.held(p.q, win)
 		limit := p.q - held
 		wb := windowed{Budget: Budget{Policy: p.name, Unit: ratelimit.Requests, Partition: p.partition, Limit: p.q,

@@ -59,6 +59,7 @@ type Pacer struct {
 	granting map[string]chan struct{} // keys whose lease is being reserved: closed once it is, or is not
 	recent   map[string]*admissions   // each key's latest admissions here
 	learned  map[string]*learned      // what foreseen answers taught each key, not yet written (see learned.go)
+	delays   map[string]*sendDelays   // each key's latest delays from admission to send here (see margin.go)
 	closed   bool                     // Close was called: no lease is held from then on
 }
 
@@ -109,6 +110,9 @@ type Call struct {
 	MaxWait time.Duration
 	// Progress, when set, is told about a wait about once a second.
 	Progress func(Progress)
+	// Late, when set, is the attempt of the call this one replaces: it
+	// was not sent for leaving late (see Pacer.Leaving).
+	Late *LateError
 }
 
 // route is what partitions are predicted by: method and path.
@@ -137,6 +141,7 @@ type Ticket struct {
 	HeldBy     string        // what held it while it waited (a policy name, "pace", …, as PauseError.Source); "" when it did not wait
 	lease      *lease        // the lease it was admitted from; nil when none
 	granted    bool          // its admission granted a lease, whose slots are recorded with it
+	send       sendAllowance // how late after AdmittedAt it may leave (see Pacer.Leaving)
 }
 
 // Leased says t was admitted from its process's lease on a batch of
@@ -257,7 +262,8 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 				if d.probe {
 					ks.ProbeAttempt, ks.ProbeUntil = id, now.Add(p.lease())
 				}
-				t = Ticket{ID: id, Call: c, Probe: d.probe, AdmittedAt: now, Waited: waited, SlowDown: d.slow, Reason: d.reason}
+				t = Ticket{ID: id, Call: c, Probe: d.probe, AdmittedAt: now, Waited: waited, SlowDown: d.slow, Reason: d.reason,
+					send: snap.allowance()}
 				if granted, err = p.grant(tx, c, snap, d, &ks, now); err != nil {
 					return err
 				}
@@ -373,7 +379,8 @@ func (p *Pacer) load(tx ledger.Tx, c Call, now time.Time, ks *ledger.KeyState, i
 	// A clock that steps back re-admits nothing: a window counts every
 	// send after its start, later ones included, and the spacing from the
 	// latest admission holds every call until the clock passes it again.
-	s := snapshot{now: now, key: c.Key, caller: c.Caller, route: c.route(), ks: *ks, log: newTxLog(tx, c.Key), bytes: max(c.Bytes, 0)}
+	s := snapshot{now: now, key: c.Key, caller: c.Caller, route: c.route(), ks: *ks, log: newTxLog(tx, c.Key),
+		delay: p.sendDelay(key, now), late: c.Late, bytes: max(c.Bytes, 0)}
 	if s.known, err = tx.Known(key); err != nil {
 		return s, err
 	}

@@ -70,6 +70,9 @@ func (s snapshot) byteBudgets() ([]byteBudget, error) {
 		if err != nil {
 			return nil, err
 		}
+		if s.replaced(since) {
+			used -= s.bytes // the attempt this call replaces, with the same body, was never sent
+		}
 		bb := byteBudget{windowed: windowed{Budget: Budget{Policy: p.name, Unit: ratelimit.ContentBytes, Partition: p.partition,
 			Limit: p.q, Used: used, Window: p.w, Source: p.source, Hidden: p.hidden}}}
 		bb.avail = p.q - used

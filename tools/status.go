@@ -268,7 +268,11 @@ func (d *Deps) readActivity(ctx context.Context, req mcp.ReadResourceRequest) ([
 		return nil, err
 	}
 	entries := make([]report.Activity, 0, len(list))
+	caller := d.caller(ctx)
 	for _, a := range list {
+		if !caller.MaySee(a.Caller) { // an OAuth principal reads the calls it may see (keystore.Sight)
+			continue
+		}
 		// Rows an older mcp-quota recorded may hold the credential.
 		a.Target, _ = k.Scrubber().Scrub(a.Target)
 		a.Reason, _ = k.Scrubber().Scrub(a.Reason)

@@ -369,12 +369,22 @@ func (pg *Postgres) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Each migration is numbered by its name; numbers rise, and may skip
+	// (a schema is at the version of the latest migration applied).
 	var names []string
+	var versions []int
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
 	slices.Sort(names)
-	latest := len(names)
+	for _, name := range names {
+		v, err := strconv.Atoi(strings.SplitN(name, "_", 2)[0])
+		if err != nil || (len(versions) > 0 && v <= versions[len(versions)-1]) {
+			return fmt.Errorf("state: migration %s is out of order", name)
+		}
+		versions = append(versions, v)
+	}
+	latest := versions[len(versions)-1]
 	ctx, cancel := context.WithTimeout(ctx, 4*pg.timeout+10*time.Second)
 	defer cancel()
 	tx, err := pg.db.BeginTx(ctx, nil)
@@ -406,13 +416,13 @@ func (pg *Postgres) migrate(ctx context.Context) error {
 	if current == latest {
 		return nil // rolled back: nothing to write
 	}
-	for i := current; i < latest; i++ {
+	for i := range names {
+		if versions[i] <= current {
+			continue
+		}
 		body, err := pgMigrations.ReadFile("postgres/" + names[i])
 		if err != nil {
 			return err
-		}
-		if v, _, _ := strings.Cut(names[i], "_"); v != fmt.Sprintf("%04d", i+1) {
-			return fmt.Errorf("state: migration %s is out of order", names[i])
 		}
 		if _, err := tx.ExecContext(ctx, "SET LOCAL search_path TO mcp_quota"); err != nil {
 			return pg.explainMigration(ctx, err)

@@ -123,8 +123,10 @@ func (a *attempts) admit(req *http.Request, cs *call) (pacer.Ticket, string, *ht
 		admitStart := c.now()
 		target := ActivityTarget(k, req.URL)
 		remaining := max(cs.req.MaxWait, PaceGrace) - admitStart.Sub(cs.start)
+		// What the request carries, as known before it is sent (a body of
+		// unknown length counts none), spends budgets in content-bytes.
 		t, err := c.pacer.Admit(req.Context(), pacer.Call{Key: k, Caller: cs.req.Caller, Transport: cs.req.Transport,
-			Method: cs.method, Target: target, Digest: cs.digest, CallID: cs.id, Attempt: cs.attempts,
+			Method: cs.method, Target: target, Digest: cs.digest, CallID: cs.id, Attempt: cs.attempts, Bytes: max(req.ContentLength, 0),
 			MaxWait: max(remaining, 0), Progress: cs.req.Progress, Late: late})
 		if err != nil {
 			closeBody(req)

@@ -90,6 +90,7 @@ type snapshot struct {
 	flight  ledger.Flight   // calls in flight, when counted
 	claimed map[string]bool // reserve callers with an open claim
 	log     log
+	fair    *fairView // the key's shares: who spent what, who waits (see fair.go); nil when it has none
 }
 
 // A decision says whether a call may go now, and if not, for how long it
@@ -170,6 +171,16 @@ func decide(s snapshot) (decision, error) {
 				reason: fmt.Sprintf("only %d of %d calls %s left under policy '%s', so calls are spread %s",
 					wb.avail, wb.Limit, isAre(wb.avail), wb.Policy, apart(spacing))})
 		}
+	}
+
+	// 2b. Fair shares: the principal's cap, and its turn among the
+	// principals waiting for the key (see fair.go).
+	fcs, err := s.fairConstraints(windows)
+	if err != nil {
+		return d, err
+	}
+	for _, c := range fcs {
+		add(c)
 	}
 
 	// 3. Upstream observations, projected within their own policy, unit,

@@ -1,6 +1,7 @@
 package pacer
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -36,6 +37,11 @@ const (
 	// wait its call was told (a call renews it at every check): a process
 	// that ends while its calls wait holds no turn for longer.
 	waiterLife = 3 * time.Second
+	// followOn is how long a principal keeps its place after its last
+	// call waiting here was admitted: an agent that makes one call after
+	// another is not overtaken between them, while its answer comes and
+	// it asks again.
+	followOn = time.Second
 )
 
 // Sources of a wait that concern the caller's principal, not the key.
@@ -115,9 +121,23 @@ func (s snapshot) fairConstraints(windows []windowed) ([]constraint, error) {
 			return nil, err
 		}
 		fw := fairWindow{policy: wb.Policy, limit: wb.Limit, avail: wb.avail, window: wb.Window, margin: m, use: use}
-		if c, ok := fairRule(s.now, s.key, s.fair.principal, names, fw); ok {
-			out = append(out, c)
+		c, after, ok := fairRule(s.now, s.key, s.fair.principal, names, fw)
+		if !ok {
+			continue
 		}
+		if after > 0 {
+			// Its turn comes once the principals behind have had theirs:
+			// not before that many more of the window's calls leave it.
+			// (A call finishing here wakes it sooner.)
+			e, err := s.log.Nth(s.now.Add(-wb.Window-m), int(after))
+			if err != nil {
+				return nil, err
+			}
+			if at := e.Add(wb.Window + m); !e.IsZero() && at.Sub(s.now) > c.wait {
+				c.wait, c.poll = at.Sub(s.now), false
+			}
+		}
+		out = append(out, c)
 	}
 	return out, nil
 }
@@ -141,8 +161,10 @@ func shareCap(share float64, q int64) int64 {
 // fairRule decides whether a call of principal may take a unit of w now,
 // given the principals waiting for the key (principal among them or
 // not): ok is false when it may, else c is the wait — for its share to
-// come back (SourceShare), or for its turn (SourceTurn).
-func fairRule(now time.Time, k *keystore.Key, principal string, waiting []string, w fairWindow) (c constraint, ok bool) {
+// come back (SourceShare), or for its turn (SourceTurn), which comes no
+// sooner than after more of the window's calls have left it (c.wait is
+// then a re-check).
+func fairRule(now time.Time, k *keystore.Key, principal string, waiting []string, w fairWindow) (c constraint, after int64, ok bool) {
 	share, capped := k.ShareOf(principal)
 	mine := w.use[principal]
 	if capped {
@@ -151,11 +173,11 @@ func fairRule(now time.Time, k *keystore.Key, principal string, waiting []string
 			return constraint{wait: back, source: SourceShare, exhaust: true,
 				reason: fmt.Sprintf("principal '%s' has used its share of the key: %d of the %d calls per %s of policy '%s' (%s), "+
 					"and it comes back as they leave the window; the key itself has %d left for the others",
-					principal, n, w.limit, seconds(w.window), w.policy, percent(share), max(w.avail, 0))}, true
+					principal, n, w.limit, seconds(w.window), w.policy, percent(share), max(w.avail, 0))}, 0, true
 		}
 	}
 	if w.avail <= 0 {
-		return c, false // the key's own budget binds: every principal waits for it alike
+		return c, 0, false // the key's own budget binds: every principal waits for it alike
 	}
 	// The principals that take turns: those waiting that can still spend
 	// in this window.
@@ -194,12 +216,12 @@ func fairRule(now time.Time, k *keystore.Key, principal string, waiting []string
 		}
 	}
 	if ahead == nil || w.avail > owed {
-		return c, false // its turn, or enough is left for every turn before it
+		return c, 0, false // its turn, or enough is left for every turn before it
 	}
 	return constraint{wait: Poll, poll: true, source: SourceTurn,
 		reason: fmt.Sprintf("principals waiting for this key take turns by their shares, and principal '%s' (%d of this window's calls) "+
 			"is further behind than principal '%s' (%d); the next of the %d calls left go to those further behind",
-			ahead.name, ahead.used, principal, mine.Count, w.avail)}, true
+			ahead.name, ahead.used, principal, mine.Count, w.avail)}, owed - w.avail + 1, true
 }
 
 // percent says a share as a person does: "40%".
@@ -209,12 +231,20 @@ func percent(share float64) string {
 
 // waitersHere counts the calls of keys with shares that wait in Admit in
 // this process, per key and principal: the last of a principal's to be
-// admitted ends its record of waiting. The zero value is ready; it is
-// safe for concurrent use.
+// admitted ends its record of waiting. It also lines them up: one call
+// of a principal at a time asks the state for the key (see line), so
+// that a job with fifty calls waiting costs the state what one does. The
+// zero value is ready; it is safe for concurrent use.
 type waitersHere struct {
 	mu   sync.Mutex
-	n    map[string]int
+	n    map[string]*principalHere
 	name string // this pacer's name in the waiting records: drawn on first use
+}
+
+// principalHere is one principal's calls of one key waiting here.
+type principalHere struct {
+	n    int           // calls in Admit
+	turn chan struct{} // holds a value while one of them asks the state
 }
 
 // waiter is this pacer's name in the state's waiting records.
@@ -237,14 +267,19 @@ func (h *waitersHere) enter(c Call) func() {
 	id := waiterID(c)
 	h.mu.Lock()
 	if h.n == nil {
-		h.n = map[string]int{}
+		h.n = map[string]*principalHere{}
 	}
-	h.n[id]++
+	ph := h.n[id]
+	if ph == nil {
+		ph = &principalHere{turn: make(chan struct{}, 1)}
+		h.n[id] = ph
+	}
+	ph.n++
 	h.mu.Unlock()
 	return func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		if h.n[id]--; h.n[id] <= 0 {
+		if ph.n--; ph.n <= 0 {
 			delete(h.n, id)
 		}
 	}
@@ -255,24 +290,58 @@ func (h *waitersHere) enter(c Call) func() {
 func (h *waitersHere) others(c Call) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.n[waiterID(c)] > 1
+	ph := h.n[waiterID(c)]
+	return ph != nil && ph.n > 1
 }
 
-// noteWaiting records in tx, for a key with shares, whether c's principal
-// still waits for it after decision d at now: the record ends when c was
-// admitted and no other call of its principal waits here, and lasts
-// through the wait d asks for otherwise.
+// line waits, for a key with shares, until c is the one call of its
+// principal here that asks the state for the key, or for at most wait
+// (then it asks beside the one that does, to be told its pause), and
+// returns what ends its turn. Calls of a principal are served in the
+// order they came: the turns among principals are the state's, and
+// within one principal the order is its own.
+func (h *waitersHere) line(ctx context.Context, c Call, wait time.Duration) (done func(), err error) {
+	if !c.Key.Fair() {
+		return func() {}, nil
+	}
+	h.mu.Lock()
+	ph := h.n[waiterID(c)]
+	h.mu.Unlock()
+	if ph == nil {
+		return func() {}, nil // (enter was not called)
+	}
+	release := func() { <-ph.turn }
+	select {
+	case ph.turn <- struct{}{}:
+		return release, nil
+	default:
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case ph.turn <- struct{}{}:
+		return release, nil
+	case <-t.C:
+		return func() {}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// noteWaiting records in tx, for a key with shares, how long c's
+// principal waits for it after decision d at now: through the wait d asks
+// for; or, when c was admitted, for a moment (followOn) unless other
+// calls of its principal wait here.
 func (p *Pacer) noteWaiting(tx ledger.Tx, c Call, now time.Time, d decision) error {
 	if !c.Key.Fair() {
 		return nil
 	}
-	principal := keystore.PrincipalOf(c.Caller)
-	if d.admit && !p.here.others(c) {
-		return tx.StopWaiting(c.Key.Name, principal, p.here.waiter())
-	}
 	until := now.Add(waiterLife)
-	if !d.admit {
+	switch {
+	case !d.admit:
 		until = until.Add(d.wait)
+	case !p.here.others(c):
+		until = now.Add(followOn)
 	}
-	return tx.Wait(c.Key.Name, principal, p.here.waiter(), now, until)
+	return tx.Wait(c.Key.Name, keystore.PrincipalOf(c.Caller), p.here.waiter(), now, until)
 }

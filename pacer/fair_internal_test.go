@@ -98,7 +98,7 @@ func TestFairRule(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, ok := fairRule(fnow, tt.key, tt.principal, tt.waiting, win(tt.used))
+			c, _, ok := fairRule(fnow, tt.key, tt.principal, tt.waiting, win(tt.used))
 			if !ok {
 				if tt.wantWait != 0 {
 					t.Fatalf("got admitted, want a wait of %v (%s)", tt.wantWait, tt.source)
@@ -122,7 +122,7 @@ func TestFairRule(t *testing.T) {
 // policy, and that the key itself is not spent.
 func TestFairRuleSaysWhichShare(t *testing.T) {
 	k := fairKey(keystore.Share{Principal: "sync", Share: 0.4})
-	c, ok := fairRule(fnow, k, "sync", nil, win(map[string]int{"sync": 12, "alice": 3}))
+	c, _, ok := fairRule(fnow, k, "sync", nil, win(map[string]int{"sync": 12, "alice": 3}))
 	if !ok {
 		t.Fatal("got admitted, want a wait for the share")
 	}
@@ -167,7 +167,7 @@ func TestFairRuleSharesAWindow(t *testing.T) {
 			for slot := range 30 - tt.left {
 				w := win(used)
 				i := slices.IndexFunc(asking, func(p string) bool {
-					_, wait := fairRule(fnow, tt.key, p, waiting, w)
+					_, _, wait := fairRule(fnow, tt.key, p, waiting, w)
 					return !wait
 				})
 				if i < 0 {
@@ -177,7 +177,7 @@ func TestFairRuleSharesAWindow(t *testing.T) {
 			}
 			w := win(used)
 			for _, p := range asking {
-				if _, wait := fairRule(fnow, tt.key, p, waiting, w); !wait && tt.left > 0 {
+				if _, _, wait := fairRule(fnow, tt.key, p, waiting, w); !wait && tt.left > 0 {
 					t.Fatalf("%s may take a call every principal's cap should keep (used %v)", p, used)
 				}
 			}

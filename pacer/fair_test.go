@@ -89,8 +89,13 @@ func TestWaitingPrincipalsTakeTurns(t *testing.T) {
 	if _, err := e.admitWith(other, e.call(k, "alice", "/a")); err != nil {
 		t.Fatalf("alice: got %v, want admitted in her turn", err)
 	}
-	// Alice admitted, she waits no longer: the window's last call is
-	// anyone's.
+	// Alice admitted keeps her place for a second, should she call
+	// again at once; then she waits no longer, and the window's last call
+	// is anyone's.
 	e.clk.advance(500 * time.Millisecond)
+	if pe := e.mustPause(k, "nightly-sync", "/sync"); pe.Source != pacer.SourceTurn {
+		t.Fatalf("sync, just after alice's call: got %s %q, want it to wait for her turn", pe.Source, pe.Reason)
+	}
+	e.clk.advance(time.Second)
 	e.mustAdmit(k, "nightly-sync", "/sync")
 }

@@ -198,6 +198,11 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 	}
 	spent := p.spentLease(c.Key.Name, p.now()) // this call renews it, when leaseSize allows
 	deadline := start.Add(c.MaxWait)
+	done, err := p.here.line(ctx, c, deadline.Sub(p.now())) // one call of a principal at a time, on a key with shares
+	if err != nil {
+		return Ticket{}, err
+	}
+	defer done()
 	lastProgress := start
 	heldBy := ""
 	for {

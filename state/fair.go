@@ -25,10 +25,9 @@ var (
 	// (the range starts at noEarlier)
 	qForgetWaiters = newQuery(`DELETE FROM waiters WHERE key = ? AND until <= ? AND until >= ?`)
 	qWait          = newQueryFor(`INSERT INTO waiters (key, principal, waiter, since, until) VALUES (?, ?, ?, ?, ?)
-	ON CONFLICT (key, principal, waiter) DO UPDATE SET until = max(until, excluded.until)`,
+	ON CONFLICT (key, principal, waiter) DO UPDATE SET until = excluded.until`,
 		`INSERT INTO waiters (key, principal, waiter, since, until) VALUES ($1, $2, $3, $4, $5)
-	ON CONFLICT (key, principal, waiter) DO UPDATE SET until = greatest(waiters.until, excluded.until)`)
-	qStopWaiting = newQuery(`DELETE FROM waiters WHERE key = ? AND principal = ? AND waiter = ?`)
+	ON CONFLICT (key, principal, waiter) DO UPDATE SET until = excluded.until`)
 )
 
 // numberPrincipal numbers admission id of a in its principal's log, after
@@ -88,21 +87,14 @@ func (tx *Tx) Waiting(key string, now time.Time) ([]string, error) {
 }
 
 // Wait records that principal has calls of key waiting in waiter until
-// until, and forgets the records of key that ran out before now.
+// until (from now on: until now ends the record), and forgets the records
+// of key that ran out before now.
 func (tx *Tx) Wait(key, principal, waiter string, now, until time.Time) error {
 	if _, err := tx.exec(qForgetWaiters, key, micros(now), int64(noEarlier)); err != nil {
 		return fmt.Errorf("state: wait: %w", err)
 	}
 	if _, err := tx.exec(qWait, key, principal, waiter, micros(now), micros(until)); err != nil {
 		return fmt.Errorf("state: wait: %w", err)
-	}
-	return nil
-}
-
-// StopWaiting forgets waiter's record that principal waits for key.
-func (tx *Tx) StopWaiting(key, principal, waiter string) error {
-	if _, err := tx.exec(qStopWaiting, key, principal, waiter); err != nil {
-		return fmt.Errorf("state: stop waiting: %w", err)
 	}
 	return nil
 }

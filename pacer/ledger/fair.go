@@ -17,13 +17,12 @@ type Fair interface {
 	// any host, once each, in no particular order.
 	Waiting(key string, now time.Time) ([]string, error)
 	// Wait records that principal has calls of key waiting in waiter (a
-	// name each process's pacer draws for itself) until until (each wait
-	// renews it), and forgets every record of key that ran out before now
-	// (a process that ended while its calls waited): a key holds at most
-	// one record per principal and live waiter.
+	// name each process's pacer draws for itself) until until, in place of
+	// what waiter recorded before (until now ends the record), and forgets
+	// every record of key that ran out before now (a process that ended
+	// while its calls waited): a key holds at most one record per
+	// principal and live waiter.
 	Wait(key, principal, waiter string, now, until time.Time) error
-	// StopWaiting forgets waiter's record that principal waits for key.
-	StopWaiting(key, principal, waiter string) error
 }
 
 // A Use is what one principal spent of a key's window.

@@ -14,7 +14,7 @@ import (
 // fair: what a key's shares need across hosts.
 var fair = []behaviour{
 	{"a principal's window counts its own numbered admissions", principalWindow},
-	{"waiting principals are seen by every process until they stop or run out", waiters},
+	{"waiting principals are seen by every process until their record ends or runs out", waiters},
 }
 
 // A principal's admissions are counted apart from the key's, through
@@ -56,8 +56,8 @@ func principalWindow(t *testing.T, b Backend) {
 	})
 }
 
-// Principals waiting for a key, in several processes: each process's
-// record lasts until it stops or runs out, a renewal never shortens it,
+// Principals waiting for a key, in several processes: each waiter's
+// record lasts until it runs out or is recorded anew (until now ends it),
 // and one that ran out is forgotten by the next wait on the key.
 func waiters(t *testing.T, b Backend) {
 	s, loc := b.fresh(t)
@@ -75,8 +75,8 @@ func waiters(t *testing.T, b Backend) {
 	}
 	update(t, s, func(tx ledger.Tx) error {
 		return errors.Join(
-			tx.Wait("k", "alice", "w1", t0, t0.Add(3*time.Second)),
-			tx.Wait("k", "alice", "w1", t0, t0.Add(time.Second)), // never shortened
+			tx.Wait("k", "alice", "w1", t0, t0.Add(time.Minute)),
+			tx.Wait("k", "alice", "w1", t0, t0.Add(3*time.Second)), // recorded anew: shorter
 			tx.Wait("k", "sync", "w1", t0, t0.Add(10*time.Second)),
 			tx.Wait("other", "bob", "w1", t0, t0.Add(time.Hour)))
 	}, "k", "other")
@@ -93,14 +93,14 @@ func waiters(t *testing.T, b Backend) {
 			t.Errorf("Waiting at t0+%v (-got +want):\n%s", now.Sub(t0), diff)
 		}
 	}
-	// sync stops waiting in the first process; the second's record holds.
-	update(t, s, func(tx ledger.Tx) error { return tx.StopWaiting("k", "sync", "w1") }, "k")
+	// sync's record in the first process ends; the second's holds.
+	update(t, s, func(tx ledger.Tx) error { return tx.Wait("k", "sync", "w1", t0, t0) }, "k")
 	if diff := cmp.Diff(waiting(other, "k", t0.Add(15*time.Second)), []string{"sync"}); diff != "" {
-		t.Errorf("after w1 stopped: Waiting (-got +want):\n%s", diff)
+		t.Errorf("after w1's record ended: Waiting (-got +want):\n%s", diff)
 	}
-	update(t, other, func(tx ledger.Tx) error { return tx.StopWaiting("k", "sync", "w2") }, "k")
+	update(t, other, func(tx ledger.Tx) error { return tx.Wait("k", "sync", "w2", t0, t0) }, "k")
 	if got := waiting(s, "k", t0); !slices.Equal(got, []string{"alice"}) {
-		t.Errorf("after both stopped: Waiting = %v, want [alice]", got)
+		t.Errorf("after both ended: Waiting = %v, want [alice]", got)
 	}
 	// A wait at t0+5s forgets alice's record, which ran out at t0+3s: a
 	// look at an earlier instant no longer finds it.

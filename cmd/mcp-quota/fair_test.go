@@ -324,3 +324,41 @@ func fairShares(t *testing.T, up *upstreamLog, bases []string) {
 		t.Errorf("the upstream refused %d calls; want none", stats.Rejected)
 	}
 }
+
+// An agent whose own share is spent is told so by fetch's pause and by
+// quota_status, over MCP, while another agent still uses the key.
+func TestShareAdviceOverMCP(t *testing.T) {
+	_, upstream := upstreamAPI(t, demo.Config{Quota: 100, Window: time.Minute})
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.toml")
+	config := strings.Replace(fairConfig("", upstream), "quota = 30\n  window = \"4s\"", "quota = 5\n  window = \"1m0s\"", 1)
+	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"DEMO_SECRET": upstreamSecret, "SYNC_TOKEN": syncToken, "ALICE_TOKEN": aliceToken, "BOB_TOKEN": bobToken}
+	base, _, stop := startServe(t, func(k string) string { return env[k] }, "--config", cfg, "--state", filepath.Join(dir, "state.db"))
+	defer stop()
+	alice := httpSession(t, base, aliceToken, nil)
+	bob := httpSession(t, base, bobToken, nil)
+
+	// 40% of 5 is 2 calls a minute for alice.
+	for i := range 2 {
+		if res, _ := call(t, alice, "fetch", map[string]any{"path": fmt.Sprintf("/v1/echo?n=%d", i)}); res.IsError {
+			t.Fatalf("alice's call %d: %s", i, text(res))
+		}
+	}
+	res, out := call(t, alice, "fetch", map[string]any{"path": "/v1/echo?n=3"})
+	advice, _ := out["advice"].(map[string]any)
+	reason, _ := advice["reason"].(string)
+	if !res.IsError || advice["action"] != "pause" || !strings.Contains(reason, "principal 'alice' has used its share of the key: 2 of the 5 calls per 60 s of policy 'default' (40%)") ||
+		!strings.Contains(reason, "the key itself has 3 left for the others") {
+		t.Errorf("alice's third call: got isError %v, advice %v; want a pause for her share", res.IsError, advice)
+	}
+	_, st := call(t, alice, "quota_status", map[string]any{"key": "demo"})
+	if a, _ := st["advice"].(map[string]any); a["action"] != "pause" || !strings.Contains(fmt.Sprint(a["reason"]), "principal 'alice' has used its share") {
+		t.Errorf("alice's quota_status: got advice %v; want a pause for her share", a)
+	}
+	if res, _ := call(t, bob, "fetch", map[string]any{"path": "/v1/echo?n=4"}); res.IsError {
+		t.Errorf("bob: got %s; want his call answered", text(res))
+	}
+}

@@ -24,7 +24,9 @@ var (
 	qWaiting = newQuery(`SELECT DISTINCT principal FROM waiters WHERE key = ? AND until > ? AND until <= ?`)
 	// (the range starts at noEarlier)
 	qForgetWaiters = newQuery(`DELETE FROM waiters WHERE key = ? AND until <= ? AND until >= ?`)
-	qWait          = newQueryFor(`INSERT INTO waiters (key, principal, waiter, since, until) VALUES (?, ?, ?, ?, ?)
+	// (the range starts at noEarlier)
+	qSweepWaiters = newQuery(`DELETE FROM waiters WHERE until <= ? AND until >= ?`)
+	qWait         = newQueryFor(`INSERT INTO waiters (key, principal, waiter, since, until) VALUES (?, ?, ?, ?, ?)
 	ON CONFLICT (key, principal, waiter) DO UPDATE SET until = excluded.until`,
 		`INSERT INTO waiters (key, principal, waiter, since, until) VALUES ($1, $2, $3, $4, $5)
 	ON CONFLICT (key, principal, waiter) DO UPDATE SET until = excluded.until`)
@@ -97,4 +99,12 @@ func (tx *Tx) Wait(key, principal, waiter string, now, until time.Time) error {
 		return fmt.Errorf("state: wait: %w", err)
 	}
 	return nil
+}
+
+// forgetWaiters forgets every key's records of waiting that ran out
+// before now: those of keys no call has waited for since (a wait forgets
+// its own key's).
+func (tx *Tx) forgetWaiters(now time.Time) error {
+	_, err := tx.exec(qSweepWaiters, micros(now), int64(noEarlier))
+	return err
 }

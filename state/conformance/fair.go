@@ -113,4 +113,11 @@ func waiters(t *testing.T, b Backend) {
 	if diff := cmp.Diff(waiting(s, "other", t0), []string{"bob"}); diff != "" {
 		t.Errorf("another key's records are its own (-got +want):\n%s", diff)
 	}
+	// A sweep forgets every key's records that ran out, bob's among them.
+	sweep(t, s, t0.Add(2*time.Hour), t0.Add(-time.Hour))
+	for _, key := range []string{"k", "other"} {
+		if got := waiting(other, key, t0); got != nil {
+			t.Errorf("after a sweep at t0+2h: Waiting(%s) = %v, want none", key, got)
+		}
+	}
 }

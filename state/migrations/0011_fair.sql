@@ -7,9 +7,9 @@ ALTER TABLE attempts ADD COLUMN pseq INTEGER;
 CREATE INDEX attempts_principal_log ON attempts(key, principal, at, pseq) WHERE pseq IS NOT NULL;
 
 -- The principals with calls waiting for a key: one row per principal and
--- process (waiter: a name its pacer draws), renewed while its calls wait, deleted when the last
--- of them is admitted, and forgotten once it ran out (a process that
--- ended while its calls waited). A key holds at most one row per
+-- process (waiter: a name its pacer draws), renewed while its calls
+-- wait, lasting a moment past the last one's admission, and forgotten
+-- once it ran out (by the next wait on the key, or a sweep). A key holds at most one row per
 -- principal and live process.
 CREATE TABLE waiters (
 	key       TEXT    NOT NULL,

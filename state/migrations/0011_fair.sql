@@ -9,8 +9,8 @@ CREATE INDEX attempts_principal_log ON attempts(key, principal, at, pseq) WHERE 
 -- The principals with calls waiting for a key: one row per principal and
 -- process (waiter: a name its pacer draws), renewed while its calls
 -- wait, lasting a moment past the last one's admission, and forgotten
--- once it ran out (by the next wait on the key, or a sweep). A key holds at most one row per
--- principal and live process.
+-- once it ran out (by the next wait on the key, or a sweep). A key
+-- holds at most one row per principal and live process.
 CREATE TABLE waiters (
 	key       TEXT    NOT NULL,
 	principal TEXT    NOT NULL,

@@ -190,3 +190,94 @@ func TestFairRuleSharesAWindow(t *testing.T) {
 		})
 	}
 }
+
+// fakeLog is a key's sliding-window log as a list of admissions, oldest
+// first, each by a principal.
+type fakeLog struct {
+	at []time.Time
+	by []string
+}
+
+func (l fakeLog) after(since time.Time) (at []time.Time, by []string) {
+	for i, t := range l.at {
+		if t.After(since) {
+			at, by = append(at, t), append(by, l.by[i])
+		}
+	}
+	return at, by
+}
+
+func (l fakeLog) Count(since time.Time) (int, error) {
+	at, _ := l.after(since)
+	return len(at), nil
+}
+
+func (l fakeLog) Window(since time.Time) (ledger.Window, error) {
+	at, _ := l.after(since)
+	if len(at) == 0 {
+		return ledger.Window{}, nil
+	}
+	return ledger.Window{Count: len(at), Oldest: at[0]}, nil
+}
+
+func (l fakeLog) Nth(since time.Time, n int) (time.Time, error) {
+	at, _ := l.after(since)
+	if n < 1 || n > len(at) {
+		return time.Time{}, nil
+	}
+	return at[n-1], nil
+}
+
+func (l fakeLog) PrincipalWindow(since time.Time, principals []string) (map[string]ledger.Use, error) {
+	at, by := l.after(since)
+	out := map[string]ledger.Use{}
+	for i, p := range by {
+		if slices.Contains(principals, p) {
+			u := out[p]
+			if u.Count == 0 {
+				u.Oldest = at[i]
+			}
+			u.Count++
+			out[p] = u
+		}
+	}
+	return out, nil
+}
+
+// Through the snapshot, on a fake log at fixed instants: a call held for
+// another principal's turn re-checks when enough of the window's calls
+// have left it for the turns before its own — not every Poll — and the
+// one behind goes at once.
+func TestFairConstraintsOnALog(t *testing.T) {
+	k := fairKey(keystore.Share{Principal: "*", Share: 1})
+	k.Policies = []keystore.Policy{{Name: "default", Quota: 4, Window: time.Minute}}
+	l := fakeLog{at: []time.Time{ft0, ft0.Add(time.Second), ft0.Add(2 * time.Second)}, by: []string{"sync", "sync", "sync"}}
+	snap := func(principal string) snapshot {
+		return snapshot{now: ft0.Add(10 * time.Second), key: k, log: l,
+			fair: &fairView{principal: principal, waiting: []string{"alice", "sync"}, log: l}}
+	}
+	windows, err := snap("sync").windowedBudgets()
+	if err != nil || len(windows) != 1 || windows[0].avail != 1 {
+		t.Fatalf("windowed budgets: %+v, %v; want one with 1 call left", windows, err)
+	}
+	// sync has 3 of 4, alice, waiting, none: she is owed 2 (half of 4),
+	// more than the 1 left, so sync's turn comes once 2 more of the
+	// window's calls have left it: the second, at t0+1s, leaves at t0+61s.
+	cs, err := snap("sync").fairConstraints(windows)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("sync: got %+v, %v; want one wait", cs, err)
+	}
+	if c := cs[0]; c.source != SourceTurn || c.wait != 51*time.Second || c.poll {
+		t.Errorf("sync: got a wait of %v (%s, poll %v); want 51 s for its turn, a known end", c.wait, c.source, c.poll)
+	}
+	if cs, err := snap("alice").fairConstraints(windows); err != nil || len(cs) != 0 {
+		t.Errorf("alice: got %+v, %v; want no wait", cs, err)
+	}
+	d, err := decide(snap("sync"))
+	if err != nil || d.admit || d.source != SourceTurn {
+		t.Errorf("decide for sync: got admit %v source %q, %v; want it held for alice's turn", d.admit, d.source, err)
+	}
+	if d, err := decide(snap("alice")); err != nil || !d.admit {
+		t.Errorf("decide for alice: got admit %v (%s: %s), %v; want admitted", d.admit, d.source, d.reason, err)
+	}
+}

@@ -86,11 +86,11 @@ type snapshot struct {
 	route   string // method and path of the request, to pick partitions
 	known   []ledger.Known
 	gates   []ledger.Gate
+	fair    *fairView // the key's shares: who spent what, who waits (see fair.go); nil when it has none
 	ks      ledger.KeyState
 	flight  ledger.Flight   // calls in flight, when counted
 	claimed map[string]bool // reserve callers with an open claim
 	log     log
-	fair    *fairView // the key's shares: who spent what, who waits (see fair.go); nil when it has none
 }
 
 // A decision says whether a call may go now, and if not, for how long it

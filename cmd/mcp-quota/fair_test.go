@@ -91,6 +91,9 @@ keys = ["demo"]
 // (50 callers at once) on one key, one host with a SQLite state: see
 // fairShares.
 func TestFairSharesOneHost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a load of six windows in real time: not under -short")
+	}
 	up := newUpstreamLog(t, demo.Config{Quota: fairQuota, Window: fairWindow})
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.toml")
@@ -107,6 +110,9 @@ func TestFairSharesOneHost(t *testing.T) {
 // PostgreSQL database: alice on host-a, bob on host-c, the sync job's
 // callers spread over all three.
 func TestFairSharesThreeHosts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a load of six windows in real time: not under -short")
+	}
 	pg := pgtest.Start(t)
 	db := pg.CreateDatabase(t)
 	up := newUpstreamLog(t, demo.Config{Quota: fairQuota, Window: fairWindow})

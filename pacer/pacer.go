@@ -61,6 +61,10 @@ type Pacer struct {
 	learned  map[string]*learned      // what foreseen answers taught each key, not yet written (see learned.go)
 	delays   map[string]*sendDelays   // each key's latest delays from admission to send here (see margin.go)
 	closed   bool                     // Close was called: no lease is held from then on
+
+	// unrecorded holds, per key and attempt, the outcomes Done could not
+	// record (see unrecorded.go).
+	unrecorded map[string]map[int64]unrecordedOutcome
 }
 
 // New returns a Pacer keeping its state in db.

@@ -213,7 +213,11 @@ func (p *Pacer) writeLearnedNow(ctx context.Context, key string) error {
 // writes the same.
 func (p *Pacer) update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
 	taken := p.takeLearned(keys)
+	kept := p.takeUnrecorded(keys) // outcomes Done could not record (see unrecorded.go)
 	err := p.db.Update(ctx, func(tx ledger.Tx) error {
+		if err := p.recordUnrecorded(tx, kept); err != nil {
+			return err
+		}
 		for _, l := range taken {
 			if l == nil {
 				continue
@@ -227,6 +231,12 @@ func (p *Pacer) update(ctx context.Context, fn func(ledger.Tx) error, keys ...st
 	if err != nil {
 		for _, l := range taken {
 			p.relearn(l)
+		}
+		p.keptFailed(kept, err)
+	} else if len(kept) > 0 {
+		p.recordedNow(kept)
+		for _, key := range keys {
+			p.signal(key)
 		}
 	}
 	return err

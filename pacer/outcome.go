@@ -84,8 +84,11 @@ func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 	// and its slots are given back by the transaction: by every run of it,
 	// since the function may run more than once (see ledger.Store).
 	var ended *lease
+	// An outcome that failed before is kept for the key's next
+	// transaction, which may have recorded it already (see unrecorded.go).
+	retried := p.dropUnrecorded(t)
 	record := func(tx ledger.Tx) (Result, error) {
-		res, ks, err := p.record(tx, t, o)
+		res, ks, err := p.recordOnce(tx, t, o, retried)
 		if err != nil {
 			return res, err
 		}
@@ -112,6 +115,7 @@ func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 		return nil
 	}, t.Call.Key.Name)
 	if err != nil {
+		p.keepUnrecorded(t, o, err)
 		return res, fmt.Errorf("pacer: record %s: %w", t.Call.Key.Name, err)
 	}
 	return res, nil

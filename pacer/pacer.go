@@ -62,6 +62,10 @@ type Pacer struct {
 	delays   map[string]*sendDelays   // each key's latest delays from admission to send here (see margin.go)
 	closed   bool                     // Close was called: no lease is held from then on
 	here     waitersHere              // calls of keys with shares waiting in Admit (see fair.go)
+
+	// unrecorded holds, per key and attempt, the outcomes Done could not
+	// record (see unrecorded.go).
+	unrecorded map[string]map[int64]unrecordedOutcome
 }
 
 // New returns a Pacer keeping its state in db.

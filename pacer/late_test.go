@@ -55,11 +55,13 @@ func TestLateSendIsAdmittedAgain(t *testing.T) {
 	if !again.AdmittedAt.Equal(e.clk.now) {
 		t.Errorf("admitted again at %v, want now (%v)", again.AdmittedAt.Sub(start), e.clk.now.Sub(start))
 	}
-	// The delays measured so far are 150 and 600 ms: the margin follows
-	// them, up to w/8, so a send 450 ms after its admission is on time now.
-	e.clk.advance(450 * ms)
+	// The delays measured so far are 150 and 600 ms: the allowance follows
+	// them, up to w/8 less the 150 ms latency margin kept for the send's
+	// way to the upstream, so a send 350 ms after its admission is on time
+	// now, and one 351 ms after would not be.
+	e.clk.advance(350 * ms)
 	if err := e.p.Leaving(again); err != nil {
-		t.Errorf("a send 450 ms after its admission, once 600 ms were measured: Leaving says %v, want nil", err)
+		t.Errorf("a send 350 ms after its admission, once 600 ms were measured: Leaving says %v, want nil", err)
 	}
 	e.answer(again, 200, nil)
 

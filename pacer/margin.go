@@ -34,11 +34,18 @@ func marginCap(w time.Duration) time.Duration {
 
 // margin is how long beyond w a send stays in a window of w, as of s: the
 // key's recent admission-to-answer latency, or the age of its oldest call
-// in flight when that is longer, within marginCap(w); or the longest
-// delay from admission to send of this process's recent sends, when that
-// is longer still, within sendMarginCap(w).
+// in flight when that is longer, within marginCap(w); or, when longer
+// still, the longest delay from admission to send of this process's
+// recent sends plus that latency margin again, within sendMarginCap(w).
+// A send that left late still has its way to the upstream ahead of it,
+// and its answer's latency bounds that way: without it, a send that left
+// just within its allowance would land after the log let its slot go.
 func (s snapshot) margin(w time.Duration) time.Duration {
-	m := max(latencyMargin(s.ks, w), min(s.delay.longest, sendMarginCap(w)))
+	lm := latencyMargin(s.ks, w)
+	m := lm
+	if s.delay.longest > 0 {
+		m = max(m, min(s.delay.longest+lm, sendMarginCap(w)))
+	}
 	if !s.flight.Oldest.IsZero() {
 		m = max(m, min(s.now.Sub(s.flight.Oldest), marginCap(w)))
 	}
@@ -228,13 +235,15 @@ type sendAllowance struct {
 // allowance is how long after an admission at s.now its send may leave:
 // for each windowed policy of the key, marginCap(w), or the recent send
 // delays when longer (their percentile, or the longest that went), within
-// sendMarginCap(w) — the least of these over the policies. A send within
+// sendMarginCap(w) less the latency margin that the send's way to the
+// upstream keeps — the least of these over the policies. A send within
 // it goes, and its delay joins the longest that the margin keeps. The
 // zero value, when no window binds the send, allows any time.
 func (s snapshot) allowance() sendAllowance {
 	var a sendAllowance
 	for i, p := range policyWindows(s.key, s.applicable()) {
-		m := max(marginCap(p.w), min(max(s.delay.high, s.delay.longest), sendMarginCap(p.w)))
+		way := latencyMargin(s.ks, p.w) // kept for the send's way to the upstream (see margin)
+		m := max(marginCap(p.w), min(max(s.delay.high, s.delay.longest), sendMarginCap(p.w)-way))
 		if i == 0 || m < a.allowed {
 			a.allowed = m
 		}

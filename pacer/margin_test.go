@@ -129,9 +129,9 @@ func TestSendDelaysLongest(t *testing.T) {
 	}
 }
 
-// The margin follows the measured send delay when it is longer than the
-// latency margin, within sendMarginCap, and never falls below the
-// latency margin.
+// The margin follows the measured send delay, plus the latency margin for
+// the send's way to the upstream, within sendMarginCap, and never falls
+// below the latency margin.
 func TestMarginFollowsSendDelay(t *testing.T) {
 	ms := time.Millisecond
 	for _, c := range []struct {
@@ -139,8 +139,10 @@ func TestMarginFollowsSendDelay(t *testing.T) {
 		want              time.Duration
 	}{
 		{0, 0, 4 * time.Second, 0},
-		{100 * ms, 50 * ms, 4 * time.Second, 100 * ms},         // the latency margin is the floor
-		{100 * ms, 400 * ms, 4 * time.Second, 400 * ms},        // a longer send delay raises it
+		{100 * ms, 0, 4 * time.Second, 100 * ms},               // the latency margin is the floor
+		{100 * ms, 50 * ms, 4 * time.Second, 150 * ms},         // a send delay, then its way to the upstream
+		{200 * ms, 199 * ms, 4 * time.Second, 399 * ms},        // a send that left just within its allowance still lands in the count
+		{100 * ms, 350 * ms, 4 * time.Second, 450 * ms},        // a longer send delay raises it
 		{100 * ms, 2 * time.Second, 4 * time.Second, 500 * ms}, // within w/8
 		{5 * time.Second, 0, 4 * time.Second, 200 * ms},        // the latency margin keeps its own cap
 		{0, 3 * time.Second, time.Minute, 3 * time.Second},

@@ -549,18 +549,8 @@ func (s snapshot) observed(k ledger.Known) (b Budget, c constraint, probe bool, 
 	end := k.ReceivedAt.Add(validity(k))
 	if !s.now.Before(end) {
 		b.Expired = true
-		if s.ks.LastResponseAt.After(end) {
-			return b, c, false, nil // answered since: a fresh word came, or the policy was not shown
-		}
-		// Expired and unanswered since: one jittered probe, then a fresh answer.
-		at := end.Add(jitter(s.key.Name+"\x00"+k.Policy+"\x00"+k.Partition, end, probeJitter(k)))
-		if s.now.Before(at) {
-			c = constraint{wait: at.Sub(s.now), source: k.Policy, exhaust: k.Remaining <= 0, keyWide: k.Remaining <= 0,
-				reason: fmt.Sprintf("the upstream's last word on policy '%s' has expired, and one probe goes in %s to get a fresh one",
-					k.Policy, seconds(at.Sub(s.now)))}
-			return b, c, false, nil
-		}
-		return b, c, true, nil
+		c, probe = s.expiredRule(k, end)
+		return b, c, probe, nil
 	}
 	b.Reset = end.Sub(s.now)
 	if isLeaky(k) {
@@ -597,6 +587,25 @@ func (s snapshot) observed(k ledger.Known) (b Budget, c constraint, probe bool, 
 		}
 	}
 	return b, c, false, nil
+}
+
+// expiredRule decides what follows an observation k whose effective
+// window ended at end: nothing when an answer came since (a fresh word
+// came, or the policy was not shown); else, expired and unanswered since,
+// one jittered probe (probe, once its jitter has passed), then a fresh
+// answer.
+func (s snapshot) expiredRule(k ledger.Known, end time.Time) (c constraint, probe bool) {
+	if s.ks.LastResponseAt.After(end) {
+		return c, false
+	}
+	at := end.Add(jitter(s.key.Name+"\x00"+k.Policy+"\x00"+k.Partition, end, probeJitter(k)))
+	if s.now.Before(at) {
+		c = constraint{wait: at.Sub(s.now), source: k.Policy, exhaust: k.Remaining <= 0, keyWide: k.Remaining <= 0,
+			reason: fmt.Sprintf("the upstream's last word on policy '%s' has expired, and one probe goes in %s to get a fresh one",
+				k.Policy, seconds(at.Sub(s.now)))}
+		return c, false
+	}
+	return c, true
 }
 
 // fillFromLog completes an upstream budget whose r is unknown or expired

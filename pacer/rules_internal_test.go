@@ -192,3 +192,36 @@ func TestInferHiddenName(t *testing.T) {
 		t.Errorf("admitted at u1, a discovery at u1: not during; want during")
 	}
 }
+
+// An observation past its effective window asks for one probe, after a
+// jitter every process computes alike; an answer since then asks for
+// nothing.
+func TestDecideExpiredRule(t *testing.T) {
+	k := ledger.Known{ReceivedAt: u0, Observation: ratelimit.Observation{Policy: "p", Remaining: 0, HasRemaining: true,
+		Window: time.Minute}}
+	end := u1
+	at := end.Add(jitter("k\x00p\x00", end, probeJitter(k)))
+	if !at.After(end) {
+		t.Fatalf("the jitter at these instants is zero: choose others")
+	}
+	for _, tt := range []struct {
+		name     string
+		now      time.Time
+		answered time.Time
+		wait     time.Duration
+		probe    bool
+	}{
+		{"answered since", at, u2, 0, false},
+		{"within the jitter", end, time.Time{}, at.Sub(end), false},
+		{"after the jitter", at, time.Time{}, 0, true},
+	} {
+		s := snapshot{now: tt.now, key: &keystore.Key{Name: "k"}, ks: ledger.KeyState{LastResponseAt: tt.answered}}
+		c, probe := s.expiredRule(k, end)
+		if c.wait != tt.wait || probe != tt.probe {
+			t.Errorf("%s: wait %v, probe %v; want %v, %v", tt.name, c.wait, probe, tt.wait, tt.probe)
+		}
+		if tt.wait > 0 && (!c.exhaust || !c.keyWide || c.source != "p") {
+			t.Errorf("%s: %+v; want a key-wide wait for policy p, with nothing left", tt.name, c)
+		}
+	}
+}

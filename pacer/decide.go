@@ -135,40 +135,110 @@ type constraint struct {
 }
 
 // decide is the pacer's decision for one call, a pure function of s
-// (the log it reads is the sliding window as of s.now).
+// (the log it reads is the sliding window as of s.now). Each step is a
+// rule that returns its reasons to wait; the longest of them binds.
 func decide(s snapshot) (decision, error) {
 	var d decision
-	var cs []constraint
-	add := func(c constraint) {
-		if c.wait >= time.Microsecond { // the state file keeps microseconds: less is rounding
-			cs = append(cs, c)
-		}
-	}
-
-	// 1. Gates: Retry-After, backoff, an open circuit, abnormal usage.
-	// A gate binds the whole key, whatever its scope: a policy named by a
-	// refusal may cover calls we cannot tell apart.
-	for _, g := range s.gates {
-		switch g.Scope {
-		case "":
-			add(constraint{wait: g.Until.Sub(s.now), reason: g.Reason, source: g.Source, exhaust: true, keyWide: true})
-		case routePartition(s.route):
-			// A route's own backoff or circuit: the key is not paused.
-			add(constraint{wait: g.Until.Sub(s.now), reason: g.Reason, source: g.Source, exhaust: true})
-		}
-	}
-
-	// 2. Windowed budgets: documented policies, and every upstream policy
-	// whose q and w are known, counted over the sliding-window log of every
-	// caller and process sharing the key.
+	var cs constraints
+	cs.add(s.gateRule()...)
 	windows, err := s.windowedBudgets()
 	if err != nil {
 		return d, err
 	}
+	cs.add(s.windowRule(&d, windows)...)
+	// 2b. Fair shares: the principal's cap, and its turn among the
+	// principals waiting for the key (see fair.go).
+	fcs, err := s.fairConstraints(windows)
+	if err != nil {
+		return d, err
+	}
+	cs.add(fcs...)
+	windows, ucs, err := s.unitRule(&d, windows)
+	if err != nil {
+		return d, err
+	}
+	cs.add(ucs...)
+	ocs, err := s.observedRule(&d, windows)
+	if err != nil {
+		return d, err
+	}
+	cs.add(ocs...)
+	cs.add(s.probeRule(&d)...)
+	cs.add(s.safetyRule()...)
+
+	d.binding = tightest(d.budgets)
+	if len(cs) == 0 {
+		d.admit = true
+		return d, nil
+	}
+	d.waitFor(cs.worst())
+	return d, nil
+}
+
+// constraints are a decision's reasons to wait, in the order its rules
+// found them.
+type constraints []constraint
+
+// add keeps the constraints that hold a call back at all.
+func (cs *constraints) add(more ...constraint) {
+	for _, c := range more {
+		if c.wait >= time.Microsecond { // the state file keeps microseconds: less is rounding
+			*cs = append(*cs, c)
+		}
+	}
+}
+
+// worst is the constraint that binds: one that can never be met, else the
+// longest wait, a wait for quota or a gate before spacing on ties, the
+// first found before later ones.
+func (cs constraints) worst() constraint {
+	worst := cs[0]
+	for _, c := range cs[1:] {
+		if worst.never {
+			break
+		}
+		if c.never || c.wait > worst.wait || (c.wait == worst.wait && c.exhaust && !worst.exhaust) {
+			worst = c
+		}
+	}
+	return worst
+}
+
+// waitFor makes d a wait for c: the call is not admitted (and no probe
+// goes).
+func (d *decision) waitFor(c constraint) {
+	d.probe = false
+	d.wait, d.reason, d.source, d.poll, d.exhaust, d.keyWide = c.wait, c.reason, c.source, c.poll, c.exhaust, c.keyWide
+	d.never = c.never
+}
+
+// 1. Gates: Retry-After, backoff, an open circuit, abnormal usage.
+// A gate binds the whole key, whatever its scope: a policy named by a
+// refusal may cover calls we cannot tell apart.
+func (s snapshot) gateRule() []constraint {
+	var cs []constraint
+	for _, g := range s.gates {
+		switch g.Scope {
+		case "":
+			cs = append(cs, constraint{wait: g.Until.Sub(s.now), reason: g.Reason, source: g.Source, exhaust: true, keyWide: true})
+		case routePartition(s.route):
+			// A route's own backoff or circuit: the key is not paused.
+			cs = append(cs, constraint{wait: g.Until.Sub(s.now), reason: g.Reason, source: g.Source, exhaust: true})
+		}
+	}
+	return cs
+}
+
+// 2. Windowed budgets: documented policies, and every upstream policy
+// whose q and w are known, counted over the sliding-window log of every
+// caller and process sharing the key. Each is one of d's budgets; one
+// below its low-water mark spreads calls and makes d slow.
+func (s snapshot) windowRule(d *decision, windows []windowed) []constraint {
+	var cs []constraint
 	for _, wb := range windows {
 		d.budgets = append(d.budgets, wb.Budget)
 		if wb.avail <= 0 {
-			add(constraint{wait: wb.freeAt.Sub(s.now), source: wb.Policy, exhaust: true, keyWide: wb.Used >= wb.Limit,
+			cs = append(cs, constraint{wait: wb.freeAt.Sub(s.now), source: wb.Policy, exhaust: true, keyWide: wb.Used >= wb.Limit,
 				reason: fmt.Sprintf("all %d calls per %s allowed by policy '%s' are used%s",
 					wb.Limit, seconds(wb.Window), wb.Policy, wb.heldNote)})
 			continue
@@ -180,112 +250,103 @@ func decide(s snapshot) (decision, error) {
 			spacing := wb.Window / time.Duration(wb.Limit)
 			d.spreadBy(spacing, fmt.Sprintf("Only %d of %d calls %s left under policy '%s'; spread them out, %s.",
 				wb.avail, wb.Limit, isAre(wb.avail), wb.Policy, pace(spacing)))
-			add(constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: wb.Policy,
+			cs = append(cs, constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: wb.Policy,
 				reason: fmt.Sprintf("only %d of %d calls %s left under policy '%s', so calls are spread %s",
 					wb.avail, wb.Limit, isAre(wb.avail), wb.Policy, apart(spacing))})
 		}
 	}
+	return cs
+}
 
-	// 2b. Fair shares: the principal's cap, and its turn among the
-	// principals waiting for the key (see fair.go).
-	fcs, err := s.fairConstraints(windows)
-	if err != nil {
-		return d, err
-	}
-	for _, c := range fcs {
-		add(c)
-	}
-
-	// 2c. Budgets in content-bytes and in concurrent-requests (units.go).
+// 2c. Budgets in content-bytes and in concurrent-requests (units.go).
+// The budgets in bytes join windows, for the upstream's policies of the
+// same name to be filled from.
+func (s snapshot) unitRule(d *decision, windows []windowed) ([]windowed, []constraint, error) {
+	var cs []constraint
 	bytes, err := s.byteBudgets()
 	if err != nil {
-		return d, err
+		return windows, nil, err
 	}
 	for _, bb := range bytes {
 		d.budgets = append(d.budgets, bb.Budget)
 		windows = append(windows, bb.windowed)
 		if bb.never || bb.avail < s.need(bb.Unit) {
-			add(s.byteConstraint(bb))
+			cs = append(cs, s.byteConstraint(bb))
 		}
 	}
 	conc, waits := s.concurrencyBudgets()
 	d.budgets = append(d.budgets, conc...)
-	for _, c := range waits {
-		add(c)
-	}
+	return windows, append(cs, waits...), nil
+}
 
-	// 3. Upstream observations, projected within their own policy, unit,
-	// partition and validity.
+// 3. Upstream observations, projected within their own policy, unit,
+// partition and validity. An expired one that asks for a probe sets
+// d.probe.
+func (s snapshot) observedRule(d *decision, windows []windowed) ([]constraint, error) {
+	var cs []constraint
 	for _, k := range s.applicable() {
 		b, c, probe, err := s.observed(k)
 		if err != nil {
-			return d, err
+			return nil, err
 		}
 		d.budgets = append(d.budgets, fillFromLog(b, windows))
 		if probe {
 			d.probe = true
 		}
 		if c.wait > 0 {
-			add(c)
+			cs = append(cs, c)
 		} else if !b.Expired && b.Remaining > 0 && b.Reset > 0 && spreads(b.Unit) && low(b.Remaining, b.Limit, s.key.LowWater) {
-			// Below the low-water mark, what is left is spread over what is
-			// left of the effective window, less what t may have been
-			// rounded up by: the window may end that much earlier, and what
-			// is left is there to spend now (a little early is still
-			// smooth; a little late is lost). The r calls go one share of
-			// r+1 apart, so the last goes a share before the end, not at
-			// it. (A share in percent of a quota nobody stated says nothing
-			// of how many calls are left: it is not spread.)
-			d.slow = true
-			spacing := max(b.Reset-rounding(k.Reset), 0) / time.Duration(b.Remaining+1)
-			d.spreadBy(spacing, spreadWords(b.Remaining, b.Reset, spacing))
-			add(constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: b.Policy,
-				reason: fmt.Sprintf("the upstream says %s left %s under policy '%s', so calls are spread %s",
-					howMany(b.Remaining, b.Unit), forNext(b.Reset), b.Policy, apart(spacing))})
+			cs = append(cs, s.spreadRule(d, k, b))
 		}
 	}
+	return cs, nil
+}
 
-	// 4. A half-open circuit, or an observation that expired unanswered:
-	// exactly one probe goes, and the rest wait for its answer.
+// spreadRule spreads what an upstream policy has left, below its
+// low-water mark, over what is left of the effective window, less what t
+// may have been rounded up by: the window may end that much earlier, and
+// what is left is there to spend now (a little early is still smooth; a
+// little late is lost). The r calls go one share of r+1 apart, so the
+// last goes a share before the end, not at it. (A share in percent of a
+// quota nobody stated says nothing of how many calls are left: it is not
+// spread.)
+func (s snapshot) spreadRule(d *decision, k ledger.Known, b Budget) constraint {
+	d.slow = true
+	spacing := max(b.Reset-rounding(k.Reset), 0) / time.Duration(b.Remaining+1)
+	d.spreadBy(spacing, spreadWords(b.Remaining, b.Reset, spacing))
+	return constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: b.Policy,
+		reason: fmt.Sprintf("the upstream says %s left %s under policy '%s', so calls are spread %s",
+			howMany(b.Remaining, b.Unit), forNext(b.Reset), b.Policy, apart(spacing))}
+}
+
+// 4. A half-open circuit, or an observation that expired unanswered:
+// exactly one probe goes, and the rest wait for its answer.
+func (s snapshot) probeRule(d *decision) []constraint {
 	if s.ks.HalfOpen {
 		d.probe = true
 	}
 	if d.probe && s.ks.ProbeUntil.After(s.now) {
-		add(constraint{wait: Poll, poll: true, source: "probe",
-			reason: "a probe is asking the upstream for a fresh answer and calls wait for it"})
+		return []constraint{{wait: Poll, poll: true, source: "probe",
+			reason: "a probe is asking the upstream for a fresh answer and calls wait for it"}}
 	}
+	return nil
+}
 
-	// 5. Local safety limits: concurrency, the maximum rate, slow start.
-	// (A policy in concurrent-requests holds calls back as a budget: see
-	// concurrency.)
+// 5. Local safety limits: concurrency, the maximum rate, slow start.
+// (A policy in concurrent-requests holds calls back as a budget: see
+// concurrency.)
+func (s snapshot) safetyRule() []constraint {
+	var cs []constraint
 	if s.flight.Count >= maxConcurrency(s.key) && !s.noFlightWait {
-		add(constraint{wait: Poll, poll: true, source: "concurrency",
+		cs = append(cs, constraint{wait: Poll, poll: true, source: "concurrency",
 			reason: fmt.Sprintf("%d calls are in flight, the most allowed at once for this key", s.flight.Count)})
 	}
 	spacing := max(minSpacing(s.key), s.ks.Interval)
 	if !s.ks.LastAdmitAt.IsZero() {
-		add(constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: "pace",
+		cs = append(cs, constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: "pace",
 			reason: fmt.Sprintf("calls are spaced %s", apart(spacing))})
 	}
-
-	d.binding = tightest(d.budgets)
-	if len(cs) == 0 {
-		d.admit = true
-		return d, nil
-	}
-	worst := cs[0]
-	for _, c := range cs[1:] {
-		if worst.never {
-			break
-		}
-		if c.never || c.wait > worst.wait || (c.wait == worst.wait && c.exhaust && !worst.exhaust) {
-			worst = c
-		}
-	}
-	d.probe = false
-	d.wait, d.reason, d.source, d.poll, d.exhaust, d.keyWide = worst.wait, worst.reason, worst.source, worst.poll, worst.exhaust, worst.keyWide
-	d.never = worst.never
-	return d, nil
+	return cs
 }
 
 // spreads reports whether what is left in unit u is spread over calls
@@ -488,18 +549,8 @@ func (s snapshot) observed(k ledger.Known) (b Budget, c constraint, probe bool, 
 	end := k.ReceivedAt.Add(validity(k))
 	if !s.now.Before(end) {
 		b.Expired = true
-		if s.ks.LastResponseAt.After(end) {
-			return b, c, false, nil // answered since: a fresh word came, or the policy was not shown
-		}
-		// Expired and unanswered since: one jittered probe, then a fresh answer.
-		at := end.Add(jitter(s.key.Name+"\x00"+k.Policy+"\x00"+k.Partition, end, probeJitter(k)))
-		if s.now.Before(at) {
-			c = constraint{wait: at.Sub(s.now), source: k.Policy, exhaust: k.Remaining <= 0, keyWide: k.Remaining <= 0,
-				reason: fmt.Sprintf("the upstream's last word on policy '%s' has expired, and one probe goes in %s to get a fresh one",
-					k.Policy, seconds(at.Sub(s.now)))}
-			return b, c, false, nil
-		}
-		return b, c, true, nil
+		c, probe = s.expiredRule(k, end)
+		return b, c, probe, nil
 	}
 	b.Reset = end.Sub(s.now)
 	if isLeaky(k) {
@@ -536,6 +587,25 @@ func (s snapshot) observed(k ledger.Known) (b Budget, c constraint, probe bool, 
 		}
 	}
 	return b, c, false, nil
+}
+
+// expiredRule decides what follows an observation k whose effective
+// window ended at end: nothing when an answer came since (a fresh word
+// came, or the policy was not shown); else, expired and unanswered since,
+// one jittered probe (probe, once its jitter has passed), then a fresh
+// answer.
+func (s snapshot) expiredRule(k ledger.Known, end time.Time) (c constraint, probe bool) {
+	if s.ks.LastResponseAt.After(end) {
+		return c, false
+	}
+	at := end.Add(jitter(s.key.Name+"\x00"+k.Policy+"\x00"+k.Partition, end, probeJitter(k)))
+	if s.now.Before(at) {
+		c = constraint{wait: at.Sub(s.now), source: k.Policy, exhaust: k.Remaining <= 0, keyWide: k.Remaining <= 0,
+			reason: fmt.Sprintf("the upstream's last word on policy '%s' has expired, and one probe goes in %s to get a fresh one",
+				k.Policy, seconds(at.Sub(s.now)))}
+		return c, false
+	}
+	return c, true
 }
 
 // fillFromLog completes an upstream budget whose r is unknown or expired

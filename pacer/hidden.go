@@ -113,34 +113,13 @@ func (p *Pacer) hiddenLimit(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now t
 	if err != nil {
 		return "", err
 	}
-	var hidden []ledger.Known
-	var latest *ledger.Known
-	for i, k := range known {
-		if k.Hidden {
-			if !k.ReceivedAt.Before(t.AdmittedAt) {
-				return "", nil // discovered while this call was in flight
-			}
-			hidden = append(hidden, k)
-			if latest == nil || k.ReceivedAt.After(latest.ReceivedAt) {
-				latest = &known[i]
-			}
-		}
+	hidden, latest, during := hiddenSoFar(known, t.AdmittedAt)
+	if during {
+		return "", nil // discovered while this call was in flight
 	}
-	name := ""
-	if rd.Problem != nil && len(rd.Problem.ViolatedPolicies) > 0 {
-		announced := func(v string) bool {
-			return slices.ContainsFunc(known, func(k ledger.Known) bool { return k.Policy == v && !k.Hidden }) ||
-				slices.ContainsFunc(c.Key.Policies, func(pol keystore.Policy) bool { return pol.Name == v })
-		}
-		for _, v := range rd.Problem.ViolatedPolicies {
-			if v = boundName(v); !announced(v) {
-				name = v
-				break
-			}
-		}
-		if name == "" {
-			return "", nil // it names limits we know: our count of them was behind
-		}
+	name, explained := unannouncedName(rd, known, c.Key.Policies)
+	if explained {
+		return "", nil // it names limits we know: our count of them was behind
 	}
 	if name == "" {
 		// A call admitted as a known policy's window freed a slot can
@@ -152,16 +131,81 @@ func (p *Pacer) hiddenLimit(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now t
 			return edge, err
 		}
 	}
+	sends, err := acceptedSends(tx, t, latest, now)
+	if err != nil {
+		return "", err
+	}
+	inf := inferHidden(name, hidden, latest, sends, rd, now)
+	if inf.renew {
+		// No quota to stretch: the latest discovery is renewed as it is.
+		return "", tx.PutKnown(ledger.Known{Key: key, ReceivedAt: now, BasisAt: latest.BasisAt, Hidden: true,
+			Route: latest.Route, Observation: latest.Observation})
+	}
+	// For a hidden limit (which has no r) BasisAt keeps the start of the
+	// window that revealed it.
+	k := ledger.Known{Key: key, ReceivedAt: now, BasisAt: inf.lim.start, Hidden: true, Route: c.route(),
+		Observation: ratelimit.Observation{Policy: inf.name, Unit: ratelimit.Requests, Quota: inf.lim.quota, HasQuota: inf.lim.quota > 0,
+			Window: inf.lim.window, Shape: ratelimit.ShapeInferred}}
+	if err := tx.PutKnown(k); err != nil {
+		return "", err
+	}
+	msg := inf.warning(key)
+	return msg, tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "hidden-limit", Message: msg})
+}
 
-	// Sends before the latest discovery belong to windows its Retry-After
-	// waited out: a later refusal is inferred from the sends since.
+// hiddenSoFar returns the hidden limits among known and the latest
+// discovered of them, or during when one was discovered while a call
+// admitted at admitted was in flight (its refusal is part of that
+// discovery).
+func hiddenSoFar(known []ledger.Known, admitted time.Time) (hidden []ledger.Known, latest *ledger.Known, during bool) {
+	for i, k := range known {
+		if k.Hidden {
+			if !k.ReceivedAt.Before(admitted) {
+				return nil, nil, true
+			}
+			hidden = append(hidden, k)
+			if latest == nil || k.ReceivedAt.After(latest.ReceivedAt) {
+				latest = &known[i]
+			}
+		}
+	}
+	return hidden, latest, false
+}
+
+// unannouncedName returns the first policy the refusal's problem names as
+// violated that neither the upstream (known, not hidden) nor the key's
+// configuration (policies) announced, or "" when it names none.
+// explained says it names policies, and none of them is new (an empty
+// name counts as none).
+func unannouncedName(rd *ratelimit.Reading, known []ledger.Known, policies []keystore.Policy) (name string, explained bool) {
+	if rd.Problem == nil || len(rd.Problem.ViolatedPolicies) == 0 {
+		return "", false
+	}
+	announced := func(v string) bool {
+		return slices.ContainsFunc(known, func(k ledger.Known) bool { return k.Policy == v && !k.Hidden }) ||
+			slices.ContainsFunc(policies, func(pol keystore.Policy) bool { return pol.Name == v })
+	}
+	for _, v := range rd.Problem.ViolatedPolicies {
+		if v = boundName(v); !announced(v) {
+			name = v
+			break
+		}
+	}
+	return name, name == ""
+}
+
+// acceptedSends returns the times of the sends the upstream accepted
+// before t was admitted, oldest first. Sends before the latest discovery
+// belong to windows its Retry-After waited out: a later refusal is
+// inferred from the sends since.
+func acceptedSends(tx ledger.Tx, t Ticket, latest *ledger.Known, now time.Time) ([]time.Time, error) {
 	since := now.Add(-MaxHiddenWindow)
 	if latest != nil {
 		since = maxTime(since, latest.ReceivedAt)
 	}
-	log, err := tx.Sends(key, since, maxInferSends)
+	log, err := tx.Sends(t.Call.Key.Name, since, maxInferSends)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	var sends []time.Time
 	for _, s := range log {
@@ -169,53 +213,71 @@ func (p *Pacer) hiddenLimit(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now t
 			sends = append(sends, s.At)
 		}
 	}
+	return sends, nil
+}
+
+// A hiddenInference is what a refusal nothing explained teaches: the
+// limit to record under name, and how it was found.
+type hiddenInference struct {
+	name string
+	lim  limit
+	// inferred: the limit was inferred from the accepted sends.
+	inferred bool
+	// stretched: the latest limit was refused again before anything got
+	// through, and its window was stretched.
+	stretched bool
+	// renew: as stretched, but the latest limit has no quota to stretch:
+	// it is only renewed.
+	renew bool
+}
+
+// inferHidden decides the limit a refusal at now reveals, a pure function
+// of the name the refusal gave ("" for none), the hidden limits known so
+// far (latest the most recent, or nil), and the accepted sends since it.
+// With sends, the limit is inferred from them; without, the latest limit
+// refused again reaches further back than it seemed; with neither, the
+// limit waits out the refusal's Retry-After (at least
+// DefaultHiddenWindow) with no quota known.
+func inferHidden(name string, hidden []ledger.Known, latest *ledger.Known, sends []time.Time, rd *ratelimit.Reading, now time.Time) hiddenInference {
 	lim, ok := inferLimit(sends, now, rd.RetryAfter, rd.HasRetryAfter)
-	stretched := false
 	switch {
 	case ok:
 		if name == "" {
 			name = hiddenName(hidden, lim.window)
 		}
+		return hiddenInference{name: name, lim: lim, inferred: true}
 	case latest != nil && (name == "" || name == latest.Policy):
 		// Refused again before anything got through: the latest limit
 		// reaches further back than it seemed.
 		if !latest.HasQuota {
-			return "", tx.PutKnown(ledger.Known{Key: key, ReceivedAt: now, BasisAt: latest.BasisAt, Hidden: true,
-				Route: latest.Route, Observation: latest.Observation})
+			return hiddenInference{name: latest.Policy, renew: true}
 		}
-		name, stretched = latest.Policy, true
 		lim = limit{quota: latest.Quota, window: max(2*latest.Window, now.Sub(latest.BasisAt)), start: latest.BasisAt}
 		if rd.HasRetryAfter {
 			lim.window = max(latest.Window, now.Add(rd.RetryAfter).Sub(latest.BasisAt))
 		}
 		lim.window = min(lim.window, MaxHiddenWindow)
-	default:
-		lim = limit{window: max(DefaultHiddenWindow, rd.RetryAfter), start: now}
-		if name == "" {
-			name = hiddenName(hidden, lim.window)
-		}
+		return hiddenInference{name: latest.Policy, lim: lim, stretched: true}
 	}
-	// For a hidden limit (which has no r) BasisAt keeps the start of the
-	// window that revealed it.
-	k := ledger.Known{Key: key, ReceivedAt: now, BasisAt: lim.start, Hidden: true, Route: c.route(),
-		Observation: ratelimit.Observation{Policy: name, Unit: ratelimit.Requests, Quota: lim.quota, HasQuota: lim.quota > 0,
-			Window: lim.window, Shape: ratelimit.ShapeInferred}}
-	if err := tx.PutKnown(k); err != nil {
-		return "", err
+	lim = limit{window: max(DefaultHiddenWindow, rd.RetryAfter), start: now}
+	if name == "" {
+		name = hiddenName(hidden, lim.window)
 	}
-	var msg string
+	return hiddenInference{name: name, lim: lim}
+}
+
+// warning is the warning about key that an inference raises.
+func (inf hiddenInference) warning(key string) string {
 	switch {
-	case stretched:
-		msg = fmt.Sprintf("key '%s' was refused again by the limit the upstream never announced ('%s'); its window is longer than it seemed, and it is now enforced locally as %d calls per %s",
-			key, name, lim.quota, seconds(lim.window))
-	case ok:
-		msg = fmt.Sprintf("key '%s' hit a limit the upstream never announced ('%s'); it is now enforced locally as %d calls per %s",
-			key, name, lim.quota, seconds(lim.window))
-	default:
-		msg = fmt.Sprintf("key '%s' was refused by a limit the upstream never announced ('%s') before any call of it was accepted; calls wait for the upstream's Retry-After or back off",
-			key, name)
+	case inf.stretched:
+		return fmt.Sprintf("key '%s' was refused again by the limit the upstream never announced ('%s'); its window is longer than it seemed, and it is now enforced locally as %d calls per %s",
+			key, inf.name, inf.lim.quota, seconds(inf.lim.window))
+	case inf.inferred:
+		return fmt.Sprintf("key '%s' hit a limit the upstream never announced ('%s'); it is now enforced locally as %d calls per %s",
+			key, inf.name, inf.lim.quota, seconds(inf.lim.window))
 	}
-	return msg, tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "hidden-limit", Message: msg})
+	return fmt.Sprintf("key '%s' was refused by a limit the upstream never announced ('%s') before any call of it was accepted; calls wait for the upstream's Retry-After or back off",
+		key, inf.name)
 }
 
 // hiddenName names a newly inferred limit of window w: the hidden limit

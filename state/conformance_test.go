@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/mcp-quota/mcp-quota/state/conformance"
+	"github.com/mcp-quota/mcp-quota/internal/conformance"
 )
 
 // The one suite of the state's behaviour runs against each back end: a

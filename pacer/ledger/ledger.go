@@ -6,7 +6,7 @@
 //
 // The pacer and the other consumers own these types and interfaces; the
 // back ends in package state (SQLite on one host, PostgreSQL across
-// hosts) implement them, and one conformance suite (state/conformance)
+// hosts) implement them, and one conformance suite (internal/conformance)
 // holds each to the same behaviour.
 package ledger
 

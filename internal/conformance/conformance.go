@@ -176,3 +176,10 @@ func clock(t testing.TB, s ledger.Viewer) time.Time {
 	})
 	return now
 }
+
+// own is the back end's own transaction behind tx, for what only tests
+// read (the latest observations of a key), which ledger.Tx does not
+// offer: both back ends hand their functions a *state.Tx.
+func own(tx ledger.Tx) *state.Tx {
+	return tx.(*state.Tx)
+}

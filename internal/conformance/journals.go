@@ -71,7 +71,7 @@ func ended(t testing.TB, s ledger.Viewer, ids []int64) (map[string]int, map[int6
 				states[s.State]++
 			}
 		}
-		records, err := tx.Observations("k", 1<<20)
+		records, err := own(tx).Observations("k", 1<<20)
 		for _, o := range records {
 			obs[o.AttemptID]++
 		}

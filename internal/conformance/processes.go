@@ -41,14 +41,14 @@ func hammer(t *testing.T, b Backend, quota int64, window, run time.Duration) ([]
 		t.Skip("starts processes")
 	}
 	s, loc := b.fresh(t)
-	var hs []*helper
+	var hs []*Helper
 	for i := range 3 {
-		hs = append(hs, startHelper(t, b, helperJob{Location: loc, Caller: fmt.Sprintf("p%d", i), Quota: quota, Window: window,
+		hs = append(hs, StartHelper(t, b, Job{Location: loc, Caller: fmt.Sprintf("p%d", i), Quota: quota, Window: window,
 			Run: run, Lease: time.Minute, Quiet: true}))
 	}
 	made := 0
 	for _, h := range hs {
-		made += h.wait(t)
+		made += h.Done(t)
 	}
 	return sends(t, s, "shared"), made
 }
@@ -143,11 +143,11 @@ func processKilledMidLoad(t *testing.T, b Backend) {
 	}
 	const lease = 10 * time.Second
 	s, loc := b.fresh(t)
-	job := helperJob{Location: loc, Quota: 1 << 30, Window: time.Second, Lease: lease}
+	job := Job{Location: loc, Quota: 1 << 30, Window: time.Second, Lease: lease}
 	job.Caller, job.Victim = "victim", true
-	victim := startHelper(t, b, job)
+	victim := StartHelper(t, b, job)
 	job.Caller, job.Victim = "survivor", false
-	survivor := startHelper(t, b, job)
+	survivor := StartHelper(t, b, job)
 	stuck, slots := victim.ids("stuck")[0], victim.ids("reserved")
 	if len(slots) != 2 || slots[1]-slots[0] != victimSlots-1 {
 		t.Fatalf("the victim reserved slots %v, want %d", slots, victimSlots)
@@ -181,17 +181,17 @@ func processKilledMidLoad(t *testing.T, b Backend) {
 		t.Fatalf("holding the victim's slots: %v", err)
 	}
 	for _, id := range finished {
-		victim.order(t, fmt.Sprint("finish ", id))
+		victim.Order(t, fmt.Sprint("finish ", id))
 	}
 	for _, id := range finished {
-		victim.await(t, func(l string) bool { return l == fmt.Sprint("finished ", id) })
+		victim.Await(t, func(l string) bool { return l == fmt.Sprint("finished ", id) })
 	}
 	committed := slices.Concat(victim.ids("admitted"), []int64{stuck}, reserved)
 	before := map[int64]bool{}
 	for _, s := range sends(t, s, "shared") {
 		before[s.ID] = true
 	}
-	victim.kill(t)
+	victim.Kill(t)
 	close(release)
 	if err := <-held; !errors.Is(err, errHeld) {
 		t.Fatalf("holding the victim's slots: %v", err)
@@ -200,7 +200,7 @@ func processKilledMidLoad(t *testing.T, b Backend) {
 
 	n := len(survivor.ids("admitted"))
 	survivor.admitted(t, n+50) // the survivor keeps serving
-	survivor.stop(t)
+	survivor.Stop(t)
 
 	after := map[int64]ledger.Send{}
 	for _, key := range []string{"shared", "leased"} {
@@ -294,7 +294,7 @@ func processKilledMidLoad(t *testing.T, b Backend) {
 
 // instancesOfProcesses checks that each helper's admissions record one
 // instance, its own.
-func instancesOfProcesses(t *testing.T, s ledger.Viewer, hs ...*helper) {
+func instancesOfProcesses(t *testing.T, s ledger.Viewer, hs ...*Helper) {
 	t.Helper()
 	instance := map[int64]string{}
 	view(t, s, func(tx ledger.Tx) error {

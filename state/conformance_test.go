@@ -40,5 +40,5 @@ func TestConformancePostgreSQL(t *testing.T) {
 	})
 	// After every behaviour, the password is in none of the databases,
 	// nor in a journal.
-	noPasswordOnServer(t, srv, journals)
+	t.Cleanup(func() { noPasswordOnServer(t, srv, journals) })
 }

@@ -95,7 +95,7 @@ func slotOutcome(id int64, at time.Time) ledger.Finished {
 }
 
 func (job Job) run(ctx context.Context) error {
-	s, err := state.OpenStore(ctx, job.Location, state.PostgresOptions{JournalDir: job.JournalDir})
+	s, err := state.OpenStore(ctx, job.Location, state.PostgresOptions{JournalDir: job.JournalDir, Timeout: storeTimeout})
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,7 @@ func reserve(t *testing.T, s ledger.Store, n int) []int64 {
 	t.Helper()
 	var out []int64
 	update(t, s, func(tx ledger.Tx) error {
+		out = nil // set afresh: the function may run twice
 		first, last, err := tx.Reserve("k", n, t0, t0.Add(time.Hour), "a batch")
 		for id := first; id <= last; id++ {
 			out = append(out, id)

@@ -206,22 +206,28 @@ func logReadsLikeItsDefinition(t *testing.T, b Backend) {
 	states := []string{ledger.Admitted, ledger.Admitted, ledger.Admitted, ledger.RejectedLocal, ledger.Cached}
 	now := t0
 	for round := range 4 {
+		batch := make([]ledger.Attempt, 60) // drawn once: the function may run twice
+		for i := range batch {
+			now = now.Add(time.Duration(rng.IntN(400)) * time.Millisecond) // ties too
+			a := ledger.Attempt{CallID: "c", Attempt: 1, Key: keys[rng.IntN(len(keys))], Caller: callers[rng.IntN(len(callers))],
+				State: states[rng.IntN(len(states))], At: now, ByCaller: true}
+			if rng.IntN(10) == 0 {
+				a.At = now.Add(-time.Duration(rng.IntN(5000)) * time.Millisecond) // recorded late
+			}
+			if a.State == ledger.Admitted && rng.IntN(4) == 0 {
+				a.LeaseUntil = now.Add(time.Duration(rng.IntN(20)) * time.Second)
+			}
+			batch[i] = a
+		}
 		update(t, s, func(tx ledger.Tx) error {
-			for range 60 {
-				now = now.Add(time.Duration(rng.IntN(400)) * time.Millisecond) // ties too
-				a := ledger.Attempt{CallID: "c", Attempt: 1, Key: keys[rng.IntN(len(keys))], Caller: callers[rng.IntN(len(callers))],
-					State: states[rng.IntN(len(states))], At: now, ByCaller: true}
-				if rng.IntN(10) == 0 {
-					a.At = now.Add(-time.Duration(rng.IntN(5000)) * time.Millisecond) // recorded late
-				}
-				if a.State == ledger.Admitted && rng.IntN(4) == 0 {
-					a.LeaseUntil = now.Add(time.Duration(rng.IntN(20)) * time.Second)
-				}
+			for _, a := range batch {
 				insert(t, tx, a)
-				m.record(a)
 			}
 			return nil
 		}, keys...)
+		for _, a := range batch {
+			m.record(a)
+		}
 		m.check(t, s, keys, callers, t0, now)
 		if round%2 == 1 {
 			before := t0.Add(now.Sub(t0) / 2)

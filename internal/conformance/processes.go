@@ -170,7 +170,7 @@ func processKilledMidLoad(t *testing.T, b Backend) {
 					return err
 				}
 			}
-			close(holding)
+			signal(holding)
 			<-release
 			return errHeld
 		})

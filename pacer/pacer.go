@@ -60,6 +60,10 @@ type Pacer struct {
 	recent   map[string]*admissions   // each key's latest admissions here
 	learned  map[string]*learned      // what foreseen answers taught each key, not yet written (see learned.go)
 	closed   bool                     // Close was called: no lease is held from then on
+
+	// timers counts the timers' functions running (see timerFunc):
+	// Close waits for them.
+	timers sync.WaitGroup
 }
 
 // New returns a Pacer keeping its state in db.

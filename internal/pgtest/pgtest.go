@@ -41,6 +41,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // role is the superuser tests connect as.
@@ -94,6 +96,7 @@ type postmaster struct {
 // end of its log.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
+	testkit.SkipShort(tb, "starts a PostgreSQL server")
 	bin, err := findBin()
 	if err != nil {
 		unavailable(tb, err)

@@ -56,6 +56,7 @@ type Spec struct {
 // running) when tb ends.
 func Start(tb testing.TB, spec Spec) *Process {
 	tb.Helper()
+	SkipShort(tb, "starts a helper process")
 	raw, err := json.Marshal(spec.Job)
 	if err != nil {
 		tb.Fatal(err)

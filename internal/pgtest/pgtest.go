@@ -96,11 +96,11 @@ type postmaster struct {
 // end of its log.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
-	testkit.SkipShort(tb, "starts a PostgreSQL server")
 	bin, err := findBin()
 	if err != nil {
 		unavailable(tb, err)
 	}
+	testkit.SkipShort(tb, "starts a PostgreSQL server")
 	acct, err := serverAccount()
 	if err != nil {
 		unavailable(tb, err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
@@ -80,5 +81,57 @@ func TestLearnedWrittenWhenItsTransactionRunsTwice(t *testing.T) {
 	}
 	if ks.LastResponseAt.IsZero() {
 		t.Error("after a transaction that ran twice the key's last answer is unknown")
+	}
+}
+
+// An admission whose commit fails grants nothing: the lease its function
+// reserved is not installed, the next call is not admitted from it, and
+// no slot stays reserved.
+func TestAdmitWhoseCommitFailsGrantsNothing(t *testing.T) {
+	probe := newEnv(t)
+	k := busyKey(100_000)
+	grantAt := -1 // the call that reserves the lease
+	for i := range 20 {
+		tk := probe.mustAdmit(k, "sync", "/items")
+		if tk.Leased() {
+			grantAt = i - 1
+			break
+		}
+		probe.answer(tk, 200, nil)
+		probe.clk.advance(time.Millisecond)
+	}
+	if grantAt < 0 {
+		t.Fatal("no lease granted in 20 calls 1 ms apart")
+	}
+
+	e := newEnv(t)
+	failing := &testkit.FailStore{Store: e.db}
+	p := e.pacerOn(failing)
+	for range grantAt {
+		tk, err := e.admitWith(p, e.call(k, "sync", "/items"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		answerWith(t, p, e.clk, tk, 200, nil)
+		e.clk.advance(time.Millisecond)
+	}
+	failing.FailNext(1)
+	if _, err := e.admitWith(p, e.call(k, "sync", "/items")); !errors.Is(err, testkit.ErrCommitFailed) {
+		t.Fatalf("the admission whose commit failed: %v, want the commit's error", err)
+	}
+	e.clk.advance(time.Millisecond)
+	tk, err := e.admitWith(p, e.call(k, "sync", "/items"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk.Leased() {
+		t.Error("the next call was admitted from the lease whose commit failed")
+	}
+	answerWith(t, p, e.clk, tk, 200, nil)
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if reserved, _ := e.countReserved(k); reserved != 0 {
+		t.Errorf("%d slots reserved after Close, want none", reserved)
 	}
 }

@@ -87,3 +87,34 @@ func FailCommit(ctx context.Context, update Update, fn func(ledger.Tx) error, ke
 	}, keys...)
 	return err
 }
+
+// A FailStore is a ledger.Store whose next Updates, as many as FailNext
+// says, fail after their function returned, as a commit the database
+// refuses does (see FailCommit); the others run as the Store's. It is
+// safe for concurrent use.
+type FailStore struct {
+	ledger.Store
+	mu   sync.Mutex
+	fail int
+}
+
+// FailNext makes the next n Updates fail at their commit.
+func (s *FailStore) FailNext(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fail = n
+}
+
+// Update runs fn, and fails its commit when FailNext asked for it.
+func (s *FailStore) Update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
+	s.mu.Lock()
+	fail := s.fail > 0
+	if fail {
+		s.fail--
+	}
+	s.mu.Unlock()
+	if fail {
+		return FailCommit(ctx, s.Store.Update, fn, keys...)
+	}
+	return s.Store.Update(ctx, fn, keys...)
+}

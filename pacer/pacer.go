@@ -53,6 +53,8 @@ type Pacer struct {
 	// back a lease's unused slots when the lease runs out.
 	AfterFunc func(d time.Duration, f func()) (stop func() bool)
 
+	timers sync.WaitGroup // the timers' functions running (see timerFunc): Close waits for them
+
 	mu       sync.Mutex
 	wake     map[string]chan struct{} // closed when a call of the key finishes here
 	leases   map[string]*lease        // the current lease of each key (see lease.go)
@@ -60,10 +62,6 @@ type Pacer struct {
 	recent   map[string]*admissions   // each key's latest admissions here
 	learned  map[string]*learned      // what foreseen answers taught each key, not yet written (see learned.go)
 	closed   bool                     // Close was called: no lease is held from then on
-
-	// timers counts the timers' functions running (see timerFunc):
-	// Close waits for them.
-	timers sync.WaitGroup
 }
 
 // New returns a Pacer keeping its state in db.

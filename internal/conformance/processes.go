@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
@@ -17,19 +18,6 @@ var processes = []behaviour{
 	{"processes admitting on one key never admit more than its quota in a window", processesShareOneBudget},
 	{"processes leasing slots of one key never admit more than its quota in a window", processesShareOneLeasedBudget},
 	{"a process killed mid-load loses nothing committed, and its calls stay counted until swept", processKilledMidLoad},
-}
-
-// mostIn returns the most of times (sorted) in any window of w: in
-// (t-w, t], as a window counts the admissions after its start.
-func mostIn(times []time.Time, w time.Duration) int {
-	most, lo := 0, 0
-	for i, t := range times {
-		for !times[lo].After(t.Add(-w)) {
-			lo++
-		}
-		most = max(most, i-lo+1)
-	}
-	return most
 }
 
 // hammer runs three helper processes admitting calls of one key of a new
@@ -76,7 +64,7 @@ func processesShareOneBudget(t *testing.T, b Backend) {
 	if len(list) != made {
 		t.Errorf("the store holds %d admissions, the processes report %d", len(list), made)
 	}
-	got := mostIn(times(list), window)
+	got := testkit.MostIn(times(list), window)
 	if got > quota {
 		t.Errorf("got %d admissions in one rolling window of %v, want at most %d", got, window, quota)
 	}
@@ -111,7 +99,7 @@ func processesShareOneLeasedBudget(t *testing.T, b Backend) {
 		t.Errorf("the store holds %d calls, the processes report %d", calls, made)
 	}
 	ts := times(list)
-	if got := mostIn(ts, window); got > quota {
+	if got := testkit.MostIn(ts, window); got > quota {
 		t.Errorf("got %d admissions in one rolling window of %v, want at most %d", got, window, quota)
 	}
 	// Slots of a lease share its grant's time. While the quota binds,

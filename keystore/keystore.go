@@ -151,7 +151,13 @@ type Caller struct {
 	Name  string
 	Keys  []string // the keys it may use; "*" means all
 	OAuth bool     // a principal of an OAuth token, not a [[callers]] token
+	// Sight is whose calls the caller sees on the dashboard and in the
+	// activity; nil means every call of the keys it may use.
+	Sight *Sight
 	token Secret
+	// visibleTo are the principals and groups that see this caller's
+	// calls (its [[callers]] entry's visible_to).
+	visibleTo []string
 }
 
 // MayUse reports whether the caller may spend key.

@@ -100,6 +100,7 @@ type keyConfig struct {
 	AllowHosts     []string        `toml:"allow_hosts"`
 	Methods        []string        `toml:"methods"`
 	Reserve        []reserveConfig `toml:"reserve"`
+	Share          []shareConfig   `toml:"share"`
 	MaxRate        *float64        `toml:"max_rate"`
 	MaxConcurrency *int            `toml:"max_concurrency"`
 	LowWater       *float64        `toml:"low_water"`
@@ -501,6 +502,7 @@ func (kc keyConfig) key(env Env) (*Key, []*ConfigError) {
 	if shares >= 1 {
 		bad("reserve", "reserved shares add up to 1 or more: leave something for the other callers")
 	}
+	k.Shares = parseShares(kc.Share, bad)
 	if kc.MaxRate != nil {
 		if *kc.MaxRate <= 0 || math.IsInf(*kc.MaxRate, 0) {
 			bad("max_rate", "max_rate must be a positive number of calls per second")

@@ -95,6 +95,9 @@ type Key struct {
 	Scopes, WriteScopes []string
 	// Reserves keep shares of the budget for named callers.
 	Reserves []Reserve
+	// Shares cap what each principal may spend of the key's budget per
+	// window, and make principals waiting for it take turns (see Share).
+	Shares []Share
 
 	// MaxRate caps calls per second, whatever the upstream announces.
 	MaxRate float64

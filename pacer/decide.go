@@ -91,6 +91,7 @@ type snapshot struct {
 	route   string // method and path of the request, to pick partitions
 	known   []ledger.Known
 	gates   []ledger.Gate
+	fair    *fairView // the key's shares: who spent what, who waits (see fair.go); nil when it has none
 	ks      ledger.KeyState
 	flight  ledger.Flight   // calls in flight, when counted
 	claimed map[string]bool // reserve callers with an open claim
@@ -185,7 +186,17 @@ func decide(s snapshot) (decision, error) {
 		}
 	}
 
-	// 2b. Budgets in content-bytes and in concurrent-requests (units.go).
+	// 2b. Fair shares: the principal's cap, and its turn among the
+	// principals waiting for the key (see fair.go).
+	fcs, err := s.fairConstraints(windows)
+	if err != nil {
+		return d, err
+	}
+	for _, c := range fcs {
+		add(c)
+	}
+
+	// 2c. Budgets in content-bytes and in concurrent-requests (units.go).
 	bytes, err := s.byteBudgets()
 	if err != nil {
 		return d, err

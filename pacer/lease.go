@@ -288,7 +288,7 @@ func (p *Pacer) pace(key string, now time.Time) float64 {
 // be leased now. The call itself is admitted already, but not in d.
 func (p *Pacer) leaseSize(snap snapshot, d decision) (int, time.Duration) {
 	k := snap.key
-	if !d.admit || d.probe || d.slow || len(k.Reserves) > 0 || snap.ks.Interval > 0 || snap.ks.HalfOpen || snap.ks.Failures > 0 {
+	if !d.admit || d.probe || d.slow || len(k.Reserves) > 0 || k.Fair() || snap.ks.Interval > 0 || snap.ks.HalfOpen || snap.ks.Failures > 0 {
 		return 0, 0
 	}
 	if keyHasBytes(k, snap.known) {

@@ -63,6 +63,7 @@ type Pacer struct {
 	learned  map[string]*learned      // what foreseen answers taught each key, not yet written (see learned.go)
 	delays   map[string]*sendDelays   // each key's latest delays from admission to send here (see margin.go)
 	closed   bool                     // Close was called: no lease is held from then on
+	here     waitersHere              // calls of keys with shares waiting in Admit (see fair.go)
 }
 
 // New returns a Pacer keeping its state in db.
@@ -176,6 +177,7 @@ func (e *PauseError) Is(target error) bool { return target == ErrPaused }
 // admission. It returns a *PauseError when the wait would be longer (the
 // refusal is recorded), or ctx's error when ctx ends first.
 func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
+	defer p.here.enter(c)()
 	start := p.now()
 	for polls := 0; ; polls++ {
 		now := p.now()
@@ -207,6 +209,11 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 	}
 	spent := p.spentLease(c.Key.Name, p.now()) // this call renews it, when leaseSize allows
 	deadline := start.Add(c.MaxWait)
+	done, err := p.here.line(ctx, c, deadline.Sub(p.now())) // one call of a principal at a time, on a key with shares
+	if err != nil {
+		return Ticket{}, err
+	}
+	defer done()
 	lastProgress := start
 	heldBy := ""
 	for {
@@ -243,6 +250,9 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 			if d, err = decide(snap); err != nil {
 				return err
 			}
+			if err := p.noteWaiting(tx, c, now, d); err != nil {
+				return err
+			}
 			ks := snap.ks
 			waited := now.Sub(start)
 			if d.admit {
@@ -250,7 +260,7 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 				id, err := tx.InsertAttempt(ledger.Attempt{CallID: c.CallID, Attempt: c.Attempt, Key: c.Key.Name,
 					Caller: c.Caller, Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest,
 					Bytes: max(c.Bytes, 0), State: ledger.Admitted, Reason: d.reason, Probe: d.probe, At: now, Wait: waited,
-					LeaseUntil: now.Add(p.lease()), ByCaller: len(c.Key.Reserves) > 0})
+					LeaseUntil: now.Add(p.lease()), ByCaller: len(c.Key.Reserves) > 0, Principal: fairPrincipal(c)})
 				if err != nil {
 					return err
 				}
@@ -398,6 +408,9 @@ func (p *Pacer) load(tx ledger.Tx, c Call, now time.Time, ks *ledger.KeyState, i
 		if s.claimed, err = tx.Claimed(key, now); err != nil {
 			return s, err
 		}
+	}
+	if s.fair, err = loadFair(tx, c, now); err != nil {
+		return s, err
 	}
 	return s, nil
 }

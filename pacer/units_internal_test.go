@@ -10,61 +10,6 @@ import (
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 )
 
-// sent is one admission in a fake log: when, and the bytes it carried.
-type sent struct {
-	at    time.Time
-	bytes int64
-}
-
-// fakeLog is a sliding-window log as defined: its admissions, oldest
-// first, read by scanning them.
-type fakeLog []sent
-
-func (l fakeLog) after(since time.Time) fakeLog {
-	var out fakeLog
-	for _, s := range l {
-		if s.at.After(since) {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-func (l fakeLog) Count(since time.Time) (int, error) { return len(l.after(since)), nil }
-
-func (l fakeLog) Window(since time.Time) (ledger.Window, error) {
-	in := l.after(since)
-	if len(in) == 0 {
-		return ledger.Window{}, nil
-	}
-	return ledger.Window{Count: len(in), Oldest: in[0].at}, nil
-}
-
-func (l fakeLog) Nth(since time.Time, n int) (time.Time, error) {
-	if in := l.after(since); n >= 1 && n <= len(in) {
-		return in[n-1].at, nil
-	}
-	return time.Time{}, nil
-}
-
-func (l fakeLog) Bytes(since time.Time) (int64, error) {
-	var n int64
-	for _, s := range l.after(since) {
-		n += s.bytes
-	}
-	return n, nil
-}
-
-func (l fakeLog) NthByte(since time.Time, n int64) (time.Time, error) {
-	var run int64
-	for _, s := range l.after(since) {
-		if run += s.bytes; run >= n && n >= 1 {
-			return s.at, nil
-		}
-	}
-	return time.Time{}, nil
-}
-
 // The instants the rules are tested at.
 var (
 	u0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
@@ -93,7 +38,7 @@ func budgetOf(t *testing.T, d decision, policy string) Budget {
 // body, and otherwise waits until enough of the window's bytes leave it.
 func TestContentBytesRule(t *testing.T) {
 	k := unitsKey(keystore.Policy{Name: "bytes", Unit: ratelimit.ContentBytes, Quota: 1000, Window: time.Minute})
-	log := fakeLog{{u0, 400}, {u1, 300}, {u2, 200}} // 900 of 1000 used at u3
+	log := fakeLog{{at: u0, bytes: 400}, {at: u1, bytes: 300}, {at: u2, bytes: 200}} // 900 of 1000 used at u3
 	at := func(bytes int64) (decision, snapshot) {
 		s := snapshot{now: u3, key: k, log: log, bytes: bytes}
 		d, err := decide(s)
@@ -138,13 +83,13 @@ func TestContentBytesRule(t *testing.T) {
 	// Calls are not bytes: a byte policy ignores how many calls went.
 	many := fakeLog{}
 	for i := range 50 {
-		many = append(many, sent{u0.Add(time.Duration(i) * time.Millisecond), 1})
+		many = append(many, sent{at: u0.Add(time.Duration(i) * time.Millisecond), bytes: 1})
 	}
 	if d, _ := decide(snapshot{now: u3, key: k, log: many, bytes: 900}); !d.admit {
 		t.Errorf("50 calls of 1 byte, then 900: waits %v (%s); want admitted", d.wait, d.reason)
 	}
 	// An exhausted byte budget holds back a call without a body too.
-	full := fakeLog{{u2, 1000}}
+	full := fakeLog{{at: u2, bytes: 1000}}
 	if d, _ := decide(snapshot{now: u3, key: k, log: full}); d.admit {
 		t.Errorf("a call without a body on a spent byte budget: admitted; want it to wait")
 	}
@@ -157,7 +102,7 @@ func TestContentBytesObservation(t *testing.T) {
 	k := unitsKey()
 	kn := ledger.Known{Key: "k", ReceivedAt: u1, BasisAt: u1, Observation: ratelimit.Observation{Policy: "upload",
 		Unit: ratelimit.ContentBytes, Remaining: 500, HasRemaining: true, Reset: time.Minute, HasReset: true, Shape: ratelimit.ShapeDraft}}
-	log := fakeLog{{u0, 10000}, {u2, 200}} // only the send after the observation counts
+	log := fakeLog{{at: u0, bytes: 10000}, {at: u2, bytes: 200}} // only the send after the observation counts
 	for _, tt := range []struct {
 		bytes int64
 		admit bool

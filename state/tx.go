@@ -184,6 +184,11 @@ func (tx *Tx) InsertAttempt(a ledger.Attempt) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("state: record attempt: %w", err)
 	}
+	if a.Principal != "" && a.State == ledger.Admitted {
+		if err := tx.numberPrincipal(id, a); err != nil {
+			return 0, fmt.Errorf("state: record attempt: %w", err)
+		}
+	}
 	if renumber {
 		if err := tx.renumber(a.Key); err != nil {
 			return 0, fmt.Errorf("state: record attempt: %w", err)

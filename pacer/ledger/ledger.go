@@ -74,6 +74,7 @@ type Tx interface {
 	Signals
 	Kept
 	History
+	Fair
 	// Clock returns the instant the transaction takes place at, given the
 	// process's own clock: the database server's clock for a back end
 	// that many hosts share, so that every host counts one window, and
@@ -242,6 +243,10 @@ type Attempt struct {
 	// WindowOf: set it for keys whose callers have reservations (only
 	// they are counted per caller), and leave the others the cost.
 	ByCaller bool
+	// Principal numbers an admission in its principal's own log, for
+	// PrincipalWindow: set it for keys with shares (see Fair), to the
+	// principal the caller speaks for.
+	Principal string
 }
 
 // A Window is what the sliding-window log holds of one key after a time.

@@ -6,36 +6,23 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/demo"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // t0 is when every test's clock starts.
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// clock is a hand-driven clock for Config.Now.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// clock is a hand-driven clock for Config.Now, set relative to t0.
+type clock struct{ *testkit.Clock }
 
-func newClock() *clock { return &clock{now: t0} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
+func newClock() *clock { return &clock{testkit.NewClock(t0)} }
 
 // Set moves the clock to t0+d.
-func (c *clock) Set(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t0.Add(d)
-}
+func (c *clock) Set(d time.Duration) { c.Clock.Set(t0.Add(d)) }
 
 // response is what a test looks at in an answer.
 type response struct {

@@ -17,6 +17,7 @@ import (
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-quota/mcp-quota/demo"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/rest"
@@ -39,7 +40,7 @@ type fleet struct {
 	t     *testing.T
 	keys  *keystore.Store
 	path  string
-	clock *clock
+	clock *testkit.Clock
 
 	maxSessionsPerCaller int // of the hosts started next; 0 means the default
 }
@@ -76,7 +77,7 @@ keys = ["demo"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fleet{t: t, keys: keys, path: filepath.Join(t.TempDir(), "state.db"), clock: &clock{t: time.Now()}}
+	return &fleet{t: t, keys: keys, path: filepath.Join(t.TempDir(), "state.db"), clock: testkit.NewClock(time.Now())}
 }
 
 // host starts one more host whose sessions are signed with secret ("":
@@ -90,9 +91,9 @@ func (f *fleet) host(secret string) string {
 	f.t.Cleanup(func() { db.Close() })
 	p := pacer.New(db)
 	client := upstream.New(p, nil)
-	mcp := tools.NewServer(&tools.Deps{Keys: f.keys, Client: client, Pacer: p, DB: db, Transport: "mcp-http", Now: f.clock.now}, "test")
+	mcp := tools.NewServer(&tools.Deps{Keys: f.keys, Client: client, Pacer: p, DB: db, Transport: "mcp-http", Now: f.clock.Now}, "test")
 	c := Config{Keys: f.keys, REST: &rest.Handler{Keys: f.keys, Client: client, Pacer: p, DB: db}, MCP: mcp, DB: db,
-		Loopback: true, SessionIdle: time.Hour, Now: f.clock.now, MaxSessionsPerCaller: f.maxSessionsPerCaller}
+		Loopback: true, SessionIdle: time.Hour, Now: f.clock.Now, MaxSessionsPerCaller: f.maxSessionsPerCaller}
 	if secret != "" {
 		c.SessionSecret = keystore.NewSecret(secret)
 	}

@@ -76,7 +76,7 @@ func TestSessionBelongsToItsCaller(t *testing.T) {
 		t.Fatal("the handshake opened no session")
 	}
 	// A well-formed ID of a session never opened: one of another secret.
-	never := newSessionIDs(keystore.NewSecret(otherSecret)).issue(f.clock.now(), "other")
+	never := newSessionIDs(keystore.NewSecret(otherSecret)).issue(f.clock.Now(), "other")
 	const (
 		call   = `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"quota_status","arguments":{}}}`
 		cancel = `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3,"reason":"B says so"}}`

@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 )
 
 // hosts returns MCP sides of as many hosts as secrets, on one clock.
-func hosts(t *testing.T, idle time.Duration, secrets ...string) ([]*mcpSide, *clock) {
+func hosts(t *testing.T, idle time.Duration, secrets ...string) ([]*mcpSide, *testkit.Clock) {
 	t.Helper()
-	c := &clock{t: t0}
+	c := testkit.NewClock(t0)
 	var hs []*mcpSide
 	for _, s := range secrets {
 		secret := keystore.Secret{}
@@ -91,11 +92,11 @@ func TestSessionIdlesPerHost(t *testing.T) {
 	if a.registered.Load() != 1 || b.registered.Load() != 0 {
 		t.Errorf("registered in mcp-go: %d and %d, want 1 and 0", a.registered.Load(), b.registered.Load())
 	}
-	c.add(40 * time.Second)
+	c.Advance(40 * time.Second)
 	if got := a.ping(id); got != http.StatusOK {
 		t.Fatalf("ping on the first host at 40 s: %d", got)
 	}
-	c.add(40 * time.Second)
+	c.Advance(40 * time.Second)
 	if got := b.ping(id); got != http.StatusNotFound {
 		t.Errorf("ping on the second host after 80 s idle there: %d, want 404", got)
 	}
@@ -105,7 +106,7 @@ func TestSessionIdlesPerHost(t *testing.T) {
 	if got := b.ping(id); got != http.StatusNotFound {
 		t.Errorf("ping on the second host again: %d; a session that ended there must stay ended", got)
 	}
-	c.add(2 * time.Minute)
+	c.Advance(2 * time.Minute)
 	if got := a.ping(id); got != http.StatusNotFound {
 		t.Errorf("ping on the first host after 2 min idle: %d, want 404", got)
 	}
@@ -117,7 +118,7 @@ func TestSessionIdlesPerHost(t *testing.T) {
 	if got := fresh.ping(id); got != http.StatusOK {
 		t.Errorf("ping on a host that never saw the session: %d, want 200", got)
 	}
-	c.add(SessionMaxAge)
+	c.Advance(SessionMaxAge)
 	if got := later.ping(id); got != http.StatusNotFound {
 		t.Errorf("ping on a host that never saw it, %s after it began: %d, want 404", SessionMaxAge, got)
 	}
@@ -150,11 +151,11 @@ func TestDeleteEndsSessionOnItsHost(t *testing.T) {
 	if a.ss.count() != 0 || a.registered.Load() != 0 {
 		t.Errorf("after DELETE the host keeps %d sessions, %d in mcp-go", a.ss.count(), a.registered.Load())
 	}
-	c.add(30 * time.Second)
+	c.Advance(30 * time.Second)
 	if got := b.ping(id); got != http.StatusOK {
 		t.Errorf("ping on the other host: %d; it serves the session until it idles out there", got)
 	}
-	c.add(time.Minute)
+	c.Advance(time.Minute)
 	if got := b.ping(id); got != http.StatusNotFound {
 		t.Errorf("ping on the other host once idle: %d, want 404", got)
 	}
@@ -186,7 +187,7 @@ func TestEventStreamOnAnotherHost(t *testing.T) {
 	if got := b.registered.Load(); got != 1 {
 		t.Errorf("registered in mcp-go while the stream is open: %d, want 1", got)
 	}
-	c.add(10 * time.Minute)
+	c.Advance(10 * time.Minute)
 	if got := b.ping(id); got != http.StatusOK {
 		t.Errorf("ping while the stream is open, 10 min on: %d, want 200", got)
 	}
@@ -196,7 +197,7 @@ func TestEventStreamOnAnotherHost(t *testing.T) {
 	if got := b.registered.Load(); got != 0 {
 		t.Errorf("registered in mcp-go after the stream: %d, want 0", got)
 	}
-	c.add(time.Minute)
+	c.Advance(time.Minute)
 	if got := b.ping(id); got != http.StatusNotFound {
 		t.Errorf("ping a minute after the stream ended: %d, want 404", got)
 	}

@@ -7,57 +7,39 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 )
-
-// clock is a settable time for the sessions.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // mcpSide is the Streamable HTTP side of a bare MCP server, as New builds
 // it, with a count of the sessions mcp-go itself has registered.
 type mcpSide struct {
 	ss         *sessions
-	clock      *clock
+	clock      *testkit.Clock
 	registered atomic.Int64
 }
 
 func newMCPSide(t *testing.T, idle time.Duration) *mcpSide {
 	t.Helper()
-	return newMCPHost(t, idle, keystore.Secret{}, &clock{t: t0})
+	return newMCPHost(t, idle, keystore.Secret{}, testkit.NewClock(t0))
 }
 
 // newMCPHost is newMCPSide for one of several hosts that share secret
 // and clock.
-func newMCPHost(t *testing.T, idle time.Duration, secret keystore.Secret, c *clock) *mcpSide {
+func newMCPHost(t *testing.T, idle time.Duration, secret keystore.Secret, c *testkit.Clock) *mcpSide {
 	t.Helper()
 	m := &mcpSide{clock: c}
 	hooks := &server.Hooks{}
 	hooks.AddOnRegisterSession(func(ctx context.Context, s server.ClientSession) { m.registered.Add(1) })
 	hooks.AddOnUnregisterSession(func(ctx context.Context, s server.ClientSession) { m.registered.Add(-1) })
 	srv := server.NewMCPServer("sessions-test", "1", server.WithHooks(hooks))
-	m.ss = newMCP(Config{MCP: srv, SessionIdle: idle, Now: m.clock.now, SessionSecret: secret})
+	m.ss = newMCP(Config{MCP: srv, SessionIdle: idle, Now: m.clock.Now, SessionSecret: secret})
 	return m
 }
 
@@ -122,7 +104,7 @@ func TestSessionsExpireWhenIdle(t *testing.T) {
 		t.Fatalf("sessions %d, registered in mcp-go %d; want 6 and 6", n, r)
 	}
 	for range 4 { // 2 min in all, the used session pinged every 30 s
-		m.clock.add(30 * time.Second)
+		m.clock.Advance(30 * time.Second)
 		if got := m.ping(used); got != http.StatusOK {
 			t.Fatalf("ping in the session in use: %d", got)
 		}
@@ -137,7 +119,7 @@ func TestSessionsExpireWhenIdle(t *testing.T) {
 	}
 	// A session past its time ends at its next request even before a
 	// sweep comes by.
-	m.clock.add(time.Minute)
+	m.clock.Advance(time.Minute)
 	if w := m.do("POST", used, `{"jsonrpc":"2.0","id":3,"method":"ping"}`); w.Code != http.StatusNotFound ||
 		!strings.Contains(w.Body.String(), "initialize") {
 		t.Errorf("ping after a minute idle: %d %q, want 404 saying to initialize", w.Code, w.Body)
@@ -154,7 +136,7 @@ func TestSessionsExpireWhenIdle(t *testing.T) {
 	if n := m.ss.count(); n != 1 {
 		t.Errorf("sessions after a new initialize: %d, want 1", n)
 	}
-	m.clock.add(2 * time.Minute)
+	m.clock.Advance(2 * time.Minute)
 	m.ss.sweep()
 	// DELETE still ends a session at once.
 	id := m.open(t)
@@ -174,13 +156,13 @@ func TestBusySessionDoesNotExpire(t *testing.T) {
 	if !m.ss.enter(id, "") {
 		t.Fatal("enter a live session: false")
 	}
-	m.clock.add(10 * time.Minute)
+	m.clock.Advance(10 * time.Minute)
 	m.ss.sweep()
 	if m.ss.count() != 1 {
 		t.Fatal("a busy session ended")
 	}
 	m.ss.leave(id)
-	m.clock.add(59 * time.Second)
+	m.clock.Advance(59 * time.Second)
 	if got := m.ping(id); got != http.StatusOK {
 		t.Errorf("ping 59 s after the long request ended: %d", got)
 	}
@@ -223,7 +205,7 @@ func TestSessionMemoryComesBack(t *testing.T) {
 		return ms.HeapAlloc
 	}
 	m.open(t) // warm up what one session allocates once
-	m.clock.add(2 * time.Minute)
+	m.clock.Advance(2 * time.Minute)
 	m.do("GET", "", "")
 	before := heap()
 	for range n {
@@ -233,7 +215,7 @@ func TestSessionMemoryComesBack(t *testing.T) {
 	if m.ss.count() != n || m.registered.Load() != int64(n) {
 		t.Fatalf("sessions %d, registered %d; want %d", m.ss.count(), m.registered.Load(), n)
 	}
-	m.clock.add(2 * time.Minute)
+	m.clock.Advance(2 * time.Minute)
 	m.do("GET", "", "") // any request sweeps
 	after := heap()
 	if m.ss.count() != 0 || m.registered.Load() != 0 {
@@ -330,7 +312,7 @@ func TestSessionsBounded(t *testing.T) {
 		t.Errorf("initialize after a DELETE: %d %s", w.Code, w.Body)
 	}
 	// So does idling out, for every caller.
-	c.add(2 * time.Minute)
+	c.Advance(2 * time.Minute)
 	for _, caller := range []string{"c", "a", "a", "a"} {
 		if id, w := open(caller); id == "" {
 			t.Errorf("%s's initialize once the sessions idled out: %d %s", caller, w.Code, w.Body)

@@ -88,7 +88,7 @@ func BenchmarkIntrospection(b *testing.B) {
 	tok := oidctest.ClientCredentials(b, iss[0], "opaque-job", "opaque-job-secret", resource, "mcp")
 	d := make([]time.Duration, 0, b.N)
 	for b.Loop() {
-		clk.Add(time.Nanosecond) // the cached answer ends
+		clk.Advance(time.Nanosecond) // the cached answer ends
 		t0 := time.Now()
 		if _, err := s.Verify(b.Context(), tok); err != nil {
 			b.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 
 	"github.com/mcp-quota/mcp-quota/internal/oidctest"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/oauth"
 )
 
@@ -39,23 +40,10 @@ func (c *counting) count(path string) int {
 	return c.n[path]
 }
 
-// clock is an injected clock.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-func newServer(t testing.TB, issuers []string, introspect bool, opts ...func(*oauth.Config)) (*oauth.Server, *counting, *clock) {
+func newServer(t testing.TB, issuers []string, introspect bool, opts ...func(*oauth.Config)) (*oauth.Server, *counting, *testkit.Clock) {
 	t.Helper()
 	rt := &counting{n: map[string]int{}}
-	clk := &clock{now: time.Now()}
+	clk := testkit.NewClock(time.Now())
 	c := oauth.Config{Issuers: issuers, Resource: resource, Scopes: []string{"mcp"},
 		Client: &http.Client{Transport: rt, Timeout: 10 * time.Second}, Now: clk.Now}
 	if introspect {
@@ -149,7 +137,7 @@ func TestRejections(t *testing.T) {
 		if n := rt.count("/jwks") - fetches; n != 0 {
 			t.Fatalf("%d JWKS fetches right after the last, want 0", n)
 		}
-		clk.Add(time.Minute)
+		clk.Advance(time.Minute)
 		refused(t, tok, `no key "gone"`)
 		if n := rt.count("/jwks") - fetches; n != 1 {
 			t.Fatalf("%d JWKS fetches for an unknown key, want 1", n)
@@ -158,14 +146,14 @@ func TestRejections(t *testing.T) {
 		if n := rt.count("/jwks") - fetches; n != 1 {
 			t.Fatalf("%d JWKS fetches for two tokens with an unknown key, want 1", n)
 		}
-		clk.Add(time.Minute)
+		clk.Advance(time.Minute)
 		refused(t, tok, `no key "gone"`)
 		if n := rt.count("/jwks") - fetches; n != 2 {
 			t.Fatalf("%d JWKS fetches after a minute, want 2", n)
 		}
 	})
 	t.Run("expired", func(t *testing.T) {
-		clk.Add(5*time.Minute + oauth.DefaultSkew + time.Second)
+		clk.Advance(5*time.Minute + oauth.DefaultSkew + time.Second)
 		refused(t, good, "expired")
 	})
 }
@@ -195,7 +183,7 @@ func TestIntrospection(t *testing.T) {
 		t.Fatalf("a second check within the cache asked the issuer again (%d, was %d)", n, asked)
 	}
 	oidctest.Revoke(t, iss[0], "opaque-job", "opaque-job-secret", tok)
-	clk.Add(time.Minute)
+	clk.Advance(time.Minute)
 	if _, err := s.Verify(t.Context(), tok); !errors.Is(err, oauth.ErrInvalidToken) || !strings.Contains(err.Error(), "not active") {
 		t.Fatalf("a revoked token after the cache ended: %v", err)
 	}
@@ -258,7 +246,7 @@ func TestIssuerDown(t *testing.T) {
 	if n := total(); n != 2 {
 		t.Fatalf("%d metadata requests for six checks within seconds, want 2 (RFC 8414, then OpenID)", n)
 	}
-	clk.Add(5 * time.Second)
+	clk.Advance(5 * time.Second)
 	if _, err := s.Verify(t.Context(), jwtTok); !errors.Is(err, oauth.ErrUnavailable) {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
@@ -125,7 +126,7 @@ func TestSyncJobCannotStarveAgent(t *testing.T) {
 				t.Errorf("the agent's call %d waited %v, want its reserved share at once (waits %v)", i+2, w, waits)
 			}
 		}
-		if got := mostIn(admitted, time.Minute); got > 10 {
+		if got := testkit.MostIn(admitted, time.Minute); got > 10 {
 			t.Errorf("got %d calls in a minute, want at most 10", got)
 		}
 	})

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/internal/conformance"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/state"
@@ -54,10 +55,10 @@ func benchAdmit(b *testing.B, procs int, done bool) {
 	defer db.Close()
 	p := pacer.New(db)
 	p.Lease = 10 * time.Millisecond
-	key := hammerKey(quota, window)
-	var others []*helper
+	key := conformance.SharedKey(quota, window)
+	var others []*conformance.Helper
 	for i := 1; i < procs; i++ {
-		h, _ := startHelper(b, helperConfig{Path: path, Caller: fmt.Sprintf("other%d", i), Quota: quota,
+		h := conformance.StartHelper(b, sqlite, conformance.Job{Location: path, Caller: fmt.Sprintf("other%d", i), Quota: quota,
 			Window: window, Lease: p.Lease, AdmitOnly: !done, Quiet: true})
 		others = append(others, h)
 	}
@@ -88,7 +89,7 @@ func benchAdmit(b *testing.B, procs int, done bool) {
 	b.StopTimer()
 	total := float64(b.N)
 	for _, h := range others {
-		n := h.stop(b)
+		n := h.Stop(b)
 		total += float64(n)
 	}
 	slices.Sort(lat)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/internal/conformance"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/state"
@@ -32,7 +33,7 @@ func BenchmarkFloodedKey(b *testing.B) {
 			}
 			defer db.Close()
 			p := pacer.New(db)
-			key := hammerKey(0, 0)
+			key := conformance.SharedKey(0, 0)
 			call := pacer.Call{Key: key, Caller: "bench", Transport: "rest", Method: "GET", Target: "/items", CallID: "c", Attempt: 1, MaxWait: time.Second}
 			answer := func(obs []ratelimit.Observation) {
 				t, err := p.Admit(ctx, call)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
@@ -117,7 +118,7 @@ func TestWindowEdges(t *testing.T) {
 					}
 				}
 			}
-			if most := mostIn(up.accepted, w); most > q {
+			if most := testkit.MostIn(up.accepted, w); most > q {
 				t.Errorf("the upstream accepted %d calls in %v: the documented policy allows %d", most, w, q)
 			}
 		})

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
@@ -31,7 +32,7 @@ type env struct {
 	t     *testing.T
 	path  string
 	db    *state.DB
-	rerun *rerunStore // e.p's store: e.db, each Update's function run twice
+	rerun *testkit.RerunStore // e.p's store: e.db, each Update's function run twice
 	p     *pacer.Pacer
 	clk   *clock
 	n     atomic.Int64 // calls made, for call IDs
@@ -44,7 +45,7 @@ func newEnv(t *testing.T) *env {
 	// e.p runs every transaction twice, as a database that retries one
 	// does: no test of the pacer passes on a closure that keeps anything
 	// of a run that was rolled back.
-	e.rerun = &rerunStore{Store: e.db}
+	e.rerun = &testkit.RerunStore{Store: e.db}
 	e.p = e.pacerOn(e.rerun)
 	return e
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 )
@@ -129,18 +130,6 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-// mostIn returns the most times that fall in any window of length w.
-func mostIn(times []time.Time, w time.Duration) int {
-	most, lo := 0, 0
-	for i, t := range times {
-		for !times[lo].After(t.Add(-w)) {
-			lo++
-		}
-		most = max(most, i-lo+1)
-	}
-	return most
-}
-
 // TestHiddenLimitCostsOneRefusal runs an agent and a sync job (two
 // processes on one state file) against an upstream with a generous minute
 // limit it shows and a tight hourly one, for two hours: announced only
@@ -236,7 +225,7 @@ func TestHiddenLimitCostsOneRefusal(t *testing.T) {
 			if got := len(up.accepted); float64(got) < use*float64(allowed) {
 				t.Errorf("got %d calls accepted in %d hours, want at least %.0f%% of the %d allowed", got, hours, 100*use, allowed)
 			}
-			if got := mostIn(up.accepted, time.Hour); tt.sliding && got > hourQ {
+			if got := testkit.MostIn(up.accepted, time.Hour); tt.sliding && got > hourQ {
 				t.Errorf("the simulated upstream accepted %d calls in an hour: the simulation is broken", got)
 			}
 			var hiddenWarnings []string

@@ -4,20 +4,20 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/internal/conformance"
 	"github.com/mcp-quota/mcp-quota/internal/pgtest"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
@@ -136,7 +136,7 @@ func openBenchHost(cfg hostConfig) (*benchHost, error) {
 	}
 	h.p.Lease = 10 * time.Millisecond
 	for i := range cfg.Keys {
-		k := hammerKey(benchQuotaFor(cfg.Window), cfg.Window)
+		k := conformance.SharedKey(benchQuotaFor(cfg.Window), cfg.Window)
 		k.Name = fmt.Sprintf("shared%d", i)
 		h.keys = append(h.keys, k)
 	}
@@ -195,22 +195,22 @@ func (h *benchHost) close(ctx context.Context) error {
 // input's end, then writes its calls' durations to cfg.Latencies and
 // prints "done N ELAPSED-NS CPU-NS".
 func TestBenchHostProcess(t *testing.T) {
-	raw := os.Getenv(hostEnv)
-	if raw == "" {
+	var cfg hostConfig
+	is, err := testkit.Job(hostEnv, &cfg)
+	if !is {
 		t.Skip("run as a host by BenchmarkAdmissions")
 	}
-	if err := runBenchHost(raw); err != nil {
+	if err == nil {
+		err = runBenchHost(cfg)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench host:", err)
 		os.Exit(1)
 	}
 	os.Exit(0)
 }
 
-func runBenchHost(raw string) error {
-	var cfg hostConfig
-	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		return err
-	}
+func runBenchHost(cfg hostConfig) error {
 	ctx := context.Background()
 	h, err := openBenchHost(cfg)
 	if err != nil {
@@ -231,7 +231,7 @@ func runBenchHost(raw string) error {
 	}()
 	var lat []time.Duration
 	cpu0, start := cpuTime(), time.Now()
-	for !ended(stop, nil) {
+	for !stopped(stop) {
 		d, err := h.call(ctx)
 		if err != nil {
 			return err
@@ -255,38 +255,14 @@ func runBenchHost(raw string) error {
 
 // remoteHost is a host running in a process of its own.
 type remoteHost struct {
-	cfg   hostConfig
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	out   *bufio.Scanner
+	*testkit.Process
+	cfg hostConfig
 }
 
 func startHost(b *testing.B, cfg hostConfig) *remoteHost {
 	b.Helper()
-	raw, _ := json.Marshal(cfg)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchHostProcess$", "-test.count=1", "-test.shuffle=off")
-	cmd.Env = append(os.Environ(), hostEnv+"="+string(raw))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	h := &remoteHost{cfg: cfg, cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
-	b.Cleanup(func() {
-		h.stdin.Close()
-		if h.cmd.ProcessState == nil {
-			h.cmd.Process.Kill()
-			h.cmd.Wait()
-		}
-	})
-	if !h.out.Scan() || h.out.Text() != "ready" {
+	h := &remoteHost{cfg: cfg, Process: testkit.Start(b, testkit.Spec{Name: cfg.Caller, Env: hostEnv, Job: cfg, Run: "^TestBenchHostProcess$"})}
+	if line, _ := h.Next(b); line != "ready" {
 		b.Fatalf("host %s ended before it was ready", cfg.Caller)
 	}
 	return h
@@ -303,15 +279,16 @@ type hostRun struct {
 // finish ends h's measure and returns what it reports.
 func (h *remoteHost) finish(b *testing.B) hostRun {
 	b.Helper()
-	h.stdin.Close()
+	h.CloseInput()
+	err := h.Wait(b)
 	var r hostRun
-	for h.out.Scan() {
+	for _, line := range h.Lines() {
 		var e, c int64
-		if _, err := fmt.Sscanf(h.out.Text(), "done %d %d %d", &r.calls, &e, &c); err == nil {
+		if _, err := fmt.Sscanf(line, "done %d %d %d", &r.calls, &e, &c); err == nil {
 			r.elapsed, r.cpu = time.Duration(e), time.Duration(c)
 		}
 	}
-	if err := h.cmd.Wait(); err != nil || r.elapsed == 0 {
+	if err != nil || r.elapsed == 0 {
 		b.Fatalf("host %s: %v (elapsed %v)", h.cfg.Caller, err, r.elapsed)
 	}
 	buf, err := os.ReadFile(h.cfg.Latencies)
@@ -364,9 +341,7 @@ func benchHosts(b *testing.B, cfg hostConfig, hosts int) {
 	}
 	machine0 := machineCPU()
 	for _, h := range others {
-		if _, err := io.WriteString(h.stdin, "go\n"); err != nil {
-			b.Fatal(err)
-		}
+		h.Order(b, "go")
 	}
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
@@ -417,5 +392,15 @@ func benchHosts(b *testing.B, cfg hostConfig, hosts int) {
 	if machine.total > 0 {
 		b.ReportMetric(100*machine.busy.Seconds()/machine.total.Seconds(), "busy-%")
 		b.ReportMetric(100*max(machine.busy.Seconds()-ours, 0)/machine.total.Seconds(), "other-%")
+	}
+}
+
+// stopped reports whether stop is closed.
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
 	}
 }

@@ -73,7 +73,7 @@ func (p *Pacer) keep(l *learned) {
 		kept = &learned{key: l.key, stop: func() bool { return false }}
 		p.learned[name] = kept
 		if !p.closed { // after Close, nothing more is written
-			kept.stop = p.afterFunc()(LeaseTime, func() { p.writeLearnedAlone(name) })
+			kept.stop = p.afterFunc()(LeaseTime, p.timerFunc(func() { p.writeLearnedAlone(name) }))
 		}
 	}
 	kept.merge(l)
@@ -187,7 +187,7 @@ func (p *Pacer) writeLearnedAlone(key string) {
 	defer p.mu.Unlock()
 	if l := p.learned[key]; l != nil && !p.closed {
 		l.stop()
-		l.stop = p.afterFunc()(LeaseTime, func() { p.writeLearnedAlone(key) })
+		l.stop = p.afterFunc()(LeaseTime, p.timerFunc(func() { p.writeLearnedAlone(key) }))
 	}
 }
 

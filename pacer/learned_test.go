@@ -10,6 +10,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // upstreamSays is an answer of an upstream announcing a policy of 100,000
@@ -87,7 +88,7 @@ func TestForeseenAnswersAreWrittenTogether(t *testing.T) {
 	}
 	var obs []ledger.ObservationRecord
 	if err := e.db.View(context.Background(), func(tx ledger.Tx) (err error) {
-		obs, err = tx.Observations(k.Name, 1)
+		obs, err = tx.(*state.Tx).Observations(k.Name, 1)
 		return err
 	}); err != nil {
 		t.Fatal(err)

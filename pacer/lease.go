@@ -147,29 +147,38 @@ func (l *lease) release(tx ledger.Tx) error {
 
 // install makes l the key's lease once the transaction reserving it has
 // committed, and gives back its unused slots when it runs out.
+//
+// A lease it cannot keep (another took its place, or the Pacer closed) is
+// given back before install returns, in the caller's goroutine: no
+// goroutine outlives Close.
 func (p *Pacer) install(l *lease) {
+	var back []*lease
+	defer func() {
+		for _, l := range back {
+			p.giveBack(l)
+		}
+	}()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.endGranting(l.key)
 	if old := p.leases[l.key]; old != nil {
 		// Granted while another was current (their transactions raced):
 		// the older one ends now.
-		p.dropLease(old)
-		go p.giveBack(old)
+		back = append(back, p.dropLease(old))
 	}
 	if p.closed {
-		go p.giveBack(l) // granted while the Pacer closed: nothing hands it out
+		back = append(back, l) // granted while the Pacer closed: nothing hands it out
 		return
 	}
 	p.leases[l.key] = l
-	l.stop = p.afterFunc()(l.until.Sub(l.at), func() {
+	l.stop = p.afterFunc()(l.until.Sub(l.at), p.timerFunc(func() {
 		p.mu.Lock()
 		mine := p.dropLease(l)
 		p.mu.Unlock()
 		if mine != nil {
 			p.giveBack(l)
 		}
-	})
+	}))
 }
 
 // afterFunc is AfterFunc, or time.AfterFunc.
@@ -206,10 +215,13 @@ func (p *Pacer) giveBack(l *lease) {
 }
 
 // Close gives back the unused slots of every lease the Pacer holds, and
-// writes what foreseen answers taught (see learned). Call it when the
-// process ends; slots not given back are released by the next sweep after
-// their lease, counted as sent.
+// writes what foreseen answers taught (see learned); it returns once the
+// functions of the Pacer's timers that started before it have ended (see
+// timerFunc). Call it when
+// the process ends; slots not given back are released by the next sweep
+// after their lease, counted as sent.
 func (p *Pacer) Close(ctx context.Context) error {
+	defer p.timers.Wait()
 	p.mu.Lock()
 	p.closed = true
 	var ls []*lease

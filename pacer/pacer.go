@@ -53,6 +53,8 @@ type Pacer struct {
 	// back a lease's unused slots when the lease runs out.
 	AfterFunc func(d time.Duration, f func()) (stop func() bool)
 
+	timers sync.WaitGroup // the timers' functions running (see timerFunc): Close waits for them
+
 	mu       sync.Mutex
 	wake     map[string]chan struct{} // closed when a call of the key finishes here
 	leases   map[string]*lease        // the current lease of each key (see lease.go)

@@ -3,57 +3,13 @@ package pacer_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
-
-// rerunStore is a ledger.Store that runs every Update's function twice,
-// as a database that retries a transaction does (PostgreSQL after a
-// deadlock, a serialisation failure or a dropped connection): first in a
-// transaction it rolls back, then again in one that commits. Between the
-// two, between (when set) may change the state, as another host would.
-// Every pacer test runs on one, so that a consumer closure that keeps
-// anything from a run that was rolled back fails them.
-type rerunStore struct {
-	ledger.Store
-	mu      sync.Mutex
-	between func(ctx context.Context) error
-}
-
-var errForcedRollback = errors.New("forced rollback: the transaction runs again")
-
-func (s *rerunStore) Update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
-	err := s.Store.Update(ctx, func(tx ledger.Tx) error {
-		if err := fn(tx); err != nil {
-			return err
-		}
-		return errForcedRollback
-	}, keys...)
-	if !errors.Is(err, errForcedRollback) {
-		return err // fn failed on its own: as the store would say
-	}
-	s.mu.Lock()
-	between := s.between
-	s.between = nil
-	s.mu.Unlock()
-	if between != nil {
-		if err := between(ctx); err != nil {
-			return err
-		}
-	}
-	return s.Store.Update(ctx, fn, keys...)
-}
-
-// once makes f run between the two runs of the next Update.
-func (s *rerunStore) once(f func(ctx context.Context) error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.between = f
-}
 
 // An admission whose transaction runs twice grants only what its last
 // run granted: a lease reserved in a run that was rolled back is never
@@ -83,7 +39,7 @@ func TestAdmitRunTwiceKeepsOnlyItsLastRun(t *testing.T) {
 		if i == grantAt {
 			// The admission that grants a lease: another host closes the
 			// key for 60 s between its rolled-back run and the last one.
-			e.rerun.once(func(ctx context.Context) error {
+			e.rerun.Once(func(ctx context.Context) error {
 				return e.db.Update(ctx, func(tx ledger.Tx) error {
 					return tx.PutGate(ledger.Gate{Key: k.Name, Until: e.clk.now.Add(time.Minute), Source: "retry-after",
 						Reason: "another host was told to wait 60 s"})
@@ -125,5 +81,57 @@ func TestLearnedWrittenWhenItsTransactionRunsTwice(t *testing.T) {
 	}
 	if ks.LastResponseAt.IsZero() {
 		t.Error("after a transaction that ran twice the key's last answer is unknown")
+	}
+}
+
+// An admission whose commit fails grants nothing: the lease its function
+// reserved is not installed, the next call is not admitted from it, and
+// no slot stays reserved.
+func TestAdmitWhoseCommitFailsGrantsNothing(t *testing.T) {
+	probe := newEnv(t)
+	k := busyKey(100_000)
+	grantAt := -1 // the call that reserves the lease
+	for i := range 20 {
+		tk := probe.mustAdmit(k, "sync", "/items")
+		if tk.Leased() {
+			grantAt = i - 1
+			break
+		}
+		probe.answer(tk, 200, nil)
+		probe.clk.advance(time.Millisecond)
+	}
+	if grantAt < 0 {
+		t.Fatal("no lease granted in 20 calls 1 ms apart")
+	}
+
+	e := newEnv(t)
+	failing := &testkit.FailStore{Store: e.db}
+	p := e.pacerOn(failing)
+	for range grantAt {
+		tk, err := e.admitWith(p, e.call(k, "sync", "/items"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		answerWith(t, p, e.clk, tk, 200, nil)
+		e.clk.advance(time.Millisecond)
+	}
+	failing.FailNext(1)
+	if _, err := e.admitWith(p, e.call(k, "sync", "/items")); !errors.Is(err, testkit.ErrCommitFailed) {
+		t.Fatalf("the admission whose commit failed: %v, want the commit's error", err)
+	}
+	e.clk.advance(time.Millisecond)
+	tk, err := e.admitWith(p, e.call(k, "sync", "/items"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk.Leased() {
+		t.Error("the next call was admitted from the lease whose commit failed")
+	}
+	answerWith(t, p, e.clk, tk, 200, nil)
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if reserved, _ := e.countReserved(k); reserved != 0 {
+		t.Errorf("%d slots reserved after Close, want none", reserved)
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-quota/mcp-quota/keystore/leaktest"
+	"github.com/mcp-quota/mcp-quota/internal/leaktest"
 	"github.com/mcp-quota/mcp-quota/rest"
 	"github.com/mcp-quota/mcp-quota/tools"
 )

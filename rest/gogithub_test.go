@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-github/v75/github"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/rest"
 )
 
@@ -155,6 +156,7 @@ func goGitHubLoop(ctx context.Context, base, token string, until time.Time) (*gh
 // and every refusal by mcp-quota reaches it as a RateLimitError it waits
 // out.
 func TestGoGitHubThroughTheRESTSide(t *testing.T) {
+	testkit.SkipShort(t, "runs go-github for several windows of real time")
 	for _, documented := range []bool{true, false} {
 		t.Run(fmt.Sprintf("documented=%v", documented), func(t *testing.T) {
 			up := newGHStandIn(upstreamSecret, ghQuota, ghWindow)
@@ -225,6 +227,7 @@ func TestGoGitHubThroughTheRESTSide(t *testing.T) {
 // during that wait reads as a secondary limit too, and no answer after
 // it announces a limit above the upstream's.
 func TestGitHubSecondaryLimitStaysSecondary(t *testing.T) {
+	testkit.SkipShort(t, "waits out a secondary limit in real time")
 	up := newGHStandIn(upstreamSecret, ghQuota, ghWindow)
 	up.secondaryAt = 4
 	keys, callers := githubKeys(true)

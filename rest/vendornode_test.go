@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // vendorNode runs script, one of the vendor SDK scripts in
@@ -19,6 +21,7 @@ import (
 // it must run.
 func vendorNode(t *testing.T, script string, v any, args ...string) {
 	t.Helper()
+	testkit.SkipShort(t, "runs vendor SDKs on Node.js")
 	dir, err := filepath.Abs("../testdata/vendorsdks")
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcp-quota/mcp-quota/keystore/leaktest"
+	"github.com/mcp-quota/mcp-quota/internal/leaktest"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/rest"
 )

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/mcp-quota/mcp-quota/state/conformance"
+	"github.com/mcp-quota/mcp-quota/internal/conformance"
 )
 
 // The one suite of the state's behaviour runs against each back end: a
@@ -40,5 +40,5 @@ func TestConformancePostgreSQL(t *testing.T) {
 	})
 	// After every behaviour, the password is in none of the databases,
 	// nor in a journal.
-	noPasswordOnServer(t, srv, journals)
+	t.Cleanup(func() { noPasswordOnServer(t, srv, journals) })
 }

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/mcp-quota/mcp-quota/state/conformance"
+	"github.com/mcp-quota/mcp-quota/internal/conformance"
 )
 
 // TestMain lets the test binary serve as the conformance suite's helper

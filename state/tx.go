@@ -250,16 +250,6 @@ func (tx *Tx) Count(key string, since time.Time) (int, error) {
 	return int(last - seq + 1), nil
 }
 
-// (the window ends at noLater)
-var qCountBy = newQuery(`SELECT count(*) FROM attempts WHERE key = ? AND at > ? AND at <= ? AND counted = 1 AND caller = ?`)
-
-// CountBy returns how many attempts of key caller had admitted after since.
-func (tx *Tx) CountBy(key, caller string, since time.Time) (int, error) {
-	var n int
-	err := tx.queryRow(qCountBy, key, micros(since), int64(noLater), caller).Scan(&n)
-	return n, err
-}
-
 // Window returns how many attempts of key were admitted after since and
 // the oldest of them (leaving ByCaller nil), in one read whose cost does
 // not grow with the count.
@@ -434,13 +424,6 @@ func (tx *Tx) Sends(key string, since time.Time, limit int) ([]ledger.Send, erro
 
 var qInFlight = newQuery(`SELECT count(*), coalesce(min(at), 0) FROM attempts
 	WHERE key = ? AND lease_until IS NOT NULL AND lease_until > ?`)
-
-// InFlight returns how many attempts of key are admitted and unfinished,
-// with a lease that has not run out by now.
-func (tx *Tx) InFlight(key string, now time.Time) (int, error) {
-	f, err := tx.Flight(key, now)
-	return f.Count, err
-}
 
 // Flight returns what key has in flight at now, in one read of an index
 // whose cost grows with the calls in flight only.

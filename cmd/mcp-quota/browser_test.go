@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/mcp-quota/mcp-quota/demo"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 var screenshot = flag.Bool("screenshot", false, "save the dashboard's screenshots to docs/dashboard.png and docs/dashboard-phone.png")
@@ -27,6 +28,7 @@ const adminToken = "admin-token-51c0e7aa92d4b6f8"
 // test skips locally and fails under CI=true.
 func chromium(t *testing.T) string {
 	t.Helper()
+	testkit.SkipShort(t, "drives Chromium")
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
 		if p, err := exec.LookPath(name); err == nil {
 			return p

@@ -20,6 +20,7 @@ import (
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-quota/mcp-quota/demo"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // Secrets the end-to-end tests configure; no output may contain them.
@@ -38,6 +39,7 @@ var (
 // binary builds mcp-quota once per test run and returns its path.
 func binary(t testing.TB) string {
 	t.Helper()
+	testkit.SkipShort(t, "runs the mcp-quota binary")
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "mcp-quota-e2e")
 		if err != nil {

@@ -224,7 +224,7 @@ func TestServeKilledLosesNoOutcome(t *testing.T) {
 		if sends, err = tx.Sends("demo", time.Time{}, 10*calls); err != nil {
 			return err
 		}
-		obs, err = tx.Observations("demo", 10*calls)
+		obs, err = tx.(*state.Tx).Observations("demo", 10*calls)
 		return err
 	}); err != nil {
 		t.Fatal(err)

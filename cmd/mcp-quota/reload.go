@@ -34,11 +34,16 @@ type reloader struct {
 	loaded time.Time // when the running configuration was read
 }
 
-// start reloads on every SIGHUP from now until ctx ends.
-func (r *reloader) start(ctx context.Context) {
+// start reloads on every SIGHUP from now until ctx ends or the returned
+// function is called, which returns once a reload under way has ended:
+// serve stops nothing under it.
+func (r *reloader) start(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		defer signal.Stop(hup)
 		for {
 			select {
@@ -49,6 +54,10 @@ func (r *reloader) start(ctx context.Context) {
 			}
 		}
 	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // reload reads the configuration file again and, when it is right,

@@ -122,7 +122,7 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	a.client.Observe = m.Observe // before the first call: every call through this process is counted
 	a.client.Watch = tr.Watch()
 	reload := &reloader{e: e, c: c, listen: *listen, keys: keys, log: log, loaded: time.Now()}
-	reload.start(ctx)
+	defer reload.start(ctx)() // a reload under way ends before what it replaces stops
 	h := gateway.New(gateway.Config{Keys: keys, REST: a.rest(), MCP: mcpServer, DB: withDetail(a.db, reload), Log: log,
 		Drain: drain, Loopback: loopback, AllowOrigins: splitList(*origins), Version: version, SessionIdle: *sessionIdle,
 		MaxSessions: *maxSessions, MaxSessionsPerCaller: *maxSessionsPerCaller, TrustedProxies: trusted,

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/mcp-quota/mcp-quota/demo"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // tsClient is the official TypeScript SDK client pinned in
@@ -17,6 +18,7 @@ import (
 // CI is set: there it must run.
 func tsClient(t *testing.T) (node, script string) {
 	t.Helper()
+	testkit.SkipShort(t, "runs the TypeScript client on Node.js")
 	dir, err := filepath.Abs("../../testdata/tsclient")
 	if err != nil {
 		t.Fatal(err)

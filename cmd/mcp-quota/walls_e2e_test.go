@@ -17,7 +17,7 @@ import (
 
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/mcp-quota/mcp-quota/keystore/leaktest"
+	"github.com/mcp-quota/mcp-quota/internal/leaktest"
 )
 
 // wallsSecret needs percent-encoding in a query and is changed by form

@@ -41,6 +41,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // role is the superuser tests connect as.
@@ -98,6 +100,7 @@ func Start(tb testing.TB) *Server {
 	if err != nil {
 		unavailable(tb, err)
 	}
+	testkit.SkipShort(tb, "starts a PostgreSQL server")
 	acct, err := serverAccount()
 	if err != nil {
 		unavailable(tb, err)

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mcp-quota/mcp-quota/internal/pgtest"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // connect connects to rawURL, with password unless it is "", and closes
@@ -326,7 +327,7 @@ const helperEnv = "PGTEST_HELPER"
 // prints "pid data addr" of it and exits without cleaning up, as a test
 // binary does when a test times out.
 func TestHelperProcess(t *testing.T) {
-	if os.Getenv(helperEnv) == "" {
+	if is, _ := testkit.Job(helperEnv, new(any)); !is {
 		t.Skip("run as a helper process by other tests")
 	}
 	pid, data, addr := traces(t, pgtest.Start(t))
@@ -337,10 +338,9 @@ func TestHelperProcess(t *testing.T) {
 func TestDeadProcessLeavesNothing(t *testing.T) {
 	needProc(t)
 	t.Parallel()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1", "-test.shuffle=off")
-	cmd.Env = append(os.Environ(), helperEnv+"=1")
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
+	h := testkit.Start(t, testkit.Spec{Name: "server", Env: helperEnv, Run: "^TestHelperProcess$"})
+	err := h.Wait(t)
+	out := []byte(strings.Join(h.Lines(), "\n"))
 	if exit, ok := errors.AsType[*exec.ExitError](err); !ok || exit.ExitCode() != 3 {
 		if strings.Contains(string(out), "SKIP") {
 			t.Skipf("the helper skipped:\n%s", out)

@@ -6,7 +6,7 @@
 //
 // The pacer and the other consumers own these types and interfaces; the
 // back ends in package state (SQLite on one host, PostgreSQL across
-// hosts) implement them, and one conformance suite (state/conformance)
+// hosts) implement them, and one conformance suite (internal/conformance)
 // holds each to the same behaviour.
 package ledger
 
@@ -94,8 +94,6 @@ type Log interface {
 	FinishAttempt(id int64, state, reason string, status int, sentAt, answeredAt time.Time) error
 	// Count returns how many attempts of key were admitted after since.
 	Count(key string, since time.Time) (int, error)
-	// CountBy is Count of caller's attempts only.
-	CountBy(key, caller string, since time.Time) (int, error)
 	// Window returns how many attempts of key were admitted after since,
 	// and the oldest of them, at a cost that does not grow with the count.
 	Window(key string, since time.Time) (Window, error)
@@ -118,10 +116,8 @@ type Log interface {
 	// Sends returns the latest limit admissions of key after since, oldest
 	// first.
 	Sends(key string, since time.Time, limit int) ([]Send, error)
-	// InFlight returns how many attempts of key are unfinished with a
-	// lease that has not run out by now.
-	InFlight(key string, now time.Time) (int, error)
-	// Flight is InFlight with the earliest admission among them.
+	// Flight returns how many attempts of key are unfinished with a lease
+	// that has not run out by now, and the earliest admission among them.
 	Flight(key string, now time.Time) (Flight, error)
 	// Latest returns the time of key's latest admission, or zero.
 	Latest(key string) (time.Time, error)
@@ -194,8 +190,6 @@ type History interface {
 	Activity(f ActivityFilter) ([]Attempt, error)
 	// Call returns the attempts of one call of key, in order.
 	Call(key, callID string) ([]Attempt, error)
-	// Observations returns key's latest limit observations, newest first.
-	Observations(key string, limit int) ([]ObservationRecord, error)
 	// ObservationsOf returns what the answer to one attempt said.
 	ObservationsOf(key string, attemptID int64) ([]ObservationRecord, error)
 	// Warnings returns key's warnings raised after since, newest first.

@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/state"
 )
@@ -52,10 +53,17 @@ type Backend struct {
 	// server), read once per transaction, rather than the process's
 	// clock as given (SQLite).
 	ServerClock bool
+	// Sequential runs the behaviours one at a time, for a back end whose
+	// stores at different locations share something. By default they run
+	// in parallel (t.Parallel), each on a store of its own.
+	Sequential bool
 }
 
 // Open opens the store at location, as another process would, and closes
-// it when t ends.
+// it when t ends. Every Update of the store it returns runs its function
+// twice, the first run rolled back (testkit.Rerun), as a back end that
+// retries a transaction does: each behaviour holds with functions that
+// run more than once, and a run that was rolled back leaves nothing.
 func (b Backend) Open(t testing.TB, location string) state.Store {
 	t.Helper()
 	s, err := state.OpenStore(context.Background(), location, b.options(location))
@@ -63,13 +71,37 @@ func (b Backend) Open(t testing.TB, location string) state.Store {
 		t.Fatalf("%s: open %s: %v", b.Name, location, err)
 	}
 	t.Cleanup(func() { s.Close() })
+	return &rerunning{Store: s}
+}
+
+// rerunning is a store whose every Update runs its function twice.
+type rerunning struct {
+	state.Store
+	rerun testkit.Rerun
+}
+
+func (s *rerunning) Update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
+	return s.rerun.Update(ctx, s.Store.Update, fn, keys...)
+}
+
+// backend returns the back end's own store behind s.
+func backend(s state.Store) state.Store {
+	if r, ok := s.(*rerunning); ok {
+		return r.Store
+	}
 	return s
 }
 
 // options are what every process opens location with.
 func (b Backend) options(location string) state.PostgresOptions {
-	return state.PostgresOptions{JournalDir: b.JournalDir(location)}
+	return state.PostgresOptions{JournalDir: b.JournalDir(location), Timeout: storeTimeout}
 }
+
+// storeTimeout bounds each transaction of the suite's stores (see
+// PostgresOptions.Timeout): the behaviours queue dozens of transactions
+// on one key, each run twice, on a machine that may be loaded; the suite
+// judges what the store does, not how fast.
+const storeTimeout = 30 * time.Second
 
 // fresh opens a new, empty store, and returns its location too.
 func (b Backend) fresh(t *testing.T) (state.Store, string) {
@@ -91,11 +123,18 @@ func behaviours() [][]behaviour {
 }
 
 // Run runs every behaviour of the suite against b, each in a subtest of
-// its own with a new, empty store.
+// its own with a new, empty store, in parallel unless b.Sequential. The
+// subtests end after Run returns, with t: what must happen after all of
+// them goes in t.Cleanup.
 func Run(t *testing.T, b Backend) {
 	for _, group := range behaviours() {
 		for _, c := range group {
-			t.Run(c.name, func(t *testing.T) { c.test(t, b) })
+			t.Run(c.name, func(t *testing.T) {
+				if !b.Sequential {
+					t.Parallel()
+				}
+				c.test(t, b)
+			})
 		}
 	}
 }
@@ -175,4 +214,21 @@ func clock(t testing.TB, s ledger.Viewer) time.Time {
 		return nil
 	})
 	return now
+}
+
+// own is the back end's own transaction behind tx, for what only tests
+// read (the latest observations of a key), which ledger.Tx does not
+// offer: both back ends hand their functions a *state.Tx.
+func own(tx ledger.Tx) *state.Tx {
+	return tx.(*state.Tx)
+}
+
+// signal closes c unless it is closed already: a transaction's function
+// that signals from inside may run twice.
+func signal(c chan struct{}) {
+	select {
+	case <-c:
+	default:
+		close(c)
+	}
 }

@@ -11,7 +11,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -24,6 +26,7 @@ var transactions = []behaviour{
 	{"an update waits for another store's transaction on its key, readers do not", updateWaitsForAnotherStore},
 	{"an update whose context ends while it waits returns its error and never runs", updateCancelledWhileWaiting},
 	{"a function that panics rolls back, and its caller gets the panic", updatePanics},
+	{"a commit that fails after the function returned leaves nothing of what it wrote", commitFailureLeavesNothing},
 	{"the clock of a transaction does not go back from one of a key to the next", clockOfTransactions},
 	{"attempts record the instance of the store that recorded them", instanceOnAttempts},
 	{"a signing key is made once, and every store on one location has it", signingKeys},
@@ -129,9 +132,10 @@ func updatesOfOneKeyAreSerialised(t *testing.T, b Backend) {
 		go func() {
 			defer done.Done()
 			started.Done()
+			var read int // the count this update's last run read
 			errs[i] = stores[i%2].Update(context.Background(), func(tx ledger.Tx) error {
 				if i == 0 { // holds the key while the others come
-					close(holding)
+					signal(holding)
 					<-release
 				}
 				c, err := tx.Count("k", time.Time{})
@@ -144,11 +148,14 @@ func updatesOfOneKeyAreSerialised(t *testing.T, b Backend) {
 				if i%5 == 4 {
 					return boom
 				}
-				mu.Lock()
-				seen = append(seen, c)
-				mu.Unlock()
+				read = c
 				return nil
 			}, "k")
+			if errs[i] == nil {
+				mu.Lock()
+				seen = append(seen, read)
+				mu.Unlock()
+			}
 		}()
 		if i == 0 {
 			<-holding
@@ -201,7 +208,7 @@ func updateWaitsForAnotherStore(t *testing.T, b Backend) {
 			if _, err := tx.InsertAttempt(admission("k", "a", t0)); err != nil {
 				return err
 			}
-			close(holding)
+			signal(holding)
 			<-release
 			return nil
 		}, "k")
@@ -262,7 +269,7 @@ func updateCancelledWhileWaiting(t *testing.T, b Backend) {
 	done := make(chan error)
 	go func() {
 		done <- s.Update(context.Background(), func(tx ledger.Tx) error {
-			close(holding)
+			signal(holding)
 			<-release
 			return nil
 		}, "k")
@@ -323,7 +330,7 @@ func updatePanics(t *testing.T, b Backend) {
 	}
 	started.Add(4)
 	done.Add(4)
-	go commits(1, func() { close(holding); <-release }) // holds the key while the others come
+	go commits(1, func() { signal(holding); <-release }) // holds the key while the others come
 	<-holding
 	var v any
 	go commits(2, func() {})
@@ -437,4 +444,86 @@ func signingKeys(t *testing.T, b Backend) {
 	if other := get(first, "other"); bytes.Equal(other, key) {
 		t.Error("the keys of two names are the same")
 	}
+}
+
+// A transaction whose commit fails after its function returned leaves
+// nothing of what the function wrote, of every kind, on a key that held
+// things before: every read is as before it ran.
+func commitFailureLeavesNothing(t *testing.T, b Backend) {
+	s, _ := b.fresh(t)
+	var first int64
+	write := func(tx ledger.Tx, at time.Time, caller string) error {
+		id, err := tx.InsertAttempt(ledger.Attempt{CallID: "c-" + caller, Attempt: 1, Key: "k", Caller: caller, State: ledger.Admitted,
+			At: at, LeaseUntil: at.Add(time.Minute), ByCaller: true})
+		if err != nil {
+			return err
+		}
+		if first == 0 {
+			first = id
+		} else if err := tx.FinishAttempt(first, ledger.Confirmed, "HTTP 200 OK", 200, at, at); err != nil {
+			return err
+		}
+		_, _, err = tx.Reserve("k", 3, at, at.Add(time.Minute), "a batch")
+		return errors.Join(err,
+			tx.PutKnown(ledger.Known{Key: "k", ReceivedAt: at, Observation: ratelimit.Observation{Policy: caller, Unit: ratelimit.Requests,
+				Quota: 10, HasQuota: true, Window: time.Minute, Remaining: 5, HasRemaining: true, Shape: ratelimit.ShapeDraft}}),
+			tx.AddObservation(ledger.ObservationRecord{Key: "k", AttemptID: id, Status: 200, ReceivedAt: at, Method: "GET", Target: "/x",
+				Observation: ratelimit.Observation{Policy: caller, Unit: ratelimit.Requests, Remaining: 5, HasRemaining: true, Shape: ratelimit.ShapeDraft}}),
+			tx.PutGate(ledger.Gate{Key: "k", Until: at.Add(time.Hour), Reason: "told to wait by " + caller, Source: "retry-after", SetAt: at}),
+			tx.PutKeyState(ledger.KeyState{Key: "k", LastAdmitAt: at, LastResponseAt: at, Failures: len(caller)}),
+			tx.PutPathState(ledger.PathState{Key: "k", Scope: "route GET /x", Failures: len(caller), LastAt: at}),
+			tx.AddWarning(ledger.Warning{Key: "k", At: at, Kind: "circuit-open", Message: "warned by " + caller}),
+			tx.Claim("k", caller, at.Add(time.Hour)),
+			tx.PutResponse(ledger.StoredResponse{Key: "k", Target: "/x", Status: 200, Body: []byte(caller), Digest: caller, StoredAt: at}, 4))
+	}
+	update(t, s, func(tx ledger.Tx) error { first = 0; return write(tx, t0, "before") }, "k")
+	before := snapshot(t, s)
+	err := testkit.FailCommit(context.Background(), s.Update, func(tx ledger.Tx) error {
+		return write(tx, t0.Add(time.Second), "failed")
+	}, "k")
+	if !errors.Is(err, testkit.ErrCommitFailed) {
+		t.Fatalf("an update whose commit failed: got %v, want the commit's error", err)
+	}
+	if diff := cmp.Diff(snapshot(t, s), before); diff != "" {
+		t.Errorf("after a commit that failed (-got +want):\n%s", diff)
+	}
+}
+
+// A stateSnapshot is every read of key "k" at t0+30s.
+type stateSnapshot struct {
+	Keys         []string
+	Activity     []ledger.Attempt
+	Sends        []ledger.Send
+	Flight       ledger.Flight
+	Known        []ledger.Known
+	Observations []ledger.ObservationRecord
+	Gates        []ledger.Gate
+	KeyState     ledger.KeyState
+	PathState    ledger.PathState
+	Warnings     []ledger.Warning
+	Claimed      map[string]bool
+	Response     ledger.StoredResponse
+}
+
+func snapshot(t *testing.T, s state.Store) stateSnapshot {
+	t.Helper()
+	var n stateSnapshot
+	now := t0.Add(30 * time.Second)
+	view(t, s, func(tx ledger.Tx) error {
+		var errs [12]error
+		n.Keys, errs[0] = tx.Keys()
+		n.Activity, errs[1] = tx.Activity(ledger.ActivityFilter{})
+		n.Sends, errs[2] = tx.Sends("k", time.Time{}, 100)
+		n.Flight, errs[3] = tx.Flight("k", now)
+		n.Known, errs[4] = tx.Known("k")
+		n.Observations, errs[5] = own(tx).Observations("k", 100)
+		n.Gates, errs[6] = tx.Gates("k", now)
+		n.KeyState, errs[7] = tx.KeyState("k")
+		n.PathState, errs[8] = tx.PathState("k", "route GET /x")
+		n.Warnings, errs[9] = tx.Warnings("k", time.Time{})
+		n.Claimed, errs[10] = tx.Claimed("k", now)
+		n.Response, _, errs[11] = tx.Response("k", "/x")
+		return errors.Join(errs[:]...)
+	})
+	return n
 }

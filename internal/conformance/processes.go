@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
@@ -19,19 +20,6 @@ var processes = []behaviour{
 	{"a process killed mid-load loses nothing committed, and its calls stay counted until swept", processKilledMidLoad},
 }
 
-// mostIn returns the most of times (sorted) in any window of w: in
-// (t-w, t], as a window counts the admissions after its start.
-func mostIn(times []time.Time, w time.Duration) int {
-	most, lo := 0, 0
-	for i, t := range times {
-		for !times[lo].After(t.Add(-w)) {
-			lo++
-		}
-		most = max(most, i-lo+1)
-	}
-	return most
-}
-
 // hammer runs three helper processes admitting calls of one key of a new
 // store with a documented quota per window, for run, and returns the
 // key's log with how many calls the processes report.
@@ -41,14 +29,14 @@ func hammer(t *testing.T, b Backend, quota int64, window, run time.Duration) ([]
 		t.Skip("starts processes")
 	}
 	s, loc := b.fresh(t)
-	var hs []*helper
+	var hs []*Helper
 	for i := range 3 {
-		hs = append(hs, startHelper(t, b, helperJob{Location: loc, Caller: fmt.Sprintf("p%d", i), Quota: quota, Window: window,
+		hs = append(hs, StartHelper(t, b, Job{Location: loc, Caller: fmt.Sprintf("p%d", i), Quota: quota, Window: window,
 			Run: run, Lease: time.Minute, Quiet: true}))
 	}
 	made := 0
 	for _, h := range hs {
-		made += h.wait(t)
+		made += h.Done(t)
 	}
 	return sends(t, s, "shared"), made
 }
@@ -76,7 +64,7 @@ func processesShareOneBudget(t *testing.T, b Backend) {
 	if len(list) != made {
 		t.Errorf("the store holds %d admissions, the processes report %d", len(list), made)
 	}
-	got := mostIn(times(list), window)
+	got := testkit.MostIn(times(list), window)
 	if got > quota {
 		t.Errorf("got %d admissions in one rolling window of %v, want at most %d", got, window, quota)
 	}
@@ -111,7 +99,7 @@ func processesShareOneLeasedBudget(t *testing.T, b Backend) {
 		t.Errorf("the store holds %d calls, the processes report %d", calls, made)
 	}
 	ts := times(list)
-	if got := mostIn(ts, window); got > quota {
+	if got := testkit.MostIn(ts, window); got > quota {
 		t.Errorf("got %d admissions in one rolling window of %v, want at most %d", got, window, quota)
 	}
 	// Slots of a lease share its grant's time. While the quota binds,
@@ -143,11 +131,11 @@ func processKilledMidLoad(t *testing.T, b Backend) {
 	}
 	const lease = 10 * time.Second
 	s, loc := b.fresh(t)
-	job := helperJob{Location: loc, Quota: 1 << 30, Window: time.Second, Lease: lease}
+	job := Job{Location: loc, Quota: 1 << 30, Window: time.Second, Lease: lease}
 	job.Caller, job.Victim = "victim", true
-	victim := startHelper(t, b, job)
+	victim := StartHelper(t, b, job)
 	job.Caller, job.Victim = "survivor", false
-	survivor := startHelper(t, b, job)
+	survivor := StartHelper(t, b, job)
 	stuck, slots := victim.ids("stuck")[0], victim.ids("reserved")
 	if len(slots) != 2 || slots[1]-slots[0] != victimSlots-1 {
 		t.Fatalf("the victim reserved slots %v, want %d", slots, victimSlots)
@@ -170,7 +158,7 @@ func processKilledMidLoad(t *testing.T, b Backend) {
 					return err
 				}
 			}
-			close(holding)
+			signal(holding)
 			<-release
 			return errHeld
 		})
@@ -181,17 +169,17 @@ func processKilledMidLoad(t *testing.T, b Backend) {
 		t.Fatalf("holding the victim's slots: %v", err)
 	}
 	for _, id := range finished {
-		victim.order(t, fmt.Sprint("finish ", id))
+		victim.Order(t, fmt.Sprint("finish ", id))
 	}
 	for _, id := range finished {
-		victim.await(t, func(l string) bool { return l == fmt.Sprint("finished ", id) })
+		victim.Await(t, func(l string) bool { return l == fmt.Sprint("finished ", id) })
 	}
 	committed := slices.Concat(victim.ids("admitted"), []int64{stuck}, reserved)
 	before := map[int64]bool{}
 	for _, s := range sends(t, s, "shared") {
 		before[s.ID] = true
 	}
-	victim.kill(t)
+	victim.Kill(t)
 	close(release)
 	if err := <-held; !errors.Is(err, errHeld) {
 		t.Fatalf("holding the victim's slots: %v", err)
@@ -200,7 +188,7 @@ func processKilledMidLoad(t *testing.T, b Backend) {
 
 	n := len(survivor.ids("admitted"))
 	survivor.admitted(t, n+50) // the survivor keeps serving
-	survivor.stop(t)
+	survivor.Stop(t)
 
 	after := map[int64]ledger.Send{}
 	for _, key := range []string{"shared", "leased"} {
@@ -294,7 +282,7 @@ func processKilledMidLoad(t *testing.T, b Backend) {
 
 // instancesOfProcesses checks that each helper's admissions record one
 // instance, its own.
-func instancesOfProcesses(t *testing.T, s ledger.Viewer, hs ...*helper) {
+func instancesOfProcesses(t *testing.T, s ledger.Viewer, hs ...*Helper) {
 	t.Helper()
 	instance := map[int64]string{}
 	view(t, s, func(tx ledger.Tx) error {

@@ -3,18 +3,16 @@ package conformance
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
@@ -23,7 +21,7 @@ import (
 )
 
 // A helper process is the test binary started again with helperEnv set
-// to its job (a helperJob in JSON): TestMain calls RunHelper, which does
+// to its job (a Job in JSON): TestMain calls RunHelper, which does
 // the job instead of running the tests. It opens the store as every
 // process does, admits calls through a real pacer, and reports on stdout,
 // one line each:
@@ -36,8 +34,9 @@ import (
 //	done N             it stopped (stdin closed, or Run is up) after N admissions
 const helperEnv = "STATE_CONFORMANCE_HELPER"
 
-// A helperJob is what a helper process is asked to do.
-type helperJob struct {
+// A Job is what a helper process is asked to do: admit calls of key
+// "shared" through a pacer on the store, as fast as it can.
+type Job struct {
 	Location   string        // the store, as state.OpenStore opens it
 	JournalDir string        // the journals' directory (PostgresOptions.JournalDir)
 	Caller     string        // the caller name its calls have
@@ -47,6 +46,7 @@ type helperJob struct {
 	Run        time.Duration // stop after this long; 0 means once stdin closes
 	Quiet      bool          // do not report each admission
 	Victim     bool          // admit one call first and never finish it, hold slots, and take "finish" orders
+	AdmitOnly  bool          // admit only: never record an outcome
 }
 
 // RunHelper does a helper process's job, and exits, when the test binary
@@ -54,12 +54,11 @@ type helperJob struct {
 // returns at once. A test binary that runs the suite calls it first in
 // its TestMain.
 func RunHelper() {
-	raw := os.Getenv(helperEnv)
-	if raw == "" {
+	var job Job
+	is, err := testkit.Job(helperEnv, &job)
+	if !is {
 		return
 	}
-	var job helperJob
-	err := json.Unmarshal([]byte(raw), &job)
 	if err == nil {
 		err = job.run(context.Background())
 	}
@@ -70,11 +69,15 @@ func RunHelper() {
 	os.Exit(0)
 }
 
-// sharedKey is the key the helpers admit calls of: no local safety limit
-// gets in the way, so only the documented policy binds.
-func sharedKey(quota int64, window time.Duration) *keystore.Key {
-	return &keystore.Key{Name: "shared", MaxRate: 1e9, MaxConcurrency: 1 << 20, LowWater: 0,
-		Policies: []keystore.Policy{{Name: "default", Quota: quota, Window: window, Unit: ratelimit.Requests}}}
+// SharedKey is the key the helpers admit calls of, with a documented
+// policy of quota calls per window (none when quota is 0): no local
+// safety limit gets in the way, so only that policy binds.
+func SharedKey(quota int64, window time.Duration) *keystore.Key {
+	k := &keystore.Key{Name: "shared", MaxRate: 1e9, MaxConcurrency: 1 << 20, LowWater: 0}
+	if quota > 0 {
+		k.Policies = []keystore.Policy{{Name: "default", Quota: quota, Window: window, Unit: ratelimit.Requests}}
+	}
+	return k
 }
 
 // victimSlots is how many slots of key "leased" a victim reserves.
@@ -91,8 +94,8 @@ func slotOutcome(id int64, at time.Time) ledger.Finished {
 	}
 }
 
-func (job helperJob) run(ctx context.Context) error {
-	s, err := state.OpenStore(ctx, job.Location, state.PostgresOptions{JournalDir: job.JournalDir})
+func (job Job) run(ctx context.Context) error {
+	s, err := state.OpenStore(ctx, job.Location, state.PostgresOptions{JournalDir: job.JournalDir, Timeout: storeTimeout})
 	if err != nil {
 		return err
 	}
@@ -102,7 +105,7 @@ func (job helperJob) run(ctx context.Context) error {
 		p.Now = pg.Now // the server's clock, which admissions are recorded by
 	}
 	p.Lease = job.Lease
-	key := sharedKey(job.Quota, job.Window)
+	key := SharedKey(job.Quota, job.Window)
 	var mu sync.Mutex // the lines of stdout
 	out := bufio.NewWriter(os.Stdout)
 	say := func(format string, args ...any) {
@@ -173,6 +176,9 @@ func (job helperJob) run(ctx context.Context) error {
 		if !job.Quiet {
 			say("admitted %d", t.ID)
 		}
+		if job.AdmitOnly {
+			continue
+		}
 		now := time.Now()
 		if _, err := p.Done(ctx, t, pacer.Outcome{SentAt: now, AnsweredAt: now, Status: 200}); err != nil {
 			return err
@@ -181,7 +187,7 @@ func (job helperJob) run(ctx context.Context) error {
 }
 
 // finish gives back the pacer's unused slots and reports the admissions.
-func (job helperJob) finish(ctx context.Context, p *pacer.Pacer, say func(string, ...any), n int) error {
+func (job Job) finish(ctx context.Context, p *pacer.Pacer, say func(string, ...any), n int) error {
 	if err := p.Close(ctx); err != nil {
 		return err
 	}
@@ -189,108 +195,30 @@ func (job helperJob) finish(ctx context.Context, p *pacer.Pacer, say func(string
 	return nil
 }
 
-// A helper is a running helper process, and what it said so far.
-type helper struct {
-	name  string
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-
-	mu      sync.Mutex
-	lines   []string
-	ended   bool          // its stdout closed
-	changed chan struct{} // closed and replaced when lines or ended change
+// A Helper is a running helper process doing a Job.
+type Helper struct {
+	*testkit.Process
+	name string
 }
 
-// startHelper starts a helper process doing job and waits until it is
-// ready.
-func startHelper(t *testing.T, b Backend, job helperJob) *helper {
+// StartHelper starts a helper process doing job on the store of b at
+// job.Location (whose journals it keeps where b says), and waits until it
+// is ready. The test binary's TestMain must call RunHelper.
+func StartHelper(t testing.TB, b Backend, job Job) *Helper {
 	t.Helper()
 	job.JournalDir = b.JournalDir(job.Location)
-	raw, err := json.Marshal(job)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// -test.run matches no test: a binary whose TestMain does not call
-	// RunHelper runs nothing, and says no "ready".
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.count=1")
-	cmd.Env = append(os.Environ(), helperEnv+"="+string(raw))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	h := &helper{name: job.Caller, cmd: cmd, stdin: stdin, changed: make(chan struct{})}
-	go h.read(stdout)
-	t.Cleanup(func() {
-		h.stdin.Close()
-		h.cmd.Process.Kill()
-		h.cmd.Wait()
-	})
-	if _, ok := h.await(t, func(l string) bool { return l == "ready" }); !ok {
+	h := &Helper{Process: testkit.Start(t, testkit.Spec{Name: job.Caller, Env: helperEnv, Job: job}), name: job.Caller}
+	if _, ok := h.Await(t, func(l string) bool { return l == "ready" }); !ok {
 		t.Fatalf("helper %s ended before it was ready (does the test binary's TestMain call conformance.RunHelper?)", h.name)
 	}
 	return h
 }
 
-// read keeps what the helper prints, until its stdout closes.
-func (h *helper) read(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		h.mu.Lock()
-		h.lines = append(h.lines, sc.Text())
-		close(h.changed)
-		h.changed = make(chan struct{})
-		h.mu.Unlock()
-	}
-	h.mu.Lock()
-	h.ended = true
-	close(h.changed)
-	h.mu.Unlock()
-}
-
-// helperPatience bounds every wait for a helper's line: a loaded 2-core
-// machine running the race detector is slow, not that slow.
-const helperPatience = time.Minute
-
-// await waits for the helper's first line that match accepts and returns
-// it; false when the helper ended first.
-func (h *helper) await(t *testing.T, match func(string) bool) (string, bool) {
-	t.Helper()
-	timeout := time.After(helperPatience)
-	for seen := 0; ; {
-		h.mu.Lock()
-		lines, ended, changed := h.lines, h.ended, h.changed
-		h.mu.Unlock()
-		for ; seen < len(lines); seen++ {
-			if match(lines[seen]) {
-				return lines[seen], true
-			}
-		}
-		if ended {
-			return "", false
-		}
-		select {
-		case <-changed:
-		case <-timeout:
-			t.Fatalf("helper %s: no line awaited after %v", h.name, helperPatience)
-		}
-	}
-}
-
 // ids returns the IDs of the helper's lines of kind (admitted, stuck…)
 // so far.
-func (h *helper) ids(kind string) []int64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+func (h *Helper) ids(kind string) []int64 {
 	var out []int64
-	for _, l := range h.lines {
+	for _, l := range h.Lines() {
 		if v, ok := strings.CutPrefix(l, kind+" "); ok {
 			for f := range strings.FieldsSeq(v) {
 				if id, err := strconv.ParseInt(f, 10, 64); err == nil {
@@ -303,10 +231,10 @@ func (h *helper) ids(kind string) []int64 {
 }
 
 // admitted waits until the helper has reported n admissions in all.
-func (h *helper) admitted(t *testing.T, n int) {
+func (h *Helper) admitted(t testing.TB, n int) {
 	t.Helper()
 	count := 0
-	if _, ok := h.await(t, func(l string) bool {
+	if _, ok := h.Await(t, func(l string) bool {
 		if strings.HasPrefix(l, "admitted ") {
 			count++
 		}
@@ -316,40 +244,23 @@ func (h *helper) admitted(t *testing.T, n int) {
 	}
 }
 
-// order writes a line to the helper's stdin.
-func (h *helper) order(t *testing.T, line string) {
-	t.Helper()
-	if _, err := io.WriteString(h.stdin, line+"\n"); err != nil {
-		t.Fatalf("helper %s: %v", h.name, err)
-	}
-}
-
-// stop asks the helper to end, waits until it has, and returns how many
+// Stop asks the helper to end, waits until it has, and returns how many
 // calls it admitted.
-func (h *helper) stop(t *testing.T) int {
+func (h *Helper) Stop(t testing.TB) int {
 	t.Helper()
-	h.stdin.Close()
-	return h.wait(t)
+	h.CloseInput()
+	return h.Done(t)
 }
 
-// wait waits until the helper has ended, and returns how many calls it
+// Done waits until the helper has ended, and returns how many calls it
 // admitted.
-func (h *helper) wait(t *testing.T) int {
+func (h *Helper) Done(t testing.TB) int {
 	t.Helper()
-	line, ok := h.await(t, func(l string) bool { return strings.HasPrefix(l, "done ") })
-	err := h.cmd.Wait()
+	line, ok := h.Await(t, func(l string) bool { return strings.HasPrefix(l, "done ") })
+	err := h.Wait(t)
 	if !ok || err != nil {
 		t.Fatalf("helper %s ended without saying done: %v", h.name, err)
 	}
 	n, _ := strconv.Atoi(strings.TrimPrefix(line, "done "))
 	return n
-}
-
-// kill ends the helper with SIGKILL, and waits until it has.
-func (h *helper) kill(t *testing.T) {
-	t.Helper()
-	if err := h.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	h.cmd.Wait()
 }

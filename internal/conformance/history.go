@@ -216,7 +216,7 @@ func observations(t *testing.T, b Backend) {
 			tx.AddObservation(ledger.ObservationRecord{Key: "other", ReceivedAt: t0, Observation: ratelimit.Observation{Policy: "p"}}))
 	})
 	view(t, s, func(tx ledger.Tx) error {
-		list, err := tx.Observations("k", 10)
+		list, err := own(tx).Observations("k", 10)
 		if err != nil {
 			return err
 		}
@@ -227,7 +227,7 @@ func observations(t *testing.T, b Backend) {
 		if diff := cmp.Diff(list, []ledger.ObservationRecord{bare, o}); diff != "" {
 			t.Errorf("Observations (-got +want):\n%s", diff)
 		}
-		latest, err := tx.Observations("k", 1)
+		latest, err := own(tx).Observations("k", 1)
 		if diff := cmp.Diff(latest, []ledger.ObservationRecord{bare}); diff != "" {
 			t.Errorf("the latest observation (-got +want):\n%s", diff)
 		}
@@ -317,7 +317,7 @@ func sweepInterruptsAndDrops(t *testing.T, b Backend) {
 		if f, err := tx.Flight("k", t0); f.Count != 1 || err != nil {
 			t.Errorf("Flight after the sweep: got %+v, %v; want the recent one", f, err)
 		}
-		obs, err := tx.Observations("k", 10)
+		obs, err := own(tx).Observations("k", 10)
 		if len(obs) != 1 || obs[0].Policy != "new" {
 			t.Errorf("observations after the sweep: %+v, want the new one", obs)
 		}

@@ -25,7 +25,7 @@ var bounds = []behaviour{
 // pacerOn returns a Pacer on s, on the clock admissions are recorded by.
 func pacerOn(s state.Store) *pacer.Pacer {
 	p := pacer.New(s)
-	if pg, ok := s.(*state.Postgres); ok {
+	if pg, ok := backend(s).(*state.Postgres); ok {
 		p.Now = pg.Now
 	}
 	// Backoffs at their longest (about 2 s from the first failure): a

@@ -31,6 +31,7 @@ func reserve(t *testing.T, s ledger.Store, n int) []int64 {
 	t.Helper()
 	var out []int64
 	update(t, s, func(tx ledger.Tx) error {
+		out = nil // set afresh: the function may run twice
 		first, last, err := tx.Reserve("k", n, t0, t0.Add(time.Hour), "a batch")
 		for id := first; id <= last; id++ {
 			out = append(out, id)
@@ -71,7 +72,7 @@ func ended(t testing.TB, s ledger.Viewer, ids []int64) (map[string]int, map[int6
 				states[s.State]++
 			}
 		}
-		records, err := tx.Observations("k", 1<<20)
+		records, err := own(tx).Observations("k", 1<<20)
 		for _, o := range records {
 			obs[o.AttemptID]++
 		}

@@ -1,0 +1,99 @@
+package pacer_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+)
+
+// gatedStore holds the next Update once armed until open is closed, and
+// says when it ended.
+type gatedStore struct {
+	ledger.Store
+	mu      sync.Mutex
+	armed   bool
+	entered chan struct{} // closed when the held Update starts
+	open    chan struct{} // closing it lets the held Update run
+	ended   atomic.Bool   // the held Update returned
+}
+
+func (s *gatedStore) Update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
+	s.mu.Lock()
+	held := s.armed
+	s.armed = false
+	s.mu.Unlock()
+	if !held {
+		return s.Store.Update(ctx, fn, keys...)
+	}
+	close(s.entered)
+	<-s.open
+	defer s.ended.Store(true)
+	return s.Store.Update(ctx, fn, keys...)
+}
+
+// A lease that runs out while the Pacer closes has its slots given back
+// before Close returns: no goroutine of the Pacer (a timer's) outlives it.
+func TestCloseWaitsForLeasesGivenBack(t *testing.T) {
+	e := newEnv(t)
+	gate := &gatedStore{Store: e.db, entered: make(chan struct{}), open: make(chan struct{})}
+	p := e.pacerOn(gate)
+	var timers []func() // fired by the test
+	p.AfterFunc = func(_ time.Duration, f func()) func() bool {
+		timers = append(timers, f)
+		return func() bool { return false } // as a timer that fired already
+	}
+	k := busyKey(100_000)
+	answerWith(t, p, e.clk, e.warmUp(p, k, nil), 200, nil) // leaves the lease's other slots unused
+	if len(timers) == 0 {
+		t.Fatal("no lease was granted")
+	}
+
+	gate.mu.Lock()
+	gate.armed = true // the give-back's transaction
+	gate.mu.Unlock()
+	fired := make(chan struct{})
+	go func() {
+		defer close(fired)
+		for _, f := range timers { // the lease runs out, learned is written
+			f()
+		}
+	}()
+	<-gate.entered
+	close(gate.open) // from here the give-back runs beside Close
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !gate.ended.Load() {
+		t.Error("Close returned while a lease that ran out was still being given back")
+	}
+	<-fired
+	if n := reservedLeft(t, e, k.Name); n != 0 {
+		t.Errorf("%d slots still reserved after Close, want none", n)
+	}
+	if g := testkit.Goroutines("pacer.(*Pacer)"); g != "" {
+		t.Errorf("a goroutine of the Pacer is left after Close:\n%s", g)
+	}
+}
+
+// reservedLeft counts key's slots still reserved.
+func reservedLeft(t *testing.T, e *env, key string) int {
+	t.Helper()
+	n := 0
+	if err := e.db.View(context.Background(), func(tx ledger.Tx) error {
+		sends, err := tx.Sends(key, time.Time{}, 1<<20)
+		for _, s := range sends {
+			if s.State == ledger.Reserved {
+				n++
+			}
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

@@ -509,13 +509,19 @@ func (pg *Postgres) update(ctx context.Context, fn func(*Tx) error, keys ...stri
 	return pg.run(ctx, nil, keys, fn)
 }
 
-// FinishLater records how a reserved slot's call ended: in the process's
-// journal on this host, and in the database a moment later with the
-// other outcomes that came meanwhile (see DB.FinishLater); without a
-// JournalDir, at once.
+// FinishLater records how a reserved slot's call, or an attempt admitted
+// alone, ended: in the process's journal on this host, and in the
+// database a moment later with the other outcomes that came meanwhile
+// (see DB.FinishLater); without a JournalDir, at once.
 func (pg *Postgres) FinishLater(ctx context.Context, f ledger.Finished) error {
 	return pg.out.finishLater(ctx, f)
 }
+
+// DefersOutcomes says that the pacer records the outcome of an ordinary
+// answer through FinishLater even when its call was admitted alone: a
+// transaction on the key's row costs round trips to the server, which
+// the next admission or the journal's batch spares.
+func (pg *Postgres) DefersOutcomes() bool { return true }
 
 // Sweep is DB.Sweep on PostgreSQL, whose autovacuum gives freed space
 // back by itself.
@@ -555,7 +561,7 @@ func (pg *Postgres) once(ctx context.Context, opts *sql.TxOptions, keys []string
 		return err
 	}
 	defer stx.Rollback()
-	tx := &Tx{tx: stx, ctx: ctx, pg: &pgTx{db: pg}, instance: pg.instance}
+	tx := &Tx{tx: stx, ctx: ctx, pg: &pgTx{db: pg}, instance: pg.instance, out: &pg.out}
 	for _, k := range keys {
 		if err := tx.pg.hold(tx, k); err != nil {
 			return err
@@ -620,7 +626,12 @@ type pgTx struct {
 }
 
 const (
-	qHoldKey = `SELECT clock_timestamp() FROM keys WHERE key = $1 FOR UPDATE`
+	// The clock is read once the row is locked: in the outer query, above
+	// the subquery's lock (which the planner never flattens). Read beside
+	// the lock, it would be the time the row was found, before waiting
+	// for another host to let it go: an admission could then be timed
+	// before the one it waited for, and held back by the pace from it.
+	qHoldKey = `SELECT clock_timestamp() FROM (SELECT key FROM keys WHERE key = $1 FOR UPDATE) AS held`
 	qAddKey  = `INSERT INTO keys (key) VALUES ($1) ON CONFLICT DO NOTHING`
 )
 

@@ -570,6 +570,9 @@ func (pg *Postgres) once(ctx context.Context, opts *sql.TxOptions, keys []string
 	if err := fn(tx); err != nil {
 		return err
 	}
+	if err := tx.pg.flush(tx); err != nil {
+		return err
+	}
 	return stx.Commit()
 }
 
@@ -623,6 +626,70 @@ type pgTx struct {
 	db   *Postgres
 	held map[string]bool // keys whose rows it locked
 	now  time.Time       // the server's clock when it locked its first key; zero before
+	// keyStates are the pacing states of keys it holds, as read or put:
+	// no other transaction changes them while it holds their rows, so
+	// each is read once, and written once, before the commit (flush),
+	// when it was put — an admission that also writes what answers
+	// taught puts it twice.
+	keyStates map[string]*keptKeyState
+}
+
+type keptKeyState struct {
+	s   ledger.KeyState
+	put bool // to be written
+}
+
+// keyState returns key's pacing state as the transaction read or put it.
+func (p *pgTx) keyState(key string) (ledger.KeyState, bool) {
+	if p == nil {
+		return ledger.KeyState{}, false
+	}
+	k, ok := p.keyStates[key]
+	if !ok {
+		return ledger.KeyState{}, false
+	}
+	return k.s, true
+}
+
+// keepKeyState keeps s, as the table would hold it, when the transaction
+// holds its key (put: to be written by flush), and says whether it did.
+func (p *pgTx) keepKeyState(s ledger.KeyState, put bool) bool {
+	if p == nil || !p.held[s.Key] {
+		return false
+	}
+	if p.keyStates == nil {
+		p.keyStates = map[string]*keptKeyState{}
+	}
+	// What a read of the row would give back: microseconds.
+	s.LastAdmitAt, s.LastResponseAt = fromMicros(micros(s.LastAdmitAt)), fromMicros(micros(s.LastResponseAt))
+	s.ProbeUntil, s.LatencySince = fromMicros(micros(s.ProbeUntil)), fromMicros(micros(s.LatencySince))
+	s.Interval = s.Interval.Truncate(time.Microsecond)
+	s.Latency, s.PrevLatency = s.Latency.Truncate(time.Microsecond), s.PrevLatency.Truncate(time.Microsecond)
+	k := p.keyStates[s.Key]
+	if k == nil {
+		k = &keptKeyState{}
+		p.keyStates[s.Key] = k
+	}
+	k.s, k.put = s, k.put || put
+	return true
+}
+
+// flush writes the pacing states the transaction put.
+func (p *pgTx) flush(tx *Tx) error {
+	keys := make([]string, 0, len(p.keyStates))
+	for key, k := range p.keyStates {
+		if k.put {
+			keys = append(keys, key)
+		}
+	}
+	slices.Sort(keys)
+	for _, key := range keys {
+		if err := tx.writeKeyState(p.keyStates[key].s); err != nil {
+			return err
+		}
+		p.keyStates[key].put = false
+	}
+	return nil
 }
 
 const (

@@ -13,7 +13,8 @@ import (
 // this call spent — no transaction of its own on the key's row. What it
 // teaches (the latest word on each policy, the latency, the last answer)
 // is written by the key's next transaction in this process, an admission
-// usually. Any other answer is recorded and advised as before, in a
+// usually: the key must be called often enough here for one to come
+// soon (quickNext). Any other answer is recorded and advised as before, in a
 // transaction of its own.
 
 // quickBudgets returns the budgets an answer to the call snap's decision
@@ -21,7 +22,7 @@ import (
 // call spent; nil when the call's answer is to be recorded in a
 // transaction of its own whatever it says.
 func (p *Pacer) quickBudgets(snap snapshot, d decision) []Budget {
-	if !p.defers() {
+	if !p.defers() || p.pace(snap.key.Name, snap.now)*LeaseTime.Seconds() < quickNext {
 		return nil
 	}
 	ks := snap.ks
@@ -54,6 +55,13 @@ func (p *Pacer) quickBudgets(snap snapshot, d decision) []Budget {
 	}
 	return budgets
 }
+
+// quickNext is how many admissions of the key this process must be
+// making in LeaseTime, at its pace, for an answer to be foreseen: what
+// the answer teaches is then written by one of them, not by a
+// transaction of its own when LeaseTime runs out (see learned), which
+// would cost what the answer's own transaction costs, and more.
+const quickNext = 4
 
 func requests(u ratelimit.Unit) bool { return u == "" || u == ratelimit.Requests }
 

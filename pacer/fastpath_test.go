@@ -45,7 +45,9 @@ func TestUnleasedAnswerTakesNoTransaction(t *testing.T) {
 	p := pacer.New(db)
 	p.Now = pg.Now
 	t.Cleanup(func() { p.Close(ctx) })
-	k := &keystore.Key{Name: "k", MaxRate: 1000, MaxConcurrency: 100, LowWater: 0.1,
+	// Never leased: a lease holds at most a quarter of the calls the key
+	// may still have in flight, and a lease of fewer than 16 is none.
+	k := &keystore.Key{Name: "k", MaxRate: 1000, MaxConcurrency: 8, LowWater: 0.1,
 		Policies: []keystore.Policy{{Name: "default", Quota: 1000, Window: time.Minute, Unit: ratelimit.Requests}}}
 	n := 0
 	admit := func() pacer.Ticket {
@@ -95,6 +97,9 @@ func TestUnleasedAnswerTakesNoTransaction(t *testing.T) {
 	for ; r > 700; r-- {
 		tk := admit()
 		var tx int64
+		if tk.Leased() {
+			t.Fatal("a call was admitted from a lease")
+		}
 		if res, tx = answer(tk, 200, r); tx == 0 {
 			second = tk
 			break

@@ -15,7 +15,8 @@ import (
 // me is GET /ui/api/session's answer: who the page acts as.
 type me struct {
 	Caller   string   `json:"caller"`
-	Keys     []string `json:"keys"`
+	Keys     []string `json:"keys"`           // the keys the page shows
+	Everyone bool     `json:"sees_everyone"`  // every caller's calls of those keys, or only some principals'
 	SignedIn bool     `json:"signed_in"`      // by a session cookie (else: the local user, or a bearer token)
 	CSRF     string   `json:"csrf,omitempty"` // the token the page's writes carry in X-CSRF-Token
 }
@@ -28,10 +29,12 @@ func writeJSON(w http.ResponseWriter, v any) {
 	enc.Encode(v)
 }
 
-func (h *Handler) usable(c *keystore.Caller) []*keystore.Key {
+// visible are the keys the page shows c: those it may use, and those
+// whose calls it may see (see keystore.Sight).
+func (h *Handler) visible(c *keystore.Caller) []*keystore.Key {
 	var out []*keystore.Key
 	for _, k := range h.c.Keys.Keys() {
-		if c.MayUse(k.Name) {
+		if c.MaySeeKey(k.Name) {
 			out = append(out, k)
 		}
 	}
@@ -60,7 +63,7 @@ func (h *Handler) whoami(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	out := me{Caller: c.Name, Keys: names(h.usable(c))}
+	out := me{Caller: c.Name, Keys: names(h.visible(c)), Everyone: c.SeesEveryone()}
 	if se, ok := h.sessions.find(r); ok && se.caller == c {
 		out.SignedIn, out.CSRF = true, se.csrf
 	}
@@ -83,7 +86,7 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 	id, se := h.sessions.start(c)
 	setCookie(w, r, id, int(SessionLifetime.Seconds()))
 	h.c.Log.Info("dashboard sign-in", "caller", c.Name)
-	writeJSON(w, me{Caller: c.Name, Keys: names(h.usable(c)), SignedIn: true, CSRF: se.csrf})
+	writeJSON(w, me{Caller: c.Name, Keys: names(h.visible(c)), Everyone: c.SeesEveryone(), SignedIn: true, CSRF: se.csrf})
 }
 
 // signOut serves POST /ui/api/signout.
@@ -121,7 +124,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	keys := h.usable(c)
+	keys := h.visible(c)
 	now := h.c.Now()
 	st, err := report.Build(r.Context(), h.c.Pacer, keys, c.Name, now)
 	if err != nil {
@@ -164,7 +167,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 				k = kk
 			}
 		}
-		d, err := h.detail(r, k, ks, now)
+		d, err := h.detail(r, c, k, ks, now)
 		if err != nil {
 			h.c.Log.Error("dashboard detail failed", "key", name, "error", err)
 			rest.WriteProblem(w, http.StatusInternalServerError, rest.CodeInternal, "The state file could not be read.", nil)
@@ -172,7 +175,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Detail = d
 	} else if name != "" {
-		rest.WriteProblem(w, http.StatusNotFound, rest.CodeUnknownKey, "There is no such key among the keys you may use.", nil)
+		rest.WriteProblem(w, http.StatusNotFound, rest.CodeUnknownKey, "There is no such key among the keys you may see.", nil)
 		return
 	}
 	writeJSON(w, out)
@@ -240,10 +243,16 @@ func (h *Handler) call(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key, id := r.URL.Query().Get("key"), r.URL.Query().Get("call")
-	if key == "" || id == "" || !c.MayUse(key) {
-		rest.WriteProblem(w, http.StatusNotFound, rest.CodeUnknownKey, "Name a key you may use and a call of it: ?key=…&call=….", nil)
+	// A call of a principal c may not see is answered as one that does
+	// not exist: the answer tells nothing of whether it does.
+	notFound := func() {
+		rest.WriteProblem(w, http.StatusNotFound, rest.CodeUnknownKey, "Name a key you may see and a call of it you may see: ?key=…&call=….", nil)
+	}
+	if key == "" || id == "" || !c.MaySeeKey(key) {
+		notFound()
 		return
 	}
+	hidden := false
 	out := callPage{Call: id, Attempts: []callAttempt{}}
 	err := h.c.DB.View(r.Context(), func(tx ledger.Tx) error {
 		list, err := tx.Call(key, id)
@@ -251,6 +260,10 @@ func (h *Handler) call(w http.ResponseWriter, r *http.Request) {
 			return err
 		}
 		for _, a := range list {
+			if !c.MaySee(a.Caller) {
+				hidden = true
+				return nil
+			}
 			ca := callAttempt{Activity: report.NewActivity(a), SentAt: stamp(a.SentAt), AnsweredAt: stamp(a.AnsweredAt), Observations: []observation{}}
 			obs, err := tx.ObservationsOf(key, a.ID)
 			if err != nil {
@@ -269,6 +282,10 @@ func (h *Handler) call(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		h.c.Log.Error("dashboard call failed", "error", err)
 		rest.WriteProblem(w, http.StatusInternalServerError, rest.CodeInternal, "The state file could not be read.", nil)
+		return
+	}
+	if hidden || len(out.Attempts) == 0 {
+		notFound()
 		return
 	}
 	writeJSON(w, out)

@@ -10,7 +10,13 @@
 // (sent as a bearer token, so the gateway checks and throttles it like
 // any other); the page then holds an HttpOnly, SameSite=Strict session
 // cookie, never the token, and sees only the keys that caller may use.
-// The cookie reads the page's data and /v1/activity and /v1/quota, and
+// With [oauth], a person may sign in with the authorization server
+// instead (the sign-in card's button, see OIDC); such a person sees the
+// keys they may use or see and, on them, only the calls of the
+// principals they may see (keystore.Sight): in the activity, the call
+// detail and who spends it (the others are summed without names); the
+// budgets and the timeline are the key's, counts without names. An
+// administrator sees every call. The cookie reads the page's data and /v1/activity and /v1/quota, and
 // writes (signing out) only with the session's anti-forgery token. The
 // page never shows a credential.
 package dashboard
@@ -56,6 +62,7 @@ type Handler struct {
 	c        Config
 	mux      *http.ServeMux
 	sessions *sessions
+	client   registered // the client registered at the authorization server, when OIDC has no ClientID
 }
 
 // New returns the dashboard for c.
@@ -118,7 +125,7 @@ func (h *Handler) Open(r *http.Request) bool {
 	if h.c.OIDC != nil && (r.URL.Path == SignInPath || r.URL.Path == CallbackPath) {
 		return true
 	}
-	return r.URL.Path == "/" || strings.HasPrefix(r.URL.Path, "/ui/static/")
+	return r.URL.Path == "/" || r.URL.Path == SignInOptionsPath || strings.HasPrefix(r.URL.Path, "/ui/static/")
 }
 
 // Session returns the caller r's session cookie signed in, when r is a

@@ -76,9 +76,11 @@ type mark struct {
 	Reason string `json:"reason"`
 }
 
-// A spender is one caller's part of the key's window.
+// A spender is one caller's part of the key's window, or (Others) the
+// part of every caller the person may not see, summed, without names.
 type spender struct {
 	Caller   string  `json:"caller"`
+	Others   bool    `json:"others,omitempty"`
 	Used     int     `json:"used"`
 	Share    float64 `json:"share"`    // of the window's calls, 0…1
 	Reserved int64   `json:"reserved"` // units its reservation keeps for it; 0 when none
@@ -126,13 +128,16 @@ func window(k *keystore.Key, ks report.KeyStatus) (w time.Duration, q int64, pol
 	return w, q, policy
 }
 
-func (h *Handler) detail(r *http.Request, k *keystore.Key, ks report.KeyStatus, now time.Time) (*detail, error) {
+func (h *Handler) detail(r *http.Request, c *keystore.Caller, k *keystore.Key, ks report.KeyStatus, now time.Time) (*detail, error) {
 	w, q, _ := window(k, ks)
 	span := min(max(2*w, minSpan), maxSpan)
 	step := time.Duration(math.Ceil(span.Seconds()/timelineSteps)) * time.Second
 	steps := int(span / step)
 	since := now.Add(-time.Duration(steps) * step).Truncate(step)
-	steps++ // the step now is in
+	steps++                // the step now is in
+	if !c.SeesEveryone() { // the reservations of principals c may not see are not named to it
+		ks.Reservations = slices.DeleteFunc(slices.Clone(ks.Reservations), func(r report.Reservation) bool { return !c.MaySee(r.Caller) })
+	}
 	d := &detail{Status: ks, Gates: []mark{}, Warnings: []mark{}, Frees: []freeing{}, Spenders: []spender{}, WindowS: report.Seconds(w),
 		Timeline: timeline{Since: stamp(since), StepS: int64(step / time.Second), Steps: steps, Series: map[string][]int{}}}
 	for _, s := range series {
@@ -203,7 +208,7 @@ func (h *Handler) detail(r *http.Request, k *keystore.Key, ks report.KeyStatus, 
 		if err != nil {
 			return err
 		}
-		d.Spenders = spenders(k, win, claimed, q)
+		d.Spenders = withoutHidden(spenders(k, win, claimed, q), c)
 		latest, err := tx.Activity(ledger.ActivityFilter{Key: k.Name, Limit: 1})
 		if err != nil {
 			return err
@@ -336,4 +341,32 @@ func spenders(k *keystore.Key, win ledger.Window, claimed map[string]bool, q int
 		res[i] = *s
 	}
 	return res
+}
+
+// withoutHidden keeps the spenders c may see and sums the others into
+// one line that names none of them, last, when there are any: a person
+// sees that the key is shared, not with whom.
+func withoutHidden(list []spender, c *keystore.Caller) []spender {
+	if c.SeesEveryone() {
+		return list
+	}
+	out := make([]spender, 0, len(list))
+	others := spender{Others: true}
+	hidden := false
+	for _, s := range list {
+		if c.MaySee(s.Caller) {
+			out = append(out, s)
+			continue
+		}
+		hidden = true
+		others.Used += s.Used
+		others.Share += s.Share
+		others.Reserved += s.Reserved
+		others.Held += s.Held
+		others.Lent += s.Lent
+	}
+	if hidden {
+		out = append(out, others)
+	}
+	return out
 }

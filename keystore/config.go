@@ -100,6 +100,7 @@ type keyConfig struct {
 	AllowHosts     []string        `toml:"allow_hosts"`
 	Methods        []string        `toml:"methods"`
 	Reserve        []reserveConfig `toml:"reserve"`
+	Share          []shareConfig   `toml:"share"`
 	MaxRate        *float64        `toml:"max_rate"`
 	MaxConcurrency *int            `toml:"max_concurrency"`
 	LowWater       *float64        `toml:"low_water"`
@@ -126,6 +127,7 @@ type callerConfig struct {
 	TokenEnv  string   `toml:"token_env"`
 	TokenFile string   `toml:"token_file"`
 	Keys      []string `toml:"keys"`
+	VisibleTo []string `toml:"visible_to"`
 }
 
 // duration is a time.Duration written as a Go duration string ("60s",
@@ -440,13 +442,25 @@ func (kc keyConfig) key(env Env) (*Key, []*ConfigError) {
 			bad(fmt.Sprintf("policies[%d].quota", j), "quota must be a positive number of units")
 			ok = false
 		}
-		if pc.Window <= 0 {
-			bad(fmt.Sprintf("policies[%d].window", j), "window is required, e.g. \"60s\"")
+		unit := ratelimit.Requests
+		switch ratelimit.Unit(pc.Unit) {
+		case "", ratelimit.Requests:
+		case ratelimit.ContentBytes, ratelimit.ConcurrentRequests:
+			unit = ratelimit.Unit(pc.Unit)
+		default:
+			msg := fmt.Sprintf("unit %q is not enforced locally; use \"requests\", \"content-bytes\" or \"concurrent-requests\"", pc.Unit)
+			if best := spelling.Closest(strings.ToLower(strings.TrimSpace(pc.Unit)), []string{"requests", "content-bytes", "concurrent-requests"}); best != "" {
+				msg += ": did you mean " + best + "?"
+			}
+			bad(fmt.Sprintf("policies[%d].unit", j), msg)
 			ok = false
 		}
-		unit := ratelimit.Requests
-		if pc.Unit != "" && pc.Unit != string(ratelimit.Requests) {
-			bad(fmt.Sprintf("policies[%d].unit", j), fmt.Sprintf("unit %q is not enforced locally; only \"requests\" is", pc.Unit))
+		switch {
+		case unit == ratelimit.ConcurrentRequests && pc.Window != 0:
+			bad(fmt.Sprintf("policies[%d].window", j), "a policy in concurrent-requests counts the calls in flight, over no window: leave window out")
+			ok = false
+		case unit != ratelimit.ConcurrentRequests && pc.Window <= 0:
+			bad(fmt.Sprintf("policies[%d].window", j), "window is required, e.g. \"60s\"")
 			ok = false
 		}
 		if slices.ContainsFunc(k.Policies, func(p Policy) bool { return p.Name == pc.Name }) {
@@ -488,6 +502,7 @@ func (kc keyConfig) key(env Env) (*Key, []*ConfigError) {
 	if shares >= 1 {
 		bad("reserve", "reserved shares add up to 1 or more: leave something for the other callers")
 	}
+	k.Shares = parseShares(kc.Share, bad)
 	if kc.MaxRate != nil {
 		if *kc.MaxRate <= 0 || math.IsInf(*kc.MaxRate, 0) {
 			bad("max_rate", "max_rate must be a positive number of calls per second")
@@ -558,7 +573,12 @@ func (cc callerConfig) caller(env Env, keys map[string]bool) (*Caller, []*Config
 	if !keyName.MatchString(cc.Name) {
 		bad("name", fmt.Sprintf("%q is not a valid caller name", cc.Name))
 	}
-	c := &Caller{Name: cc.Name, Keys: cc.Keys}
+	c := &Caller{Name: cc.Name, Keys: cc.Keys, visibleTo: cc.VisibleTo}
+	for j, v := range cc.VisibleTo {
+		if msg := badViewer(v); msg != "" {
+			bad(fmt.Sprintf("visible_to[%d]", j), msg)
+		}
+	}
 	var v string
 	tokenField := "token_env"
 	switch {

@@ -95,6 +95,9 @@ type Key struct {
 	Scopes, WriteScopes []string
 	// Reserves keep shares of the budget for named callers.
 	Reserves []Reserve
+	// Shares cap what each principal may spend of the key's budget per
+	// window, and make principals waiting for it take turns (see Share).
+	Shares []Share
 
 	// MaxRate caps calls per second, whatever the upstream announces.
 	MaxRate float64
@@ -151,7 +154,13 @@ type Caller struct {
 	Name  string
 	Keys  []string // the keys it may use; "*" means all
 	OAuth bool     // a principal of an OAuth token, not a [[callers]] token
+	// Sight is whose calls the caller sees on the dashboard and in the
+	// activity; nil means every call of the keys it may use.
+	Sight *Sight
 	token Secret
+	// visibleTo are the principals and groups that see this caller's
+	// calls (its [[callers]] entry's visible_to).
+	visibleTo []string
 }
 
 // MayUse reports whether the caller may spend key.

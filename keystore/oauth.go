@@ -29,6 +29,7 @@ type oauthConfig struct {
 	AdminGroup              string            `toml:"admin_group"`
 	DashboardClientID       string            `toml:"dashboard_client_id"`
 	DashboardSecretEnv      string            `toml:"dashboard_client_secret_env"`
+	IssuerName              string            `toml:"issuer_name"`
 }
 
 // principalConfig is a [[principals]] entry.
@@ -37,6 +38,9 @@ type principalConfig struct {
 	Claim  string   `toml:"claim"`
 	Values []string `toml:"values"`
 	Keys   []string `toml:"keys"`
+	// VisibleTo are the principals and groups ("group:ops") that see
+	// this principal's calls on the dashboard.
+	VisibleTo []string `toml:"visible_to"`
 }
 
 // OAuth is the [oauth] table: mcp-quota as an OAuth resource server.
@@ -60,13 +64,18 @@ type OAuth struct {
 	Contact string
 	// Clients names OAuth clients by client_id ("Claude.ai").
 	Clients map[string]string
-	// AdminGroup is the group (claim "groups") whose members may see and
-	// use every key.
+	// AdminGroup is the group (claim "groups") whose members see every
+	// principal's calls on every key; they use only the keys their own
+	// principal is given.
 	AdminGroup string
 	// DashboardClient (and DashboardSecret, for a confidential client)
-	// turn on the dashboard's sign-in with the authorization server.
+	// is the dashboard's client at the authorization server; empty, the
+	// dashboard registers one there itself (RFC 7591) when it can.
 	DashboardClient string
 	DashboardSecret Secret
+	// IssuerName is the first issuer as people know it ("Example SSO"),
+	// on the dashboard's sign-in button; empty means its host.
+	IssuerName string
 }
 
 // A PrincipalRule maps token claims to a principal: a token whose Claim
@@ -76,6 +85,9 @@ type PrincipalRule struct {
 	Claim  string
 	Values []string
 	Keys   []string
+	// VisibleTo are the principals (by name) and groups ("group:" and a
+	// value of the groups claim) that see this principal's calls.
+	VisibleTo []string
 }
 
 // OAuth returns the [oauth] table, or nil when the configuration has
@@ -138,14 +150,12 @@ func (s *contents) Principal(c Claims) (*Caller, error) {
 			break
 		}
 	}
-	if s.oauth != nil && s.oauth.AdminGroup != "" && slices.Contains(c.Values("groups"), s.oauth.AdminGroup) {
-		if name == "" {
-			name = first(c.Values(s.oauth.NameClaim))
-		}
-		keys = []string{"*"}
-	}
+	admin := s.oauth != nil && s.oauth.AdminGroup != "" && slices.Contains(c.Values("groups"), s.oauth.AdminGroup)
 	if name == "" && s.oauth != nil && len(s.oauth.DefaultKeys) > 0 {
 		name, keys = first(c.Values(s.oauth.NameClaim)), s.oauth.DefaultKeys
+	}
+	if name == "" && admin {
+		name = first(c.Values(s.oauth.NameClaim))
 	}
 	if name == "" {
 		who := first(c.Values("email"))
@@ -159,14 +169,15 @@ func (s *contents) Principal(c Claims) (*Caller, error) {
 		return nil, fmt.Errorf("%w: the token is valid, but %q (sub %q, client %q) is not a principal mcp-quota knows: ask %s to add a [[principals]] entry "+
 			"matching one of your claims (sub, email, groups) with the keys you need", ErrUnknownPrincipal, who, sub, client, ask)
 	}
+	sight := s.sight(name, c.Values("groups"), admin)
 	if client != "" && sub != "" && client != sub {
 		label := client
 		if s.oauth != nil && s.oauth.Clients[client] != "" {
 			label = s.oauth.Clients[client]
 		}
-		name += " via " + label
+		name += via + label
 	}
-	return &Caller{Name: name, Keys: keys, OAuth: true}, nil
+	return &Caller{Name: name, Keys: keys, OAuth: true, Sight: sight}, nil
 }
 
 func first(vs []string) string {
@@ -203,7 +214,10 @@ func (s *contents) parseOAuth(oc *oauthConfig, pcs []principalConfig, env Env, k
 	o := &OAuth{Resource: oc.Resource, Audience: oc.Audience, Scopes: oc.Scopes, Algorithms: oc.Algorithms, Skew: time.Duration(oc.Skew),
 		IntrospectionClient: oc.IntrospectionClientID, IntrospectionCache: time.Duration(oc.IntrospectionCache),
 		NameClaim: oc.NameClaim, DefaultKeys: oc.DefaultKeys, Contact: oc.Contact, Clients: oc.Clients,
-		AdminGroup: oc.AdminGroup, DashboardClient: oc.DashboardClientID}
+		AdminGroup: oc.AdminGroup, DashboardClient: oc.DashboardClientID, IssuerName: strings.TrimSpace(oc.IssuerName)}
+	if oc.DashboardSecretEnv != "" && oc.DashboardClientID == "" {
+		bad("oauth.dashboard_client_secret_env", "a dashboard client secret needs its client: set dashboard_client_id too")
+	}
 	if oc.DashboardSecretEnv != "" {
 		if v := strings.TrimSpace(env.getenv(oc.DashboardSecretEnv)); v != "" {
 			o.DashboardSecret = NewSecret(v)
@@ -286,6 +300,14 @@ func (s *contents) parseOAuth(oc *oauthConfig, pcs []principalConfig, env Env, k
 		}
 		if len(pc.Values) == 0 {
 			bad(f("values"), fmt.Sprintf("list the values of claim %q that make this principal, e.g. values = [\"alice@example.com\"]", pc.Claim))
+		}
+		if strings.Contains(pc.Name, via) {
+			bad(f("name"), fmt.Sprintf("a principal's name may not contain %q: the activity adds it before the client's name", via))
+		}
+		for j, v := range pc.VisibleTo {
+			if msg := badViewer(v); msg != "" {
+				bad(fmt.Sprintf("principals[%d].visible_to[%d]", i, j), msg)
+			}
 		}
 		if len(pc.Keys) == 0 {
 			bad(f("keys"), "list the keys this principal may use, e.g. keys = [\"example\"] (or [\"*\"])")

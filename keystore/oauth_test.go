@@ -95,8 +95,10 @@ admin_group = "admins"
 	if err != nil || c.Name != "carol@example.com" || !c.MayUse("other") || c.MayUse("gh") {
 		t.Errorf("default principal = %+v, %v", c, err)
 	}
+	// An administrator sees every key and every call, but uses only the
+	// keys its principal is given (here the default keys).
 	c, err = s.Principal(claims{"sub": {"u4"}, "email": {"dan@example.com"}, "groups": {"admins"}})
-	if err != nil || c.Name != "dan@example.com" || !c.MayUse("gh") || !c.MayUse("other") {
+	if err != nil || c.Name != "dan@example.com" || c.MayUse("gh") || !c.MayUse("other") || !c.MaySeeKey("gh") || !c.MaySee("anyone via anything") {
 		t.Errorf("an administrator = %+v, %v", c, err)
 	}
 }

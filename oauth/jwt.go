@@ -131,6 +131,7 @@ type metadata struct {
 	TokenEndpoint         string `json:"token_endpoint"`
 	JWKSURI               string `json:"jwks_uri"`
 	IntrospectionEndpoint string `json:"introspection_endpoint"`
+	RegistrationEndpoint  string `json:"registration_endpoint"`
 }
 
 // metadata returns the issuer's metadata, fetching it once: RFC 8414's

@@ -76,3 +76,16 @@ func (s *Server) Endpoints(ctx context.Context) (authorize, token string, err er
 	}
 	return m.AuthorizationEndpoint, m.TokenEndpoint, nil
 }
+
+// Registration returns the first issuer's dynamic client registration
+// endpoint (RFC 7591), or "" when its metadata names none.
+func (s *Server) Registration(ctx context.Context) (string, error) {
+	i := s.issuers[s.c.Issuers[0]]
+	i.mu.Lock()
+	m, err := i.metadata(ctx)
+	i.mu.Unlock()
+	if err != nil {
+		return "", err
+	}
+	return m.RegistrationEndpoint, nil
+}

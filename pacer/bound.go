@@ -76,7 +76,7 @@ type restraint struct {
 // restraintOf ranks k at now, answered being the key's latest answer.
 func restraintOf(k ledger.Known, now, answered time.Time) restraint {
 	r := restraint{headroom: 1, at: k.ReceivedAt}
-	windowed := k.HasQuota && k.Window > 0 && (k.Unit == ratelimit.Requests || k.Unit == "")
+	windowed := k.HasQuota && k.Window > 0 && logCounted(k.Unit)
 	concurrent := k.Unit == ratelimit.ConcurrentRequests && k.HasQuota
 	live, probing := false, false
 	if k.HasRemaining {
@@ -100,8 +100,21 @@ func restraintOf(k ledger.Known, now, answered time.Time) restraint {
 }
 
 // logCounted reports whether sends are subtracted from what the upstream
-// said is left in unit u (see observed).
-func logCounted(u ratelimit.Unit) bool { return u == ratelimit.Requests || u == "" }
+// said is left in unit u (see observed): calls in requests, the bytes
+// they carried in content-bytes.
+func logCounted(u ratelimit.Unit) bool {
+	return u == ratelimit.Requests || u == "" || u == ratelimit.ContentBytes
+}
+
+// foldUnit is the unit of the folded policy a policy in unit u folds
+// into: concurrent-requests and content-bytes each into their own, every
+// other unit into requests.
+func foldUnit(u ratelimit.Unit) ratelimit.Unit {
+	if u == ratelimit.ConcurrentRequests || u == ratelimit.ContentBytes {
+		return u
+	}
+	return ratelimit.Requests
+}
 
 // evictions returns which of rows go so that at most max stay, the least
 // restrictive at now first (the oldest word among equals), answered being
@@ -131,7 +144,8 @@ func evictions(rows []ledger.Known, max int, now, answered time.Time) []ledger.K
 // fold returns into (a folded policy of v's key, or the zero Known when
 // there is none yet) made at least as tight at every moment as v too, as
 // of now: count returns how many calls of the key were admitted after a
-// time.
+// time (in a folded policy of content-bytes, how many bytes they
+// carried).
 //
 //   - A quota over a window (q, w) in requests folds into the least quota
 //     over the longest window: at most min q calls in any max w holds at
@@ -144,15 +158,14 @@ func evictions(rows []ledger.Known, max int, now, answered time.Time) []ledger.K
 //     after. A word in a unit the log does not count holds calls back
 //     only when it is exhausted: it folds as nothing left in requests.
 //   - A limit on calls in flight folds into the least of them.
+//   - Policies in content-bytes fold as those in requests do, into a
+//     folded policy of their own, their sends counted in bytes.
 //
 // Anything else v says constrains nothing at now, and is dropped.
 func fold(into, v ledger.Known, now time.Time, count func(since time.Time) (int64, error)) (ledger.Known, error) {
 	c := into
 	if c.Policy == "" {
-		unit := ratelimit.Requests
-		if v.Unit == ratelimit.ConcurrentRequests {
-			unit = ratelimit.ConcurrentRequests
-		}
+		unit := foldUnit(v.Unit)
 		c = ledger.Known{Key: v.Key, ReceivedAt: now, BasisAt: now,
 			Observation: ratelimit.Observation{Policy: EvictedPolicy, Unit: unit, Shape: shapeFolded}}
 	}
@@ -162,7 +175,7 @@ func fold(into, v ledger.Known, now time.Time, count func(since time.Time) (int6
 		}
 		return c, nil
 	}
-	if v.HasQuota && v.Window > 0 && logCounted(v.Unit) {
+	if v.HasQuota && v.Window > 0 && logCounted(v.Unit) && foldUnit(v.Unit) == c.Unit {
 		c.Quota, c.HasQuota = minKnown(c.Quota, c.HasQuota, v.Quota), true
 		c.Window = max(c.Window, v.Window)
 	}
@@ -246,17 +259,19 @@ func bound(tx ledger.Tx, k *keystore.Key, now, answered time.Time) (string, erro
 		return "", nil
 	}
 	first := len(folded) == 0
-	count := func(since time.Time) (int64, error) {
-		n, err := tx.Count(k.Name, since)
-		return int64(n), err
+	countIn := func(unit ratelimit.Unit) func(since time.Time) (int64, error) {
+		if unit == ratelimit.ContentBytes {
+			return func(since time.Time) (int64, error) { return tx.Bytes(k.Name, since) }
+		}
+		return func(since time.Time) (int64, error) {
+			n, err := tx.Count(k.Name, since)
+			return int64(n), err
+		}
 	}
 	changed := map[ratelimit.Unit]bool{ratelimit.Requests: first} // the first fold marks that the bound was reached
 	for _, v := range victims {
-		unit := ratelimit.Requests
-		if v.Unit == ratelimit.ConcurrentRequests {
-			unit = v.Unit
-		}
-		if folded[unit], err = fold(folded[unit], v, now, count); err != nil {
+		unit := foldUnit(v.Unit)
+		if folded[unit], err = fold(folded[unit], v, now, countIn(unit)); err != nil {
 			return "", err
 		}
 		changed[unit] = true
@@ -270,7 +285,7 @@ func bound(tx ledger.Tx, k *keystore.Key, now, answered time.Time) (string, erro
 		}
 		f, had := folded[unit]
 		if !had {
-			f, _ = fold(ledger.Known{}, ledger.Known{Key: k.Name, Observation: ratelimit.Observation{Unit: unit}}, now, count)
+			f, _ = fold(ledger.Known{}, ledger.Known{Key: k.Name, Observation: ratelimit.Observation{Unit: unit}}, now, countIn(unit))
 		}
 		// Replaced whole: what it held is in its new values.
 		if err := tx.DeleteKnown(k.Name, EvictedPolicy, unit, ""); err != nil {

@@ -76,6 +76,11 @@ type log interface {
 	// Nth returns the admission time of the n-th oldest attempt admitted
 	// after since, or the zero time when there are fewer.
 	Nth(since time.Time, n int) (time.Time, error)
+	// Bytes returns the bytes the attempts admitted after since carried.
+	Bytes(since time.Time) (int64, error)
+	// NthByte returns the admission time of the attempt by which those
+	// admitted after since carried n bytes, or the zero time.
+	NthByte(since time.Time, n int64) (time.Time, error)
 }
 
 // snapshot is what a decision is made from.
@@ -86,10 +91,17 @@ type snapshot struct {
 	route   string // method and path of the request, to pick partitions
 	known   []ledger.Known
 	gates   []ledger.Gate
+	fair    *fairView // the key's shares: who spent what, who waits (see fair.go); nil when it has none
 	ks      ledger.KeyState
 	flight  ledger.Flight   // calls in flight, when counted
 	claimed map[string]bool // reserve callers with an open claim
 	log     log
+	delay   delayEstimate // this process's recent delays from admission to send (see sendDelays)
+	late    *LateError    // the attempt this call replaces, not sent; nil when none
+	bytes   int64         // what the call carries (Call.Bytes), for budgets in content-bytes
+	// noFlightWait says the calls in flight are shown in budgets but hold
+	// nothing back: a status, not a call.
+	noFlightWait bool
 }
 
 // A decision says whether a call may go now, and if not, for how long it
@@ -108,6 +120,7 @@ type decision struct {
 	spacing time.Duration // when slow: that spread
 	binding *Budget       // the tightest budget
 	budgets []Budget
+	never   bool // the call can never go as it is (see byteConstraint)
 }
 
 // constraint is one reason to wait.
@@ -118,6 +131,7 @@ type constraint struct {
 	poll    bool
 	exhaust bool
 	keyWide bool
+	never   bool
 }
 
 // decide is the pacer's decision for one call, a pure function of s
@@ -172,6 +186,34 @@ func decide(s snapshot) (decision, error) {
 		}
 	}
 
+	// 2b. Fair shares: the principal's cap, and its turn among the
+	// principals waiting for the key (see fair.go).
+	fcs, err := s.fairConstraints(windows)
+	if err != nil {
+		return d, err
+	}
+	for _, c := range fcs {
+		add(c)
+	}
+
+	// 2c. Budgets in content-bytes and in concurrent-requests (units.go).
+	bytes, err := s.byteBudgets()
+	if err != nil {
+		return d, err
+	}
+	for _, bb := range bytes {
+		d.budgets = append(d.budgets, bb.Budget)
+		windows = append(windows, bb.windowed)
+		if bb.never || bb.avail < s.need(bb.Unit) {
+			add(s.byteConstraint(bb))
+		}
+	}
+	conc, waits := s.concurrencyBudgets()
+	d.budgets = append(d.budgets, conc...)
+	for _, c := range waits {
+		add(c)
+	}
+
 	// 3. Upstream observations, projected within their own policy, unit,
 	// partition and validity.
 	for _, k := range s.applicable() {
@@ -185,7 +227,7 @@ func decide(s snapshot) (decision, error) {
 		}
 		if c.wait > 0 {
 			add(c)
-		} else if !b.Expired && b.Remaining > 0 && b.Reset > 0 && b.Unit != ratelimit.Percent && low(b.Remaining, b.Limit, s.key.LowWater) {
+		} else if !b.Expired && b.Remaining > 0 && b.Reset > 0 && spreads(b.Unit) && low(b.Remaining, b.Limit, s.key.LowWater) {
 			// Below the low-water mark, what is left is spread over what is
 			// left of the effective window, less what t may have been
 			// rounded up by: the window may end that much earlier, and what
@@ -214,13 +256,9 @@ func decide(s snapshot) (decision, error) {
 	}
 
 	// 5. Local safety limits: concurrency, the maximum rate, slow start.
-	maxConc := maxConcurrency(s.key)
-	for _, k := range s.known {
-		if k.Unit == ratelimit.ConcurrentRequests && k.HasQuota && int(k.Quota) < maxConc {
-			maxConc = max(int(k.Quota), 1)
-		}
-	}
-	if s.flight.Count >= maxConc {
+	// (A policy in concurrent-requests holds calls back as a budget: see
+	// concurrency.)
+	if s.flight.Count >= maxConcurrency(s.key) && !s.noFlightWait {
 		add(constraint{wait: Poll, poll: true, source: "concurrency",
 			reason: fmt.Sprintf("%d calls are in flight, the most allowed at once for this key", s.flight.Count)})
 	}
@@ -237,13 +275,24 @@ func decide(s snapshot) (decision, error) {
 	}
 	worst := cs[0]
 	for _, c := range cs[1:] {
-		if c.wait > worst.wait || (c.wait == worst.wait && c.exhaust && !worst.exhaust) {
+		if worst.never {
+			break
+		}
+		if c.never || c.wait > worst.wait || (c.wait == worst.wait && c.exhaust && !worst.exhaust) {
 			worst = c
 		}
 	}
 	d.probe = false
 	d.wait, d.reason, d.source, d.poll, d.exhaust, d.keyWide = worst.wait, worst.reason, worst.source, worst.poll, worst.exhaust, worst.keyWide
+	d.never = worst.never
 	return d, nil
+}
+
+// spreads reports whether what is left in unit u is spread over calls
+// below the low-water mark: not a share in percent of a quota nobody
+// stated, and not bytes (a call carries as many as its body does).
+func spreads(u ratelimit.Unit) bool {
+	return u != ratelimit.Percent && u != ratelimit.ContentBytes && u != ratelimit.ConcurrentRequests
 }
 
 // spreadBy notes that calls are spread spacing apart, as advice says: the
@@ -326,6 +375,9 @@ func (s snapshot) windowedBudgets() ([]windowed, error) {
 			return nil, err
 		}
 		n := int64(win.Count)
+		if s.replaced(since) {
+			n-- // the attempt this call replaces was never sent
+		}
 		held := s.held(p.q, win)
 		limit := p.q - held
 		wb := windowed{Budget: Budget{Policy: p.name, Unit: ratelimit.Requests, Partition: p.partition, Limit: p.q,
@@ -426,6 +478,10 @@ func (s snapshot) applicable() []ledger.Known {
 func (s snapshot) observed(k ledger.Known) (b Budget, c constraint, probe bool, err error) {
 	b = Budget{Policy: k.Policy, Unit: k.Unit, Partition: k.Partition, Limit: k.Quota, Remaining: -1,
 		Window: k.Window, Source: string(k.Shape), Observed: k.ReceivedAt, Hidden: k.Hidden}
+	if k.Unit == ratelimit.ConcurrentRequests {
+		b, c = s.concurrency(k) // given back when calls end: it never expires
+		return b, c, false, nil
+	}
 	if !k.HasRemaining {
 		return b, c, false, nil // a policy listed but never shown: only its q and w constrain
 	}
@@ -451,22 +507,33 @@ func (s snapshot) observed(k ledger.Known) (b Budget, c constraint, probe bool, 
 		return b, c, false, err
 	}
 	remaining := k.Remaining
-	if k.Unit == ratelimit.Requests {
+	switch k.Unit {
+	case ratelimit.Requests:
 		n, err := s.log.Count(k.BasisAt)
 		if err != nil {
 			return b, c, false, err
 		}
 		remaining -= int64(n)
+	case ratelimit.ContentBytes:
+		n, err := s.log.Bytes(k.BasisAt)
+		if err != nil {
+			return b, c, false, err
+		}
+		remaining -= n
 	}
 	b.Remaining = max(remaining, 0)
-	if remaining <= 0 && k.Unit != ratelimit.ConcurrentRequests {
+	if remaining < s.need(k.Unit) {
 		of := ""
 		if k.HasQuota {
 			of = fmt.Sprintf(" of %d", k.Quota)
 		}
-		c = constraint{wait: b.Reset, source: k.Policy, exhaust: true, keyWide: true,
+		c = constraint{wait: b.Reset, source: k.Policy, exhaust: true, keyWide: remaining <= 0,
 			reason: fmt.Sprintf("the upstream says 0%s %s are left under policy '%s' %s",
 				of, unitWord(k.Unit), k.Policy, forNext(b.Reset))}
+		if remaining > 0 {
+			c.reason = fmt.Sprintf("the upstream says %s left under policy '%s' %s, fewer than the %s the request carries",
+				howMany(remaining, k.Unit), k.Policy, forNext(b.Reset), grouped(s.bytes)+" "+unitWord(k.Unit))
+		}
 	}
 	return b, c, false, nil
 }

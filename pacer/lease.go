@@ -21,7 +21,8 @@ import (
 //
 //   - is granted only when the decision admits at once, with no probe, no
 //     gate, no slow start and no budget near its low-water mark, for a key
-//     without reservations or upstream policies partitioned by route, to
+//     without reservations, policies in content-bytes or upstream
+//     policies partitioned by route, to
 //     a process that admitted the key's last leaseRecent calls at a pace
 //     that would use it;
 //   - holds at most LeaseMax slots and 1/leaseShare of what any known
@@ -275,8 +276,11 @@ func (p *Pacer) pace(key string, now time.Time) float64 {
 // be leased now. The call itself is admitted already, but not in d.
 func (p *Pacer) leaseSize(snap snapshot, d decision) (int, time.Duration) {
 	k := snap.key
-	if !d.admit || d.probe || d.slow || len(k.Reserves) > 0 || snap.ks.Interval > 0 || snap.ks.HalfOpen || snap.ks.Failures > 0 {
+	if !d.admit || d.probe || d.slow || len(k.Reserves) > 0 || k.Fair() || snap.ks.Interval > 0 || snap.ks.HalfOpen || snap.ks.Failures > 0 {
 		return 0, 0
+	}
+	if keyHasBytes(k, snap.known) {
+		return 0, 0 // a slot's bytes are not known when it is reserved
 	}
 	p.mu.Lock()
 	busy := p.leases[k.Name] != nil

@@ -59,7 +59,9 @@ type Pacer struct {
 	granting map[string]chan struct{} // keys whose lease is being reserved: closed once it is, or is not
 	recent   map[string]*admissions   // each key's latest admissions here
 	learned  map[string]*learned      // what foreseen answers taught each key, not yet written (see learned.go)
+	delays   map[string]*sendDelays   // each key's latest delays from admission to send here (see margin.go)
 	closed   bool                     // Close was called: no lease is held from then on
+	here     waitersHere              // calls of keys with shares waiting in Admit (see fair.go)
 }
 
 // New returns a Pacer keeping its state in db.
@@ -98,13 +100,20 @@ type Call struct {
 	Method    string        // the HTTP method, with Target the route partitions are predicted by
 	Target    string        // path and query below the key's base URL
 	Digest    string        // identifies identical requests, for the loop guard
-	CallID    string        // the call's ID, the same for each of its attempts
-	Attempt   int           // 1 for the first attempt of a call
+	// Bytes is what the request carries, its body's length as known
+	// before it is sent (0 when it has none, or it is not known): the
+	// call spends that many of every budget in content-bytes.
+	Bytes   int64
+	CallID  string // the call's ID, the same for each of its attempts
+	Attempt int    // 1 for the first attempt of a call
 	// MaxWait is how long the caller is willing to wait for admission;
 	// beyond it Admit answers with a *PauseError.
 	MaxWait time.Duration
 	// Progress, when set, is told about a wait about once a second.
 	Progress func(Progress)
+	// Late, when set, is the attempt of the call this one replaces: it
+	// was not sent for leaving late (see Pacer.Leaving).
+	Late *LateError
 }
 
 // route is what partitions are predicted by: method and path.
@@ -133,6 +142,7 @@ type Ticket struct {
 	HeldBy     string        // what held it while it waited (a policy name, "pace", …, as PauseError.Source); "" when it did not wait
 	lease      *lease        // the lease it was admitted from; nil when none
 	granted    bool          // its admission granted a lease, whose slots are recorded with it
+	send       sendAllowance // how late after AdmittedAt it may leave (see Pacer.Leaving)
 	quick      []Budget      // unleased: the budgets its answer is foreseen by (see quickBudgets); nil when none
 }
 
@@ -166,6 +176,7 @@ func (e *PauseError) Is(target error) bool { return target == ErrPaused }
 // admission. It returns a *PauseError when the wait would be longer (the
 // refusal is recorded), or ctx's error when ctx ends first.
 func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
+	defer p.here.enter(c)()
 	start := p.now()
 	for polls := 0; ; polls++ {
 		now := p.now()
@@ -197,6 +208,11 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 	}
 	spent := p.spentLease(c.Key.Name, p.now()) // this call renews it, when leaseSize allows
 	deadline := start.Add(c.MaxWait)
+	done, err := p.here.line(ctx, c, deadline.Sub(p.now())) // one call of a principal at a time, on a key with shares
+	if err != nil {
+		return Ticket{}, err
+	}
+	defer done()
 	lastProgress := start
 	heldBy := ""
 	for {
@@ -233,14 +249,17 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 			if d, err = decide(snap); err != nil {
 				return err
 			}
+			if err := p.noteWaiting(tx, c, now, d); err != nil {
+				return err
+			}
 			ks := snap.ks
 			waited := now.Sub(start)
 			if d.admit {
 				now = maxTime(now, ks.LastAdmitAt) // the log stays in order, whatever the clock did
 				id, err := tx.InsertAttempt(ledger.Attempt{CallID: c.CallID, Attempt: c.Attempt, Key: c.Key.Name,
 					Caller: c.Caller, Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest,
-					State: ledger.Admitted, Reason: d.reason, Probe: d.probe, At: now, Wait: waited,
-					LeaseUntil: now.Add(p.lease()), ByCaller: len(c.Key.Reserves) > 0})
+					Bytes: max(c.Bytes, 0), State: ledger.Admitted, Reason: d.reason, Probe: d.probe, At: now, Wait: waited,
+					LeaseUntil: now.Add(p.lease()), ByCaller: len(c.Key.Reserves) > 0, Principal: fairPrincipal(c)})
 				if err != nil {
 					return err
 				}
@@ -254,7 +273,8 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 				if d.probe {
 					ks.ProbeAttempt, ks.ProbeUntil = id, now.Add(p.lease())
 				}
-				t = Ticket{ID: id, Call: c, Probe: d.probe, AdmittedAt: now, Waited: waited, SlowDown: d.slow, Reason: d.reason}
+				t = Ticket{ID: id, Call: c, Probe: d.probe, AdmittedAt: now, Waited: waited, SlowDown: d.slow, Reason: d.reason,
+					send: snap.allowance()}
 				if granted, err = p.grant(tx, c, snap, d, &ks, now); err != nil {
 					return err
 				}
@@ -272,7 +292,7 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 					}
 				}
 			}
-			if now.Add(d.wait).After(deadline) {
+			if now.Add(d.wait).After(deadline) || d.never {
 				retry := d.wait
 				if d.poll {
 					retry = time.Second
@@ -371,7 +391,8 @@ func (p *Pacer) load(tx ledger.Tx, c Call, now time.Time, ks *ledger.KeyState, i
 	// A clock that steps back re-admits nothing: a window counts every
 	// send after its start, later ones included, and the spacing from the
 	// latest admission holds every call until the clock passes it again.
-	s := snapshot{now: now, key: c.Key, caller: c.Caller, route: c.route(), ks: *ks, log: newTxLog(tx, c.Key)}
+	s := snapshot{now: now, key: c.Key, caller: c.Caller, route: c.route(), ks: *ks, log: newTxLog(tx, c.Key),
+		delay: p.sendDelay(key, now), late: c.Late, bytes: max(c.Bytes, 0)}
 	if s.known, err = tx.Known(key); err != nil {
 		return s, err
 	}
@@ -387,6 +408,9 @@ func (p *Pacer) load(tx ledger.Tx, c Call, now time.Time, ks *ledger.KeyState, i
 		if s.claimed, err = tx.Claimed(key, now); err != nil {
 			return s, err
 		}
+	}
+	if s.fair, err = loadFair(tx, c, now); err != nil {
+		return s, err
 	}
 	return s, nil
 }
@@ -440,6 +464,14 @@ func (l *txLog) Window(since time.Time) (ledger.Window, error) {
 
 // Nth is log.Nth.
 func (l *txLog) Nth(since time.Time, n int) (time.Time, error) { return l.tx.Nth(l.key, since, n) }
+
+// Bytes is log.Bytes.
+func (l *txLog) Bytes(since time.Time) (int64, error) { return l.tx.Bytes(l.key, since) }
+
+// NthByte is log.NthByte.
+func (l *txLog) NthByte(since time.Time, n int64) (time.Time, error) {
+	return l.tx.NthByte(l.key, since, n)
+}
 
 // waker returns a channel closed when a call of key next finishes in this
 // process, so waiters re-check at once instead of at their next poll.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
 )
 
 // advise evaluates a next call by c's caller at now, given the key's
@@ -17,7 +18,17 @@ func (p *Pacer) advise(tx ledger.Tx, c Call, now time.Time, ks ledger.KeyState) 
 	if err != nil {
 		return nil, nil, Advice{}, err
 	}
+	if countsInFlight(c.Key, snap.known) {
+		// A budget in concurrent-requests shows the calls in flight (their
+		// count only: the margin ignores them here, as it did).
+		f, err := tx.Flight(c.Key.Name, now)
+		if err != nil {
+			return nil, nil, Advice{}, err
+		}
+		snap.flight.Count, snap.noFlightWait = f.Count, true
+	}
 	snap.ks.LastAdmitAt, snap.ks.Interval = time.Time{}, 0
+	snap.bytes = 0 // a next call carries what it carries: the advice says what is left
 	d, err := decide(snap)
 	if err != nil {
 		return nil, nil, Advice{}, err
@@ -40,7 +51,13 @@ func adviceFor(d decision) Advice {
 		return Advice{Action: SlowDown, Reason: d.spread}
 	case !d.admit && d.exhaust:
 		return Advice{Action: SlowDown, Reason: sentence(d.reason + "; that ends in under a second, and a call made now waits for it")}
+	case b != nil && b.Unit == ratelimit.ConcurrentRequests && b.Remaining == 0:
+		words, _ := unitsLeft(b)
+		return Advice{Action: SlowDown, Reason: sentence(words + "; a call made now waits until one of them ends")}
 	case b != nil && b.Remaining > 0:
+		if words, ok := unitsLeft(b); ok {
+			return Advice{Action: Continue, Reason: sentence(words)}
+		}
 		return Advice{Action: Continue, Reason: canMake(b.Remaining, budgetReset(b)) + "."}
 	}
 	return Advice{Action: Continue, Reason: "No limit is known to bind this key right now; go ahead at a steady pace."}
@@ -120,7 +137,7 @@ func (p *Pacer) Status(ctx context.Context, k *keystore.Key, caller string) (Key
 		if st.Warnings, err = tx.Warnings(k.Name, now.Add(-time.Hour)); err != nil {
 			return err
 		}
-		snap.flight.Count = 0 // its oldest call still holds its sends in the log
+		snap.noFlightWait = true // a budget in concurrent-requests shows them; nothing waits
 		snap.ks.LastAdmitAt, snap.ks.Interval = time.Time{}, 0
 		d, err := decide(snap)
 		if err != nil {

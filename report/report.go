@@ -20,8 +20,9 @@ import (
 type Quota struct {
 	Key        string `json:"key" jsonschema:"the key the call went through"`
 	Policy     string `json:"policy" jsonschema:"the policy closest to exhaustion; empty when none is known"`
+	Unit       string `json:"unit,omitempty" jsonschema:"what limit and remaining count: requests, content-bytes (the bytes request bodies carry) or concurrent-requests (calls in flight at once); empty when no policy is known"`
 	Limit      int64  `json:"limit" jsonschema:"the policy's quota per window (q); 0 when unknown"`
-	Remaining  int64  `json:"remaining" jsonschema:"calls left now, after every caller sharing the key; -1 when unknown. A hint, not a grant"`
+	Remaining  int64  `json:"remaining" jsonschema:"what is left now, in unit, after every caller sharing the key; -1 when unknown. A hint, not a grant"`
 	ResetS     int64  `json:"reset_s" jsonschema:"seconds until the effective window ends (not a refill time)"`
 	WindowS    int64  `json:"window_s" jsonschema:"the policy's window in seconds (w); 0 when unknown"`
 	Source     string `json:"source" jsonschema:"local (a documented policy counted by mcp-quota) or the header shape the upstream used"`
@@ -41,7 +42,7 @@ func NewQuota(key string, b *pacer.Budget) Quota {
 	if b == nil {
 		return q
 	}
-	q.Policy, q.Limit, q.Remaining, q.Source = b.Policy, b.Limit, b.Remaining, b.Source
+	q.Policy, q.Unit, q.Limit, q.Remaining, q.Source = b.Policy, string(b.Unit), b.Limit, b.Remaining, b.Source
 	q.ResetS, q.WindowS = Seconds(b.Reset), Seconds(b.Window)
 	if !b.Observed.IsZero() {
 		q.ObservedAt = b.Observed.UTC().Format(time.RFC3339)
@@ -170,9 +171,10 @@ func budgetLeft(b pacer.Budget) float64 {
 // Local is a documented policy's shared local budget.
 type Local struct {
 	Policy    string `json:"policy"`
+	Unit      string `json:"unit" jsonschema:"requests, content-bytes or concurrent-requests"`
 	Limit     int64  `json:"limit"`
-	Used      int64  `json:"used" jsonschema:"calls sent in the current window by every caller"`
-	Remaining int64  `json:"remaining" jsonschema:"calls this caller may still make now"`
+	Used      int64  `json:"used" jsonschema:"what every caller spent in the current window, in unit (concurrent-requests: the calls in flight)"`
+	Remaining int64  `json:"remaining" jsonschema:"what this caller may still spend now, in unit"`
 	ResetS    int64  `json:"reset_s" jsonschema:"seconds until the oldest call in the window leaves it"`
 	WindowS   int64  `json:"window_s"`
 	Binds     bool   `json:"binds" jsonschema:"this is the budget that binds now: the tightest, which quota and advice are about"`
@@ -259,7 +261,7 @@ func newKeyStatus(k *keystore.Key, st pacer.KeyStatus, now time.Time) KeyStatus 
 		return x != nil && x.Policy == b.Policy && x.Source == b.Source && x.Partition == b.Partition && x.Unit == b.Unit
 	}
 	for _, b := range st.Local {
-		ks.Local = append(ks.Local, Local{Policy: b.Policy, Limit: b.Limit, Used: b.Used, Remaining: b.Remaining,
+		ks.Local = append(ks.Local, Local{Policy: b.Policy, Unit: string(b.Unit), Limit: b.Limit, Used: b.Used, Remaining: b.Remaining,
 			ResetS: Seconds(b.Reset), WindowS: Seconds(b.Window), Binds: binds(b)})
 	}
 	upstream := st.Upstream

@@ -235,7 +235,7 @@ func (h *Handler) failed(w http.ResponseWriter, r *http.Request, k *keystore.Key
 		if pe.Binding != nil && !pe.Binding.Hidden {
 			ext["violated-policies"] = []string{pe.Binding.Policy}
 		}
-		writeRefusal(w, k.Profile, refusal{status: http.StatusTooManyRequests, secondary: waitOnly(pe), binding: pe.Binding,
+		writeRefusal(w, k.Profile, refusal{status: http.StatusTooManyRequests, secondary: waitOnly(pe), binding: pe.Binding, code: refusalCode(pe),
 			detail: fmt.Sprintf("Key '%s': %s. Nothing was sent upstream. Try again in %d seconds; the RateLimit header says what is left.", k.Name, pe.Reason, secs)}, ext)
 	case errors.As(err, &tooLarge):
 		h.bodyError(w, err)

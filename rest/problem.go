@@ -22,6 +22,10 @@ const (
 	// CodeStateUnavailable is mcp-quota's own state file failing (503):
 	// nothing can be admitted or recorded until it is back.
 	CodeStateUnavailable = "stateUnavailable"
+	// CodeShareSpent is a refusal for the caller's principal alone (429):
+	// it has used its share of the key's window, or principals further
+	// behind wait for their turn. The key itself is not spent.
+	CodeShareSpent = "shareSpent"
 )
 
 // WriteProblem answers with an RFC 9457 problem: status, a stable code, a
@@ -47,6 +51,7 @@ type refusal struct {
 	status    int
 	detail    string
 	secondary bool          // a wait that holds no spent quota (a gate), not an exhausted budget
+	code      string        // the problem's code; "" is CodeRateLimited
 	binding   *pacer.Budget // the budget that binds, when one does
 }
 
@@ -129,7 +134,11 @@ func writeRefusal(w http.ResponseWriter, p ratelimit.Profile, r refusal, ext map
 	for k, v := range ext {
 		body[k] = v
 	}
-	prob := map[string]any{"status": r.status, "title": http.StatusText(r.status), "code": CodeRateLimited, "detail": r.detail}
+	code := r.code
+	if code == "" {
+		code = CodeRateLimited
+	}
+	prob := map[string]any{"status": r.status, "title": http.StatusText(r.status), "code": code, "detail": r.detail}
 	for k, v := range body {
 		if _, ok := prob[k]; !ok {
 			prob[k] = v
@@ -143,6 +152,15 @@ func writeRefusal(w http.ResponseWriter, p ratelimit.Profile, r refusal, ext map
 		mt = "application/problem+json"
 	}
 	writeBody(w, r.status, mt, prob)
+}
+
+// refusalCode is the problem code of a pause: CodeShareSpent when it
+// concerns the caller's principal alone (see pacer.SourceShare).
+func refusalCode(pe *pacer.PauseError) string {
+	if pe.Source == pacer.SourceShare || pe.Source == pacer.SourceTurn {
+		return CodeShareSpent
+	}
+	return CodeRateLimited
 }
 
 // waitOnly reports whether a pause holds no spent quota: a wait the

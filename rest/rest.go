@@ -167,11 +167,15 @@ func (h *Handler) activity(w http.ResponseWriter, r *http.Request) {
 	}
 	f := ledger.ActivityFilter{Limit: 50}
 	if name := q.Get("key"); name != "" {
-		if _, _, ok := h.key(w, r, name); !ok {
-			return
+		// The activity of a key is read by who may see it (see
+		// keystore.Sight), not only by who may use it.
+		if k, err := h.Keys.Key(name); err != nil || !caller.MaySeeKey(k.Name) {
+			if _, _, ok := h.key(w, r, name); !ok {
+				return
+			}
 		}
 		f.Key = name
-	} else if !caller.MayUse("*") {
+	} else if !caller.MaySeeKey("*") {
 		writeProblem(w, http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("Name a key: ?key=%s.", usable(h.Keys, caller)[0]), nil)
 		return
 	}
@@ -200,9 +204,10 @@ func (h *Handler) activity(w http.ResponseWriter, r *http.Request) {
 		f.Before = id
 	}
 	var list []ledger.Attempt
+	var next int64
 	err := h.DB.View(r.Context(), func(tx ledger.Tx) error {
 		var err error
-		list, err = tx.Activity(f)
+		list, next, err = seenActivity(tx, f, caller)
 		return err
 	})
 	if err != nil {
@@ -219,8 +224,8 @@ func (h *Handler) activity(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Activity = append(out.Activity, report.NewActivity(a))
 	}
-	if len(list) == f.Limit {
-		out.NextCursor = encodeCursor(list[len(list)-1].ID)
+	if next != 0 {
+		out.NextCursor = encodeCursor(next)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

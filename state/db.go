@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // the "sqlite" driver
@@ -69,7 +70,7 @@ type DB struct {
 	wc     *sql.Conn
 	ctl    [nControl]*sql.Stmt // transaction control, prepared on wc
 	r      *sql.DB             // readers; WAL lets them run beside the writer
-	ws, rs []*sql.Stmt         // every statement of the package, prepared on wc and on r
+	ws, rs *statements         // the package's statements, on wc and on r, each prepared on its first use
 	path   string
 
 	mu      sync.Mutex
@@ -152,7 +153,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("state: %s: %w", path, err)
 	}
-	if err := db.prepare(ctx); err != nil {
+	if db.rs, err = prepareAll(ctx, r); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("state: %s: %w", path, err)
 	}
@@ -183,7 +184,7 @@ func (db *DB) Close() error {
 	}
 	db.bg.Wait()
 	errs := []error{err}
-	for _, s := range append(append(db.ws, db.rs...), db.ctl[:]...) {
+	for _, s := range append(append(db.ws.prepared(), db.rs.prepared()...), db.ctl[:]...) {
 		if s != nil {
 			errs = append(errs, s.Close())
 		}
@@ -195,8 +196,10 @@ func (db *DB) Close() error {
 }
 
 // A query is one of the package's SQL statements, prepared once per
-// connection when the file is opened (parsing a statement costs more than
-// running most of them).
+// connection (parsing a statement costs more than running most of
+// them): on the writer's connection at its first use, on the readers
+// when the file is opened (see prepareAll). Preparing them all twice was
+// most of the work of opening an existing file.
 type query int
 
 // queries are the package's statements, in each back end's dialect.
@@ -217,70 +220,124 @@ func newQueryFor(sqlite, postgres string) query {
 	return query(len(queries) - 1)
 }
 
-func (db *DB) prepare(ctx context.Context) error {
-	for _, q := range queries {
-		text := q.sqlite
-		s, err := db.wc.PrepareContext(ctx, text)
-		if err != nil {
-			return fmt.Errorf("prepare %q: %w", text, err)
-		}
-		db.ws = append(db.ws, s)
-		if s, err = db.r.PrepareContext(ctx, text); err != nil {
-			return fmt.Errorf("prepare %q: %w", text, err)
-		}
-		db.rs = append(db.rs, s)
+// statements are the package's SQLite statements on one connection (or
+// pool), each prepared at its first use (see prepareAll). Safe for
+// concurrent use.
+type statements struct {
+	prepare func(ctx context.Context, text string) (*sql.Stmt, error)
+	mu      sync.Mutex                 // held while one is prepared
+	s       []atomic.Pointer[sql.Stmt] // by query; nil until prepared
+}
+
+func newStatements(prepare func(ctx context.Context, text string) (*sql.Stmt, error)) *statements {
+	return &statements{prepare: prepare, s: make([]atomic.Pointer[sql.Stmt], len(queries))}
+}
+
+// get returns q, prepared.
+func (p *statements) get(ctx context.Context, q query) (*sql.Stmt, error) {
+	if s := p.s[q].Load(); s != nil {
+		return s, nil
 	}
-	return nil
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s := p.s[q].Load(); s != nil {
+		return s, nil
+	}
+	s, err := p.prepare(ctx, queries[q].sqlite)
+	if err != nil {
+		return nil, fmt.Errorf("state: prepare %q: %w", queries[q].sqlite, err)
+	}
+	p.s[q].Store(s)
+	return s, nil
+}
+
+// prepareAll prepares every statement on the readers r now: one
+// prepared at its first use would wait, inside a View holding one of r's
+// connections, for another to be free, and with every reader in a View
+// none would be.
+func prepareAll(ctx context.Context, r *sql.DB) (*statements, error) {
+	p := newStatements(r.PrepareContext)
+	for q := range queries {
+		if _, err := p.get(ctx, query(q)); err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}
+
+// prepared returns the statements prepared so far.
+func (p *statements) prepared() []*sql.Stmt {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*sql.Stmt
+	for i := range p.s {
+		if s := p.s[i].Load(); s != nil {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // migrate applies, in order, each embedded migration newer than the
-// file's user_version, each in its own transaction.
+// file's user_version, all in one transaction; a file already at the
+// latest version is only read (no write transaction, so that a start on
+// it waits for no other process's writer).
 func (db *DB) migrate(ctx context.Context) error {
 	entries, err := fs.ReadDir(migrations, "migrations")
 	if err != nil {
 		return err
 	}
-	names := make([]string, 0, len(entries))
-	for _, e := range entries {
-		names = append(names, e.Name())
+	type migration struct {
+		name    string
+		version int
 	}
-	sort.Strings(names)
+	var all []migration
+	for _, e := range entries {
+		version, err := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("migration %s: name must start with its version", e.Name())
+		}
+		all = append(all, migration{e.Name(), version})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
+	latest := all[len(all)-1].version
 	var current int
 	if err := db.r.QueryRowContext(ctx, "PRAGMA user_version").Scan(&current); err != nil {
 		return err
 	}
-	if latest, _ := strconv.Atoi(strings.SplitN(names[len(names)-1], "_", 2)[0]); current > latest {
+	if current > latest {
 		return fmt.Errorf("%w: its schema is version %d, newer than this mcp-quota knows (%d): run the newer mcp-quota, "+
 			"or point this one at another file", ErrNewerSchema, current, latest)
 	}
-	for _, name := range names {
-		version, err := strconv.Atoi(strings.SplitN(name, "_", 2)[0])
-		if err != nil {
-			return fmt.Errorf("migration %s: name must start with its version", name)
-		}
-		body, err := migrations.ReadFile("migrations/" + name)
-		if err != nil {
+	if current == latest {
+		return nil
+	}
+	return db.update(ctx, func(tx *Tx) error {
+		var current int // again, under the write lock: another process may have migrated since
+		if err := db.wc.QueryRowContext(ctx, "PRAGMA user_version").Scan(&current); err != nil {
 			return err
 		}
-		err = db.update(ctx, func(tx *Tx) error {
-			var current int
-			if err := db.wc.QueryRowContext(ctx, "PRAGMA user_version").Scan(&current); err != nil {
+		for _, m := range all {
+			if current >= m.version {
+				continue
+			}
+			body, err := migrations.ReadFile("migrations/" + m.name)
+			if err != nil {
 				return err
 			}
-			if current >= version {
-				return nil
-			}
 			if _, err := db.wc.ExecContext(ctx, string(body)); err != nil {
-				return fmt.Errorf("migration %s: %w", name, err)
+				return fmt.Errorf("migration %s: %w", m.name, err)
 			}
-			_, err := db.wc.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", version))
-			return err
-		})
-		if err != nil {
-			return err
 		}
-	}
-	return nil
+		if current >= latest {
+			return nil
+		}
+		_, err := db.wc.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", latest))
+		return err
+	})
 }
 
 // View runs fn in a read-only snapshot of the file, once every outcome

@@ -31,11 +31,11 @@ var (
 	// come from one block (see the schema's attempt_blocks).
 	qReserve = newQueryFor(`WITH RECURSIVE slot(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM slot WHERE i < ?1)
 	INSERT INTO attempts (call_id, attempt, key, caller, transport, method, target, digest, state, reason,
-		probe, counted, at, wait_us, lease_until, seq, instance)
-	SELECT '', 0, ?2, '', '', '', '', '', ?3, ?4, 0, 1, ?5, 0, ?6, ?7 + i, ?8 FROM slot ORDER BY i RETURNING id`,
+		probe, counted, at, wait_us, lease_until, seq, instance, cbytes)
+	SELECT '', 0, ?2, '', '', '', '', '', ?3, ?4, 0, 1, ?5, 0, ?6, ?7 + i, ?8, ?9 FROM slot ORDER BY i RETURNING id`,
 		`INSERT INTO attempts (id, call_id, attempt, key, caller, transport, method, target, digest, state, reason,
-		probe, counted, at, wait_us, lease_until, seq, instance)
-	SELECT b.base + i - 1, '', 0, $2, '', '', '', '', '', $3, $4, 0, 1, $5, 0, $6, $7 + i, $8
+		probe, counted, at, wait_us, lease_until, seq, instance, cbytes)
+	SELECT b.base + i - 1, '', 0, $2, '', '', '', '', '', $3, $4, 0, 1, $5, 0, $6, $7 + i, $8, $9
 	FROM (SELECT nextval('attempt_blocks') * 1024 AS base) AS b, generate_series(1, $1::integer) AS i ORDER BY i RETURNING id`)
 	qReservedCount = newQuery(`SELECT count(*) FROM attempts WHERE +key = ? AND id BETWEEN ? AND ? AND state = 'reserved'`)
 )
@@ -48,8 +48,8 @@ func (tx *Tx) Reserve(key string, n int, at, leaseUntil time.Time, reason string
 	if err := tx.admits(key); err != nil {
 		return 0, 0, fmt.Errorf("state: reserve: %w", err)
 	}
-	var seq, lastAt int64
-	err = tx.queryRow(qLastSend, key).Scan(&seq, &lastAt)
+	var seq, lastAt, cbytes int64 // a slot carries no bytes it knows of
+	err = tx.queryRow(qLastSend, key).Scan(&seq, &lastAt, &cbytes)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return 0, 0, fmt.Errorf("state: reserve: %w", err)
 	}
@@ -59,7 +59,7 @@ func (tx *Tx) Reserve(key string, n int, at, leaseUntil time.Time, reason string
 	if n < 1 || n > maxReserve {
 		return 0, 0, fmt.Errorf("state: reserve: %d slots: a lease holds 1 to %d", n, maxReserve)
 	}
-	rows, err := tx.query(qReserve, n, key, ledger.Reserved, reason, micros(at), micros(leaseUntil), seq, tx.instance)
+	rows, err := tx.query(qReserve, n, key, ledger.Reserved, reason, micros(at), micros(leaseUntil), seq, tx.instance, cbytes)
 	if err != nil {
 		return 0, 0, fmt.Errorf("state: reserve: %w", err)
 	}
@@ -124,8 +124,8 @@ func (tx *Tx) Release(key string, first, last int64) error {
 	if first > last {
 		return nil
 	}
-	var top, topAt, mine int64
-	if err := tx.queryRow(qLastSend, key).Scan(&top, &topAt); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	var top, topAt, topBytes, mine int64
+	if err := tx.queryRow(qLastSend, key).Scan(&top, &topAt, &topBytes); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("state: release: %w", err)
 	}
 	if err := tx.queryRow(qLastReserved, key, first, last).Scan(&mine); err != nil {

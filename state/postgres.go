@@ -54,6 +54,7 @@ type Postgres struct {
 	timeout  time.Duration
 	local    func() time.Time
 	instance string
+	maxConns int          // the most connections the pool holds
 	offset   atomic.Int64 // nanoseconds from the process's clock to the server's, as last measured
 
 	// preparing is held (a value in it) by the call that connects and
@@ -159,7 +160,7 @@ func OpenPostgres(ctx context.Context, rawURL string, o PostgresOptions) (*Postg
 	db.SetMaxIdleConns(o.MaxConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	pg := &Postgres{db: db, where: where, tls: requiresTLS(cfg), timeout: o.Timeout, local: o.Local, instance: o.Instance,
-		preparing: make(chan struct{}, 1)}
+		maxConns: o.MaxConns, preparing: make(chan struct{}, 1)}
 	pg.out.dir, pg.out.update = o.JournalDir, func(ctx context.Context, fn func(*Tx) error) error { return pg.update(ctx, fn) }
 	// The journal's directory is made by the first outcome it keeps (and
 	// removed by the last process to close it): a state that fails to
@@ -368,12 +369,22 @@ func (pg *Postgres) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Each migration is numbered by its name; numbers rise, and may skip
+	// (a schema is at the version of the latest migration applied).
 	var names []string
+	var versions []int
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
 	slices.Sort(names)
-	latest := len(names)
+	for _, name := range names {
+		v, err := strconv.Atoi(strings.SplitN(name, "_", 2)[0])
+		if err != nil || (len(versions) > 0 && v <= versions[len(versions)-1]) {
+			return fmt.Errorf("state: migration %s is out of order", name)
+		}
+		versions = append(versions, v)
+	}
+	latest := versions[len(versions)-1]
 	ctx, cancel := context.WithTimeout(ctx, 4*pg.timeout+10*time.Second)
 	defer cancel()
 	tx, err := pg.db.BeginTx(ctx, nil)
@@ -405,13 +416,13 @@ func (pg *Postgres) migrate(ctx context.Context) error {
 	if current == latest {
 		return nil // rolled back: nothing to write
 	}
-	for i := current; i < latest; i++ {
+	for i := range names {
+		if versions[i] <= current {
+			continue
+		}
 		body, err := pgMigrations.ReadFile("postgres/" + names[i])
 		if err != nil {
 			return err
-		}
-		if v, _, _ := strings.Cut(names[i], "_"); v != fmt.Sprintf("%04d", i+1) {
-			return fmt.Errorf("state: migration %s is out of order", names[i])
 		}
 		if _, err := tx.ExecContext(ctx, "SET LOCAL search_path TO mcp_quota"); err != nil {
 			return pg.explainMigration(ctx, err)
@@ -548,7 +559,10 @@ func (pg *Postgres) run(ctx context.Context, opts *sql.TxOptions, keys []string,
 		if ctx.Err() != nil {
 			return fmt.Errorf("state: %w", ctx.Err())
 		}
-		if try < 4 && bounded.Err() == nil && retryable(err) {
+		// A server that ended the connection (pg_terminate_backend, a
+		// restart) ended the pool's idle ones too, which fail one by one:
+		// those are tried through, within the bound.
+		if bounded.Err() == nil && retryable(err) && (try < 4 || (ended(err) && try < 4+pg.maxConns)) {
 			continue
 		}
 		return pg.failed("transaction", bounded, err)
@@ -573,16 +587,42 @@ func (pg *Postgres) once(ctx context.Context, opts *sql.TxOptions, keys []string
 	if err := tx.pg.flush(tx); err != nil {
 		return err
 	}
-	return stx.Commit()
+	if err := stx.Commit(); err != nil {
+		return &commitError{err}
+	}
+	return nil
+}
+
+// A commitError is the failure of a transaction's COMMIT: the server may
+// have committed it before the answer was lost.
+type commitError struct{ err error }
+
+func (e *commitError) Error() string { return e.err.Error() }
+func (e *commitError) Unwrap() error { return e.err }
+
+// ended says the server ended the connection err came from.
+func ended(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "57P01" || pe.Code == "57P02")
 }
 
 // retryable says the server aborted a transaction that may simply be run
-// again: a deadlock broken, a serialisation failure, or a connection that
-// was dropped (a restart) before the pool noticed.
+// again: a deadlock broken, a serialisation failure, a connection that
+// was dropped (a restart) before the pool noticed, or one the server
+// ended (pg_terminate_backend, a shutdown) before the transaction asked
+// to commit — it committed nothing then. A connection ended during the
+// COMMIT leaves it unknown whether the transaction committed: that is
+// not run again.
 func retryable(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		return pe.Code == "40001" || pe.Code == "40P01"
+		switch pe.Code {
+		case "40001", "40P01":
+			return true
+		case "57P01", "57P02": // admin_shutdown, crash_shutdown
+			return !errors.As(err, new(*commitError))
+		}
+		return false
 	}
 	return errors.Is(err, driver.ErrBadConn) || pgconn.SafeToRetry(err)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -48,7 +49,11 @@ func latestSchema(t *testing.T) int {
 	if err != nil || len(names) == 0 {
 		t.Fatalf("the migrations: %v %v", names, err)
 	}
-	return len(names)
+	v, err := strconv.Atoi(strings.SplitN(filepath.Base(names[len(names)-1]), "_", 2)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 func version(t *testing.T, conn *pgx.Conn) (v, rows int) {

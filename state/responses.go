@@ -58,6 +58,31 @@ func (tx *Tx) PutResponse(r ledger.StoredResponse, keep int) error {
 	return nil
 }
 
+var qKeptTargets = newQuery(`SELECT target FROM responses WHERE key = ?`)
+
+// KeptTargets returns the targets of key that have a kept answer (at
+// most the keep of the last PutResponse for key, and the answers kept
+// beside it since): a walk of the primary key's range for key.
+func (tx *Tx) KeptTargets(key string) ([]string, error) {
+	rows, err := tx.query(qKeptTargets, key)
+	if err != nil {
+		return nil, fmt.Errorf("state: kept targets: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			return nil, fmt.Errorf("state: kept targets: %w", err)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("state: kept targets: %w", err)
+	}
+	return out, nil
+}
+
 var qKeys = newQuery(`SELECT key FROM key_state UNION SELECT key FROM policies ORDER BY 1`)
 
 // Keys returns every key the file has state for.

@@ -69,6 +69,9 @@ func sweep(ctx context.Context, update func(context.Context, func(*Tx) error) er
 		if err == nil {
 			out.Interrupted, err = res.RowsAffected()
 		}
+		if err == nil {
+			err = tx.forgetWaiters(now)
+		}
 		return err
 	})
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 // be kept after the function it was passed to returns.
 type Tx struct {
 	tx    *sql.Tx     // a View's transaction; nil in an Update, which runs on the writer's connection
-	stmts []*sql.Stmt // the DB's prepared statements, on the readers or on the writer's connection
+	stmts *statements // the DB's statements, on the readers or on the writer's connection
 	ctx   context.Context
 	pg    *pgTx // on PostgreSQL: what the transaction holds; nil on SQLite
 
@@ -64,47 +64,74 @@ func (tx *Tx) admits(key string) error {
 }
 
 // stmt returns the prepared statement q, bound to the transaction.
-func (tx *Tx) stmt(q query) *sql.Stmt {
-	if tx.tx == nil {
-		return tx.stmts[q]
+func (tx *Tx) stmt(q query) (*sql.Stmt, error) {
+	s, err := tx.stmts.get(tx.ctx, q)
+	if err != nil || tx.tx == nil {
+		return s, err
 	}
-	return tx.tx.StmtContext(tx.ctx, tx.stmts[q])
+	return tx.tx.StmtContext(tx.ctx, s), nil
 }
 
 func (tx *Tx) exec(q query, args ...any) (sql.Result, error) {
 	if tx.pg != nil {
 		return tx.tx.ExecContext(tx.ctx, queries[q].postgres, pgArgs(args)...)
 	}
-	return tx.stmt(q).ExecContext(tx.ctx, args...)
+	s, err := tx.stmt(q)
+	if err != nil {
+		return nil, err
+	}
+	return s.ExecContext(tx.ctx, args...)
 }
 
 func (tx *Tx) query(q query, args ...any) (*sql.Rows, error) {
 	if tx.pg != nil {
 		return tx.tx.QueryContext(tx.ctx, queries[q].postgres, pgArgs(args)...)
 	}
-	return tx.stmt(q).QueryContext(tx.ctx, args...)
+	s, err := tx.stmt(q)
+	if err != nil {
+		return nil, err
+	}
+	return s.QueryContext(tx.ctx, args...)
 }
 
-func (tx *Tx) queryRow(q query, args ...any) *sql.Row {
-	if tx.pg != nil {
-		return tx.tx.QueryRowContext(tx.ctx, queries[q].postgres, pgArgs(args)...)
+// row is a *sql.Row, or the error that kept its statement from running.
+type row struct {
+	r   *sql.Row
+	err error
+}
+
+// Scan is sql.Row's Scan, or the error that kept the statement from running.
+func (r row) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
 	}
-	return tx.stmt(q).QueryRowContext(tx.ctx, args...)
+	return r.r.Scan(dest...)
+}
+
+func (tx *Tx) queryRow(q query, args ...any) row {
+	if tx.pg != nil {
+		return row{r: tx.tx.QueryRowContext(tx.ctx, queries[q].postgres, pgArgs(args)...)}
+	}
+	s, err := tx.stmt(q)
+	if err != nil {
+		return row{err: err}
+	}
+	return row{r: s.QueryRowContext(tx.ctx, args...)}
 }
 
 var (
 	qInsertAttempt = newQuery(`INSERT INTO attempts
 	(call_id, attempt, key, caller, transport, method, target, digest, state, reason, probe, counted, at, wait_us, lease_until, seq, cseq,
-	 instance)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`)
-	qLastSend       = newQuery(`SELECT seq, at FROM attempts WHERE key = ? AND counted = 1 ORDER BY at DESC, seq DESC LIMIT 1`)
+	 instance, bytes, cbytes)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`)
+	qLastSend       = newQuery(`SELECT seq, at, coalesce(cbytes, 0) FROM attempts WHERE key = ? AND counted = 1 ORDER BY at DESC, seq DESC LIMIT 1`)
 	qLastCallerSend = newQuery(`SELECT cseq FROM attempts WHERE key = ? AND caller = ? AND cseq IS NOT NULL
 	ORDER BY at DESC, cseq DESC LIMIT 1`)
 	// Numbered again: every admission in the key's log, and those in a
 	// caller's log among that caller's (the times between ?2 and ?3: all
 	// of them, see noEarlier).
-	qRenumber = newQuery(`UPDATE attempts SET seq = o.n, cseq = o.c
-	FROM (SELECT id, row_number() OVER (ORDER BY at, id) AS n,
+	qRenumber = newQuery(`UPDATE attempts SET seq = o.n, cseq = o.c, cbytes = o.b
+	FROM (SELECT id, row_number() OVER (ORDER BY at, id) AS n, sum(bytes) OVER (ORDER BY at, id) AS b,
 		CASE WHEN cseq IS NOT NULL THEN row_number() OVER (PARTITION BY caller, cseq IS NULL ORDER BY at, id) END AS c
 		FROM attempts WHERE key = ?1 AND counted = 1 AND at >= ?2 AND at <= ?3) AS o
 	WHERE attempts.id = o.id`)
@@ -130,7 +157,7 @@ const (
 // never does this: it records admissions in order) renumbers the key's
 // log, at a cost that grows with it.
 func (tx *Tx) InsertAttempt(a ledger.Attempt) (int64, error) {
-	var lease, seq, cseq any
+	var lease, seq, cseq, cbytes any
 	if !a.LeaseUntil.IsZero() {
 		lease = micros(a.LeaseUntil)
 	}
@@ -139,12 +166,12 @@ func (tx *Tx) InsertAttempt(a ledger.Attempt) (int64, error) {
 		if err := tx.admits(a.Key); err != nil {
 			return 0, fmt.Errorf("state: record attempt: %w", err)
 		}
-		var last, lastAt int64
-		err := tx.queryRow(qLastSend, a.Key).Scan(&last, &lastAt)
+		var last, lastAt, lastBytes int64
+		err := tx.queryRow(qLastSend, a.Key).Scan(&last, &lastAt, &lastBytes)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return 0, fmt.Errorf("state: record attempt: %w", err)
 		}
-		seq, renumber = last+1, micros(a.At) < lastAt
+		seq, cbytes, renumber = last+1, lastBytes+max(a.Bytes, 0), micros(a.At) < lastAt
 		if a.ByCaller && a.Caller != "" {
 			var lastOfCaller int64
 			err := tx.queryRow(qLastCallerSend, a.Key, a.Caller).Scan(&lastOfCaller)
@@ -157,9 +184,15 @@ func (tx *Tx) InsertAttempt(a ledger.Attempt) (int64, error) {
 	var id int64
 	err := tx.queryRow(qInsertAttempt,
 		a.CallID, a.Attempt, a.Key, a.Caller, a.Transport, a.Method, a.Target, a.Digest, a.State, a.Reason,
-		a.Probe, a.State == ledger.Admitted, micros(a.At), a.Wait.Microseconds(), lease, seq, cseq, tx.instance).Scan(&id)
+		a.Probe, a.State == ledger.Admitted, micros(a.At), a.Wait.Microseconds(), lease, seq, cseq, tx.instance,
+		max(a.Bytes, 0), cbytes).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("state: record attempt: %w", err)
+	}
+	if a.Principal != "" && a.State == ledger.Admitted {
+		if err := tx.numberPrincipal(id, a); err != nil {
+			return 0, fmt.Errorf("state: record attempt: %w", err)
+		}
 	}
 	if renumber {
 		if err := tx.renumber(a.Key); err != nil {
@@ -334,6 +367,51 @@ func (tx *Tx) Nth(key string, since time.Time, n int) (time.Time, error) {
 	return fromMicros(us), err
 }
 
+// The bytes of the log are read through its running sum (cbytes, see the
+// migration that added it): qFirstBytes reads the sum before the first
+// admission of key (?1) after a time (?2), and the key's last sum.
+var (
+	qFirstBytes = newQuery(`SELECT coalesce(f.cbytes, 0) - f.bytes,
+		(SELECT coalesce(cbytes, 0) FROM attempts WHERE key = ?1 AND counted = 1 ORDER BY at DESC, seq DESC LIMIT 1)
+	FROM attempts AS f WHERE f.key = ?1 AND f.counted = 1 AND f.at > ?2 ORDER BY f.at, f.seq LIMIT 1`)
+	qByteAt = newQuery(`SELECT at FROM attempts WHERE key = ? AND counted = 1 AND cbytes >= ? ORDER BY cbytes, seq LIMIT 1`)
+)
+
+// firstBytes returns the running sum of key's log before its first
+// admission after since, and its last; ok is false when there is none.
+func (tx *Tx) firstBytes(key string, since time.Time) (before, last int64, ok bool, err error) {
+	err = tx.queryRow(qFirstBytes, key, micros(since)).Scan(&before, &last)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, 0, false, nil
+	}
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("state: bytes: %w", err)
+	}
+	return before, last, true, nil
+}
+
+// Bytes returns the bytes the attempts of key admitted after since
+// carried, in one read whose cost does not grow with the count.
+func (tx *Tx) Bytes(key string, since time.Time) (int64, error) {
+	before, last, _, err := tx.firstBytes(key, since)
+	return last - before, err
+}
+
+// NthByte returns the admission time of the oldest admission of key after
+// since by which those after since have carried n bytes, or the zero time
+// when they carried fewer: two seeks, whatever the window holds.
+func (tx *Tx) NthByte(key string, since time.Time, n int64) (time.Time, error) {
+	before, last, ok, err := tx.firstBytes(key, since)
+	if !ok || n < 1 || last-before < n {
+		return time.Time{}, err
+	}
+	var us int64
+	if err := tx.queryRow(qByteAt, key, before+n).Scan(&us); err != nil {
+		return time.Time{}, fmt.Errorf("state: bytes: %w", err)
+	}
+	return fromMicros(us), nil
+}
+
 var qSends = newQuery(`SELECT id, at, state, coalesce(status, 0), coalesce(answered_at, 0) FROM attempts
 	WHERE key = ? AND at > ? AND counted = 1 ORDER BY at DESC, seq DESC LIMIT ?`)
 
@@ -384,16 +462,16 @@ func (tx *Tx) InFlight(key string, now time.Time) (int, error) {
 func (tx *Tx) Flight(key string, now time.Time) (ledger.Flight, error) {
 	var f ledger.Flight
 	var oldest int64
-	var row *sql.Row
+	var r row
 	if ended := tx.out.ended(key); len(ended) == 0 {
-		row = tx.queryRow(qInFlight, key, micros(now))
+		r = tx.queryRow(qInFlight, key, micros(now))
 	} else if tx.pg != nil {
-		row = tx.queryRow(qInFlightExcept, key, micros(now), ended)
+		r = tx.queryRow(qInFlightExcept, key, micros(now), ended)
 	} else {
 		ids, _ := json.Marshal(ended)
-		row = tx.queryRow(qInFlightExcept, key, micros(now), string(ids))
+		r = tx.queryRow(qInFlightExcept, key, micros(now), string(ids))
 	}
-	if err := row.Scan(&f.Count, &oldest); err != nil {
+	if err := r.Scan(&f.Count, &oldest); err != nil {
 		return ledger.Flight{}, fmt.Errorf("state: in flight: %w", err)
 	}
 	f.Oldest = fromMicros(oldest)

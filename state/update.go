@@ -269,6 +269,7 @@ func (db *DB) prepareControl(ctx context.Context) error {
 	if db.wc, err = db.w.Conn(ctx); err != nil {
 		return err
 	}
+	db.ws = newStatements(db.wc.PrepareContext)
 	for i, text := range controls {
 		if db.ctl[i], err = db.wc.PrepareContext(ctx, text); err != nil {
 			return fmt.Errorf("prepare %q: %w", text, err)

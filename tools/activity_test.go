@@ -19,7 +19,8 @@ import (
 // both protocol eras: a caller's own key answers; an unknown key and
 // another caller's key answer alike, with the revision's code for a
 // missing resource (-32002 before 2026-07-28, -32602 from it on), never
-// an internal error.
+// an internal error, naming the caller's own keys (the one it likely
+// meant first) and never another caller's.
 func TestReadActivityNotFound(t *testing.T) {
 	cfg := `
 [[keys]]
@@ -95,9 +96,39 @@ keys = ["mine"]
 			if said[0] != said[1] {
 				t.Errorf("an unknown key and another caller's key are told apart:\n%s\n%s", said[0], said[1])
 			}
-			if strings.Contains(said[1], "theirs") || strings.Contains(said[0], "mine") {
-				t.Errorf("the error names other keys: %q", said)
+			if strings.Contains(said[1], "theirs") || strings.Contains(said[0], "theirs") {
+				t.Errorf("the error names another caller's key: %q", said)
+			}
+			// What the caller can read instead: its own keys, and the one
+			// a misspelling meant.
+			if !strings.Contains(said[0], "no key of yours has this name. Your keys: mine; read quota://activity/KEY with one of them") {
+				t.Errorf("an unknown key: %q; want the caller's own keys named", said[0])
+			}
+			_, rerr = read(t, era.modern, "mnie")
+			if rerr == nil || rerr.Code != era.code || !strings.Contains(rerr.Message, "Did you mean quota://activity/mine?") ||
+				strings.Contains(rerr.Message, "theirs") {
+				t.Errorf("a misspelt key: %+v; want it to suggest quota://activity/mine, and name no other caller's key", rerr)
 			}
 		})
+	}
+}
+
+// A caller with many keys is told of the first 20, and how many more.
+func TestNoActivityNamesAtMostTwentyKeys(t *testing.T) {
+	var cfg strings.Builder
+	var names []string
+	for i := range 25 {
+		names = append(names, fmt.Sprintf("%q", fmt.Sprintf("key%02d", i)))
+		fmt.Fprintf(&cfg, "[[keys]]\nname = \"key%02d\"\nbase_url = \"https://api.example.com\"\nauth = \"none\"\n", i)
+	}
+	fmt.Fprintf(&cfg, "[[callers]]\nname = \"many\"\ntoken_env = \"T\"\nkeys = [%s]\n", strings.Join(names, ", "))
+	keys, err := keystore.Parse([]byte(cfg.String()), keystore.Env{Getenv: func(string) string { return "tools-test-token-0123456789" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Deps{Keys: keys}
+	many := d.noActivity(keystore.WithCaller(context.Background(), keys.Callers()[0]), "nope")
+	if !strings.Contains(many, "key19 and 5 more (resources/list lists them all)") || strings.Contains(many, "key20") {
+		t.Errorf("25 keys: %q; want the first 20 and 5 more", many)
 	}
 }

@@ -122,7 +122,7 @@ func fetchTool(keys *keystore.Store) mcp.Tool {
 	return mcp.NewTool("fetch",
 		mcp.WithDescription(desc),
 		mcp.WithInputSchema[fetchArgs](),
-		mcp.WithOutputSchema[fetchResult](),
+		mcp.WithRawOutputSchema(fetchOutputSchema()),
 		mcp.WithTitleAnnotation("Quota-aware HTTP fetch"),
 		mcp.WithReadOnlyHintAnnotation(readOnly),
 		mcp.WithDestructiveHintAnnotation(!readOnly),
@@ -276,9 +276,19 @@ const decodeMargin = 64 << 10
 // also arms the conditional request.
 func (f *fetchCall) fromKept(ctx context.Context, header http.Header) (*mcp.CallToolResult, bool, error) {
 	now := f.d.now()
+	if f.start == 0 && f.d.kept.absent(f.k.Name, f.target) {
+		return nil, false, nil // nothing kept to read (see keptIndex)
+	}
+	var targets []string
+	var listed bool
 	err := f.d.DB.View(ctx, func(tx ledger.Tx) error {
 		var err error
-		if f.kept, f.hasKept, err = tx.Response(f.k.Name, f.target); err != nil {
+		if !f.d.kept.known(f.k.Name) {
+			if targets, listed, err = readKept(tx, f.k.Name); err != nil {
+				return err
+			}
+		}
+		if f.kept, f.hasKept, err = tx.Response(f.k.Name, f.target); err != nil || !f.hasKept {
 			return err
 		}
 		f.repeats, err = tx.Repeats(f.k.Name, f.caller.Name, f.digest, now.Add(-f.lim.LoopWindow))
@@ -286,6 +296,9 @@ func (f *fetchCall) fromKept(ctx context.Context, header http.Header) (*mcp.Call
 	})
 	if err != nil {
 		return nil, false, err
+	}
+	if listed {
+		f.d.kept.set(f.k.Name, targets, 0, "")
 	}
 	if !f.hasKept {
 		return nil, false, nil
@@ -316,6 +329,30 @@ func (f *fetchCall) fromKept(ctx context.Context, header http.Header) (*mcp.Call
 		}
 	}
 	return nil, false, nil
+}
+
+// keep stores r as the kept answer of its target, and reads the key's
+// kept targets again in the same transaction (see keptIndex).
+func (f *fetchCall) keep(ctx context.Context, r ledger.StoredResponse) error {
+	var targets []string
+	var listed bool
+	var seq uint64
+	err := f.d.DB.Update(ctx, func(tx ledger.Tx) error {
+		if err := tx.PutResponse(r, f.lim.KeepResponses); err != nil {
+			return err
+		}
+		seq = f.d.kept.next()
+		var err error
+		targets, listed, err = readKept(tx, r.Key)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if listed {
+		f.d.kept.set(r.Key, targets, seq, r.Target)
+	}
+	return nil
 }
 
 // keptResult answers from the kept copy, spending nothing, and records
@@ -380,7 +417,7 @@ func (f *fetchCall) answered(ctx context.Context, resp *upstream.Response) (*mcp
 			unchanged = true
 			kept.Unchanged = f.kept.Unchanged + 1
 		}
-		if err := f.d.DB.Update(ctx, func(tx ledger.Tx) error { return tx.PutResponse(kept, f.lim.KeepResponses) }); err != nil {
+		if err := f.keep(ctx, kept); err != nil {
 			f.d.Log.Error("keeping an answer failed", "key", f.k.Name, "error", err)
 		}
 	}
@@ -389,10 +426,7 @@ func (f *fetchCall) answered(ctx context.Context, resp *upstream.Response) (*mcp
 		// A 304 for another version than the kept one: the kept answer
 		// must not answer the next request either, which then goes
 		// unconditionally.
-		err := f.d.DB.Update(ctx, func(tx ledger.Tx) error {
-			return tx.PutResponse(ledger.StoredResponse{Key: f.k.Name, Target: f.target, Status: http.StatusOK, StoredAt: f.d.now(), Vary: varyStar},
-				f.lim.KeepResponses)
-		})
+		err := f.keep(ctx, ledger.StoredResponse{Key: f.k.Name, Target: f.target, Status: http.StatusOK, StoredAt: f.d.now(), Vary: varyStar})
 		if err != nil {
 			f.d.Log.Error("dropping a kept answer failed", "key", f.k.Name, "error", err)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
 )
 
 // bodyPage is the part of a body a result shows.
@@ -120,7 +121,14 @@ func render(r fetchResult, isError bool) *mcp.CallToolResult {
 			b.WriteString(" (not modified: the kept copy is shown; a 304 still counts)")
 		}
 		if q := r.Quota; q.Remaining >= 0 && q.Policy != "" {
-			fmt.Fprintf(&b, "; %d of %d left for %d s under policy '%s'", q.Remaining, q.Limit, q.ResetS, q.Policy)
+			switch q.Unit {
+			case string(ratelimit.ConcurrentRequests):
+				fmt.Fprintf(&b, "; %d of %d concurrent requests free under policy '%s'", q.Remaining, q.Limit, q.Policy)
+			case string(ratelimit.ContentBytes):
+				fmt.Fprintf(&b, "; %d of %d content-bytes left for %d s under policy '%s'", q.Remaining, q.Limit, q.ResetS, q.Policy)
+			default:
+				fmt.Fprintf(&b, "; %d of %d left for %d s under policy '%s'", q.Remaining, q.Limit, q.ResetS, q.Policy)
+			}
 		}
 		b.WriteString("\n")
 		if r.Next != nil {

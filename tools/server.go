@@ -47,6 +47,9 @@ type Deps struct {
 	// Watch, when set, adds its own hooks to the server's and returns
 	// more options for it: the seam tracing hangs off. Nil means none.
 	Watch func(*server.Hooks) []server.ServerOption
+
+	fetchTools fetchTools // the fetch tool as each set of keys shows it (see ownKeysOnly)
+	kept       keptIndex  // which targets have a kept answer (see fromKept)
 }
 
 func (d *Deps) now() time.Time {

@@ -9,8 +9,10 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/mcp-quota/mcp-quota/internal/spelling"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/report"
 )
 
@@ -32,7 +34,7 @@ func statusTool() mcp.Tool {
 			"Shows the shared local budget, every policy the upstream announced (q, w, r, t, age), hidden limits, "+
 			"any active Retry-After, reservations, and one line of advice. Reads mcp-quota's state only: it never spends quota."),
 		mcp.WithInputSchema[statusArgs](),
-		mcp.WithOutputSchema[report.Status](),
+		mcp.WithRawOutputSchema(statusOutputSchema()),
 		mcp.WithTitleAnnotation("Quota status"),
 		mcp.WithReadOnlyHintAnnotation(true),
 		mcp.WithDestructiveHintAnnotation(false),
@@ -118,8 +120,16 @@ func statusText(st report.Status) string {
 		}
 		b.WriteString("\n")
 		for _, l := range k.Local {
-			fmt.Fprintf(&b, "  local %s: %d of %d left (%d used), window %d s, oldest leaves in %d s%s\n",
-				l.Policy, l.Remaining, l.Limit, l.Used, l.WindowS, l.ResetS, flag(l.Binds, "; this binds now"))
+			switch l.Unit {
+			case string(ratelimit.ConcurrentRequests):
+				fmt.Fprintf(&b, "  local %s: %d of %d concurrent requests in flight%s\n", l.Policy, l.Used, l.Limit, flag(l.Binds, "; this binds now"))
+			case string(ratelimit.ContentBytes):
+				fmt.Fprintf(&b, "  local %s: %d of %d content-bytes left (%d used), window %d s, oldest leaves in %d s%s\n",
+					l.Policy, l.Remaining, l.Limit, l.Used, l.WindowS, l.ResetS, flag(l.Binds, "; this binds now"))
+			default:
+				fmt.Fprintf(&b, "  local %s: %d of %d left (%d used), window %d s, oldest leaves in %d s%s\n",
+					l.Policy, l.Remaining, l.Limit, l.Used, l.WindowS, l.ResetS, flag(l.Binds, "; this binds now"))
+			}
 		}
 		for _, u := range k.Upstream {
 			state := fmt.Sprintf("r=%d t=%d", u.R, u.T)
@@ -185,13 +195,49 @@ const activityPrefix = "quota://activity/"
 // resource in the client's revision (-32002; -32602 from 2026-07-28 on)
 // and in the same words for both, which tell a caller nothing about keys
 // it may not use. mcp-go answers every error a resource handler returns
-// with -32603, an internal error, so readActivity cannot say it.
+// with -32603, an internal error, so readActivity cannot say it; what the
+// caller can do instead rides in the URI mcp-go quotes (see
+// noActivity).
 func (d *Deps) hideActivity(ctx context.Context, _ any, req *mcp.ReadResourceRequest) {
 	name, ok := strings.CutPrefix(req.Params.URI, activityPrefix)
 	if !ok || d.mayRead(ctx, name) {
 		return
 	}
-	req.Params.URI += " (no key of yours has this name)"
+	req.Params.URI += " (" + d.noActivity(ctx, name) + ")"
+}
+
+// maxNamed is how many of its keys a caller is told of by name when it
+// reads the activity of a key that is not one of them.
+const maxNamed = 20
+
+// noActivity says what a caller who asked for the activity of name, no
+// key of its own, can read instead: its own keys, and the one it most
+// likely meant. It names no key the caller may not use.
+func (d *Deps) noActivity(ctx context.Context, name string) string {
+	caller := d.caller(ctx)
+	var own []string
+	for _, k := range d.Keys.Keys() {
+		if caller.MayUse(k.Name) {
+			own = append(own, k.Name)
+		}
+	}
+	var b strings.Builder
+	b.WriteString("no key of yours has this name")
+	if len(own) == 0 {
+		b.WriteString(". You may use no key, so there is no activity to read")
+		return b.String()
+	}
+	b.WriteString(".")
+	if best := spelling.Closest(name, own); best != "" {
+		fmt.Fprintf(&b, " Did you mean %s%s?", activityPrefix, best)
+	}
+	shown := own[:min(len(own), maxNamed)]
+	fmt.Fprintf(&b, " Your keys: %s", strings.Join(shown, ", "))
+	if more := len(own) - len(shown); more > 0 {
+		fmt.Fprintf(&b, " and %d more (resources/list lists them all)", more)
+	}
+	fmt.Fprintf(&b, "; read %sKEY with one of them", activityPrefix)
+	return b.String()
 }
 
 // mayRead reports whether the caller in ctx may read key name's activity.
@@ -222,7 +268,11 @@ func (d *Deps) readActivity(ctx context.Context, req mcp.ReadResourceRequest) ([
 		return nil, err
 	}
 	entries := make([]report.Activity, 0, len(list))
+	caller := d.caller(ctx)
 	for _, a := range list {
+		if !caller.MaySee(a.Caller) { // an OAuth principal reads the calls it may see (keystore.Sight)
+			continue
+		}
 		// Rows an older mcp-quota recorded may hold the credential.
 		a.Target, _ = k.Scrubber().Scrub(a.Target)
 		a.Reason, _ = k.Scrubber().Scrub(a.Reason)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -124,7 +126,9 @@ func unknownKey(keys *keystore.Store, caller *keystore.Caller, name string) stri
 }
 
 // ownKeysOnly is the tool filter that describes fetch to each caller with
-// only the keys it may use.
+// only the keys it may use. The server runs it on every tools/call too,
+// so the description it makes (whose output schema is reflected from
+// fetchResult) is made once per set of keys and kept.
 func (d *Deps) ownKeysOnly(ctx context.Context, ts []mcp.Tool) []mcp.Tool {
 	caller := d.caller(ctx)
 	if caller.MayUse("*") {
@@ -133,8 +137,45 @@ func (d *Deps) ownKeysOnly(ctx context.Context, ts []mcp.Tool) []mcp.Tool {
 	out := slices.Clone(ts)
 	for i, t := range out {
 		if t.Name == "fetch" {
-			out[i] = fetchTool(d.Keys.For(caller))
+			out[i] = d.fetchTools.get(d.Keys.For(caller))
 		}
 	}
 	return out
+}
+
+// fetchTools keeps the fetch tool's description per set of keys it
+// names. The zero value is empty and ready; it is safe for concurrent
+// use.
+type fetchTools struct {
+	mu    sync.Mutex
+	tools map[string]mcp.Tool
+}
+
+// maxFetchTools bounds how many descriptions fetchTools keeps: a set of
+// keys per group of callers, and after a reload the sets of the new
+// configuration. Past it, the kept ones are dropped and made again.
+const maxFetchTools = 64
+
+// get returns fetchTool(keys), made once for keys' names and methods.
+func (c *fetchTools) get(keys *keystore.Store) mcp.Tool {
+	var id strings.Builder
+	for _, k := range keys.Keys() {
+		// What fetchTool reads of a key: its name and whether it is
+		// read-only.
+		fmt.Fprintf(&id, "%q %t\n", k.Name, k.ReadOnly())
+	}
+	c.mu.Lock()
+	t, ok := c.tools[id.String()]
+	c.mu.Unlock()
+	if ok {
+		return t
+	}
+	t = fetchTool(keys)
+	c.mu.Lock()
+	if c.tools == nil || len(c.tools) >= maxFetchTools {
+		c.tools = map[string]mcp.Tool{}
+	}
+	c.tools[id.String()] = t
+	c.mu.Unlock()
+	return t
 }

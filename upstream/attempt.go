@@ -34,34 +34,8 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, errors.New("upstream: request without a call")
 	}
 	c, k := a.client, cs.key
-	cs.attempts++
-	admitStart := c.now()
-	target := ActivityTarget(k, req.URL)
-	remaining := max(cs.req.MaxWait, PaceGrace) - admitStart.Sub(cs.start)
-	t, err := c.pacer.Admit(req.Context(), pacer.Call{Key: k, Caller: cs.req.Caller, Transport: cs.req.Transport,
-		Method: cs.method, Target: target, Digest: cs.digest, CallID: cs.id, Attempt: cs.attempts,
-		MaxWait: max(remaining, 0), Progress: cs.req.Progress})
+	t, target, out, err := a.admit(req, cs)
 	if err != nil {
-		closeBody(req)
-		var pe *pacer.PauseError
-		if errors.As(err, &pe) { // recorded in the activity
-			cs.lastState = ledger.RejectedLocal
-			c.observe(req.Context(), Event{Kind: Refused, Key: k.Name, Caller: cs.req.Caller, Transport: cs.req.Transport,
-				CallID: cs.id, Attempt: cs.attempts, State: ledger.RejectedLocal, Source: pe.Source,
-				Wait: c.now().Sub(admitStart), Method: cs.method, Target: target})
-		} else if req.Context().Err() == nil {
-			// Not a refusal and not the caller leaving: the state file
-			// failed, and nothing was sent.
-			err = fmt.Errorf("%w: %w", ErrStateUnavailable, err)
-		}
-		return nil, err
-	}
-	cs.waited += t.Waited
-
-	out := req.Clone(req.Context())
-	if err := authorize(out, k); err != nil {
-		closeBody(req)
-		c.done(req.Context(), cs, t, pacer.Outcome{SentAt: c.now(), Err: err}, nil, target) // nothing went out
 		return nil, err
 	}
 	actx, cancel := withAnswerDeadline(out.Context(), cs.req.AnswerTimeout)
@@ -135,11 +109,77 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// admit has the pacer admit the next attempt of cs's call, and returns
+// its ticket, its target as the activity shows it, and the request to
+// send, with the key's credential on it. An attempt that
+// would leave later than its margin allows (a busy machine delayed it
+// since its admission) is not sent: it ends as such, and the call is
+// admitted again, counted in the window it will land in.
+func (a *attempts) admit(req *http.Request, cs *call) (pacer.Ticket, string, *http.Request, error) {
+	c, k := a.client, cs.key
+	var late *pacer.LateError // the attempt this one replaces, if any
+	for {
+		cs.attempts++
+		admitStart := c.now()
+		target := ActivityTarget(k, req.URL)
+		remaining := max(cs.req.MaxWait, PaceGrace) - admitStart.Sub(cs.start)
+		// What the request carries, as known before it is sent (a body of
+		// unknown length counts none), spends budgets in content-bytes.
+		t, err := c.pacer.Admit(req.Context(), pacer.Call{Key: k, Caller: cs.req.Caller, Transport: cs.req.Transport,
+			Method: cs.method, Target: target, Digest: cs.digest, CallID: cs.id, Attempt: cs.attempts, Bytes: max(req.ContentLength, 0),
+			MaxWait: max(remaining, 0), Progress: cs.req.Progress, Late: late})
+		if err != nil {
+			closeBody(req)
+			var pe *pacer.PauseError
+			if errors.As(err, &pe) { // recorded in the activity
+				cs.lastState = ledger.RejectedLocal
+				c.observe(req.Context(), Event{Kind: Refused, Key: k.Name, Caller: cs.req.Caller, Transport: cs.req.Transport,
+					CallID: cs.id, Attempt: cs.attempts, State: ledger.RejectedLocal, Source: pe.Source,
+					Wait: c.now().Sub(admitStart), Method: cs.method, Target: target})
+			} else if req.Context().Err() == nil {
+				// Not a refusal and not the caller leaving: the state file
+				// failed, and nothing was sent.
+				err = fmt.Errorf("%w: %w", ErrStateUnavailable, err)
+			}
+			return t, target, nil, err
+		}
+		cs.waited += t.Waited
+		out := req.Clone(req.Context())
+		if err := authorize(out, k); err != nil {
+			closeBody(req)
+			c.done(req.Context(), cs, t, pacer.Outcome{SentAt: c.now(), Err: err}, nil, target) // nothing went out
+			return t, target, nil, err
+		}
+		if err := c.pacer.Leaving(t); !errors.As(err, &late) {
+			return t, target, out, nil
+		}
+		// Nothing went out: the call's last answer is still the one
+		// before, if any.
+		last, lastErr := cs.last, cs.lastErr
+		if err := c.done(req.Context(), cs, t, pacer.Outcome{Err: late, CallerAbort: true}, nil, target); err != nil {
+			closeBody(req)
+			return t, target, nil, fmt.Errorf("%w: %w", ErrStateUnavailable, err) // nothing was sent
+		}
+		cs.last, cs.lastErr = last, lastErr
+	}
+}
+
 // done records an attempt's outcome, and returns the error when it could
 // not be recorded (which is also logged).
 func (c *Client) done(ctx context.Context, cs *call, t pacer.Ticket, o pacer.Outcome, rd *ratelimit.Reading, target string) error {
 	// Recorded even when the caller has gone: the attempt happened.
 	res, err := c.pacer.Done(context.WithoutCancel(ctx), t, o)
+	if err != nil && !o.SentAt.IsZero() && !t.Leased() && errors.Is(err, ledger.ErrUnavailable) {
+		// The call went upstream: its outcome is worth one more bounded
+		// try, unless the failed one committed after all.
+		if recorded, rerr := c.pacer.Recorded(context.WithoutCancel(ctx), t); rerr == nil {
+			if recorded {
+				err = nil
+			} else {
+				res, err = c.pacer.Done(context.WithoutCancel(ctx), t, o)
+			}
+		}
+	}
 	if err != nil {
 		c.log.Error("recording an attempt failed", "key", cs.key.Name, "call", cs.id, "error", err)
 	}

@@ -36,7 +36,7 @@ var (
 )
 
 // binary builds mcp-quota once per test run and returns its path.
-func binary(t *testing.T) string {
+func binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "mcp-quota-e2e")
@@ -58,7 +58,7 @@ func binary(t *testing.T) string {
 
 // upstreamAPI starts the demo upstream on loopback, accepting only
 // upstreamSecret.
-func upstreamAPI(t *testing.T, cfg demo.Config) (*demo.API, string) {
+func upstreamAPI(t testing.TB, cfg demo.Config) (*demo.API, string) {
 	t.Helper()
 	cfg.Tokens = []string{upstreamSecret}
 	api := demo.New(cfg)
@@ -77,7 +77,7 @@ type setup struct {
 
 // keyConfig writes a configuration with key "demo" for baseURL and the
 // callers "agent" and "sync". extra is appended to the key's table.
-func newSetup(t *testing.T, baseURL string, policy string, extra string) *setup {
+func newSetup(t testing.TB, baseURL string, policy string, extra string) *setup {
 	t.Helper()
 	dir := t.TempDir()
 	s := &setup{dir: dir, config: filepath.Join(dir, "config.toml"), state: filepath.Join(dir, "state.db"),
@@ -150,7 +150,7 @@ func (s *setup) stdioSession(t *testing.T, opts *gomcp.ClientOptions, args ...st
 
 // serve runs `mcp-quota serve` in this process on a free loopback port
 // and returns its base URL and collected logs.
-func (s *setup) serve(t *testing.T, args ...string) (string, *lockedBuffer) {
+func (s *setup) serve(t testing.TB, args ...string) (string, *lockedBuffer) {
 	t.Helper()
 	base, logs, stop := startServe(t, s.getenv, append([]string{"--config", s.config, "--state", s.state}, args...)...)
 	t.Cleanup(func() {
@@ -165,7 +165,7 @@ func (s *setup) serve(t *testing.T, args ...string) (string, *lockedBuffer) {
 // port with getenv as its environment, and returns its base URL, its
 // collected logs and a function that stops it and returns its error
 // (called at the test's end too).
-func startServe(t *testing.T, getenv func(string) string, args ...string) (string, *lockedBuffer, func() error) {
+func startServe(t testing.TB, getenv func(string) string, args ...string) (string, *lockedBuffer, func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
@@ -204,7 +204,7 @@ func startServe(t *testing.T, getenv func(string) string, args ...string) (strin
 }
 
 // httpSession connects the go-sdk client to base/mcp with token.
-func httpSession(t *testing.T, base, token string, opts *gomcp.ClientOptions) *gomcp.ClientSession {
+func httpSession(t testing.TB, base, token string, opts *gomcp.ClientOptions) *gomcp.ClientSession {
 	t.Helper()
 	hc := &http.Client{Transport: bearer{token, http.DefaultTransport}}
 	client := gomcp.NewClient(&gomcp.Implementation{Name: "e2e", Version: "1"}, opts)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +18,6 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/internal/pgtest"
-	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/report"
 )
@@ -27,7 +27,8 @@ import (
 // instance name; host-c's clock seven seconds ahead) and a `stdio` agent
 // on one key and one PostgreSQL database, and has them spend the key's
 // budget as greedily as they can against the demo upstream for seven and
-// a half windows: REST callers on every host and the agent's fetch loop.
+// a half windows, and then until each caller was answered after the
+// outages: REST callers on every host and the agent's fetch loop.
 // During the run PostgreSQL stops for three seconds and restarts on its
 // port; host-b is killed with SIGKILL half-way; and PostgreSQL hangs for
 // three seconds (its processes stopped: only the state_timeout ends a
@@ -35,9 +36,7 @@ import (
 //
 // Then: no rolling window holds more admissions than the quota, on the
 // database's clock; the upstream, by its own log, received no more than
-// the quota in any rolling window (shortened by how much the machine
-// delayed a send beyond the pacer's margin, should it have) and refused
-// nothing with 429. Every request the upstream received is in the shared
+// the quota in any rolling window and refused nothing with 429. Every request the upstream received is in the shared
 // activity read from host-a, attributed to the instance that sent it,
 // the three hosts and the agent all there. While the database was gone
 // calls failed closed — REST 503 and MCP isError, code stateUnavailable —
@@ -47,7 +46,8 @@ func TestHostsShareOneBudget(t *testing.T) {
 		quota        = 30
 		window       = 4 * time.Second
 		stateTimeout = time.Second
-		load         = 30 * time.Second // how long the callers keep at it
+		load         = 30 * time.Second // how long the callers keep at it, at least…
+		resumeWait   = time.Minute      // …and at most this longer, until every caller was answered after the outages
 		restartAt    = 8 * time.Second  // PostgreSQL stops then for downFor, and restarts
 		downFor      = 3 * time.Second
 		killAt       = 15 * time.Second // host-b is killed then
@@ -82,7 +82,7 @@ func TestHostsShareOneBudget(t *testing.T) {
 	goroutinesBefore := goroutines(t, a.base)
 
 	var log callLog
-	ctx, stop := context.WithTimeout(context.Background(), load)
+	ctx, stop := context.WithTimeout(context.Background(), load+resumeWait)
 	defer stop()
 	start := time.Now()
 	since := func(at time.Time) time.Duration { return at.Sub(start).Round(time.Millisecond) }
@@ -120,6 +120,17 @@ func TestHostsShareOneBudget(t *testing.T) {
 		hang.to = time.Now()
 		outages = append(outages, hang)
 	}
+	// The load goes on for load, then until every caller still running
+	// has been answered after the last outage (within resumeWait): on a
+	// loaded machine service comes back later, but it must come back.
+	last := outages[len(outages)-1].to
+	for ctx.Err() == nil && (time.Since(start) < load || !answeredAfter(log.all(), last, "host-a", "host-c", "agent")) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	stop()
 	wg.Wait()
 	end := time.Now()
 	client.CloseIdleConnections()
@@ -158,10 +169,16 @@ func TestHostsShareOneBudget(t *testing.T) {
 		// A call that began while the database was gone fails within
 		// one bounded transaction (a REST 503 reads no quota for its
 		// headers then: see rest's Handler.failed); one that began before
-		// may first have waited for the budget.
+		// may first have waited for the budget. One that began after it,
+		// while the hosts connect again, may have waited for the budget
+		// and failed in any of its transactions (on a loaded machine, one
+		// that outlasted the state_timeout): each is bounded.
 		bound := stateTimeout
-		if c.start.Before(in.from) {
+		switch {
+		case c.start.Before(in.from):
 			bound += maxWait * time.Second
+		case c.start.After(in.to):
+			bound = maxWait*time.Second + 3*stateTimeout
 		}
 		if took := c.end.Sub(later(c.start, in.from)); took > bound+slack {
 			t.Errorf("%s: call %s failed %v into the %s; want within %v", c.who, c.id, took.Round(time.Millisecond), in.name, bound+slack)
@@ -288,38 +305,25 @@ func TestHostsShareOneBudget(t *testing.T) {
 	// The upstream, by its own log: never more than the quota in a
 	// rolling window, and no 429. It counts a call from its arrival, the
 	// log from its admission: the pacer keeps a send in the window a
-	// margin longer, at most marginCap (pacer/margin.go: w/20, and
-	// MaxMargin), so a machine that delays a send by more than that
-	// between admission and arrival can crowd the upstream's window by
-	// that much more. The window checked is shorter by the excess, if
-	// there is one.
+	// margin longer, which follows how late the hosts' sends leave, and
+	// admits again a send that would leave later than that (see
+	// TestHostsUnderPressure).
 	stats := up.api.Stats(upstreamSecret)
-	marginCap := min(pacer.MaxMargin, window/20)
-	excess := max(sendLatency-marginCap, 0)
-	most := stats.MaxInWindow(window - excess)
+	most := stats.MaxInWindow(window)
 	t.Logf("the upstream received %d requests, accepted %d, refused %d; most in a rolling %v: %d of %d; "+
-		"the longest from admission to arrival %v (the margin at most %v)",
-		stats.Requests, len(stats.Accepted), stats.Rejected, window, stats.MaxInWindow(window), quota,
-		sendLatency.Round(time.Millisecond), marginCap)
+		"the longest from admission to arrival %v",
+		stats.Requests, len(stats.Accepted), stats.Rejected, window, most, quota, sendLatency.Round(time.Millisecond))
 	if len(arrivals) != stats.Requests {
 		t.Errorf("the upstream's log holds %d requests, its stats %d", len(arrivals), stats.Requests)
 	}
-	if most > quota {
-		t.Errorf("the upstream accepted %d calls in one rolling %v window; want at most %d", most, window-excess, quota)
-	}
-	switch {
-	case stats.Rejected > 0 && excess == 0:
-		t.Errorf("the upstream refused %d calls with 429; want none", stats.Rejected)
-	case stats.Rejected > 0:
-		t.Logf("the upstream refused %d calls with 429: a send took %v more than the margin to arrive", stats.Rejected, excess.Round(time.Millisecond))
-	}
-	if excess > 0 || stats.MaxInWindow(window) > quota {
-		t.Logf("sends arrived up to %v later than the margin allows for: the fullest %v window at the upstream:", excess.Round(time.Millisecond), window)
+	if most > quota || stats.Rejected > 0 {
+		t.Errorf("the upstream accepted %d calls in one rolling %v window and refused %d with 429; want at most %d and none", most, window, stats.Rejected, quota)
+		t.Logf("the fullest %v window at the upstream:", window)
 		for _, r := range fullest(arrivals, window) {
 			var adm []string
 			for _, at := range sent[r.call] {
 				when, _ := time.Parse(time.RFC3339Nano, at.At)
-				adm = append(adm, fmt.Sprintf("by %s at %v (%v before)", at.Instance, since(when), r.at.Sub(when).Round(time.Millisecond)))
+				adm = append(adm, fmt.Sprintf("%s by %s at %v (%v before)", at.State, at.Instance, since(when), r.at.Sub(when).Round(time.Millisecond)))
 			}
 			t.Logf("  %s arrived at %v, answered %d; admitted %s", r.call, since(r.at), r.status, strings.Join(adm, ", "))
 		}
@@ -372,6 +376,17 @@ func TestHostsShareOneBudget(t *testing.T) {
 	if after > goroutinesBefore+50 {
 		t.Errorf("host-a has %d goroutines after the run, %d before it", after, goroutinesBefore)
 	}
+}
+
+// answeredAfter reports whether each of who has a call begun after at
+// that was answered.
+func answeredAfter(calls []hostCall, at time.Time, who ...string) bool {
+	for _, w := range who {
+		if !slices.ContainsFunc(calls, func(c hostCall) bool { return c.who == w && c.kind == callAnswered && c.start.After(at) }) {
+			return false
+		}
+	}
+	return true
 }
 
 // An outage is a time the database was gone, from from to to, and what

@@ -22,14 +22,15 @@ func oauthServer(keys *keystore.Store) (*oauth.Server, error) {
 }
 
 // dashboardOIDC is the dashboard's sign-in with the authorization server,
-// when [oauth] names a dashboard client.
+// when [oauth] is configured: with the dashboard client it names, or one
+// the dashboard registers there.
 func dashboardOIDC(keys *keystore.Store, srv *oauth.Server) *dashboard.OIDC {
 	o := keys.OAuth()
-	if srv == nil || o == nil || o.DashboardClient == "" {
+	if srv == nil || o == nil {
 		return nil
 	}
-	return &dashboard.OIDC{ClientID: o.DashboardClient, ClientSecret: o.DashboardSecret.Reveal(), Resource: o.Resource,
-		Scopes: o.Scopes, Endpoints: srv.Endpoints,
+	return &dashboard.OIDC{Name: o.IssuerName, Issuer: o.Issuers[0], ClientID: o.DashboardClient, ClientSecret: o.DashboardSecret.Reveal(), Resource: o.Resource,
+		Scopes: o.Scopes, Endpoints: srv.Endpoints, Registration: srv.Registration,
 		Caller: func(ctx context.Context, token string) (*keystore.Caller, error) {
 			p, err := srv.Verify(ctx, token)
 			if err != nil {

@@ -80,6 +80,25 @@ function showSignIn() {
   $("signout").hidden = true;
   $("who").textContent = "";
   $("signin").hidden = false;
+  signInChoices();
+}
+
+// signInChoices shows the button of the sign-in with the authorization
+// server, when mcp-quota offers it, above the token form.
+async function signInChoices() {
+  let o = {};
+  try {
+    const r = await fetch("/ui/api/signin", { credentials: "same-origin" });
+    if (r.ok) o = await r.json();
+  } catch (_) { /* the token form is there either way */ }
+  const b = $("signin-oidc-button");
+  $("signin-oidc").hidden = !o.oidc;
+  $("signin-or").hidden = !o.oidc;
+  $("signin-enter").hidden = !!o.oidc;
+  if (o.oidc) {
+    b.textContent = o.oidc.label;
+    b.href = o.oidc.path;
+  }
 }
 
 async function signIn(ev) {
@@ -243,8 +262,8 @@ function renderDetail(d, now) {
   $("spenders-caption").textContent = d.window_s ? `over the last ${duration(d.window_s)}` : "";
   const reserved = d.spenders.some((p) => p.reserved > 0);
   $("spenders").classList.toggle("no-reservations", !reserved);
-  $("spenders").tBodies[0].replaceChildren(...d.spenders.map((p) => el("tr", {},
-    el("td", {}, p.caller), el("td", {}, p.used), el("td", {}, (p.share * 100).toFixed(0) + "%"),
+  $("spenders").tBodies[0].replaceChildren(...d.spenders.map((p) => el("tr", p.others ? { class: "others" } : {},
+    el("td", {}, p.others ? "others (not yours to see)" : p.caller), el("td", {}, p.used), el("td", {}, (p.share * 100).toFixed(0) + "%"),
     el("td", { class: "res" }, p.reserved), el("td", { class: "res" }, p.held), el("td", { class: "res" }, p.lent))));
 }
 

@@ -30,7 +30,8 @@ func Dir() string {
 
 // Start starts count issuers in one Node process, stopped when the test
 // ends, and returns their issuer URLs. user is the account the sign-in
-// page signs in ("alice", "bob"). It skips the test when Node or the
+// page signs in ("alice", "bob"); "" makes it a login form a person (a
+// browser) fills in with an account and Password. It skips the test when Node or the
 // package is missing, unless CI=true: there it fails.
 func Start(t testing.TB, count int, user string) []string {
 	t.Helper()
@@ -66,6 +67,9 @@ func Start(t testing.TB, count int, user string) []string {
 	}
 	return out.Issuers
 }
+
+// Password is the password of every account on the login form.
+const Password = "test-password"
 
 // errProviderSilent reports a provider that did not print its issuers in
 // time.

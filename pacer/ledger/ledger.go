@@ -75,6 +75,7 @@ type Tx interface {
 	Signals
 	Kept
 	History
+	Fair
 	// Clock returns the instant the transaction takes place at, given the
 	// process's own clock: the database server's clock for a back end
 	// that many hosts share, so that every host counts one window, and
@@ -107,6 +108,14 @@ type Log interface {
 	// Nth returns the admission time of the n-th (1-based) oldest
 	// admission of key after since, or the zero time when there are fewer.
 	Nth(key string, since time.Time, n int) (time.Time, error)
+	// Bytes returns the bytes the attempts of key admitted after since
+	// carried (their Attempt.Bytes, summed), at a cost that does not grow
+	// with the count.
+	Bytes(key string, since time.Time) (int64, error)
+	// NthByte returns the admission time of the oldest admission of key
+	// after since by which the admissions after since have carried at
+	// least n bytes (n >= 1), or the zero time when they carried fewer.
+	NthByte(key string, since time.Time, n int64) (time.Time, error)
 	// Sends returns the latest limit admissions of key after since, oldest
 	// first.
 	Sends(key string, since time.Time, limit int) ([]Send, error)
@@ -226,6 +235,7 @@ type Attempt struct {
 	Method     string        // HTTP method
 	Target     string        // path and query below the key's base URL, credential-free
 	Digest     string        // identifies identical requests, for the loop guard
+	Bytes      int64         // the bytes the request carries (its body's length, known before sending); 0 when none or unknown
 	State      string        // Admitted, Confirmed, … (the constants above)
 	Reason     string        // why it waited, was refused or failed, in words
 	Probe      bool          // the one call let through to get a fresh answer
@@ -240,6 +250,10 @@ type Attempt struct {
 	// WindowOf: set it for keys whose callers have reservations (only
 	// they are counted per caller), and leave the others the cost.
 	ByCaller bool
+	// Principal numbers an admission in its principal's own log, for
+	// PrincipalWindow: set it for keys with shares (see Fair), to the
+	// principal the caller speaks for.
+	Principal string
 }
 
 // A Window is what the sliding-window log holds of one key after a time.

@@ -18,6 +18,7 @@ import (
 var logs = []behaviour{
 	{"a window counts the admissions after its start, and only admissions", windowCounts},
 	{"the log reads like its definition, with late admissions and sweeps", logReadsLikeItsDefinition},
+	{"the log's bytes count what each admission carried, reserved slots none", bytesOfReservedSlots},
 	{"an attempt reads back as it was recorded and finished", attemptLifecycle},
 	{"repeats count one caller's first attempts with one digest", repeats},
 }
@@ -128,23 +129,57 @@ func (m *logModel) sweep(now, before time.Time) {
 	})
 }
 
-// admitted returns the admission times of key after since, oldest first,
-// and how many each caller made.
-func (m *logModel) admitted(key string, since time.Time) ([]time.Time, map[string]int) {
-	var at []time.Time
+// admittedBytes returns the admission times of key after since, oldest
+// first (the order of the log: by time, then as recorded), how many each
+// caller made, and the bytes each carried, in the same order.
+func (m *logModel) admittedBytes(key string, since time.Time) ([]time.Time, map[string]int, []int64) {
+	var in []ledger.Attempt
 	var by map[string]int
 	for _, a := range m.attempts {
 		if a.Key != key || a.State != ledger.Admitted || !a.At.After(since) {
 			continue
 		}
-		at = append(at, a.At)
+		in = append(in, a)
 		if by == nil {
 			by = map[string]int{}
 		}
 		by[a.Caller]++
 	}
-	slices.SortFunc(at, time.Time.Compare)
-	return at, by
+	slices.SortStableFunc(in, func(a, b ledger.Attempt) int { return a.At.Compare(b.At) })
+	at, bytes := make([]time.Time, len(in)), make([]int64, len(in))
+	for i, a := range in {
+		at[i], bytes[i] = a.At, a.Bytes
+	}
+	return at, by, bytes
+}
+
+// checkBytes compares the bytes of key's log after since as tx reads
+// them with what the admissions there carried (at, bytes: oldest first).
+func checkBytes(t *testing.T, tx ledger.Tx, key string, since time.Time, at []time.Time, bytes []int64) {
+	t.Helper()
+	var sum int64
+	for _, n := range bytes {
+		sum += n
+	}
+	if got, err := tx.Bytes(key, since); err != nil || got != sum {
+		t.Errorf("Bytes(%s, %v): got %d, %v; want %d", key, since.Sub(t0), got, err, sum)
+	}
+	for _, n := range []int64{1, sum / 3, sum / 2, sum, sum + 1} {
+		if n < 1 {
+			continue
+		}
+		var want time.Time
+		var run int64
+		for i, b := range bytes {
+			if run += b; run >= n {
+				want = at[i]
+				break
+			}
+		}
+		if got, err := tx.NthByte(key, since, n); err != nil || !got.Equal(want) {
+			t.Errorf("NthByte(%s, %v, %d): got %v, %v; want %v", key, since.Sub(t0), n, got, err, want)
+		}
+	}
 }
 
 // check compares the log as s reads it with the model, for every key and
@@ -154,7 +189,8 @@ func (m *logModel) check(t *testing.T, s state.Store, keys, callers []string, fr
 	view(t, s, func(tx ledger.Tx) error {
 		for _, key := range keys {
 			for since := from.Add(-time.Second); !since.After(to); since = since.Add(2300 * time.Millisecond) {
-				at, by := m.admitted(key, since)
+				at, by, bytes := m.admittedBytes(key, since)
+				checkBytes(t, tx, key, since, at, bytes)
 				want := ledger.Window{Count: len(at)}
 				if len(at) > 0 {
 					want.Oldest = at[0]
@@ -221,7 +257,7 @@ func logReadsLikeItsDefinition(t *testing.T, b Backend) {
 			for range 60 {
 				now = now.Add(time.Duration(rng.IntN(400)) * time.Millisecond) // ties too
 				a := ledger.Attempt{CallID: "c", Attempt: 1, Key: keys[rng.IntN(len(keys))], Caller: callers[rng.IntN(len(callers))],
-					State: states[rng.IntN(len(states))], At: now, ByCaller: true}
+					State: states[rng.IntN(len(states))], At: now, ByCaller: true, Bytes: int64(rng.IntN(3) * rng.IntN(2000))}
 				if rng.IntN(10) == 0 {
 					a.At = now.Add(-time.Duration(rng.IntN(5000)) * time.Millisecond) // recorded late
 				}
@@ -241,6 +277,47 @@ func logReadsLikeItsDefinition(t *testing.T, b Backend) {
 			m.check(t, s, keys, callers, t0, now)
 		}
 	}
+}
+
+// Reserved slots carry no bytes the log knows of: the bytes of the
+// admissions around them are counted as carried, whether the slots are
+// kept (released) or deleted.
+func bytesOfReservedSlots(t *testing.T, b Backend) {
+	s, _ := b.fresh(t)
+	carried := func(at time.Time, n int64) ledger.Attempt {
+		a := admission("k", "sync", at)
+		a.Bytes = n
+		return a
+	}
+	update(t, s, func(tx ledger.Tx) error {
+		insert(t, tx, carried(t0, 100))
+		first, last, err := tx.Reserve("k", 3, t0.Add(time.Millisecond), t0.Add(time.Minute), "a batch")
+		if err != nil {
+			return err
+		}
+		insert(t, tx, carried(t0.Add(2*time.Millisecond), 50))
+		checkBytes(t, tx, "k", t0.Add(-time.Second), []time.Time{t0, t0.Add(2 * time.Millisecond)}, []int64{100, 50})
+		checkBytes(t, tx, "k", t0, []time.Time{t0.Add(2 * time.Millisecond)}, []int64{50})
+		if err := tx.Release("k", first, last); err != nil {
+			return err
+		}
+		first, last, err = tx.Reserve("k", 2, t0.Add(3*time.Millisecond), t0.Add(time.Minute), "a batch")
+		if err != nil {
+			return err
+		}
+		if err := tx.Release("k", first, last); err != nil { // the log's last: deleted
+			return err
+		}
+		insert(t, tx, carried(t0.Add(4*time.Millisecond), 7))
+		return nil
+	}, "k")
+	view(t, s, func(tx ledger.Tx) error {
+		checkBytes(t, tx, "k", t0.Add(-time.Second), []time.Time{t0, t0.Add(2 * time.Millisecond), t0.Add(4 * time.Millisecond)},
+			[]int64{100, 50, 7})
+		checkBytes(t, tx, "k", t0.Add(time.Hour), nil, nil)
+		checkBytes(t, tx, "never", time.Time{}, nil, nil)
+		return nil
+	})
 }
 
 // An attempt reads back, in the activity and as its call, with every

@@ -12,7 +12,10 @@
 // client names, as a JWT — or opaque for the client "opaque-job"),
 // client credentials, introspection and revocation. Its sign-in page signs
 // in the account named by OIDC_USER (default "alice") and grants what was
-// asked, so a client can complete the flow without a browser. Accounts:
+// asked, so a client can complete the flow without a browser; with
+// OIDC_USER set and empty, it is a login form instead, where a person (a
+// browser test) enters an account's name and the password
+// "test-password", and then grants what was asked. Accounts:
 //   alice  email alice@example.com, groups ["team-a"]
 //   bob    email bob@example.com,   groups []
 // Static clients (secrets are test values):
@@ -29,7 +32,30 @@ const accounts = {
   alice: { email: "alice@example.com", groups: ["team-a"] },
   bob: { email: "bob@example.com", groups: [] },
 };
-const user = process.env.OIDC_USER || "alice";
+const user = process.env.OIDC_USER ?? "alice";
+const password = "test-password";
+
+// loginPage is the login form of interaction uid, with a message.
+function loginPage(uid, message) {
+  const esc = (v) => String(v).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+  return `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Test IdP: sign in</title></head><body>
+<h1>Test IdP</h1><p id="message">${esc(message)}</p>
+<form id="login-form" method="post" action="/interaction/${esc(uid)}">
+<label>Account <input id="login" name="login" autocomplete="username"></label>
+<label>Password <input id="password" name="password" type="password" autocomplete="current-password"></label>
+<button id="login-button" type="submit">Sign in</button>
+</form></body></html>`;
+}
+
+// formBody reads an application/x-www-form-urlencoded request body.
+async function formBody(req) {
+  let raw = "";
+  for await (const chunk of req) {
+    raw += chunk;
+    if (raw.length > 1 << 16) throw new Error("form too large");
+  }
+  return new URLSearchParams(raw);
+}
 
 // signingKey is a fresh RSA key of one issuer: no two issuers share one.
 // It is made off the main thread: once, under the whole Go suite, the
@@ -87,7 +113,17 @@ async function signIn(provider, req, res) {
   const { prompt, params } = details;
   let result;
   if (prompt.name === "login") {
-    result = { login: { accountId: user } };
+    let accountId = user;
+    if (!user) {
+      const form = req.method === "POST" ? await formBody(req) : null;
+      accountId = form?.get("login") ?? "";
+      if (!form || !Object.hasOwn(accounts, accountId) || form.get("password") !== password) {
+        res.setHeader("Content-Type", "text/html; charset=utf-8");
+        res.end(loginPage(details.uid, form ? "Unknown account or wrong password." : ""));
+        return;
+      }
+    }
+    result = { login: { accountId } };
   } else {
     const grant = details.grantId
       ? await provider.Grant.find(details.grantId)

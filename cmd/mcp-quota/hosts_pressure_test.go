@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mcp-quota/mcp-quota/demo"
+	"github.com/mcp-quota/mcp-quota/internal/pgtest"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report"
+)
+
+// TestHostsUnderPressure stands three `serve` processes for three hosts
+// and a `stdio` agent on one key and one PostgreSQL database, as
+// TestHostsShareOneBudget does, and has them spend the key's budget as
+// greedily as they can: once while a busy loop runs on every core of the
+// machine beside them (so that the hosts' sends leave late after their
+// admission), and once while every host's connections to the database
+// are terminated (pg_terminate_backend) every 0.7 s.
+//
+// Then: the upstream, by its own log, never received more than the quota
+// in any rolling window and refused nothing with 429; and every request
+// it received has its outcome in the shared activity — the status the
+// upstream answered it with, recorded by the host that sent it.
+func TestHostsUnderPressure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three serve processes and PostgreSQL, twice for 15 s: not under -short")
+	}
+	t.Run("busy cores", func(t *testing.T) { underPressure(t, runtime.NumCPU(), 0) })
+	t.Run("connections cut", func(t *testing.T) { underPressure(t, 0, 700*time.Millisecond) })
+}
+
+// underPressure is a run of TestHostsUnderPressure with loops busy loops
+// beside the hosts, their connections cut every cut (never when 0).
+func underPressure(t *testing.T, loops int, cut time.Duration) {
+	const (
+		quota   = 30
+		window  = 4 * time.Second
+		load    = 15 * time.Second
+		workers = 3 // REST callers on each host
+		maxWait = 2 // seconds a call waits for the budget
+		// The state's bound on a transaction: the outages here are cut
+		// connections, which a transaction is run again for, not a
+		// database that hangs. Every cut ends every connection, and a
+		// transaction on a new one prepares each of its statements: on a
+		// loaded machine, a transaction may be cut again and again
+		// before one run of it commits.
+		stateTimeout = 30 * time.Second
+	)
+	pg := pgtest.Start(t)
+	db := pg.CreateDatabase(t)
+	up := newUpstreamLog(t, demo.Config{Quota: quota, Window: window})
+	cfg := hostsConfig(db, up.url, quota, window, stateTimeout)
+	hosts := []*host{
+		newHost(t, "host-a", cfg, pg.Password()),
+		newHost(t, "host-b", cfg, pg.Password()),
+		newHost(t, "host-c", cfg, pg.Password(), "MCP_QUOTA_CLOCK_SKEW=7s"),
+	}
+	for _, h := range hosts {
+		h.serve(t)
+	}
+	agent := newHost(t, "agent", cfg, pg.Password()).stdioSession(t)
+	client := &http.Client{Timeout: time.Minute}
+	defer client.CloseIdleConnections()
+
+	ctx, stop := context.WithTimeout(context.Background(), load)
+	defer stop()
+	var wg sync.WaitGroup
+	t.Cleanup(func() { stop(); wg.Wait() })
+	busy(t, ctx, loops)
+	var cuts atomic.Int64
+	if cut > 0 {
+		wg.Go(func() { cuts.Store(int64(cutConnections(ctx, t, pg, db, cut))) })
+	}
+
+	var log callLog
+	start := time.Now()
+	for _, h := range hosts {
+		for w := range workers {
+			wg.Go(func() { h.restCalls(ctx, t, client, w+1, maxWait, &log) })
+		}
+	}
+	wg.Go(func() { agentCalls(ctx, t, agent, maxWait, &log) })
+	wg.Wait()
+	since := func(at time.Time) time.Duration { return at.Sub(start).Round(time.Millisecond) }
+
+	byWho := map[string]map[string]int{}
+	for _, c := range log.all() {
+		if byWho[c.who] == nil {
+			byWho[c.who] = map[string]int{}
+		}
+		byWho[c.who][c.kind]++
+	}
+	t.Logf("%d busy loops; %d times the hosts' connections were cut; calls by caller and result: %v", loops, cuts.Load(), byWho)
+	for _, who := range []string{"host-a", "host-b", "host-c", "agent"} {
+		if byWho[who][callAnswered] == 0 {
+			t.Errorf("%s: no call was answered", who)
+		}
+	}
+
+	// The shared activity: the attempts of each call, and how many were
+	// not sent for leaving too late after their admission.
+	activity := readActivity(t, hosts[0].base, syncToken)
+	attempts := map[string][]report.Activity{}
+	late := 0
+	for _, at := range activity {
+		u, err := url.Parse(at.Target)
+		if err != nil {
+			t.Errorf("activity %d: target %q: %v", at.ID, at.Target, err)
+			continue
+		}
+		id := u.Query().Get("call")
+		attempts[id] = append(attempts[id], at)
+		if strings.Contains(at.Reason, "not sent: it would have left") {
+			late++
+		}
+	}
+
+	// Every request the upstream received has its outcome in the
+	// activity, recorded by the host that sent it.
+	arrivals := up.log()
+	missing := 0
+	for _, r := range arrivals {
+		who, _, _ := strings.Cut(r.call, ".")
+		found := false
+		for _, at := range attempts[r.call] {
+			if at.Status == r.status && at.State != ledger.Admitted && at.Instance == who {
+				found = true
+			}
+		}
+		if !found {
+			missing++
+			t.Errorf("the upstream answered call %q %d at %v; the activity holds no such outcome of it: %+v", r.call, r.status, since(r.at), attempts[r.call])
+		}
+	}
+	t.Logf("the upstream received %d requests; %d have no outcome in the activity; %d attempts were not sent for leaving late", len(arrivals), missing, late)
+
+	// The upstream, by its own log: never more than the quota in a
+	// rolling window, and no 429.
+	stats := up.api.Stats(upstreamSecret)
+	most := stats.MaxInWindow(window)
+	t.Logf("the upstream accepted %d, refused %d; most in a rolling %v: %d of %d", len(stats.Accepted), stats.Rejected, window, most, quota)
+	if most > quota || stats.Rejected > 0 {
+		t.Errorf("the upstream accepted %d calls in one rolling %v window and refused %d; want at most %d and none", most, window, stats.Rejected, quota)
+		for _, r := range fullest(arrivals, window) {
+			var adm []string
+			for _, at := range attempts[r.call] {
+				when, _ := time.Parse(time.RFC3339Nano, at.At)
+				adm = append(adm, fmt.Sprintf("%s by %s at %v (%v before)", at.State, at.Instance, since(when), r.at.Sub(when).Round(time.Millisecond)))
+			}
+			t.Logf("  %s arrived at %v, answered %d; attempts: %s", r.call, since(r.at), r.status, strings.Join(adm, ", "))
+		}
+	}
+}
+
+// busy runs n busy loops, each a process of its own, until ctx ends.
+func busy(t *testing.T, ctx context.Context, n int) {
+	t.Helper()
+	for range n {
+		cmd := exec.CommandContext(ctx, "sh", "-c", "while :; do :; done")
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start a busy loop: %v", err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	}
+}
+
+// cutConnections terminates every connection to the database of dbURL
+// but its own, every every, until ctx ends, and returns how many times
+// it did.
+func cutConnections(ctx context.Context, t *testing.T, pg *pgtest.Server, dbURL string, every time.Duration) int {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Errorf("database URL: %v", err)
+		return 0
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	conn, err := pgx.Connect(ctx, pg.URLWithPassword("postgres"))
+	if err != nil {
+		t.Errorf("connect to cut connections: %v", err)
+		return 0
+	}
+	defer conn.Close(context.Background())
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	n := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return n
+		case <-tick.C:
+		}
+		_, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE datname = $1 AND pid <> pg_backend_pid()`, name)
+		if err != nil {
+			if ctx.Err() == nil {
+				t.Errorf("pg_terminate_backend: %v", err)
+			}
+			return n
+		}
+		n++
+	}
+}

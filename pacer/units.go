@@ -1,0 +1,257 @@
+package pacer
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+)
+
+// A policy counts one of the draft's units (RateLimit-Policy's qu), and
+// is spent by what that unit counts:
+//
+//   - requests: one per call admitted, over the sliding-window log (see
+//     windowedBudgets);
+//   - content-bytes: the bytes each request carries, its body's length
+//     as known before it is sent (Call.Bytes), summed over the same log:
+//     at most q bytes are admitted in any w, and a call waits until the
+//     window has room for its whole body;
+//   - concurrent-requests: the calls in flight (admitted and not yet
+//     ended, by every caller and process), at most q at once: a slot is
+//     given back when a call ends, never by a timer, so an observation
+//     of such a policy never expires into a probe.
+
+// byteBudget is a budget in content-bytes: a documented policy or an
+// upstream one that announced q and w in content-bytes, counted over the
+// bytes of the log.
+type byteBudget struct {
+	windowed
+	never bool // the call carries more than the whole quota: it never fits
+}
+
+// byteWindows returns k's documented policies in content-bytes and those
+// of known that announced q and w in content-bytes.
+func byteWindows(k *keystore.Key, known []ledger.Known) []policyWindow {
+	var ps []policyWindow
+	for _, p := range k.Policies {
+		if p.Unit == ratelimit.ContentBytes {
+			ps = append(ps, policyWindow{p.Name, "", p.Quota, p.Window, "local", false})
+		}
+	}
+	for _, kn := range known {
+		if kn.Unit == ratelimit.ContentBytes && kn.HasQuota && kn.Window > 0 {
+			ps = append(ps, policyWindow{kn.Policy, kn.Partition, kn.Quota, kn.Window, string(kn.Shape), kn.Hidden})
+		}
+	}
+	return ps
+}
+
+// need is what a call must find left of a budget in unit u to go: its
+// bytes in content-bytes (at least one: an exhausted budget holds every
+// call back, whatever it carries), one call otherwise.
+func (s snapshot) need(u ratelimit.Unit) int64 {
+	if u == ratelimit.ContentBytes {
+		return max(s.bytes, 1)
+	}
+	return 1
+}
+
+// byteBudgets returns the key's budgets in content-bytes, each counted
+// over the bytes the log's admissions carried in its window, and whether
+// this call fits in each.
+func (s snapshot) byteBudgets() ([]byteBudget, error) {
+	var out []byteBudget
+	for _, p := range byteWindows(s.key, s.applicable()) {
+		m := s.margin(p.w)
+		since := s.now.Add(-p.w - m)
+		used, err := s.log.Bytes(since)
+		if err != nil {
+			return nil, err
+		}
+		if s.replaced(since) {
+			used -= s.bytes // the attempt this call replaces, with the same body, was never sent
+		}
+		bb := byteBudget{windowed: windowed{Budget: Budget{Policy: p.name, Unit: ratelimit.ContentBytes, Partition: p.partition,
+			Limit: p.q, Used: used, Window: p.w, Source: p.source, Hidden: p.hidden}}}
+		bb.avail = p.q - used
+		bb.Remaining = max(bb.avail, 0)
+		if used > 0 {
+			win, err := s.log.Window(since)
+			if err != nil {
+				return nil, err
+			}
+			if !win.Oldest.IsZero() {
+				bb.Reset = min(win.Oldest.Add(p.w+m).Sub(s.now), p.w)
+			}
+		}
+		need := s.need(ratelimit.ContentBytes)
+		switch {
+		case need > p.q:
+			bb.never = true
+			bb.freeAt = s.now.Add(p.w)
+		case bb.avail < need:
+			// The call waits for this many of the window's bytes to
+			// leave it.
+			e, err := s.log.NthByte(since, used+need-p.q)
+			if err != nil {
+				return nil, err
+			}
+			if e.IsZero() {
+				e = s.now
+			}
+			bb.freeAt = e.Add(p.w + m)
+		}
+		out = append(out, bb)
+	}
+	return out, nil
+}
+
+// byteConstraint is what a byte budget that this call does not fit in
+// asks of it.
+func (s snapshot) byteConstraint(bb byteBudget) constraint {
+	if bb.never {
+		return constraint{wait: bb.freeAt.Sub(s.now), source: bb.Policy, exhaust: true, never: true,
+			reason: fmt.Sprintf("the request carries %s content-bytes, more than the %s that policy '%s' allows in any %s: it can never go as it is; send a smaller body",
+				grouped(s.bytes), grouped(bb.Limit), bb.Policy, seconds(bb.Window))}
+	}
+	return constraint{wait: bb.freeAt.Sub(s.now), source: bb.Policy, exhaust: true, keyWide: bb.avail <= 0,
+		reason: fmt.Sprintf("%s of %s content-bytes per %s are left under policy '%s', and the request carries %s",
+			grouped(bb.Remaining), grouped(bb.Limit), seconds(bb.Window), bb.Policy, grouped(max(s.bytes, 0)))}
+}
+
+// concurrency is the budget of an upstream policy in concurrent-requests,
+// and what it asks of this call: a slot of its quota is taken by every
+// call in flight and given back when the call ends. Without a quota, the
+// r an answer said holds: r more could start while the call it answered
+// was still in flight, so at least r+1 may be in flight at once — the
+// most it allows until an answer says more.
+func (s snapshot) concurrency(k ledger.Known) (Budget, constraint) {
+	b := Budget{Policy: k.Policy, Unit: ratelimit.ConcurrentRequests, Partition: k.Partition, Limit: k.Quota,
+		Used: int64(s.flight.Count), Remaining: -1, Source: string(k.Shape), Observed: k.ReceivedAt, Hidden: k.Hidden}
+	limit := int64(-1)
+	switch {
+	case k.HasQuota:
+		limit = max(k.Quota, 1) // a call at a time at least: its answer may say more
+		b.Limit = limit
+	case k.HasRemaining:
+		limit = max(k.Remaining, 0) + 1
+	}
+	var c constraint
+	if limit >= 0 {
+		b.Remaining = max(limit-int64(s.flight.Count), 0)
+		if b.Remaining == 0 && !s.noFlightWait {
+			c = s.inFlightConstraint(b)
+		}
+	}
+	return b, c
+}
+
+// concurrencyBudgets returns the budgets of the key's documented
+// policies in concurrent-requests.
+func (s snapshot) concurrencyBudgets() ([]Budget, []constraint) {
+	var bs []Budget
+	var cs []constraint
+	for _, p := range s.key.Policies {
+		if p.Unit != ratelimit.ConcurrentRequests {
+			continue
+		}
+		b := Budget{Policy: p.Name, Unit: ratelimit.ConcurrentRequests, Limit: p.Quota, Used: int64(s.flight.Count),
+			Remaining: max(p.Quota-int64(s.flight.Count), 0), Source: "local"}
+		bs = append(bs, b)
+		if b.Remaining == 0 && !s.noFlightWait {
+			cs = append(cs, s.inFlightConstraint(b))
+		}
+	}
+	return bs, cs
+}
+
+// inFlightConstraint holds a call back until a call in flight ends: a
+// re-check, woken early when one ends in this process.
+func (s snapshot) inFlightConstraint(b Budget) constraint {
+	reason := fmt.Sprintf("all %s concurrent requests allowed by policy '%s' are in flight, and the next starts when one of them ends",
+		grouped(b.Limit), b.Policy)
+	if b.Limit <= 0 {
+		reason = fmt.Sprintf("%d concurrent requests are in flight, as many as the upstream's last answer allows under policy '%s', and the next starts when one of them ends",
+			s.flight.Count, b.Policy)
+	}
+	return constraint{wait: Poll, poll: true, source: b.Policy, reason: reason}
+}
+
+// unitsLeft says what a budget not in requests has left, for advice:
+// "120 of 1,000,000 content-bytes are left under policy 'bytes' for the
+// next 30 s", "3 of 4 concurrent requests are in flight under policy
+// 'conc'". ok is false for a budget in requests (or in a unit mcp-quota
+// does not count), which canMake says.
+func unitsLeft(b *Budget) (string, bool) {
+	switch b.Unit {
+	case ratelimit.ContentBytes:
+		s := fmt.Sprintf("%s of %s content-bytes are left under policy '%s'", grouped(b.Remaining), grouped(b.Limit), b.Policy)
+		if r := budgetReset(b); r > 0 {
+			s += " " + forNext(r)
+		}
+		return s, true
+	case ratelimit.ConcurrentRequests:
+		if b.Limit <= 0 {
+			return fmt.Sprintf("%d concurrent requests are in flight under policy '%s', and %d more may start",
+				b.Used, b.Policy, max(b.Remaining, 0)), true
+		}
+		return fmt.Sprintf("%d of %s concurrent requests are in flight under policy '%s'", b.Used, grouped(b.Limit), b.Policy), true
+	}
+	return "", false
+}
+
+// grouped writes n with a comma between each group of three digits:
+// 1,000,000.
+func grouped(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := n < 0
+	if neg {
+		s = s[1:]
+	}
+	out := make([]byte, 0, len(s)+len(s)/3+1)
+	for i := range len(s) {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	if neg {
+		return "-" + string(out)
+	}
+	return string(out)
+}
+
+// keyHasBytes reports whether k or what its upstream announced counts
+// content-bytes: its calls are never leased (a slot's bytes are not
+// known when it is reserved).
+func keyHasBytes(k *keystore.Key, known []ledger.Known) bool {
+	for _, p := range k.Policies {
+		if p.Unit == ratelimit.ContentBytes {
+			return true
+		}
+	}
+	for _, kn := range known {
+		if kn.Unit == ratelimit.ContentBytes {
+			return true
+		}
+	}
+	return false
+}
+
+// countsInFlight reports whether k or what its upstream announced counts
+// concurrent-requests.
+func countsInFlight(k *keystore.Key, known []ledger.Known) bool {
+	for _, p := range k.Policies {
+		if p.Unit == ratelimit.ConcurrentRequests {
+			return true
+		}
+	}
+	for _, kn := range known {
+		if kn.Unit == ratelimit.ConcurrentRequests {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,48 @@
+package rest
+
+import (
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+)
+
+// maxSightPages bounds the pages of the activity one request reads to
+// fill a page with the calls its caller may see: the cost of a request
+// stays bounded however few of the calls are the caller's to see.
+const maxSightPages = 8
+
+// seenActivity returns the page of the activity f selects, keeping only
+// the calls c may see (keystore.Caller.MaySee), and the cursor of the
+// page after it (0 when there is none). A caller that sees every call
+// reads one page; one that sees only some principals reads pages of f
+// until f.Limit calls are seen or maxSightPages were read; then the next
+// page starts after the last call read, seen or not, so that paging goes
+// on where this one stopped.
+func seenActivity(tx ledger.Tx, f ledger.ActivityFilter, c *keystore.Caller) ([]ledger.Attempt, int64, error) {
+	if f.Limit == 0 {
+		f.Limit = 100
+	}
+	var out []ledger.Attempt
+	for range maxSightPages {
+		list, err := tx.Activity(f)
+		if err != nil {
+			return nil, 0, err
+		}
+		for i, a := range list {
+			if !c.MaySee(a.Caller) {
+				continue
+			}
+			out = append(out, a)
+			if len(out) == f.Limit {
+				if i == len(list)-1 && len(list) < f.Limit {
+					return out, 0, nil // the last call there is
+				}
+				return out, a.ID, nil
+			}
+		}
+		if len(list) < f.Limit {
+			return out, 0, nil
+		}
+		f.Before = list[len(list)-1].ID
+	}
+	return out, f.Before, nil
+}

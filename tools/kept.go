@@ -1,0 +1,108 @@
+package tools
+
+import (
+	"sync"
+
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+)
+
+// keptLister is a transaction that lists the targets of a key with a
+// kept answer (*state.Tx, on either back end).
+type keptLister interface {
+	KeptTargets(key string) ([]string, error)
+}
+
+// keptIndex knows, per key, which targets have a kept answer in the
+// state, so that a fetch of a target with none — most of an agent's
+// calls — reads nothing before it goes (reading would also wait for the
+// process's journal to be written). A key's set is read from the state
+// at the key's first fetch, and read again inside every transaction in
+// which this process keeps an answer of the key.
+//
+// What it cannot know is an answer another process kept since then. A
+// fetch of that target goes as a fetch with nothing kept does: without
+// that copy's validator, and not held back by the loop guard (both spare
+// the upstream work, not quota: a 304 counts like a 200), paced and
+// counted as any call; its own answer is then kept, and the set read
+// again. A page beyond the first (start_index > 0) always reads the
+// state: it is asked of a copy kept moments ago, perhaps by another host.
+//
+// Sets read in write transactions replace one another in the order the
+// transactions ran (a sequence taken inside each), so that one read
+// before another process's or this one's later answer does not replace
+// what was read after it; the set read at a key's first fetch, outside
+// any write, only fills a key not known yet.
+//
+// The zero value knows no key; it is safe for concurrent use. It holds
+// one set per key fetched through (only configured keys are), each as
+// large as the state's: at most the fetch tool's KeepResponses and the
+// answers kept beside them since.
+type keptIndex struct {
+	mu   sync.Mutex
+	seq  uint64              // the last sequence taken (see next)
+	keys map[string]*keptSet // nil for a key not read yet
+}
+
+type keptSet struct {
+	targets map[string]bool
+	seq     uint64 // the write transaction it was read in; 0 outside one
+}
+
+// absent reports whether target of key is known to have no kept answer.
+func (x *keptIndex) absent(key, target string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	set, ok := x.keys[key]
+	return ok && !set.targets[target]
+}
+
+// known reports whether key's set has been read.
+func (x *keptIndex) known(key string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	_, ok := x.keys[key]
+	return ok
+}
+
+// next returns a sequence larger than every one returned before: call it
+// in a write transaction, before reading the set.
+func (x *keptIndex) next() uint64 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.seq++
+	return x.seq
+}
+
+// readKept returns key's targets as tx sees them, and whether tx could
+// tell. Call it inside the transaction, and set after it committed.
+func readKept(tx ledger.Tx, key string) ([]string, bool, error) {
+	l, ok := tx.(keptLister)
+	if !ok {
+		return nil, false, nil
+	}
+	targets, err := l.KeptTargets(key)
+	return targets, err == nil, err
+}
+
+// set records targets as key's kept targets, read in the write
+// transaction of sequence seq (0: outside any), unless a set read later
+// is known; target, when not empty, was kept by this process and is known
+// either way.
+func (x *keptIndex) set(key string, targets []string, seq uint64, target string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.keys == nil {
+		x.keys = map[string]*keptSet{}
+	}
+	cur, ok := x.keys[key]
+	if !ok || (seq > 0 && seq > cur.seq) {
+		cur = &keptSet{targets: make(map[string]bool, len(targets)+1), seq: seq}
+		for _, t := range targets {
+			cur.targets[t] = true
+		}
+		x.keys[key] = cur
+	}
+	if target != "" {
+		cur.targets[target] = true
+	}
+}

@@ -1,0 +1,144 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/state"
+	"github.com/mcp-quota/mcp-quota/upstream"
+)
+
+// viewCounter is a store that counts its read transactions.
+type viewCounter struct {
+	ledger.Store
+	views atomic.Int64
+}
+
+func (v *viewCounter) View(ctx context.Context, fn func(ledger.Tx) error) error {
+	v.views.Add(1)
+	return v.Store.View(ctx, fn)
+}
+
+// keptProcess is the fetch tool of one process on a shared state file.
+type keptProcess struct {
+	s     *server.MCPServer
+	store *viewCounter
+	ctx   context.Context
+}
+
+func newKeptProcess(t *testing.T, keys *keystore.Store, path string) *keptProcess {
+	t.Helper()
+	db, err := state.Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	p := pacer.New(db)
+	t.Cleanup(func() { p.Close(context.Background()) })
+	store := &viewCounter{Store: db}
+	d := &Deps{Keys: keys, DB: store, Pacer: p, Client: upstream.New(p, slog.New(slog.DiscardHandler)), Transport: "mcp-http"}
+	return &keptProcess{s: NewServer(d, "test"), store: store, ctx: keystore.WithCaller(context.Background(), keys.Callers()[0])}
+}
+
+// fetch calls the fetch tool with args and returns its structured result.
+func (p *keptProcess) fetch(t *testing.T, args map[string]any) map[string]any {
+	t.Helper()
+	params, _ := json.Marshal(map[string]any{"name": "fetch", "arguments": args})
+	msg := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":%s}`, params)
+	out, _ := json.Marshal(p.s.HandleMessage(p.ctx, []byte(msg)))
+	var resp struct {
+		Result struct {
+			IsError           bool           `json:"isError"`
+			StructuredContent map[string]any `json:"structuredContent"`
+			Content           []mcp.TextContent
+		}
+		Error any
+	}
+	if err := json.Unmarshal(out, &resp); err != nil || resp.Error != nil || resp.Result.IsError {
+		t.Fatalf("fetch %v: %s", args, out)
+	}
+	return resp.Result.StructuredContent
+}
+
+// TestFetchReadsNothingWhenNothingIsKept fetches, in two processes on one
+// state file, targets with an ETag. A target with no kept answer goes
+// without a read of the state once the process knows the key's kept
+// targets; a target another process kept since is known after this
+// process next keeps an answer of the key (the request then goes
+// conditional on that copy, and its 304 shows the copy's body), and a
+// page beyond the first always reads the state.
+func TestFetchReadsNothingWhenNothingIsKept(t *testing.T) {
+	var mu sync.Mutex
+	conditional := map[string]string{} // path → the If-None-Match it last came with
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		conditional[r.URL.Path] = r.Header.Get("If-None-Match")
+		mu.Unlock()
+		tag := `"v-` + r.URL.Path + `"`
+		w.Header().Set("ETag", tag)
+		if r.Header.Get("If-None-Match") == tag {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprintf(w, "body of %s, long enough to page through: %0100d", r.URL.Path, 0)
+	}))
+	t.Cleanup(up.Close)
+	cfg := fmt.Sprintf(`
+[[keys]]
+name = "api"
+base_url = %q
+auth = "none"
+[[callers]]
+name = "agent"
+token_env = "AGENT"
+keys = ["api"]
+`, up.URL)
+	keys, err := keystore.Parse([]byte(cfg), keystore.Env{Getenv: func(string) string { return "tools-test-token-0123456789" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "state.db")
+	a, b := newKeptProcess(t, keys, path), newKeptProcess(t, keys, path)
+
+	b.fetch(t, map[string]any{"path": "/first"}) // b reads the key's kept targets: none
+	views := b.store.views.Load()
+	b.fetch(t, map[string]any{"path": "/second"})
+	if got := b.store.views.Load() - views; got != 0 {
+		t.Errorf("a fetch of a target with nothing kept read the state %d times; want 0", got)
+	}
+
+	a.fetch(t, map[string]any{"path": "/shared"}) // kept by a; b does not know it yet
+	b.fetch(t, map[string]any{"path": "/third"})  // b keeps an answer: it reads the kept targets again
+	res := b.fetch(t, map[string]any{"path": "/shared"})
+	mu.Lock()
+	got := conditional["/shared"]
+	mu.Unlock()
+	if got != `"v-/shared"` {
+		t.Errorf("b's fetch of the target a kept went with If-None-Match %q; want a's copy's tag", got)
+	}
+	if res["not_modified"] != true || res["body"] == "" {
+		t.Errorf("b's fetch of the target a kept: not_modified %v, body %q; want the kept body", res["not_modified"], res["body"])
+	}
+
+	a.fetch(t, map[string]any{"path": "/paged"})
+	views = b.store.views.Load()
+	page := b.fetch(t, map[string]any{"path": "/paged", "start_index": 10, "max_length": 20})
+	if b.store.views.Load() == views || page["from_cache"] != true {
+		t.Errorf("b's page of a copy a kept: from_cache %v, %d reads; want it read from the state", page["from_cache"], b.store.views.Load()-views)
+	}
+}

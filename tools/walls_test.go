@@ -1,0 +1,84 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+)
+
+// TestFetchDescriptionFollowsTheCallersKeys lists the tools and calls
+// fetch as a caller whose keys change with a reload: the fetch tool is
+// described with the keys the caller may use now, the one it may no
+// longer use is not named, and one newly granted answers a call. The
+// description is made once per set of keys and kept, so this is what
+// keeps it honest across a reload.
+func TestFetchDescriptionFollowsTheCallersKeys(t *testing.T) {
+	parse := func(keys string) *keystore.Store {
+		t.Helper()
+		cfg := `
+[[keys]]
+name = "alpha"
+base_url = "http://127.0.0.1:9"
+auth = "none"
+[[keys]]
+name = "beta"
+base_url = "http://127.0.0.1:9"
+auth = "none"
+[[callers]]
+name = "me"
+token_env = "ME"
+keys = ` + keys + "\n"
+		s, err := keystore.Parse([]byte(cfg), keystore.Env{Getenv: func(string) string { return "tools-test-token-0123456789" }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	keys := parse(`["alpha"]`)
+	s := NewServer(&Deps{Keys: keys}, "test")
+	describe := func() string {
+		t.Helper()
+		ctx := keystore.WithCaller(context.Background(), keys.Callers()[0])
+		out, _ := json.Marshal(s.HandleMessage(ctx, []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)))
+		var list struct {
+			Result struct {
+				Tools []struct{ Name, Description string }
+			}
+		}
+		if err := json.Unmarshal(out, &list); err != nil {
+			t.Fatal(err)
+		}
+		for _, tool := range list.Result.Tools {
+			if tool.Name == "fetch" {
+				return tool.Description
+			}
+		}
+		t.Fatalf("no fetch tool in %s", out)
+		return ""
+	}
+	for _, step := range []struct {
+		keys      string
+		want, not []string
+	}{
+		{`["alpha"]`, []string{"(alpha)"}, []string{"beta"}},
+		{`["beta"]`, []string{"(beta)"}, []string{"alpha"}},
+		{`["alpha", "beta"]`, []string{"(alpha, beta)"}, nil},
+		{`["alpha"]`, []string{"(alpha)"}, []string{"beta"}},
+	} {
+		keys.Replace(parse(step.keys))
+		got := describe()
+		for _, w := range step.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("keys %s: fetch described as %q; want it to name %s", step.keys, got, w)
+			}
+		}
+		for _, n := range step.not {
+			if strings.Contains(got, n) {
+				t.Errorf("keys %s: fetch described as %q; want no %s", step.keys, got, n)
+			}
+		}
+	}
+}

@@ -9,7 +9,8 @@ import (
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 )
 
-// An answer a lease foresaw (see lease.go) is recorded at once with what
+// An answer a lease foresaw (see lease.go), or an unleased call's
+// admission did (see fastpath.go), is recorded at once with what
 // it said — the call's state and every observation of its answer — before
 // its caller hears it, through the process's journal where it has one
 // (see state.FinishLater). What it teaches the key's pacing state and the
@@ -53,10 +54,19 @@ func (p *Pacer) learn(t Ticket, o Outcome) {
 	} else {
 		l.answeredAt = p.now()
 	}
+	// A lease's slots are all recorded at its grant (see record); an
+	// unleased call's answer counts from its send.
+	basis := t.AdmittedAt.Add(-time.Microsecond)
+	if t.lease == nil && !t.granted {
+		basis = t.AdmittedAt
+		if !o.SentAt.IsZero() {
+			basis = o.SentAt
+		}
+	}
 	if rd := o.Reading; rd != nil && !rd.FromCache {
 		for _, ob := range rd.Observations {
 			l.words = append(l.words, word{ob: normalized(ob), receivedAt: rd.ReceivedAt, admitted: t.AdmittedAt,
-				basis: t.AdmittedAt.Add(-time.Microsecond), route: t.Call.route()})
+				basis: basis, route: t.Call.route()})
 		}
 	}
 	p.keep(l)

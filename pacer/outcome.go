@@ -122,16 +122,17 @@ func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 }
 
 // foreseen returns what Done tells the caller of t when t came from a
-// lease, not broken, that foresaw the answer o (see leaseResult).
+// lease, not broken, that foresaw the answer o (see leaseResult), or was
+// admitted with budgets that foresaw it (see quickResult).
 func (p *Pacer) foreseen(t Ticket, o Outcome) (Result, bool) {
-	if t.lease == nil {
-		return Result{}, false
-	}
 	p.mu.Lock()
 	closed := p.closed
 	p.mu.Unlock()
 	if closed {
 		return Result{}, false // nothing would write what it teaches
+	}
+	if t.lease == nil {
+		return p.quickResult(t, o)
 	}
 	rd := o.Reading
 	if rd == nil {

@@ -149,6 +149,7 @@ type Ticket struct {
 	lease      *lease        // the lease it was admitted from; nil when none
 	granted    bool          // its admission granted a lease, whose slots are recorded with it
 	send       sendAllowance // how late after AdmittedAt it may leave (see Pacer.Leaving)
+	quick      []Budget      // unleased: the budgets its answer is foreseen by (see quickBudgets); nil when none
 }
 
 // Leased says t was admitted from its process's lease on a batch of
@@ -285,6 +286,7 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 				}
 				marked = marked || granted != nil
 				t.granted = granted != nil
+				t.quick = p.quickBudgets(snap, d)
 				return tx.PutKeyState(ks)
 			}
 			if d.keyWide && d.wait >= time.Second {

@@ -39,25 +39,40 @@ import (
 // this process waits for the applier first, so the process reads what it
 // wrote.
 
-// finish records f in tx, unless its slot is no longer reserved: it was
+// finish records f in tx, unless its attempt is no longer open: it was
 // recorded already (a journal is replayed after its process recorded some
-// of it), or swept away. A slot the sweep released meanwhile is recorded
-// as its call ended.
+// of it), or swept away. f is a reserved slot's call, or an attempt
+// admitted on its own (its row names its call already); one the sweep
+// released or interrupted meanwhile is recorded as its call ended.
 func (tx *Tx) finish(f ledger.Finished) (bool, error) {
-	var st string
-	err := tx.queryRow(qSlotState, f.Attempt.ID, f.Attempt.Key).Scan(&st)
-	if errors.Is(err, sql.ErrNoRows) || err == nil && st != ledger.Reserved && st != ledger.Released {
+	var st, callID string
+	var attempt int64
+	err := tx.queryRow(qOpenState, f.Attempt.ID, f.Attempt.Key).Scan(&st, &callID, &attempt)
+	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	return true, tx.record(f)
+	switch {
+	case callID == "" && (st == ledger.Reserved || st == ledger.Released):
+		return true, tx.record(f, true)
+	case callID != "" && callID == f.Attempt.CallID && attempt == int64(f.Attempt.Attempt) &&
+		(st == ledger.Admitted || st == ledger.Interrupted):
+		return true, tx.record(f, false)
+	}
+	return false, nil
 }
 
-// record records f in tx: the slot's call and its answer's observations.
-func (tx *Tx) record(f ledger.Finished) error {
-	if err := tx.FinishReserved(f.Attempt); err != nil {
+// record records f in tx: the call (of a reserved slot when slot) and
+// its answer's observations.
+func (tx *Tx) record(f ledger.Finished, slot bool) error {
+	a := f.Attempt
+	if !slot {
+		if err := tx.FinishAttempt(a.ID, a.State, a.Reason, a.Status, a.SentAt, a.AnsweredAt); err != nil {
+			return err
+		}
+	} else if err := tx.FinishReserved(a); err != nil {
 		return err
 	}
 	for _, o := range f.Observations {
@@ -68,7 +83,7 @@ func (tx *Tx) record(f ledger.Finished) error {
 	return nil
 }
 
-var qSlotState = newQuery(`SELECT state FROM attempts WHERE id = ? AND key = ? AND call_id = ''`)
+var qOpenState = newQuery(`SELECT state, call_id, attempt FROM attempts WHERE id = ? AND key = ?`)
 
 // journalSegment is the size after which the journal goes on in a new
 // file; a file is removed once all it holds is applied.
@@ -131,9 +146,9 @@ var errNoJournal = errors.New("state: no journal on this system")
 // journalDir is where the journals of the state file at path live.
 func journalDir(path string) string { return path + ".outcomes" }
 
-// FinishLater records f (the end of a reserved slot's call, see
-// Finished) in the process's journal, and in the state file shortly
-// after. Where the process has no journal (the system cannot lock its
+// FinishLater records f (the end of a reserved slot's call, or of an
+// attempt admitted alone, see Finished) in the process's journal, and in
+// the state file shortly after. Where the process has no journal (the system cannot lock its
 // file, or a write to it failed), f is recorded in the state file at once,
 // in a transaction that ctx bounds.
 func (db *DB) FinishLater(ctx context.Context, f ledger.Finished) error {
@@ -149,6 +164,27 @@ func (o *outcomes) finishLater(ctx context.Context, f ledger.Finished) error {
 		return err
 	}
 	return o.update(ctx, func(tx *Tx) error { _, err := tx.finish(f); return err })
+}
+
+// ended returns the IDs of key's attempts whose end the process's
+// journal holds, not yet recorded in the state.
+func (o *outcomes) ended(key string) []int64 {
+	if o == nil {
+		return nil
+	}
+	j := o.jr.Load()
+	if j == nil {
+		return nil
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var ids []int64
+	for _, q := range j.queue {
+		if q.f.Attempt.Key == key {
+			ids = append(ids, q.f.Attempt.ID)
+		}
+	}
+	return ids
 }
 
 // errClosed reports a use of a closed DB.

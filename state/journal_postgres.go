@@ -18,8 +18,10 @@ import (
 
 // pgFinishSlots records the calls of reserved slots, each an element of
 // the arrays ($1 their IDs), as FinishReserved does, where the slot is
-// still reserved (or released by the sweep) and not recorded yet (see
-// Tx.finish); it returns the IDs of the slots it recorded. The slots are
+// still reserved (or released by the sweep) and not recorded yet, and
+// the ends of attempts admitted alone, as FinishAttempt does (their wait
+// as admitted), where the attempt is still admitted (or interrupted by
+// the sweep) (see Tx.finish); it returns the IDs of those it recorded. The slots are
 // found by their IDs and each one's values by its ID's place in $1: a
 // join to the arrays, planned on statistics that rarely know how many
 // slots are reserved, rescanned them once for each slot (a batch took
@@ -28,11 +30,13 @@ import (
 const pgFinishSlots = `UPDATE attempts AS a SET (call_id, attempt, caller, transport, method, target, digest, state, reason,
 		wait_us, status, sent_at, answered_at, lease_until) =
 	(SELECT ($3::text[])[i], ($4::bigint[])[i], ($5::text[])[i], ($6::text[])[i], ($7::text[])[i], ($8::text[])[i],
-		($9::text[])[i], ($10::text[])[i], ($11::text[])[i], ($12::bigint[])[i], nullif(($13::bigint[])[i], 0),
-		nullif(($14::bigint[])[i], 0), nullif(($15::bigint[])[i], 0), NULL::bigint
+		($9::text[])[i], ($10::text[])[i], ($11::text[])[i], CASE WHEN a.call_id = '' THEN ($12::bigint[])[i] ELSE a.wait_us END,
+		nullif(($13::bigint[])[i], 0), nullif(($14::bigint[])[i], 0), nullif(($15::bigint[])[i], 0), NULL::bigint
 	FROM (SELECT array_position($1::bigint[], a.id) AS i) AS p)
-	WHERE a.id = ANY($1::bigint[]) AND a.key = ($2::text[])[array_position($1::bigint[], a.id)] AND a.call_id = ''
-		AND a.state IN ('reserved', 'released') AND a.counted = 1
+	WHERE a.id = ANY($1::bigint[]) AND a.key = ($2::text[])[array_position($1::bigint[], a.id)] AND a.counted = 1
+		AND (a.call_id = '' AND a.state IN ('reserved', 'released')
+			OR a.call_id = ($3::text[])[array_position($1::bigint[], a.id)]
+				AND a.attempt = ($4::bigint[])[array_position($1::bigint[], a.id)] AND a.state IN ('admitted', 'interrupted'))
 	RETURNING a.id`
 
 // pgAddObservations records observations, each an element of the arrays,

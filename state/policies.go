@@ -188,6 +188,17 @@ var qKeyState = newQuery(`SELECT last_admit_at, interval_us, last_response_at, f
 
 // KeyState returns key's pacing state; a key never used has the zero state.
 func (tx *Tx) KeyState(key string) (ledger.KeyState, error) {
+	if s, ok := tx.pg.keyState(key); ok {
+		return s, nil
+	}
+	s, err := tx.readKeyState(key)
+	if err == nil {
+		tx.pg.keepKeyState(s, false)
+	}
+	return s, err
+}
+
+func (tx *Tx) readKeyState(key string) (ledger.KeyState, error) {
 	s := ledger.KeyState{Key: key}
 	var last, interval, resp, probeUntil, lat, prevLat, latSince int64
 	err := tx.queryRow(qKeyState, key).
@@ -214,8 +225,17 @@ var qPutKeyState = newQuery(`INSERT INTO key_state
 		half_open = excluded.half_open, probe_attempt = excluded.probe_attempt, probe_until = excluded.probe_until,
 		latency_us = excluded.latency_us, prev_latency_us = excluded.prev_latency_us, latency_since = excluded.latency_since`)
 
-// PutKeyState records s.
+// PutKeyState records s. On PostgreSQL, for a key the transaction
+// holds, it is written once, before the commit, however many times the
+// transaction puts it (see pgTx.keyStates).
 func (tx *Tx) PutKeyState(s ledger.KeyState) error {
+	if tx.pg.keepKeyState(s, true) {
+		return nil
+	}
+	return tx.writeKeyState(s)
+}
+
+func (tx *Tx) writeKeyState(s ledger.KeyState) error {
 	_, err := tx.exec(qPutKeyState,
 		s.Key, micros(s.LastAdmitAt), s.Interval.Microseconds(), micros(s.LastResponseAt), s.Failures, s.Opens,
 		s.HalfOpen, s.ProbeAttempt, micros(s.ProbeUntil), s.Latency.Microseconds(), s.PrevLatency.Microseconds(),

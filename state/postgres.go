@@ -520,13 +520,19 @@ func (pg *Postgres) update(ctx context.Context, fn func(*Tx) error, keys ...stri
 	return pg.run(ctx, nil, keys, fn)
 }
 
-// FinishLater records how a reserved slot's call ended: in the process's
-// journal on this host, and in the database a moment later with the
-// other outcomes that came meanwhile (see DB.FinishLater); without a
-// JournalDir, at once.
+// FinishLater records how a reserved slot's call, or an attempt admitted
+// alone, ended: in the process's journal on this host, and in the
+// database a moment later with the other outcomes that came meanwhile
+// (see DB.FinishLater); without a JournalDir, at once.
 func (pg *Postgres) FinishLater(ctx context.Context, f ledger.Finished) error {
 	return pg.out.finishLater(ctx, f)
 }
+
+// DefersOutcomes says that the pacer records the outcome of an ordinary
+// answer through FinishLater even when its call was admitted alone: a
+// transaction on the key's row costs round trips to the server, which
+// the next admission or the journal's batch spares.
+func (pg *Postgres) DefersOutcomes() bool { return true }
 
 // Sweep is DB.Sweep on PostgreSQL, whose autovacuum gives freed space
 // back by itself.
@@ -569,13 +575,16 @@ func (pg *Postgres) once(ctx context.Context, opts *sql.TxOptions, keys []string
 		return err
 	}
 	defer stx.Rollback()
-	tx := &Tx{tx: stx, ctx: ctx, pg: &pgTx{db: pg}, instance: pg.instance}
+	tx := &Tx{tx: stx, ctx: ctx, pg: &pgTx{db: pg}, instance: pg.instance, out: &pg.out}
 	for _, k := range keys {
 		if err := tx.pg.hold(tx, k); err != nil {
 			return err
 		}
 	}
 	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.pg.flush(tx); err != nil {
 		return err
 	}
 	if err := stx.Commit(); err != nil {
@@ -657,10 +666,79 @@ type pgTx struct {
 	db   *Postgres
 	held map[string]bool // keys whose rows it locked
 	now  time.Time       // the server's clock when it locked its first key; zero before
+	// keyStates are the pacing states of keys it holds, as read or put:
+	// no other transaction changes them while it holds their rows, so
+	// each is read once, and written once, before the commit (flush),
+	// when it was put — an admission that also writes what answers
+	// taught puts it twice.
+	keyStates map[string]*keptKeyState
+}
+
+type keptKeyState struct {
+	s   ledger.KeyState
+	put bool // to be written
+}
+
+// keyState returns key's pacing state as the transaction read or put it.
+func (p *pgTx) keyState(key string) (ledger.KeyState, bool) {
+	if p == nil {
+		return ledger.KeyState{}, false
+	}
+	k, ok := p.keyStates[key]
+	if !ok {
+		return ledger.KeyState{}, false
+	}
+	return k.s, true
+}
+
+// keepKeyState keeps s, as the table would hold it, when the transaction
+// holds its key (put: to be written by flush), and says whether it did.
+func (p *pgTx) keepKeyState(s ledger.KeyState, put bool) bool {
+	if p == nil || !p.held[s.Key] {
+		return false
+	}
+	if p.keyStates == nil {
+		p.keyStates = map[string]*keptKeyState{}
+	}
+	// What a read of the row would give back: microseconds.
+	s.LastAdmitAt, s.LastResponseAt = fromMicros(micros(s.LastAdmitAt)), fromMicros(micros(s.LastResponseAt))
+	s.ProbeUntil, s.LatencySince = fromMicros(micros(s.ProbeUntil)), fromMicros(micros(s.LatencySince))
+	s.Interval = s.Interval.Truncate(time.Microsecond)
+	s.Latency, s.PrevLatency = s.Latency.Truncate(time.Microsecond), s.PrevLatency.Truncate(time.Microsecond)
+	k := p.keyStates[s.Key]
+	if k == nil {
+		k = &keptKeyState{}
+		p.keyStates[s.Key] = k
+	}
+	k.s, k.put = s, k.put || put
+	return true
+}
+
+// flush writes the pacing states the transaction put.
+func (p *pgTx) flush(tx *Tx) error {
+	keys := make([]string, 0, len(p.keyStates))
+	for key, k := range p.keyStates {
+		if k.put {
+			keys = append(keys, key)
+		}
+	}
+	slices.Sort(keys)
+	for _, key := range keys {
+		if err := tx.writeKeyState(p.keyStates[key].s); err != nil {
+			return err
+		}
+		p.keyStates[key].put = false
+	}
+	return nil
 }
 
 const (
-	qHoldKey = `SELECT clock_timestamp() FROM keys WHERE key = $1 FOR UPDATE`
+	// The clock is read once the row is locked: in the outer query, above
+	// the subquery's lock (which the planner never flattens). Read beside
+	// the lock, it would be the time the row was found, before waiting
+	// for another host to let it go: an admission could then be timed
+	// before the one it waited for, and held back by the pace from it.
+	qHoldKey = `SELECT clock_timestamp() FROM (SELECT key FROM keys WHERE key = $1 FOR UPDATE) AS held`
 	qAddKey  = `INSERT INTO keys (key) VALUES ($1) ON CONFLICT DO NOTHING`
 )
 

@@ -87,6 +87,11 @@ var qKeys = newQuery(`SELECT key FROM key_state UNION SELECT key FROM policies O
 
 // Keys returns every key the file has state for.
 func (tx *Tx) Keys() ([]string, error) {
+	if tx.pg != nil {
+		if err := tx.pg.flush(tx); err != nil { // the key states it put, not yet written
+			return nil, err
+		}
+	}
 	rows, err := tx.query(qKeys)
 	if err != nil {
 		return nil, fmt.Errorf("state: keys: %w", err)

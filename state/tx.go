@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -22,6 +23,10 @@ type Tx struct {
 	pg    *pgTx // on PostgreSQL: what the transaction holds; nil on SQLite
 
 	instance string // the process recording attempts (Attempt.Instance)
+	// out is the process's journal of outcomes (see FinishLater): the
+	// attempts whose end it holds, not yet recorded, are no longer in
+	// flight for this process. nil when there is none.
+	out *outcomes
 }
 
 var (
@@ -422,15 +427,34 @@ func (tx *Tx) Sends(key string, since time.Time, limit int) ([]ledger.Send, erro
 	return out, rows.Err()
 }
 
-var qInFlight = newQuery(`SELECT count(*), coalesce(min(at), 0) FROM attempts
+var (
+	qInFlight = newQuery(`SELECT count(*), coalesce(min(at), 0) FROM attempts
 	WHERE key = ? AND lease_until IS NOT NULL AND lease_until > ?`)
+	// The same, but for the attempts whose end the process's journal holds
+	// (?3, their IDs).
+	qInFlightExcept = newQueryFor(`SELECT count(*), coalesce(min(at), 0) FROM attempts
+	WHERE key = ?1 AND lease_until IS NOT NULL AND lease_until > ?2 AND id NOT IN (SELECT value FROM json_each(?3))`,
+		`SELECT count(*), coalesce(min(at), 0) FROM attempts
+	WHERE key = $1 AND lease_until IS NOT NULL AND lease_until > $2 AND id <> ALL($3::bigint[])`)
+)
 
 // Flight returns what key has in flight at now, in one read of an index
-// whose cost grows with the calls in flight only.
+// whose cost grows with the calls in flight only. An attempt whose end
+// this process has put in its journal (see FinishLater) is not in flight
+// here, though it is for other processes until the journal records it.
 func (tx *Tx) Flight(key string, now time.Time) (ledger.Flight, error) {
 	var f ledger.Flight
 	var oldest int64
-	if err := tx.queryRow(qInFlight, key, micros(now)).Scan(&f.Count, &oldest); err != nil {
+	var r row
+	if ended := tx.out.ended(key); len(ended) == 0 {
+		r = tx.queryRow(qInFlight, key, micros(now))
+	} else if tx.pg != nil {
+		r = tx.queryRow(qInFlightExcept, key, micros(now), ended)
+	} else {
+		ids, _ := json.Marshal(ended)
+		r = tx.queryRow(qInFlightExcept, key, micros(now), string(ids))
+	}
+	if err := r.Scan(&f.Count, &oldest); err != nil {
 		return ledger.Flight{}, fmt.Errorf("state: in flight: %w", err)
 	}
 	f.Oldest = fromMicros(oldest)

@@ -318,7 +318,7 @@ func (db *DB) run(ws []*write) {
 		}
 		// A function that started runs to its end: a statement
 		// interrupted inside the transaction would roll back all of it.
-		errs[i] = w.call(&Tx{stmts: db.ws, ctx: context.WithoutCancel(w.ctx), instance: db.instance})
+		errs[i] = w.call(&Tx{stmts: db.ws, ctx: context.WithoutCancel(w.ctx), instance: db.instance, out: &db.out})
 		if !savepoints {
 			break
 		}

@@ -53,10 +53,11 @@ type Store interface {
 	// after Update returns nil, from what the last run left. The pacer's
 	// tests run every Update twice to hold it to this.
 	Update(ctx context.Context, fn func(Tx) error, keys ...string) error
-	// FinishLater records how a reserved slot's call ended (see
-	// Log.Reserve) without waiting for a transaction of its own: once it
-	// returns, the outcome survives a crash of the process, and until it
-	// is recorded the slot stays counted as sent and in flight.
+	// FinishLater records how a reserved slot's call (see Log.Reserve),
+	// or an attempt admitted alone, ended without waiting for a
+	// transaction of its own: once it returns, the outcome survives a
+	// crash of the process, and until it is recorded the attempt stays
+	// counted as sent, and in flight for every other process.
 	FinishLater(ctx context.Context, f Finished) error
 }
 
@@ -398,8 +399,9 @@ type Bucket struct {
 	Count  int
 }
 
-// A Finished is how the call of a reserved slot ended: the attempt as
-// FinishReserved records it, and the observations of its answer.
+// A Finished is how the call of a reserved slot, or an attempt admitted
+// alone, ended: the attempt as FinishReserved (or FinishAttempt) records
+// it, and the observations of its answer.
 type Finished struct {
 	Attempt      Attempt             `json:"attempt"`
 	Observations []ObservationRecord `json:"observations,omitempty"`

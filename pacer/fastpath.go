@@ -1,0 +1,102 @@
+package pacer
+
+import (
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+)
+
+// An unleased call whose admission found its key far from every limit,
+// with nothing to watch for (no gate, no probe, no failure, no budget
+// near its low-water mark), has its answer foreseen as a lease's are: an
+// ordinary answer about policies the key knows, leaving every budget
+// clear of its low-water mark, is recorded through the process's journal
+// (see learned.go) and advised from the budgets its admission read, with
+// this call spent — no transaction of its own on the key's row. What it
+// teaches (the latest word on each policy, the latency, the last answer)
+// is written by the key's next transaction in this process, an admission
+// usually: the key must be called often enough here for one to come
+// soon (quickNext). Any other answer is recorded and advised as before, in a
+// transaction of its own.
+
+// quickBudgets returns the budgets an answer to the call snap's decision
+// d admits is advised from when that answer is foreseen: d's, with the
+// call spent; nil when the call's answer is to be recorded in a
+// transaction of its own whatever it says.
+func (p *Pacer) quickBudgets(snap snapshot, d decision) []Budget {
+	if !p.defers() || p.pace(snap.key.Name, snap.now)*LeaseTime.Seconds() < quickNext {
+		return nil
+	}
+	ks := snap.ks
+	if !d.admit || d.probe || d.slow || len(snap.gates) > 0 || len(snap.key.Reserves) > 0 ||
+		ks.Failures > 0 || ks.Opens > 0 || ks.HalfOpen || ks.ProbeAttempt != 0 {
+		return nil
+	}
+	for _, kn := range snap.known {
+		// Partitions, other units and leaky buckets: what an answer
+		// teaches of them is read against the log (see record).
+		if kn.Partition != "" || !requests(kn.Unit) || isLeaky(kn) {
+			return nil
+		}
+	}
+	budgets := make([]Budget, len(d.budgets))
+	for i, b := range d.budgets {
+		if !requests(b.Unit) || b.Expired || !b.Observed.IsZero() && b.Reset <= 0 {
+			return nil
+		}
+		if b.Remaining >= 0 {
+			b.Remaining--
+			if b.Remaining < 1 || low(b.Remaining, b.Limit, snap.key.LowWater) {
+				return nil
+			}
+		}
+		if b.Observed.IsZero() && b.Window > 0 {
+			b.Used++
+		}
+		budgets[i] = b
+	}
+	return budgets
+}
+
+// quickNext is how many admissions of the key this process must be
+// making in LeaseTime, at its pace, for an answer to be foreseen: what
+// the answer teaches is then written by one of them, not by a
+// transaction of its own when LeaseTime runs out (see learned), which
+// would cost what the answer's own transaction costs, and more.
+const quickNext = 4
+
+func requests(u ratelimit.Unit) bool { return u == "" || u == ratelimit.Requests }
+
+// quickResult is what Done tells the caller of t, admitted without a
+// lease with budgets to foresee its answer by (see quickBudgets), when the
+// answer o brings nothing they did not foresee; ok is false otherwise.
+func (p *Pacer) quickResult(t Ticket, o Outcome) (Result, bool) {
+	if t.quick == nil || t.granted {
+		return Result{}, false
+	}
+	rd := o.Reading
+	if rd == nil {
+		rd = &ratelimit.Reading{}
+	}
+	// Judged as the answer to a lease of one slot, its own, granted at
+	// its admission.
+	t.lease = &lease{key: t.Call.Key.Name, first: t.ID, next: t.ID + 1, last: t.ID, at: t.AdmittedAt, budgets: t.quick}
+	res, ok := p.leaseResult(t, o, Result{State: classify(o, rd)}, p.now())
+	for _, b := range res.Budgets {
+		if b.Window > 0 && b.Reset > b.Window {
+			return res, false // a reset the log may end sooner (see settle)
+		}
+	}
+	return res, ok
+}
+
+// A deferrer is a store on which recording an outcome through the
+// process's journal spares a transaction that costs round trips to a
+// server on the key's row (PostgreSQL). On a local file the outcome's own
+// transaction is cheap, and shows the call's end to every process at once.
+type deferrer interface{ DefersOutcomes() bool }
+
+// defers says whether p's store takes the outcomes of unleased calls
+// through the journal (see quickBudgets).
+func (p *Pacer) defers() bool {
+	d, ok := p.db.(deferrer)
+	return ok && d.DefersOutcomes()
+}

@@ -205,13 +205,60 @@ func finish(tx ledger.Tx, t Ticket, o Outcome, st string) error {
 // record is Done's work in tx: it returns what was learnt and the key's
 // pacing state as recorded.
 func (p *Pacer) record(tx ledger.Tx, t Ticket, o Outcome) (Result, ledger.KeyState, error) {
-	c := t.Call
-	key := c.Key.Name
-	now := o.AnsweredAt
-	if now.IsZero() {
-		now = p.now()
+	r, err := p.openRecord(tx, t, o)
+	if err != nil {
+		return r.res, r.ks, err
 	}
-	basis := o.SentAt // later sends are subtracted from what the answer says
+	if err := r.keepObservations(); err != nil {
+		return r.res, r.ks, err
+	}
+	r.weigh()
+	if err := r.retryAfter(); err != nil {
+		return r.res, r.ks, err
+	}
+	if err := r.abnormal(); err != nil {
+		return r.res, r.ks, err
+	}
+	if err := r.newLimits(); err != nil {
+		return r.res, r.ks, err
+	}
+	r.probe = r.ks.ProbeAttempt == t.ID
+	routeOnly, err := r.routeFailure()
+	if err != nil {
+		return r.res, r.ks, err
+	}
+	if err := r.breaker(routeOnly); err != nil {
+		return r.res, r.ks, err
+	}
+	return r.res, r.ks, r.close()
+}
+
+// A recording is one run of record: the answer o to t's attempt, read in
+// tx, and what the run has made of it so far. It lives for that run alone.
+type recording struct {
+	p     *Pacer
+	tx    ledger.Tx
+	t     Ticket
+	o     Outcome
+	rd    *ratelimit.Reading // o's reading; an empty one received at now when it has none
+	now   time.Time          // when o was answered, or (no answer) when it is recorded
+	basis time.Time          // the time later sends are counted from (see recordBasis)
+	ks    ledger.KeyState    // the key's pacing state, as it will be recorded
+	known []ledger.Known     // the policies known before o
+	res   Result
+
+	exhausted bool // o shows a policy exhausted
+	grew      bool // a policy not kept before was recorded
+	guided    bool // o says when to come back
+	failure   bool // o is a refusal, or a failure of the upstream
+	short     bool // a refusal whose own wait is too short to trust (see weigh)
+	probe     bool // t was the key's probe
+}
+
+// recordBasis is what the answer o to t is taken to follow: later sends
+// are subtracted from what it says.
+func recordBasis(t Ticket, o Outcome) time.Time {
+	basis := o.SentAt
 	if basis.IsZero() {
 		basis = t.AdmittedAt
 	}
@@ -222,195 +269,265 @@ func (p *Pacer) record(tx ledger.Tx, t Ticket, o Outcome) (Result, ledger.KeySta
 		// sent after it go uncounted.
 		basis = t.AdmittedAt.Add(-time.Microsecond)
 	}
-	ks, err := tx.KeyState(key)
-	if err != nil {
-		return Result{}, ks, err
+	return basis
+}
+
+// openRecord reads what recording o needs in tx: the key's pacing state
+// and known policies. It notes how long after its admission the call was
+// answered.
+func (p *Pacer) openRecord(tx ledger.Tx, t Ticket, o Outcome) (*recording, error) {
+	c := t.Call
+	r := &recording{p: p, tx: tx, t: t, o: o, now: o.AnsweredAt}
+	if r.now.IsZero() {
+		r.now = p.now()
 	}
-	rd := o.Reading
-	if rd == nil {
-		rd = &ratelimit.Reading{ReceivedAt: now}
+	r.basis = recordBasis(t, o)
+	var err error
+	if r.ks, err = tx.KeyState(c.Key.Name); err != nil {
+		return r, err
 	}
-	res := Result{State: classify(o, rd)}
-	known, err := tx.Known(key)
-	if err != nil {
-		return res, ks, err
+	r.rd = o.Reading
+	if r.rd == nil {
+		r.rd = &ratelimit.Reading{ReceivedAt: r.now}
+	}
+	r.res = Result{State: classify(o, r.rd)}
+	if r.known, err = tx.Known(c.Key.Name); err != nil {
+		return r, err
 	}
 	// How long after its admission this call was answered: a send may
 	// reach the upstream that long after it is admitted (see margin).
 	switch {
 	case !o.AnsweredAt.IsZero():
-		noteLatency(&ks, o.AnsweredAt.Sub(t.AdmittedAt), now, latencyPeriod(c.Key, known))
+		noteLatency(&r.ks, o.AnsweredAt.Sub(t.AdmittedAt), r.now, latencyPeriod(c.Key, r.known))
 	case o.Err != nil && !o.CallerAbort:
-		noteLatency(&ks, now.Sub(t.AdmittedAt), now, latencyPeriod(c.Key, known))
+		noteLatency(&r.ks, r.now.Sub(t.AdmittedAt), r.now, latencyPeriod(c.Key, r.known))
 	}
-	// Every observation is kept with its context; fresh ones become the
-	// latest word on their policy.
-	exhausted := false
-	grew := false // a policy not kept before was recorded
-	for _, rec := range observations(t, o) {
+	return r, nil
+}
+
+// keepObservations keeps every observation with its context; fresh ones
+// become the latest word on their policy.
+func (r *recording) keepObservations() error {
+	c, tx, rd := r.t.Call, r.tx, r.rd
+	key := c.Key.Name
+	for _, rec := range observations(r.t, r.o) {
 		if err := tx.AddObservation(rec); err != nil {
-			return res, ks, err
+			return err
 		}
 		ob := rec.Observation
 		if ob.HasRemaining && ob.Remaining <= 0 {
-			exhausted = true
+			r.exhausted = true
 		}
 		if rd.FromCache {
 			continue
 		}
 		var prev *ledger.Known
-		for i, k := range known {
+		for i, k := range r.known {
 			if k.Policy == ob.Policy && k.Unit == ob.Unit && k.Partition == ob.Partition {
-				prev = &known[i]
+				prev = &r.known[i]
 			}
 		}
-		grew = grew || prev == nil
-		if ob, err = learnLeak(tx, key, ob, rd.ReceivedAt, basis, o.Status, prev); err != nil {
-			return res, ks, err
+		r.grew = r.grew || prev == nil
+		var err error
+		if ob, err = learnLeak(tx, key, ob, rd.ReceivedAt, r.basis, r.o.Status, prev); err != nil {
+			return err
 		}
-		if ob, err = settle(tx, c.Key, ob, rd.ReceivedAt, t.AdmittedAt, basis, prev, ks); err != nil {
-			return res, ks, err
+		if ob, err = settle(tx, c.Key, ob, rd.ReceivedAt, r.t.AdmittedAt, r.basis, prev, r.ks); err != nil {
+			return err
 		}
-		if err := tx.PutKnown(ledger.Known{Key: key, Observation: ob, ReceivedAt: rd.ReceivedAt, BasisAt: basis,
+		if err := tx.PutKnown(ledger.Known{Key: key, Observation: ob, ReceivedAt: rd.ReceivedAt, BasisAt: r.basis,
 			Route: c.route()}); err != nil {
-			return res, ks, err
+			return err
 		}
 	}
+	return nil
+}
 
-	guided := rd.HasRetryAfter || exhausted
-	failure := rd.Throttled || o.Status == http.StatusTooManyRequests || serverTrouble(o.Status) || (o.Err != nil && !o.CallerAbort)
+// weigh says whether the answer is a failure, and whether it says when to
+// come back.
+func (r *recording) weigh() {
+	o, rd := r.o, r.rd
+	r.guided = rd.HasRetryAfter || r.exhausted
+	r.failure = rd.Throttled || o.Status == http.StatusTooManyRequests || serverTrouble(o.Status) || (o.Err != nil && !o.CallerAbort)
 	// A refusal whose own wait is shorter than RetryFloor is no guidance:
 	// it backs off, and counts towards the circuit breaker.
-	short := failure && guided && serverWait(rd) < RetryFloor
-	if short {
-		guided = false
+	r.short = r.failure && r.guided && serverWait(rd) < RetryFloor
+	if r.short {
+		r.guided = false
 	}
+}
 
-	// Retry-After is the server's decision: nothing goes before it. Jitter
-	// only adds, so callers released together do not return together. A
-	// wait that holds for the request's route alone (Slack's per-method
-	// tiers) is kept by that route's exhausted policy instead of a gate on
-	// the whole key.
-	if rd.HasRetryAfter {
-		until := now.Add(rd.RetryAfter)
-		until = until.Add(time.Duration(p.rand() * 0.1 * float64(min(rd.RetryAfter, 10*time.Second))))
-		if !rd.RetryAfterPerRoute {
-			if err := tx.PutGate(ledger.Gate{Key: key, Until: until, Source: "retry-after", SetAt: now,
-				Reason: fmt.Sprintf("the upstream answered %d and asked to wait %s (Retry-After)", o.Status, seconds(rd.RetryAfter))}); err != nil {
-				return res, ks, err
-			}
+// retryAfter gates the key until the answer's Retry-After. It is the
+// server's decision: nothing goes before it. Jitter only adds, so callers
+// released together do not return together. A wait that holds for the
+// request's route alone (Slack's per-method tiers) is kept by that route's
+// exhausted policy instead of a gate on the whole key.
+func (r *recording) retryAfter() error {
+	rd, now := r.rd, r.now
+	if !rd.HasRetryAfter {
+		return nil
+	}
+	until := now.Add(rd.RetryAfter)
+	until = until.Add(time.Duration(r.p.rand() * 0.1 * float64(min(rd.RetryAfter, 10*time.Second))))
+	if !rd.RetryAfterPerRoute {
+		if err := r.tx.PutGate(ledger.Gate{Key: r.t.Call.Key.Name, Until: until, Source: "retry-after", SetAt: now,
+			Reason: fmt.Sprintf("the upstream answered %d and asked to wait %s (Retry-After)", r.o.Status, seconds(rd.RetryAfter))}); err != nil {
+			return err
 		}
-		res.RetryIn = until.Sub(now)
 	}
+	r.res.RetryIn = until.Sub(now)
+	return nil
+}
 
+// abnormal pauses the key when the upstream reported abnormal usage, and
+// passes on an answer's word not to retry.
+func (r *recording) abnormal() error {
+	rd, now, key := r.rd, r.now, r.t.Call.Key.Name
 	if rd.Abnormal {
 		until := now.Add(max(rd.RetryAfter, AbnormalPause))
 		msg := fmt.Sprintf("the upstream reported abnormal usage of key '%s'%s; calls are paused until %s — check what is calling it before resuming",
 			key, violated(rd.Problem), until.UTC().Format(time.RFC3339))
-		if err := tx.PutGate(ledger.Gate{Key: key, Until: until, Source: "abnormal-usage", SetAt: now, Reason: msg}); err != nil {
-			return res, ks, err
+		if err := r.tx.PutGate(ledger.Gate{Key: key, Until: until, Source: "abnormal-usage", SetAt: now, Reason: msg}); err != nil {
+			return err
 		}
-		if err := tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "abnormal-usage", Message: msg}); err != nil {
-			return res, ks, err
+		if err := r.tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "abnormal-usage", Message: msg}); err != nil {
+			return err
 		}
-		res.Warnings = append(res.Warnings, msg)
-		res.DoNotRetry = true
+		r.res.Warnings = append(r.res.Warnings, msg)
+		r.res.DoNotRetry = true
 	}
 	if rd.DoNotRetry {
-		res.DoNotRetry = true
+		r.res.DoNotRetry = true
 	}
+	return nil
+}
 
+// newLimits infers a limit nobody announced from a refusal nothing we saw
+// explains, and bounds the policies kept when a new one made them too many.
+func (r *recording) newLimits() error {
+	o, rd := r.o, r.rd
 	refused := rd.Throttled || o.Status == http.StatusTooManyRequests
-	if refused && !exhausted && !rd.Abnormal && !rd.Secondary { // a secondary limit is its wait alone
+	if refused && !r.exhausted && !rd.Abnormal && !rd.Secondary { // a secondary limit is its wait alone
 		// Nothing we saw explains the refusal: a limit nobody announced.
-		msg, err := p.hiddenLimit(tx, t, rd, now)
+		msg, err := r.p.hiddenLimit(r.tx, r.t, rd, r.now)
 		if err != nil {
-			return res, ks, err
+			return err
 		}
 		if msg != "" {
-			res.Warnings = append(res.Warnings, msg)
-			grew = true
+			r.res.Warnings = append(r.res.Warnings, msg)
+			r.grew = true
 		}
 	}
-	if grew && full(c.Key, known) {
-		if msg, err := bound(tx, c.Key, now, maxTime(ks.LastResponseAt, now)); err != nil {
-			return res, ks, err
+	if k := r.t.Call.Key; r.grew && full(k, r.known) {
+		if msg, err := bound(r.tx, k, r.now, maxTime(r.ks.LastResponseAt, r.now)); err != nil {
+			return err
 		} else if msg != "" {
-			res.Warnings = append(res.Warnings, msg)
+			r.res.Warnings = append(r.res.Warnings, msg)
 		}
 	}
+	return nil
+}
 
-	probe := ks.ProbeAttempt == t.ID
-	routeOnly := false // the failure is evidence about its route alone
-	if failure && !guided && !(probe && ks.HalfOpen) && routeEvidence(o, rd) {
-		var wait time.Duration
-		var msg string
-		if routeOnly, wait, msg, err = p.failRoute(tx, t, o, rd, now); err != nil {
-			return res, ks, err
-		}
-		res.RetryIn = max(res.RetryIn, wait)
-		if msg != "" {
-			res.Warnings = append(res.Warnings, msg)
-		}
+// routeFailure backs off the request's route alone when the failure is
+// evidence about that route only (see failRoute); it says whether it was.
+func (r *recording) routeFailure() (routeOnly bool, err error) {
+	if !r.failure || r.guided || (r.probe && r.ks.HalfOpen) || !routeEvidence(r.o, r.rd) {
+		return false, nil
 	}
+	routeOnly, wait, msg, err := r.p.failRoute(r.tx, r.t, r.o, r.rd, r.now)
+	if err != nil {
+		return routeOnly, err
+	}
+	r.res.RetryIn = max(r.res.RetryIn, wait)
+	if msg != "" {
+		r.res.Warnings = append(r.res.Warnings, msg)
+	}
+	return routeOnly, nil
+}
+
+// breaker counts a failure without guidance towards the circuit breaker,
+// and backs off or opens the circuit; a success closes it.
+func (r *recording) breaker(routeOnly bool) error {
 	switch {
 	case routeOnly:
 		// Backed off on its route alone: the key goes on as it was.
-	case failure && !guided && !rd.Abnormal:
-		ks.Failures++
-		reopen := probe && ks.HalfOpen
-		if ks.Failures >= BreakerThreshold || reopen {
-			// Open (or, when the half-open probe failed, reopen) the circuit:
-			// nothing goes until the cooldown ends, then one probe.
-			cool := cooldown(ks.Opens)
-			ks.Opens++
-			ks.HalfOpen = true
-			ks.Failures = 0
-			msg := fmt.Sprintf("the circuit for key '%s' opened after %d refusals or failures without guidance, and one probe goes in %s",
-				key, BreakerThreshold, seconds(cool))
-			if reopen {
-				msg = fmt.Sprintf("the circuit for key '%s' opened again because its probe failed too, and the next probe goes in %s",
-					key, seconds(cool))
-			}
-			if err := tx.PutGate(ledger.Gate{Key: key, Until: now.Add(cool), Source: "circuit", SetAt: now, Reason: msg}); err != nil {
-				return res, ks, err
-			}
-			if err := tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "circuit-open", Message: msg}); err != nil {
-				return res, ks, err
-			}
-			res.Warnings = append(res.Warnings, msg)
-			res.RetryIn = max(res.RetryIn, cool)
+	case r.failure && !r.guided && !r.rd.Abnormal:
+		r.ks.Failures++
+		reopen := r.probe && r.ks.HalfOpen
+		var err error
+		if r.ks.Failures >= BreakerThreshold || reopen {
+			err = r.openCircuit(reopen)
 		} else {
-			d := backoff(ks.Failures, p.rand())
-			why := "without saying when to come back"
-			if short {
-				why = fmt.Sprintf("and asked to wait only %s, too short to trust", seconds(serverWait(rd)))
-			}
-			if err := tx.PutGate(ledger.Gate{Key: key, Until: now.Add(d), Source: "backoff", SetAt: now,
-				Reason: fmt.Sprintf("the upstream answered %s %s, so calls back off (failure %d in a row)",
-					statusWord(o), why, ks.Failures)}); err != nil {
-				return res, ks, err
-			}
-			res.RetryIn = max(res.RetryIn, d)
+			err = r.backOff()
 		}
-		ks.Interval = max(ks.Interval, slowStart(c.Key, nil))
-	case failure:
-		ks.Interval = max(ks.Interval, slowStart(c.Key, nil))
-	case o.CallerAbort && o.Status == 0:
+		if err != nil {
+			return err
+		}
+		r.ks.Interval = max(r.ks.Interval, slowStart(r.t.Call.Key, nil))
+	case r.failure:
+		r.ks.Interval = max(r.ks.Interval, slowStart(r.t.Call.Key, nil))
+	case r.o.CallerAbort && r.o.Status == 0:
 		// No answer, and the upstream is not to blame: nothing learned.
 	default:
-		ks.Failures, ks.Opens, ks.HalfOpen = 0, 0, false
+		r.ks.Failures, r.ks.Opens, r.ks.HalfOpen = 0, 0, false
 	}
-	if probe {
-		ks.ProbeAttempt, ks.ProbeUntil = 0, time.Time{}
+	return nil
+}
+
+// openCircuit opens (or, when the half-open probe failed, reopens) the
+// circuit: nothing goes until the cooldown ends, then one probe.
+func (r *recording) openCircuit(reopen bool) error {
+	key, now := r.t.Call.Key.Name, r.now
+	cool := cooldown(r.ks.Opens)
+	r.ks.Opens++
+	r.ks.HalfOpen = true
+	r.ks.Failures = 0
+	msg := fmt.Sprintf("the circuit for key '%s' opened after %d refusals or failures without guidance, and one probe goes in %s",
+		key, BreakerThreshold, seconds(cool))
+	if reopen {
+		msg = fmt.Sprintf("the circuit for key '%s' opened again because its probe failed too, and the next probe goes in %s",
+			key, seconds(cool))
 	}
-	if o.Status > 0 {
-		ks.LastResponseAt = now
+	if err := r.tx.PutGate(ledger.Gate{Key: key, Until: now.Add(cool), Source: "circuit", SetAt: now, Reason: msg}); err != nil {
+		return err
 	}
-	if err := tx.PutKeyState(ks); err != nil {
-		return res, ks, err
+	if err := r.tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "circuit-open", Message: msg}); err != nil {
+		return err
 	}
-	return res, ks, finish(tx, t, o, res.State)
+	r.res.Warnings = append(r.res.Warnings, msg)
+	r.res.RetryIn = max(r.res.RetryIn, cool)
+	return nil
+}
+
+// backOff gates the key for the backoff of its latest failure in a row.
+func (r *recording) backOff() error {
+	d := backoff(r.ks.Failures, r.p.rand())
+	why := "without saying when to come back"
+	if r.short {
+		why = fmt.Sprintf("and asked to wait only %s, too short to trust", seconds(serverWait(r.rd)))
+	}
+	if err := r.tx.PutGate(ledger.Gate{Key: r.t.Call.Key.Name, Until: r.now.Add(d), Source: "backoff", SetAt: r.now,
+		Reason: fmt.Sprintf("the upstream answered %s %s, so calls back off (failure %d in a row)",
+			statusWord(r.o), why, r.ks.Failures)}); err != nil {
+		return err
+	}
+	r.res.RetryIn = max(r.res.RetryIn, d)
+	return nil
+}
+
+// close ends the probe t was, writes the key's pacing state and finishes
+// t's attempt.
+func (r *recording) close() error {
+	if r.probe {
+		r.ks.ProbeAttempt, r.ks.ProbeUntil = 0, time.Time{}
+	}
+	if r.o.Status > 0 {
+		r.ks.LastResponseAt = r.now
+	}
+	if err := r.tx.PutKeyState(r.ks); err != nil {
+		return err
+	}
+	return finish(r.tx, r.t, r.o, r.res.State)
 }
 
 // backoff is the wait after the n-th refusal or failure in a row without

@@ -184,33 +184,8 @@ func (e *PauseError) Is(target error) bool { return target == ErrPaused }
 func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 	defer p.here.enter(c)()
 	start := p.now()
-	for polls := 0; ; polls++ {
-		now := p.now()
-		t, ok, wait := p.fromLease(c, now)
-		if ok {
-			t.Waited = now.Sub(start)
-			return t, nil
-		}
-		// A lease being reserved serves this call too, once it is; one
-		// held back by the key's pace serves it a moment later.
-		p.mu.Lock()
-		reserving := p.granting[c.Key.Name]
-		p.mu.Unlock()
-		if reserving == nil && (wait <= 0 || now.Add(wait).After(start.Add(c.MaxWait))) {
-			break
-		}
-		if polls >= int(time.Second/Poll) {
-			break // a reservation that takes this long is stuck: go alone
-		}
-		if reserving == nil {
-			reserving = make(chan struct{}) // never closed: the pace's wait alone
-		}
-		if wait <= 0 {
-			wait = Poll // the reservation's end wakes it sooner
-		}
-		if err := sleep(ctx, wait, reserving); err != nil {
-			return Ticket{}, err
-		}
+	if t, ok, err := p.awaitLease(ctx, c, start); ok || err != nil {
+		return t, err
 	}
 	spent := p.spentLease(c.Key.Name, p.now()) // this call renews it, when leaseSize allows
 	deadline := start.Add(c.MaxWait)
@@ -223,128 +198,208 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 	heldBy := ""
 	for {
 		wake := p.waker(c.Key.Name)
-		var d decision
-		var t Ticket
-		var pause *PauseError
-		var now time.Time
-		var granted *lease
-		renewing := spent != nil
-		marked := false // a run marked the key as being granted a lease
-		err := p.update(ctx, func(tx ledger.Tx) error {
-			// The function may run more than once (see ledger.Store):
-			// only the last run's results count, and nothing in memory
-			// changes until the transaction commits.
-			d, t, pause, granted = decision{}, Ticket{}, nil, nil
-			if spent != nil {
-				if err := spent.release(tx); err != nil {
-					return err
-				}
-			}
-			// The time is read with the key held (the file's write lock,
-			// the key's row): a call admitted after another is never
-			// recorded before it. It is the transaction's clock — the
-			// database server's, when hosts share one — taken to the
-			// microsecond, as the state keeps it: a decision made a
-			// fraction of a microsecond after the time it is recorded at
-			// could let one call too many into a window.
-			snap, err := p.load(tx, c, tx.Clock(p.now()).Truncate(time.Microsecond), nil, true)
-			if err != nil {
-				return err
-			}
-			now = snap.now
-			if d, err = decide(snap); err != nil {
-				return err
-			}
-			if err := p.noteWaiting(tx, c, now, d); err != nil {
-				return err
-			}
-			ks := snap.ks
-			waited := now.Sub(start)
-			if d.admit {
-				now = maxTime(now, ks.LastAdmitAt) // the log stays in order, whatever the clock did
-				id, err := tx.InsertAttempt(ledger.Attempt{CallID: c.CallID, Attempt: c.Attempt, Key: c.Key.Name,
-					Caller: c.Caller, Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest,
-					Bytes: max(c.Bytes, 0), State: ledger.Admitted, Reason: d.reason, Probe: d.probe, At: now, Wait: waited,
-					LeaseUntil: now.Add(p.lease()), ByCaller: len(c.Key.Reserves) > 0, Principal: fairPrincipal(c)})
-				if err != nil {
-					return err
-				}
-				ks.LastAdmitAt = now
-				if ks.Interval > 0 { // slow start: the pace doubles with every admission
-					ks.Interval /= 2
-					if ks.Interval < minSpacing(c.Key) {
-						ks.Interval = 0
-					}
-				}
-				if d.probe {
-					ks.ProbeAttempt, ks.ProbeUntil = id, now.Add(p.lease())
-				}
-				t = Ticket{ID: id, Call: c, Probe: d.probe, AdmittedAt: now, Waited: waited, SlowDown: d.slow, Reason: d.reason,
-					send: snap.allowance()}
-				if granted, err = p.grant(tx, c, snap, d, &ks, now); err != nil {
-					return err
-				}
-				marked = marked || granted != nil
-				t.granted = granted != nil
-				t.quick = p.quickBudgets(snap, d)
-				return tx.PutKeyState(ks)
-			}
-			if d.keyWide && d.wait >= time.Second {
-				// After a pause of the key the pace rises gradually.
-				if s := slowStart(c.Key, snap.known); ks.Interval < s {
-					ks.Interval = s
-					if err := tx.PutKeyState(ks); err != nil {
-						return err
-					}
-				}
-			}
-			if now.Add(d.wait).After(deadline) || d.never {
-				retry := d.wait
-				if d.poll {
-					retry = time.Second
-				}
-				pause = &PauseError{Key: c.Key.Name, RetryAfter: retry, Reason: d.reason, Source: d.source, Binding: d.binding}
-				_, err := tx.InsertAttempt(ledger.Attempt{CallID: c.CallID, Attempt: c.Attempt, Key: c.Key.Name,
-					Caller: c.Caller, Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest,
-					State: ledger.RejectedLocal, Reason: pauseReason(pause), At: now, Wait: waited})
-				return err
-			}
-			if hasReserve(c.Key, c.Caller) {
-				return tx.Claim(c.Key.Name, c.Caller, now.Add(d.wait+time.Second))
-			}
-			return nil
-		}, c.Key.Name)
-		switch {
-		case granted != nil && err == nil:
-			p.install(granted)
-		case marked || renewing:
-			p.notGranted(c.Key.Name) // the calls waiting for a lease go their own way
-		}
+		run, err := p.admitOnce(ctx, c, start, deadline, spent)
 		if err != nil {
-			return Ticket{}, fmt.Errorf("pacer: admit %s: %w", c.Key.Name, err)
+			return Ticket{}, err
 		}
 		spent = nil
-		if d.admit {
-			p.noteAdmission(c.Key.Name, now)
-			t.HeldBy = heldBy
-			return t, nil
+		if run.d.admit {
+			p.noteAdmission(c.Key.Name, run.now)
+			run.t.HeldBy = heldBy
+			return run.t, nil
 		}
-		if pause != nil {
-			return Ticket{}, pause
+		if run.pause != nil {
+			return Ticket{}, run.pause
 		}
-		wait := d.wait
-		heldBy = d.source
-		if c.Progress != nil && now.Sub(lastProgress) >= time.Second {
-			c.Progress(Progress{Waited: now.Sub(start), Total: now.Sub(start) + d.wait, Reason: d.reason})
-			lastProgress = now
-		}
-		if c.Progress != nil && wait > time.Second {
-			wait = time.Second // report progress about once a second
-		}
+		heldBy = run.d.source
+		wait := progress(c, start, &lastProgress, run.now, run.d)
 		if err := sleep(ctx, wait, wake); err != nil {
 			return Ticket{}, err
 		}
 	}
+}
+
+// awaitLease admits c from its key's lease in this process, waiting for
+// one being reserved, or for the lease's pace, when that is worth it. It
+// reports whether it did; when it did not, c goes through a transaction.
+func (p *Pacer) awaitLease(ctx context.Context, c Call, start time.Time) (Ticket, bool, error) {
+	for polls := 0; ; polls++ {
+		now := p.now()
+		t, ok, wait := p.fromLease(c, now)
+		if ok {
+			t.Waited = now.Sub(start)
+			return t, true, nil
+		}
+		// A lease being reserved serves this call too, once it is; one
+		// held back by the key's pace serves it a moment later.
+		p.mu.Lock()
+		reserving := p.granting[c.Key.Name]
+		p.mu.Unlock()
+		if reserving == nil && (wait <= 0 || now.Add(wait).After(start.Add(c.MaxWait))) {
+			return Ticket{}, false, nil
+		}
+		if polls >= int(time.Second/Poll) {
+			return Ticket{}, false, nil // a reservation that takes this long is stuck: go alone
+		}
+		if reserving == nil {
+			reserving = make(chan struct{}) // never closed: the pace's wait alone
+		}
+		if wait <= 0 {
+			wait = Poll // the reservation's end wakes it sooner
+		}
+		if err := sleep(ctx, wait, reserving); err != nil {
+			return Ticket{}, false, err
+		}
+	}
+}
+
+// An admitRun is what one run of Admit's transaction decided. The
+// transaction may run more than once: only its last run's counts.
+type admitRun struct {
+	d       decision
+	t       Ticket      // the admitted attempt, when d admits
+	pause   *PauseError // the recorded refusal, when the wait is past the deadline
+	now     time.Time   // the transaction's time; for an admission, the time it is recorded at
+	granted *lease      // the lease the admission granted; nil when none
+}
+
+// admitOnce runs one admission transaction for c (see admitStep) and,
+// once it has committed or failed, installs the lease it granted or
+// releases the calls waiting for one. spent is the key's lease this call
+// renews, when one is.
+func (p *Pacer) admitOnce(ctx context.Context, c Call, start, deadline time.Time, spent *lease) (admitRun, error) {
+	var run admitRun
+	renewing := spent != nil
+	marked := false // a run marked the key as being granted a lease
+	err := p.update(ctx, func(tx ledger.Tx) error {
+		// The function may run more than once (see ledger.Store):
+		// only the last run's results count, and nothing in memory
+		// changes until the transaction commits.
+		run = admitRun{}
+		err := p.admitStep(tx, c, start, deadline, spent, &run)
+		marked = marked || run.granted != nil
+		return err
+	}, c.Key.Name)
+	switch {
+	case run.granted != nil && err == nil:
+		p.install(run.granted)
+	case marked || renewing:
+		p.notGranted(c.Key.Name) // the calls waiting for a lease go their own way
+	}
+	if err != nil {
+		return run, fmt.Errorf("pacer: admit %s: %w", c.Key.Name, err)
+	}
+	return run, nil
+}
+
+// admitStep decides about c in tx and records what it decided into run:
+// an admission, a refusal, or the wait before the next try.
+func (p *Pacer) admitStep(tx ledger.Tx, c Call, start, deadline time.Time, spent *lease, run *admitRun) error {
+	if spent != nil {
+		if err := spent.release(tx); err != nil {
+			return err
+		}
+	}
+	// The time is read with the key held (the file's write lock, the
+	// key's row): a call admitted after another is never recorded before
+	// it. It is the transaction's clock — the database server's, when
+	// hosts share one — taken to the microsecond, as the state keeps it: a
+	// decision made a fraction of a microsecond after the time it is
+	// recorded at could let one call too many into a window.
+	snap, err := p.load(tx, c, tx.Clock(p.now()).Truncate(time.Microsecond), nil, true)
+	if err != nil {
+		return err
+	}
+	run.now = snap.now
+	if run.d, err = decide(snap); err != nil {
+		return err
+	}
+	if err := p.noteWaiting(tx, c, run.now, run.d); err != nil {
+		return err
+	}
+	waited := run.now.Sub(start)
+	if run.d.admit {
+		return p.admitted(tx, c, snap, waited, run)
+	}
+	return p.held(tx, c, snap, deadline, waited, run)
+}
+
+// admitted records the admission of c that run decided, after waited.
+func (p *Pacer) admitted(tx ledger.Tx, c Call, snap snapshot, waited time.Duration, run *admitRun) error {
+	d, ks := run.d, snap.ks
+	now := maxTime(run.now, ks.LastAdmitAt) // the log stays in order, whatever the clock did
+	run.now = now
+	id, err := tx.InsertAttempt(ledger.Attempt{CallID: c.CallID, Attempt: c.Attempt, Key: c.Key.Name,
+		Caller: c.Caller, Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest,
+		Bytes: max(c.Bytes, 0), State: ledger.Admitted, Reason: d.reason, Probe: d.probe, At: now, Wait: waited,
+		LeaseUntil: now.Add(p.lease()), ByCaller: len(c.Key.Reserves) > 0, Principal: fairPrincipal(c)})
+	if err != nil {
+		return err
+	}
+	ks.LastAdmitAt = now
+	if ks.Interval > 0 { // slow start: the pace doubles with every admission
+		ks.Interval /= 2
+		if ks.Interval < minSpacing(c.Key) {
+			ks.Interval = 0
+		}
+	}
+	if d.probe {
+		ks.ProbeAttempt, ks.ProbeUntil = id, now.Add(p.lease())
+	}
+	run.t = Ticket{ID: id, Call: c, Probe: d.probe, AdmittedAt: now, Waited: waited, SlowDown: d.slow, Reason: d.reason,
+		send: snap.allowance()}
+	if run.granted, err = p.grant(tx, c, snap, d, &ks, now); err != nil {
+		return err
+	}
+	run.t.granted = run.granted != nil
+	run.t.quick = p.quickBudgets(snap, d)
+	return tx.PutKeyState(ks)
+}
+
+// held records what holds c back, as run decided: the slow start after a
+// pause of the key, and the refusal when the wait goes past deadline or
+// never ends; otherwise the claim of a caller with a reservation.
+func (p *Pacer) held(tx ledger.Tx, c Call, snap snapshot, deadline time.Time, waited time.Duration, run *admitRun) error {
+	d, now, ks := run.d, run.now, snap.ks
+	if d.keyWide && d.wait >= time.Second {
+		// After a pause of the key the pace rises gradually.
+		if s := slowStart(c.Key, snap.known); ks.Interval < s {
+			ks.Interval = s
+			if err := tx.PutKeyState(ks); err != nil {
+				return err
+			}
+		}
+	}
+	if now.Add(d.wait).After(deadline) || d.never {
+		retry := d.wait
+		if d.poll {
+			retry = time.Second
+		}
+		run.pause = &PauseError{Key: c.Key.Name, RetryAfter: retry, Reason: d.reason, Source: d.source, Binding: d.binding}
+		_, err := tx.InsertAttempt(ledger.Attempt{CallID: c.CallID, Attempt: c.Attempt, Key: c.Key.Name,
+			Caller: c.Caller, Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest,
+			State: ledger.RejectedLocal, Reason: pauseReason(run.pause), At: now, Wait: waited})
+		return err
+	}
+	if hasReserve(c.Key, c.Caller) {
+		return tx.Claim(c.Key.Name, c.Caller, now.Add(d.wait+time.Second))
+	}
+	return nil
+}
+
+// progress tells c's Progress about its wait, about once a second (last
+// is when it was last told), and returns how long to wait before the next
+// try: d's wait, or a second at most when c's progress is reported.
+func progress(c Call, start time.Time, last *time.Time, now time.Time, d decision) time.Duration {
+	wait := d.wait
+	if c.Progress != nil && now.Sub(*last) >= time.Second {
+		c.Progress(Progress{Waited: now.Sub(start), Total: now.Sub(start) + d.wait, Reason: d.reason})
+		*last = now
+	}
+	if c.Progress != nil && wait > time.Second {
+		wait = time.Second // report progress about once a second
+	}
+	return wait
 }
 
 // pauseReason is the activity's record of a refusal.

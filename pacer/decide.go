@@ -406,7 +406,7 @@ type policyWindow struct {
 func policyWindows(k *keystore.Key, known []ledger.Known) []policyWindow {
 	var ps []policyWindow
 	for _, p := range k.Policies {
-		if p.Unit == "" || p.Unit == ratelimit.Requests {
+		if requests(p.Unit) {
 			ps = append(ps, policyWindow{p.Name, "", p.Quota, p.Window, "local", false})
 		}
 	}
@@ -732,7 +732,7 @@ func isAre(n int64) string {
 }
 
 func unitWord(u ratelimit.Unit) string {
-	if u == "" || u == ratelimit.Requests {
+	if requests(u) {
 		return "calls"
 	}
 	return strings.ReplaceAll(string(u), "-", " ")

@@ -63,8 +63,6 @@ func (p *Pacer) quickBudgets(snap snapshot, d decision) []Budget {
 // would cost what the answer's own transaction costs, and more.
 const quickNext = 4
 
-func requests(u ratelimit.Unit) bool { return u == "" || u == ratelimit.Requests }
-
 // quickResult is what Done tells the caller of t, admitted without a
 // lease with budgets to foresee its answer by (see quickBudgets), when the
 // answer o brings nothing they did not foresee; ok is false otherwise.

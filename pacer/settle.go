@@ -84,7 +84,7 @@ func quotaWindow(k *keystore.Key, ob ratelimit.Observation) (q int64, w time.Dur
 		return ob.Quota, ob.Window, true
 	}
 	for _, p := range k.Policies {
-		if p.Unit != "" && p.Unit != ratelimit.Requests || p.Quota <= 0 || p.Window <= 0 {
+		if !requests(p.Unit) || p.Quota <= 0 || p.Window <= 0 {
 			continue
 		}
 		if p.Name == ob.Policy && (!ob.HasQuota || ob.Quota == p.Quota) && (ob.Window == 0 || ob.Window == p.Window) {
@@ -92,7 +92,7 @@ func quotaWindow(k *keystore.Key, ob ratelimit.Observation) (q int64, w time.Dur
 		}
 	}
 	for _, p := range k.Policies {
-		if p.Unit != "" && p.Unit != ratelimit.Requests || p.Quota <= 0 || p.Window <= 0 {
+		if !requests(p.Unit) || p.Quota <= 0 || p.Window <= 0 {
 			continue
 		}
 		if ob.HasQuota && ob.Quota == p.Quota && ob.Window == 0 {

@@ -255,3 +255,7 @@ func countsInFlight(k *keystore.Key, known []ledger.Known) bool {
 	}
 	return false
 }
+
+// requests reports whether a policy in unit u counts calls: the unit
+// requests, which a policy that names none counts too.
+func requests(u ratelimit.Unit) bool { return u == "" || u == ratelimit.Requests }

@@ -83,6 +83,22 @@ type host struct {
 	killed atomic.Bool // its serve process was killed on purpose
 }
 
+// serveThreeHosts starts serve for the hosts host-a, host-b and host-c,
+// each with cfg and its own directory; host-c's clock runs 7 s ahead, so
+// that admissions follow the database's clock and not a host's.
+func serveThreeHosts(t *testing.T, cfg, password string) []*host {
+	t.Helper()
+	hosts := []*host{
+		newHost(t, "host-a", cfg, password),
+		newHost(t, "host-b", cfg, password),
+		newHost(t, "host-c", cfg, password, "MCP_QUOTA_CLOCK_SKEW=7s"),
+	}
+	for _, h := range hosts {
+		h.serve(t)
+	}
+	return hosts
+}
+
 // newHost makes the host name with the configuration cfg; env adds to
 // its environment.
 func newHost(t *testing.T, name, cfg, password string, env ...string) *host {

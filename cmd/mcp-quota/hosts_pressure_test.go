@@ -62,14 +62,7 @@ func underPressure(t *testing.T, loops int, cut time.Duration) {
 	db := pg.CreateDatabase(t)
 	up := newUpstreamLog(t, demo.Config{Quota: quota, Window: window})
 	cfg := hostsConfig(db, up.url, quota, window, stateTimeout)
-	hosts := []*host{
-		newHost(t, "host-a", cfg, pg.Password()),
-		newHost(t, "host-b", cfg, pg.Password()),
-		newHost(t, "host-c", cfg, pg.Password(), "MCP_QUOTA_CLOCK_SKEW=7s"),
-	}
-	for _, h := range hosts {
-		h.serve(t)
-	}
+	hosts := serveThreeHosts(t, cfg, pg.Password())
 	agent := newHost(t, "agent", cfg, pg.Password()).stdioSession(t)
 	client := &http.Client{Timeout: time.Minute}
 	defer client.CloseIdleConnections()

@@ -66,14 +66,7 @@ func TestHostsShareOneBudget(t *testing.T) {
 	up := newUpstreamLog(t, demo.Config{Quota: quota, Window: window})
 	cfg := hostsConfig(db, up.url, quota, window, stateTimeout)
 
-	hosts := []*host{
-		newHost(t, "host-a", cfg, pg.Password()),
-		newHost(t, "host-b", cfg, pg.Password()),
-		newHost(t, "host-c", cfg, pg.Password(), "MCP_QUOTA_CLOCK_SKEW=7s"),
-	}
-	for _, h := range hosts {
-		h.serve(t)
-	}
+	hosts := serveThreeHosts(t, cfg, pg.Password())
 	a, b := hosts[0], hosts[1]
 	agentHost := newHost(t, "agent", cfg, pg.Password())
 	agent := agentHost.stdioSession(t)

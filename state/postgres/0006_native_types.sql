@@ -2,7 +2,7 @@
 -- tables. Times stay microseconds since the Unix epoch (BIGINT), and
 -- durations microseconds (the columns named *_us): the statements count
 -- the window's log by ranges and differences of them (see
--- docs/ARCHITECTURE.md, "Storage").
+-- docs/ARCHITECTURE.md, "Each back end's SQL and schema").
 --
 -- A partial index on a flag names it in its predicate: those on counted
 -- are made again on the boolean.

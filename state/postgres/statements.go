@@ -11,7 +11,7 @@ import "embed"
 // lease's slots are found by their IDs, whatever the statistics say of
 // the key's. Flags are booleans; times are microseconds since the Unix
 // epoch, durations microseconds (the columns named *_us), as on SQLite
-// (see docs/ARCHITECTURE.md, "Storage").
+// (see docs/ARCHITECTURE.md, "Each back end's SQL and schema").
 var Statements = map[string]string{
 	// fair
 	"LastPrincipalSend": `SELECT pseq FROM attempts WHERE key = $1 AND principal = $2 AND pseq IS NOT NULL

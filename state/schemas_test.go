@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"maps"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -23,8 +24,8 @@ import (
 
 // A liveSchema is what a back end's schema holds, as read from a live
 // database: each table's columns (name → type class and nullability) and
-// each index's table, columns (an expression is "(expr)") and whether it
-// is partial.
+// each index's table, columns (an expression is "(expr)") and, for a
+// partial one, its condition.
 type liveSchema struct {
 	columns map[string]map[string]string // table → column → "int not null", …
 	indexes map[string]string            // index → "table(a, b) partial"
@@ -92,8 +93,12 @@ func sqliteSchema(t *testing.T, path string) liveSchema {
 		rows.Close()
 		for _, index := range queryStrings(t, db, `SELECT name FROM pragma_index_list(?) WHERE origin = 'c'`, table) {
 			cols := queryStrings(t, db, `SELECT coalesce(name, '(expr)') FROM pragma_index_info(?) ORDER BY seqno`, index)
-			partial := queryStrings(t, db, `SELECT partial FROM pragma_index_list(?) WHERE name = ?`, table, index)
-			s.indexes[index] = describeIndex(table, cols, partial[0] == "1")
+			def := queryStrings(t, db, `SELECT sql FROM sqlite_master WHERE type = 'index' AND name = ?`, index)
+			where := ""
+			if i := strings.Index(strings.ToUpper(def[0]), " WHERE "); i >= 0 {
+				where = def[0][i+len(" WHERE "):]
+			}
+			s.indexes[index] = describeIndex(table, cols, where)
 		}
 	}
 	return s
@@ -124,7 +129,7 @@ func postgresSchema(t *testing.T, conn *pgx.Conn) liveSchema {
 	}
 	// Each index that is not a table's primary key, with its key columns
 	// (an expression's attnum is 0) in order.
-	rows, err = conn.Query(ctx, `SELECT i.relname, t.relname, x.indpred IS NOT NULL,
+	rows, err = conn.Query(ctx, `SELECT i.relname, t.relname, coalesce(pg_get_expr(x.indpred, x.indrelid), ''),
 			array(SELECT coalesce(a.attname, '(expr)') FROM unnest(x.indkey::int2[]) WITH ORDINALITY AS k(num, n)
 				LEFT JOIN pg_attribute AS a ON a.attrelid = t.oid AND a.attnum = k.num ORDER BY k.n)
 		FROM pg_index AS x JOIN pg_class AS i ON i.oid = x.indexrelid JOIN pg_class AS t ON t.oid = x.indrelid
@@ -134,13 +139,12 @@ func postgresSchema(t *testing.T, conn *pgx.Conn) liveSchema {
 		t.Fatal(err)
 	}
 	for rows.Next() {
-		var index, table string
-		var partial bool
+		var index, table, where string
 		var cols []string
-		if err := rows.Scan(&index, &table, &partial, &cols); err != nil {
+		if err := rows.Scan(&index, &table, &where, &cols); err != nil {
 			t.Fatal(err)
 		}
-		s.indexes[index] = describeIndex(table, cols, partial)
+		s.indexes[index] = describeIndex(table, cols, where)
 	}
 	if rows.Err() != nil {
 		t.Fatal(rows.Err())
@@ -155,13 +159,28 @@ func nullability(notNull bool) string {
 	return " null"
 }
 
-func describeIndex(table string, cols []string, partial bool) string {
+func describeIndex(table string, cols []string, where string) string {
 	d := table + "(" + strings.Join(cols, ", ") + ")"
-	if partial {
-		d += " partial"
+	if where != "" {
+		d += " where " + predicate(where)
 	}
 	return d
 }
+
+// predicate writes a partial index's condition, as either back end gives
+// it, one way: PostgreSQL's casts, parentheses and <> and SQLite's != and
+// flags compared with 1 read alike.
+func predicate(where string) string {
+	where = strings.ToLower(where)
+	for _, r := range []struct{ old, new string }{{"::text", ""}, {"(", ""}, {")", ""}, {"<>", "!="}} {
+		where = strings.ReplaceAll(where, r.old, r.new)
+	}
+	where = strings.Join(strings.Fields(where), " ")
+	return flagIsOne.ReplaceAllString(where, "$1")
+}
+
+// flagIsOne is a flag compared with 1, as SQLite's predicates write it.
+var flagIsOne = regexp.MustCompile(`\b(counted|probe|hidden|half_open|guessed|from_cache) = 1\b`)
 
 func queryStrings(t *testing.T, db *sql.DB, q string, args ...any) []string {
 	t.Helper()
@@ -200,7 +219,7 @@ func (s liveSchema) lines() []string {
 // hold the same things: the same tables (but PostgreSQL's own, for its
 // row locks and its version), the same columns by name, each holding the
 // same kind of value and nullable alike, and the same indexes on the
-// same columns, partial alike.
+// same columns, under the same condition.
 func schemasHoldTheSame(t *testing.T, srv *pgtest.Server) {
 	path := filepath.Join(t.TempDir(), "state.db")
 	db, err := state.Open(context.Background(), path)

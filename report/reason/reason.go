@@ -114,6 +114,9 @@ const (
 	// one key (Limit policies, Buckets route buckets); the least
 	// restrictive are folded into Policy.
 	PolicyBound Kind = "policy-bound"
+	// Late: an attempt not sent, because it would have left For after its
+	// admission, later than the Allowed its window's margin allows.
+	Late Kind = "late"
 	// Answered: how an attempt ended: HTTP Status.
 	Answered Kind = "answered"
 
@@ -160,6 +163,7 @@ type Reason struct {
 	Status           int           // the upstream's HTTP status; 0 when none came
 	Failures         int64         // failures in a row
 	Short            bool          // the wait the upstream asked for was too short to trust
+	Allowed          time.Duration // the most a send may leave after its admission, for Late
 	Buckets          int64         // route buckets kept for one key
 	Until            time.Time     // when a pause ends
 	Violated         string        // the policies a problem said were violated, space-separated

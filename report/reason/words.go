@@ -118,6 +118,9 @@ func (r Reason) String() string {
 	case PolicyBound:
 		return fmt.Sprintf("the upstream of key '%s' announced more than mcp-quota keeps for one key (%d policies, %d route buckets); the least restrictive are dropped, and those that still bind are folded into policy '%s', at least as tight as each of them",
 			r.Key, r.Limit, r.Buckets, r.Policy)
+	case Late:
+		return fmt.Sprintf("not sent: it would have left %s after its admission, later than the %s its window's margin allows; the call is admitted again",
+			r.For.Round(time.Millisecond), r.Allowed.Round(time.Millisecond))
 	case Answered:
 		return fmt.Sprintf("HTTP %d %s", r.Status, http.StatusText(r.Status))
 	case CallsLeft:

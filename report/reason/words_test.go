@@ -164,6 +164,8 @@ func TestString(t *testing.T) {
 			"key 'demo' was refused by the upstream for a call sent as policy 'default' (30 calls per 6 s) freed a slot; it reached the upstream a moment before the upstream's own window freed it, and calls wait as the refusal asks"},
 		{Reason{Kind: PolicyBound, Key: "demo", Limit: 64, Buckets: 256, Policy: "folded"},
 			"the upstream of key 'demo' announced more than mcp-quota keeps for one key (64 policies, 256 route buckets); the least restrictive are dropped, and those that still bind are folded into policy 'folded', at least as tight as each of them"},
+		{Reason{Kind: Late, For: 1234567 * time.Microsecond, Allowed: 250 * time.Millisecond},
+			"not sent: it would have left 1.235s after its admission, later than the 250ms its window's margin allows; the call is admitted again"},
 		{Reason{Kind: Answered, Status: 503}, "HTTP 503 Service Unavailable"},
 		{Reason{Kind: CallsLeft, Left: 1, For: 40 * time.Second}, "You can make 1 more call in the next 40 s"},
 		{Reason{Kind: CallsLeft, Left: 12, For: 500 * time.Millisecond}, "You can make 12 more calls now"},

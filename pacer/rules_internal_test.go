@@ -8,6 +8,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // A gate on the whole key pauses the key; a gate on this call's route
@@ -23,8 +24,8 @@ func TestDecideGateRule(t *testing.T) {
 	var cs constraints
 	cs.add(s.gateRule()...)
 	want := []constraint{
-		{wait: u2.Sub(u1), reason: "key", source: "retry-after", exhaust: true, keyWide: true},
-		{wait: u3.Sub(u1), reason: "own route", source: "backoff", exhaust: true},
+		{wait: u2.Sub(u1), reason: reason.Reason{Kind: reason.Said, Source: "retry-after", Said: "key"}, source: "retry-after", exhaust: true, keyWide: true},
+		{wait: u3.Sub(u1), reason: reason.Reason{Kind: reason.Said, Source: "backoff", Said: "own route"}, source: "backoff", exhaust: true},
 	}
 	if len(cs) != len(want) {
 		t.Fatalf("gates at u1: %+v; want %+v", cs, want)

@@ -29,11 +29,14 @@ func (tx *Tx) Response(key, target string) (ledger.StoredResponse, bool, error) 
 
 var (
 	qPutResponse   = newQuery("PutResponse")
+	qCountResponses = newQuery("CountResponses")
 	qTrimResponses = newQuery("TrimResponses")
 )
 
 // PutResponse stores r, keeping at most keep answers per key (the oldest
-// go first).
+// go first). The trim runs only when the key holds more than keep: it
+// sorts the key's answers, and was most of a put's cost when run every
+// time.
 func (tx *Tx) PutResponse(r ledger.StoredResponse, keep int) error {
 	body := r.Body
 	if body == nil {
@@ -43,6 +46,13 @@ func (tx *Tx) PutResponse(r ledger.StoredResponse, keep int) error {
 		r.Key, r.Target, r.ETag, r.LastModified, r.Status, r.ContentType, body, r.Digest, micros(r.StoredAt), r.Unchanged, r.Vary, r.Varied)
 	if err != nil {
 		return fmt.Errorf("state: store response: %w", err)
+	}
+	var n int
+	if err := tx.queryRow(qCountResponses, r.Key).Scan(&n); err != nil {
+		return fmt.Errorf("state: store response: %w", err)
+	}
+	if n <= keep {
+		return nil
 	}
 	if _, err = tx.exec(qTrimResponses, r.Key, r.Key, keep); err != nil {
 		return fmt.Errorf("state: store response: %w", err)

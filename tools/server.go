@@ -25,7 +25,8 @@ Every fetch result carries quota (the tightest budget) and advice. When advice.a
 Call quota_status before a burst of calls, or when unsure what is left. It never spends quota.
 Prefer large pages (limit=500), updatedSince filters and webhooks over repeating the same request.`
 
-// Deps is what the tools need. Every field is required except Log.
+// Deps is what the tools need. Every field is required except Log and
+// Ready.
 type Deps struct {
 	Keys   *keystore.Store
 	Client *upstream.Client
@@ -47,6 +48,13 @@ type Deps struct {
 	// Watch, when set, adds its own hooks to the server's and returns
 	// more options for it: the seam tracing hangs off. Nil means none.
 	Watch func(*server.Hooks) []server.ServerOption
+	// Ready, when set, is waited for by every tool call and resource read
+	// before it uses Client, Pacer, DB or Now, which another goroutine may
+	// set until Ready returns nil: a process then answers initialize and
+	// lists the tools while its state is still being opened. An error
+	// from it (the state cannot be opened) answers the call, as an isError
+	// result with code stateUnavailable. Nil means the fields are set.
+	Ready func(context.Context) error
 
 	fetchTools fetchTools // the fetch tool as each set of keys shows it (see ownKeysOnly)
 	kept       keptIndex  // which targets have a kept answer (see fromKept)
@@ -84,9 +92,9 @@ func NewServer(d *Deps, version string) *server.MCPServer {
 		opts = append(opts, d.Watch(hooks)...)
 	}
 	s := server.NewMCPServer("mcp-quota", version, opts...)
-	s.AddTool(fetchTool(d.Keys), d.fetch)
-	s.AddTool(statusTool(), d.quotaStatus)
-	s.AddResourceTemplate(activityTemplate(), d.readActivity)
+	s.AddTool(fetchTool(d.Keys), d.readyTool(d.fetch))
+	s.AddTool(statusTool(), d.readyTool(d.quotaStatus))
+	s.AddResourceTemplate(activityTemplate(), d.readyResource(d.readActivity))
 	return s
 }
 

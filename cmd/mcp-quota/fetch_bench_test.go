@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -11,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-quota/mcp-quota/demo"
@@ -23,9 +27,12 @@ import (
 // clients of the official Go SDK each call fetch one call after another,
 // each on a target of its own (nothing kept to reuse). Beside it, in
 // turns of the same run, 4 goroutines GET the same demo upstream
-// directly with the credential. Reported per target: p50 and p99 of one
+// directly with the credential, and 4 clients of the same SDK call a
+// bare mcp-go Streamable HTTP server (in this process too) whose one tool
+// makes that direct GET and answers with the body: what mcp-go and the
+// client cost without mcp-quota. Reported per target: p50 and p99 of one
 // call, calls/s of the four together, and the CPU time of this process
-// (server, clients and upstream together) per call; the log line gives
+// (server, clients and upstream together) per call; the log lines give
 // the added p50 and the added CPU a call, which moves much less than
 // latency with the load of a shared machine.
 //
@@ -40,19 +47,39 @@ func BenchmarkFetch(b *testing.B) {
 		sessions[i] = httpSession(b, base, agentToken, nil)
 	}
 	direct := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
+	get := func(path string) ([]byte, error) {
+		req, _ := http.NewRequest(http.MethodGet, upURL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+upstreamSecret)
+		resp, err := direct.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("direct GET: %d", resp.StatusCode)
+		}
+		return body, err
+	}
+	bareBase := bareHTTP(b, get)
+	bareSessions := make([]*gomcp.ClientSession, clients)
+	for i := range bareSessions {
+		bareSessions[i] = httpSession(b, bareBase, "", nil)
+	}
 	var n atomic.Int64 // every call a target of its own
 	calls := map[string]func(b *testing.B, client int) error{
 		"direct-get": func(b *testing.B, _ int) error {
-			req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/v1/echo?n=%d", upURL, n.Add(1)), nil)
-			req.Header.Set("Authorization", "Bearer "+upstreamSecret)
-			resp, err := direct.Do(req)
+			_, err := get(fmt.Sprintf("/v1/echo?n=%d", n.Add(1)))
+			return err
+		},
+		"bare-mcp": func(b *testing.B, client int) error {
+			res, err := bareSessions[client].CallTool(b.Context(), &gomcp.CallToolParams{Name: "get",
+				Arguments: map[string]any{"path": fmt.Sprintf("/v1/echo?n=%d", n.Add(1))}})
 			if err != nil {
 				return err
 			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("direct GET: %d", resp.StatusCode)
+			if res.IsError {
+				return fmt.Errorf("bare get: %s", text(res))
 			}
 			return nil
 		},
@@ -68,7 +95,7 @@ func BenchmarkFetch(b *testing.B) {
 			return nil
 		},
 	}
-	names := []string{"direct-get", "mcp-fetch"}
+	names := []string{"direct-get", "bare-mcp", "mcp-fetch"}
 	run := func(b *testing.B, name string, total int, d *[]time.Duration) time.Duration {
 		var mu sync.Mutex
 		var left atomic.Int64
@@ -126,10 +153,32 @@ func BenchmarkFetch(b *testing.B) {
 		b.ReportMetric(float64(cpu[name].Microseconds())/float64(len(ds)), "cpu-µs/call-"+name)
 	}
 	perCall := func(name string) time.Duration { return cpu[name] / time.Duration(len(*d[name])) }
-	b.Logf("mcp fetch: added p50 %v over a direct GET (%v against %v), %d clients; CPU a call %v against %v (added %v)",
-		(p50["mcp-fetch"] - p50["direct-get"]).Round(time.Microsecond), p50["mcp-fetch"], p50["direct-get"], clients,
-		perCall("mcp-fetch").Round(time.Microsecond), perCall("direct-get").Round(time.Microsecond),
-		(perCall("mcp-fetch") - perCall("direct-get")).Round(time.Microsecond))
+	for _, name := range []string{"mcp-fetch", "bare-mcp"} {
+		b.Logf("%s: added p50 %v over a direct GET (%v against %v), %d clients; CPU a call %v against %v (added %v)", name,
+			(p50[name] - p50["direct-get"]).Round(time.Microsecond), p50[name], p50["direct-get"], clients,
+			perCall(name).Round(time.Microsecond), perCall("direct-get").Round(time.Microsecond),
+			(perCall(name) - perCall("direct-get")).Round(time.Microsecond))
+	}
+}
+
+// bareHTTP serves, on loopback, a bare mcp-go Streamable HTTP server
+// with one tool, get, that answers with the body get(path) returns, and
+// returns its base URL (the MCP endpoint is base/mcp).
+func bareHTTP(b *testing.B, get func(path string) ([]byte, error)) string {
+	s := server.NewMCPServer("bare", "1", server.WithToolCapabilities(false))
+	s.AddTool(mcp.NewTool("get", mcp.WithDescription("GET a path of the upstream."), mcp.WithString("path", mcp.Required())),
+		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			body, err := get(req.GetString("path", ""))
+			if err != nil {
+				return mcp.NewToolResultError(err.Error()), nil
+			}
+			return mcp.NewToolResultText(string(body)), nil
+		})
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", server.NewStreamableHTTPServer(s))
+	ts := httptest.NewServer(mux)
+	b.Cleanup(ts.Close)
+	return ts.URL
 }
 
 // processCPU returns the CPU time this process has taken, user and system.

@@ -300,8 +300,8 @@ func TestStdioWithoutState(t *testing.T) {
 	if err != nil || len(list.Tools) != 2 {
 		t.Fatalf("tools/list: %v, %v; want fetch and quota_status", list, err)
 	}
-	for _, tool := range []string{"fetch", "quota_status"} {
-		res, err := sess.CallTool(t.Context(), &gomcp.CallToolParams{Name: tool, Arguments: map[string]any{"path": "/v1/participants"}})
+	for tool, args := range map[string]map[string]any{"fetch": {"path": "/v1/participants"}, "quota_status": {}} {
+		res, err := sess.CallTool(t.Context(), &gomcp.CallToolParams{Name: tool, Arguments: args})
 		if err != nil {
 			t.Fatalf("%s: %v", tool, err)
 		}

@@ -320,20 +320,14 @@ func (e environment) stdio(ctx context.Context, args []string, stdin io.Reader) 
 	if err != nil {
 		return err
 	}
-	a, err := e.open(ctx, c, keys, log, true)
-	if err != nil {
-		return e.stdioUnavailable(ctx, stdin, err, log)
-	}
-	defer a.close()
-	defer a.sweepUntilDone(ctx)() // the sweep ends before the state closes
 	tr, endTracing, err := e.tracing(ctx, log)
 	if err != nil {
 		return err
 	}
 	defer endTracing()
-	a.client.Watch = tr.Watch()
-	deps := a.tools("stdio", *caller)
-	deps.Watch = tr.MCP("pipe")
+	// initialize is answered while the state opens (see openLater).
+	deps := &tools.Deps{Keys: keys, Log: log, Transport: "stdio", LocalCaller: *caller, Watch: tr.MCP("pipe")}
+	defer e.openLater(ctx, c, keys, log, tr, deps).close()
 	s := server.NewStdioServer(tools.NewServer(deps, version))
 	s.SetErrorLogger(slogLogger(log))
 	err = s.Listen(ctx, stdin, e.stdout)

@@ -2,20 +2,14 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 
-	"github.com/mark3labs/mcp-go/server"
-
-	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/state"
-	"github.com/mcp-quota/mcp-quota/tools"
 )
 
 // A stateError is a state file that cannot be used, said in words a user
@@ -164,22 +158,4 @@ func dirWritable(dir string) bool {
 	f.Close()
 	os.Remove(name)
 	return true
-}
-
-// stdioUnavailable serves MCP over stdio for a process whose state file
-// cannot be used: it logs why, answers initialize, and answers every tool
-// call with the reason (code stateUnavailable), so that the assistant and
-// its user learn what is wrong instead of seeing a server that died.
-func (e environment) stdioUnavailable(ctx context.Context, stdin io.Reader, cause error, log *slog.Logger) error {
-	if ctx.Err() != nil {
-		return nil
-	}
-	log.Error("serving MCP without a state file: every tool call answers with this error", "error", cause)
-	s := server.NewStdioServer(tools.NewUnavailableServer(version, tools.CodeStateUnavailable, reason.Sentence(cause.Error())))
-	s.SetErrorLogger(slogLogger(log))
-	err := s.Listen(ctx, stdin, e.stdout)
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
-		return nil
-	}
-	return err
 }

@@ -103,6 +103,7 @@ var Statements = map[string]string{
 		status = excluded.status, content_type = excluded.content_type, body = excluded.body,
 		digest = excluded.digest, stored_at = excluded.stored_at, unchanged = excluded.unchanged,
 		vary = excluded.vary, varied = excluded.varied`,
+	"CountResponses": `SELECT count(*) FROM responses WHERE key = ?`,
 	"TrimResponses": `DELETE FROM responses WHERE key = ? AND target NOT IN
 	(SELECT target FROM responses WHERE key = ? ORDER BY stored_at DESC LIMIT ?)`,
 	"KeptTargets": `SELECT target FROM responses WHERE key = ?`,

@@ -28,9 +28,9 @@ func (tx *Tx) Response(key, target string) (ledger.StoredResponse, bool, error) 
 }
 
 var (
-	qPutResponse   = newQuery("PutResponse")
+	qPutResponse    = newQuery("PutResponse")
 	qCountResponses = newQuery("CountResponses")
-	qTrimResponses = newQuery("TrimResponses")
+	qTrimResponses  = newQuery("TrimResponses")
 )
 
 // PutResponse stores r, keeping at most keep answers per key (the oldest

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -49,29 +48,14 @@ func newFleet(t *testing.T) *fleet {
 	t.Helper()
 	api := httptest.NewServer(demo.New(demo.Config{Tokens: []string{fleetUpstreamSecret}}))
 	t.Cleanup(api.Close)
-	cfg := fmt.Sprintf(`
-[[keys]]
-name = "demo"
-base_url = %q
-secret_env = "UPSTREAM_SECRET"
-auth = "bearer"
-profile = "ietf"
-max_rate = 1000.0
-  [[keys.policies]]
-  name = "default"
-  quota = 120
-  window = "60s"
-
-[[callers]]
-name = "agent"
-token_env = "AGENT_TOKEN"
-keys = ["demo"]
-
-[[callers]]
-name = "other"
-token_env = "OTHER_TOKEN"
-keys = ["demo"]
-`, api.URL)
+	cfg := testkit.Config{
+		Keys: []testkit.Key{{Name: "demo", BaseURL: api.URL, SecretEnv: "UPSTREAM_SECRET", Auth: "bearer", Profile: "ietf", MaxRate: 1000,
+			Policies: []testkit.Policy{{Name: "default", Quota: 120, Window: time.Minute}}}},
+		Callers: []testkit.Caller{
+			{Name: "agent", TokenEnv: "AGENT_TOKEN", Keys: []string{"demo"}},
+			{Name: "other", TokenEnv: "OTHER_TOKEN", Keys: []string{"demo"}},
+		},
+	}.TOML()
 	env := map[string]string{"UPSTREAM_SECRET": fleetUpstreamSecret, "AGENT_TOKEN": fleetToken, "OTHER_TOKEN": fleetOtherToken}
 	keys, err := keystore.Parse([]byte(cfg), keystore.Env{Getenv: func(k string) string { return env[k] }})
 	if err != nil {

@@ -243,8 +243,34 @@ func bound(tx ledger.Tx, k *keystore.Key, now, answered time.Time) (string, erro
 	if err != nil {
 		return "", err
 	}
-	var plain, scoped []ledger.Known
-	folded := map[ratelimit.Unit]ledger.Known{}
+	plain, scoped, folded := groupKnown(k, known)
+	victims := append(evictions(plain, MaxPolicies, now, answered), evictions(scoped, MaxRouteBuckets, now, answered)...)
+	if len(victims) == 0 {
+		return "", nil
+	}
+	first := len(folded) == 0
+	changed, err := evict(tx, k, victims, folded, now)
+	if err != nil {
+		return "", err
+	}
+	if first {
+		changed[ratelimit.Requests] = true // the first fold marks that the bound was reached
+	}
+	if err := putFolds(tx, k, folded, changed, now); err != nil {
+		return "", err
+	}
+	if !first {
+		return "", nil
+	}
+	msg := reason.Reason{Kind: reason.PolicyBound, Key: k.Name, Limit: MaxPolicies, Buckets: MaxRouteBuckets, Policy: EvictedPolicy}.String()
+	return msg, tx.AddWarning(ledger.Warning{Key: k.Name, At: now, Kind: "policy-bound", Message: msg})
+}
+
+// groupKnown sorts what the state keeps of k into plain policies, the
+// partitions that belong to one route each, and the folds of policies
+// evicted before (see fold), by unit.
+func groupKnown(k *keystore.Key, known []ledger.Known) (plain, scoped []ledger.Known, folded map[ratelimit.Unit]ledger.Known) {
+	folded = map[ratelimit.Unit]ledger.Known{}
 	for _, kn := range known {
 		switch {
 		case isFolded(kn):
@@ -255,50 +281,54 @@ func bound(tx ledger.Tx, k *keystore.Key, now, answered time.Time) (string, erro
 			plain = append(plain, kn)
 		}
 	}
-	victims := append(evictions(plain, MaxPolicies, now, answered), evictions(scoped, MaxRouteBuckets, now, answered)...)
-	if len(victims) == 0 {
-		return "", nil
-	}
-	first := len(folded) == 0
-	countIn := func(unit ratelimit.Unit) func(since time.Time) (int64, error) {
-		if unit == ratelimit.ContentBytes {
-			return func(since time.Time) (int64, error) { return tx.Bytes(k.Name, since) }
-		}
-		return func(since time.Time) (int64, error) {
-			n, err := tx.Count(k.Name, since)
-			return int64(n), err
-		}
-	}
-	changed := map[ratelimit.Unit]bool{ratelimit.Requests: first} // the first fold marks that the bound was reached
+	return plain, scoped, folded
+}
+
+// evict deletes each of victims from tx, folding it first into folded's
+// policy of its unit, and returns the units whose fold changed.
+func evict(tx ledger.Tx, k *keystore.Key, victims []ledger.Known, folded map[ratelimit.Unit]ledger.Known, now time.Time) (map[ratelimit.Unit]bool, error) {
+	changed := map[ratelimit.Unit]bool{}
 	for _, v := range victims {
 		unit := foldUnit(v.Unit)
-		if folded[unit], err = fold(folded[unit], v, now, countIn(unit)); err != nil {
-			return "", err
+		f, err := fold(folded[unit], v, now, counter(tx, k.Name, unit))
+		if err != nil {
+			return nil, err
 		}
-		changed[unit] = true
+		folded[unit], changed[unit] = f, true
 		if err := tx.DeleteKnown(k.Name, v.Policy, v.Unit, v.Partition); err != nil {
-			return "", err
+			return nil, err
 		}
 	}
-	for unit, ok := range changed {
-		if !ok {
-			continue
-		}
+	return changed, nil
+}
+
+// putFolds writes the folds of the changed units to tx, each replacing
+// the one before whole (what that held is in its new values); a unit
+// without one gets an empty fold, at now.
+func putFolds(tx ledger.Tx, k *keystore.Key, folded map[ratelimit.Unit]ledger.Known, changed map[ratelimit.Unit]bool, now time.Time) error {
+	for unit := range changed {
 		f, had := folded[unit]
 		if !had {
-			f, _ = fold(ledger.Known{}, ledger.Known{Key: k.Name, Observation: ratelimit.Observation{Unit: unit}}, now, countIn(unit))
+			f, _ = fold(ledger.Known{}, ledger.Known{Key: k.Name, Observation: ratelimit.Observation{Unit: unit}}, now, counter(tx, k.Name, unit))
 		}
-		// Replaced whole: what it held is in its new values.
 		if err := tx.DeleteKnown(k.Name, EvictedPolicy, unit, ""); err != nil {
-			return "", err
+			return err
 		}
 		if err := tx.PutKnown(f); err != nil {
-			return "", err
+			return err
 		}
 	}
-	if !first {
-		return "", nil
+	return nil
+}
+
+// counter counts what tx's log holds of key's unit since a time: bytes
+// for ContentBytes, calls for every other unit.
+func counter(tx ledger.Tx, key string, unit ratelimit.Unit) func(since time.Time) (int64, error) {
+	if unit == ratelimit.ContentBytes {
+		return func(since time.Time) (int64, error) { return tx.Bytes(key, since) }
 	}
-	msg := reason.Reason{Kind: reason.PolicyBound, Key: k.Name, Limit: MaxPolicies, Buckets: MaxRouteBuckets, Policy: EvictedPolicy}.String()
-	return msg, tx.AddWarning(ledger.Warning{Key: k.Name, At: now, Kind: "policy-bound", Message: msg})
+	return func(since time.Time) (int64, error) {
+		n, err := tx.Count(key, since)
+		return int64(n), err
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/internal/leaktest"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/rest"
 	"github.com/mcp-quota/mcp-quota/tools"
 )
@@ -115,30 +116,12 @@ func fl(b []byte) []byte {
 	return out.Bytes()
 }
 
-const bytesKeys = `
-[[keys]]
-name = "qk"
-base_url = "%[1]s/"
-secret_env = "UPSTREAM_SECRET"
-auth = "query:api_key"
-max_rate = 1000.0
-  [[keys.policies]]
-  quota = 1000
-  window = "60s"
-
-[[keys]]
-name = "bk"
-base_url = "%[1]s/"
-secret_env = "UPSTREAM_SECRET"
-auth = "bearer"
-max_rate = 1000.0
-
-[[keys]]
-name = "open"
-base_url = "%[1]s/"
-auth = "none"
-max_rate = 1000.0
-`
+var bytesKeys = testkit.Keys(
+	testkit.Key{Name: "qk", BaseURL: "%[1]s/", SecretEnv: "UPSTREAM_SECRET", Auth: "query:api_key", MaxRate: 1000,
+		Policies: testkit.Window(1000, time.Minute)},
+	testkit.Key{Name: "bk", BaseURL: "%[1]s/", SecretEnv: "UPSTREAM_SECRET", Auth: "bearer", MaxRate: 1000},
+	testkit.Key{Name: "open", BaseURL: "%[1]s/", Auth: "none", MaxRate: 1000},
+)
 
 func bytesStack(t *testing.T, u *bytesUpstream) *stack {
 	cs := strings.Replace(strings.Replace(callers, `keys = ["demo"]`, `keys = ["qk", "bk", "open"]`, 2), `keys = ["other"]`, `keys = ["open"]`, 1)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // fuzzClient gives up on an answer that does not come.
@@ -37,19 +39,10 @@ func FuzzForward(f *testing.F) {
 		w.Header().Set("X-Seen-Auth", r.Header.Get("Authorization"))
 		io.WriteString(w, "ok")
 	}}
-	s := newStack(f, stackConfig{Upstream: up, Keys: `
-[[keys]]
-name = "demo"
-base_url = "%[1]s/api/"
-secret_env = "UPSTREAM_SECRET"
-max_rate = 1000000.0
-max_concurrency = 100
-
-[[keys]]
-name = "other"
-base_url = %[1]q
-auth = "none"
-`})
+	s := newStack(f, stackConfig{Upstream: up, Keys: testkit.Keys(
+		testkit.Key{Name: "demo", BaseURL: "%[1]s/api/", SecretEnv: "UPSTREAM_SECRET", MaxRate: 1000000, MaxConcurrency: 100},
+		testkit.Key{Name: "other", BaseURL: "%[1]s", Auth: "none"},
+	)})
 	f.Fuzz(func(t *testing.T, name, value, connection, path string) {
 		req, err := http.NewRequest("GET", s.URL+"/k/demo"+path, nil)
 		if err != nil || !strings.HasPrefix(path, "/") {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/gateway"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/rest"
 )
@@ -268,19 +269,10 @@ func TestCallerCredentialsNeverForwarded(t *testing.T) {
 				w.Header().Set("X-Kept", "yes")
 				fmt.Fprint(w, "ok")
 			}}
-			keys := fmt.Sprintf(`
-[[keys]]
-name = "demo"
-base_url = "%%[1]s/api/"
-secret_env = "UPSTREAM_SECRET"
-auth = %q
-max_rate = 1000.0
-
-[[keys]]
-name = "other"
-base_url = %%[1]q
-auth = "none"
-`, auth)
+			keys := testkit.Keys(
+				testkit.Key{Name: "demo", BaseURL: "%[1]s/api/", SecretEnv: "UPSTREAM_SECRET", Auth: auth, MaxRate: 1000},
+				testkit.Key{Name: "other", BaseURL: "%[1]s", Auth: "none"},
+			)
 			s := newStack(t, stackConfig{Upstream: up, Keys: keys})
 			resp, body := s.do(t, "GET", "/k/demo/v1/items?x=1&api_key=forged-by-caller", syncToken, nil,
 				"Cookie", "session=caller", "X-Api-Key", "forged-by-caller", "Proxy-Authorization", "Basic Zm9yZ2Vk",
@@ -381,22 +373,11 @@ func TestRedirects(t *testing.T) {
 			http.Redirect(w, r, es.URL+"/x", http.StatusFound)
 		}
 	}}
-	keys := `
-[[keys]]
-name = "demo"
-base_url = %[1]q
-secret_env = "UPSTREAM_SECRET"
-max_rate = 1000.0
-allow_hosts = ["` + allowed + `"]
-  [[keys.policies]]
-  quota = 100
-  window = "60s"
-
-[[keys]]
-name = "other"
-base_url = %[1]q
-auth = "none"
-`
+	keys := testkit.Keys(
+		testkit.Key{Name: "demo", BaseURL: "%[1]s", SecretEnv: "UPSTREAM_SECRET", MaxRate: 1000, AllowHosts: []string{allowed},
+			Policies: testkit.Window(100, time.Minute)},
+		testkit.Key{Name: "other", BaseURL: "%[1]s", Auth: "none"},
+	)
 	s := newStack(t, stackConfig{Upstream: origin, Keys: keys})
 
 	resp, body := s.do(t, "GET", "/k/demo/moved", syncToken, nil)
@@ -440,34 +421,12 @@ func TestUpstreamUnavailable(t *testing.T) {
 	t.Parallel()
 	down := httptest.NewServer(http.NotFoundHandler())
 	down.Close()
-	keys := defaultKeys + `
-[[keys]]
-name = "nocred"
-base_url = %[1]q
-secret_env = "NOT_SET"
-max_rate = 1000.0
-  [[keys.policies]]
-  quota = 100
-  window = "60s"
-
-[[keys]]
-name = "down"
-base_url = "` + down.URL + `"
-secret_env = "UPSTREAM_SECRET"
-max_rate = 1000.0
-  [[keys.policies]]
-  quota = 100
-  window = "60s"
-
-[[keys]]
-name = "metadata"
-base_url = "http://169.254.169.254/latest/"
-secret_env = "UPSTREAM_SECRET"
-max_rate = 1000.0
-  [[keys.policies]]
-  quota = 100
-  window = "60s"
-`
+	keys := defaultKeys + testkit.Keys(
+		testkit.Key{Name: "nocred", BaseURL: "%[1]s", SecretEnv: "NOT_SET", MaxRate: 1000, Policies: testkit.Window(100, time.Minute)},
+		testkit.Key{Name: "down", BaseURL: down.URL, SecretEnv: "UPSTREAM_SECRET", MaxRate: 1000, Policies: testkit.Window(100, time.Minute)},
+		testkit.Key{Name: "metadata", BaseURL: "http://169.254.169.254/latest/", SecretEnv: "UPSTREAM_SECRET", MaxRate: 1000,
+			Policies: testkit.Window(100, time.Minute)},
+	)
 	s := newStack(t, stackConfig{Keys: keys, Callers: strings.Replace(callers, `keys = ["demo"]`, `keys = ["*"]`, 1)})
 	tests := []struct {
 		key    string

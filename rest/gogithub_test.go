@@ -39,32 +39,22 @@ var refuseAtOnce = rest.Limits{DefaultWait: 2 * ghWindow / 3}
 // stand-in, with the policy its docs state when documented is set, and
 // two callers on it.
 func githubKeys(documented bool) (keys, callers string) {
-	keys = `
-[[keys]]
-name = "github"
-base_url = %[1]q
-secret_env = "UPSTREAM_SECRET"
-auth = "bearer"
-profile = "github"
-`
 	if documented {
-		keys += fmt.Sprintf(`  [[keys.policies]]
-  name = "core"
-  quota = %d
-  window = "%s"
-`, ghQuota, ghWindow)
+		return vendorConfig("github", "github", testkit.Policy{Name: "core", Quota: ghQuota, Window: ghWindow})
 	}
-	callers = `
-[[callers]]
-name = "sync"
-token_env = "SYNC_TOKEN"
-keys = ["github"]
+	return vendorConfig("github", "github")
+}
 
-[[callers]]
-name = "agent"
-token_env = "AGENT_TOKEN"
-keys = ["github"]
-`
+// vendorConfig is a key with a vendor's profile in front of the stand-in
+// (%[1]s), bearer auth, with policies as its docs state them (none: it
+// learns them from the answers), and the callers sync and agent on it.
+func vendorConfig(key, profile string, policies ...testkit.Policy) (keys, callers string) {
+	keys = testkit.Keys(testkit.Key{Name: key, BaseURL: "%[1]s", SecretEnv: "UPSTREAM_SECRET", Auth: "bearer", Profile: profile,
+		Policies: policies})
+	callers = testkit.Config{Callers: []testkit.Caller{
+		{Name: "sync", TokenEnv: "SYNC_TOKEN", Keys: []string{key}},
+		{Name: "agent", TokenEnv: "AGENT_TOKEN", Keys: []string{key}},
+	}}.TOML()
 	return keys, callers
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 )
 
@@ -15,7 +16,7 @@ const headerSecret = "sk-header-test-0123456789"
 
 func testKey(t testing.TB, base, auth string) *keystore.Key {
 	t.Helper()
-	cfg := "[[keys]]\nname = \"demo\"\nbase_url = \"" + base + "\"\nsecret_env = \"S\"\nauth = \"" + auth + "\"\n"
+	cfg := testkit.Keys(testkit.Key{Name: "demo", BaseURL: base, SecretEnv: "S", Auth: auth})
 	s, err := keystore.Parse([]byte(cfg), keystore.Env{Getenv: func(string) string { return headerSecret }})
 	if err != nil {
 		t.Fatal(err)

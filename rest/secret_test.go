@@ -12,9 +12,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/upstream"
 )
@@ -44,21 +46,13 @@ func TestSecretsNeverLeave(t *testing.T) {
 	t.Cleanup(leaky.Close)
 	down := httptest.NewServer(http.NotFoundHandler())
 	down.Close()
-	keys := strings.Replace(defaultKeys, "quota = 120", "quota = 8", 1) + `
-[[keys]]
-name = "leaky"
-base_url = "` + leaky.URL + `/v1/"
-secret_env = "UPSTREAM_SECRET"
-auth = "query:api_key"
-max_rate = 1000.0
-
-[[keys]]
-name = "down"
-base_url = "` + down.URL + `"
-secret_env = "UPSTREAM_SECRET"
-auth = "header:X-Api-Key"
-max_rate = 1000.0
-`
+	keys := testkit.Keys(
+		testkit.Key{Name: "demo", BaseURL: "%[1]s", SecretEnv: "UPSTREAM_SECRET", Auth: "bearer", Profile: "ietf", MaxRate: 1000,
+			Policies: []testkit.Policy{{Name: "default", Quota: 8, Window: time.Minute}}},
+		testkit.Key{Name: "other", BaseURL: "%[1]s", SecretEnv: "UPSTREAM_SECRET"},
+		testkit.Key{Name: "leaky", BaseURL: leaky.URL + "/v1/", SecretEnv: "UPSTREAM_SECRET", Auth: "query:api_key", MaxRate: 1000},
+		testkit.Key{Name: "down", BaseURL: down.URL, SecretEnv: "UPSTREAM_SECRET", Auth: "header:X-Api-Key", MaxRate: 1000},
+	)
 	callersAll := strings.Replace(callers, `keys = ["demo"]`, `keys = ["demo", "leaky", "down"]`, 1)
 	s := newStack(t, stackConfig{Keys: keys, Callers: callersAll})
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/gateway"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/rest"
@@ -65,41 +66,17 @@ type stackConfig struct {
 	Fetch tools.FetchLimits
 }
 
-const defaultKeys = `
-[[keys]]
-name = "demo"
-base_url = %[1]q
-secret_env = "UPSTREAM_SECRET"
-auth = "bearer"
-profile = "ietf"
-max_rate = 1000.0
-  [[keys.policies]]
-  name = "default"
-  quota = 120
-  window = "60s"
+var defaultKeys = testkit.Keys(
+	testkit.Key{Name: "demo", BaseURL: "%[1]s", SecretEnv: "UPSTREAM_SECRET", Auth: "bearer", Profile: "ietf", MaxRate: 1000,
+		Policies: []testkit.Policy{{Name: "default", Quota: 120, Window: time.Minute}}},
+	testkit.Key{Name: "other", BaseURL: "%[1]s", SecretEnv: "UPSTREAM_SECRET"},
+)
 
-[[keys]]
-name = "other"
-base_url = %[1]q
-secret_env = "UPSTREAM_SECRET"
-`
-
-const callers = `
-[[callers]]
-name = "sync"
-token_env = "SYNC_TOKEN"
-keys = ["demo"]
-
-[[callers]]
-name = "agent"
-token_env = "AGENT_TOKEN"
-keys = ["demo"]
-
-[[callers]]
-name = "stranger"
-token_env = "STRANGER_TOKEN"
-keys = ["other"]
-`
+var callers = testkit.Config{Callers: []testkit.Caller{
+	{Name: "sync", TokenEnv: "SYNC_TOKEN", Keys: []string{"demo"}},
+	{Name: "agent", TokenEnv: "AGENT_TOKEN", Keys: []string{"demo"}},
+	{Name: "stranger", TokenEnv: "STRANGER_TOKEN", Keys: []string{"other"}},
+}}.TOML()
 
 // stack is mcp-quota's HTTP side wired as `mcp-quota serve` wires it —
 // a real state file, pacer, upstream client, REST handler, MCP tools and

@@ -186,28 +186,11 @@ func TestOpenAINodeThroughTheRESTSide(t *testing.T) {
 	for _, documented := range []bool{true, false} {
 		t.Run(fmt.Sprintf("documented=%v", documented), func(t *testing.T) {
 			up := newOpenAIStandIn(upstreamSecret, openAIRequests, openAITokens, openAIWindow)
-			keys := `
-[[keys]]
-name = "openai"
-base_url = %[1]q
-secret_env = "UPSTREAM_SECRET"
-auth = "bearer"
-profile = "openai"
-`
+			var policies []testkit.Policy
 			if documented {
-				keys += fmt.Sprintf("  [[keys.policies]]\n  name = \"requests\"\n  quota = %d\n  window = \"%s\"\n", openAIRequests, openAIWindow)
+				policies = []testkit.Policy{{Name: "requests", Quota: openAIRequests, Window: openAIWindow}}
 			}
-			callers := strings.ReplaceAll(`
-[[callers]]
-name = "sync"
-token_env = "SYNC_TOKEN"
-keys = ["openai"]
-
-[[callers]]
-name = "agent"
-token_env = "AGENT_TOKEN"
-keys = ["openai"]
-`, "\r", "")
+			keys, callers := vendorConfig("openai", "openai", policies...)
 			s := newStack(t, stackConfig{Upstream: up, Keys: keys, Callers: callers, QuietLog: true, Limits: refuseAtOnce})
 			var got struct{ Runs []openAIRun }
 			loopEnd := time.Now().Add(loopFor) // the callers loop no longer than this

@@ -24,6 +24,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcp-quota/mcp-quota/internal/leaktest"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/rest"
 )
@@ -102,30 +103,12 @@ func TestWallsKeyNeverLeaves(t *testing.T) {
 	t.Cleanup(allowed.Close)
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(allowed.URL, "http://"))
 	allowedURL := "http://localhost:" + port
-	keys := `
-[[keys]]
-name = "demo"
-base_url = "%[1]s/"
-secret_env = "UPSTREAM_SECRET"
-auth = "query:api_key"
-max_rate = 1000.0
-allow_hosts = ["localhost:` + port + `"]
-  [[keys.policies]]
-  quota = 1000
-  window = "60s"
-
-[[keys]]
-name = "bearer"
-base_url = "%[1]s/"
-secret_env = "UPSTREAM_SECRET"
-auth = "bearer"
-max_rate = 1000.0
-
-[[keys]]
-name = "other"
-base_url = "%[1]s/"
-auth = "none"
-`
+	keys := testkit.Keys(
+		testkit.Key{Name: "demo", BaseURL: "%[1]s/", SecretEnv: "UPSTREAM_SECRET", Auth: "query:api_key", MaxRate: 1000,
+			AllowHosts: []string{"localhost:" + port}, Policies: testkit.Window(1000, time.Minute)},
+		testkit.Key{Name: "bearer", BaseURL: "%[1]s/", SecretEnv: "UPSTREAM_SECRET", Auth: "bearer", MaxRate: 1000},
+		testkit.Key{Name: "other", BaseURL: "%[1]s/", Auth: "none"},
+	)
 	cs := strings.Replace(callers, `keys = ["demo"]`, `keys = ["demo", "bearer"]`, 2)
 	s := newStack(t, stackConfig{Upstream: &leakyUpstream{allowedURL: allowedURL}, Keys: keys, Callers: cs, Secret: awkwardSecret})
 
@@ -250,19 +233,10 @@ func TestWallsStatusLine(t *testing.T) {
 			}()
 		}
 	}()
-	keys := `
-[[keys]]
-name = "demo"
-base_url = "http://` + ln.Addr().String() + `/"
-secret_env = "UPSTREAM_SECRET"
-auth = "query:api_key"
-max_rate = 1000.0
-
-[[keys]]
-name = "other"
-base_url = %[1]q
-auth = "none"
-`
+	keys := testkit.Keys(
+		testkit.Key{Name: "demo", BaseURL: "http://" + ln.Addr().String() + "/", SecretEnv: "UPSTREAM_SECRET", Auth: "query:api_key", MaxRate: 1000},
+		testkit.Key{Name: "other", BaseURL: "%[1]s", Auth: "none"},
+	)
 	s := newStack(t, stackConfig{Keys: keys, Secret: awkwardSecret})
 	resp, b := s.do(t, "GET", "/k/demo/x", syncToken, nil)
 	leaktest.Scan(t, awkwardSecret, map[string]string{"answer": fmt.Sprintf("%s %v %s", resp.Status, resp.Header, b)})
@@ -468,21 +442,10 @@ func brokenUpstream(t *testing.T) http.Handler {
 // Content-Length is never passed on.
 func TestWallsBrokenAnswersNamed(t *testing.T) {
 	t.Parallel()
-	keys := `
-[[keys]]
-name = "demo"
-base_url = "%[1]s/"
-secret_env = "UPSTREAM_SECRET"
-max_rate = 1000.0
-  [[keys.policies]]
-  quota = 1000
-  window = "60s"
-
-[[keys]]
-name = "other"
-base_url = "%[1]s/"
-auth = "none"
-`
+	keys := testkit.Keys(
+		testkit.Key{Name: "demo", BaseURL: "%[1]s/", SecretEnv: "UPSTREAM_SECRET", MaxRate: 1000, Policies: testkit.Window(1000, time.Minute)},
+		testkit.Key{Name: "other", BaseURL: "%[1]s/", Auth: "none"},
+	)
 	s := newStack(t, stackConfig{Upstream: brokenUpstream(t), Keys: keys, AnswerTimeout: 300 * time.Millisecond,
 		Callers: strings.ReplaceAll(callers, `keys = ["demo"]`, `keys = ["demo", "other"]`)})
 	mc := mcpClient(t, s, agentToken)
@@ -639,18 +602,10 @@ func TestWallsRedirectToOtherScheme(t *testing.T) {
 	up.Start()
 	t.Cleanup(up.Close)
 	host = strings.TrimPrefix(up.URL, "http://")
-	keys := `
-[[keys]]
-name = "demo"
-base_url = "` + up.URL + `/"
-secret_env = "UPSTREAM_SECRET"
-max_rate = 1000.0
-
-[[keys]]
-name = "other"
-base_url = %[1]q
-auth = "none"
-`
+	keys := testkit.Keys(
+		testkit.Key{Name: "demo", BaseURL: up.URL + "/", SecretEnv: "UPSTREAM_SECRET", MaxRate: 1000},
+		testkit.Key{Name: "other", BaseURL: "%[1]s", Auth: "none"},
+	)
 	s := newStack(t, stackConfig{Keys: keys})
 	for _, p := range []string{"/gopher", "/https", "/gopher", "/https", "/gopher", "/https"} {
 		resp, b := s.raw(t, "GET", "/k/demo"+p, "Authorization: Bearer "+syncToken, "Prefer: wait=0")
@@ -687,19 +642,10 @@ func TestWallsStreamedBodyScrubbed(t *testing.T) {
 		rc.Flush()
 		io.WriteString(w, awkwardSecret[3:]+"\n\n")
 	})
-	keys := `
-[[keys]]
-name = "demo"
-base_url = "%[1]s/"
-secret_env = "UPSTREAM_SECRET"
-auth = "query:api_key"
-max_rate = 1000.0
-
-[[keys]]
-name = "other"
-base_url = %[1]q
-auth = "none"
-`
+	keys := testkit.Keys(
+		testkit.Key{Name: "demo", BaseURL: "%[1]s/", SecretEnv: "UPSTREAM_SECRET", Auth: "query:api_key", MaxRate: 1000},
+		testkit.Key{Name: "other", BaseURL: "%[1]s", Auth: "none"},
+	)
 	s := newStack(t, stackConfig{Upstream: up, Keys: keys, Secret: awkwardSecret})
 	for _, p := range []string{"/k/demo/big", "/k/demo/events"} {
 		resp, b := s.do(t, "GET", p, syncToken, nil)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/internal/conformance"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/state"
@@ -55,7 +56,7 @@ func journalsAdmittedAlone(t *testing.T, db state.Store) {
 	if n := flight(); n != 2 {
 		t.Fatalf("%d calls in flight before either ended, want 2", n)
 	}
-	f := finishedSlot(id, 41)
+	f := conformance.FinishedSlot(id, 41)
 	f.Attempt.CallID = "call-1"
 	if err := db.FinishLater(ctx, f); err != nil {
 		t.Fatal(err)
@@ -68,7 +69,7 @@ func journalsAdmittedAlone(t *testing.T, db state.Store) {
 	if err := db.FinishLater(ctx, f); err != nil {
 		t.Fatal(err)
 	}
-	wrong := finishedSlot(other, 40)
+	wrong := conformance.FinishedSlot(other, 40)
 	wrong.Attempt.CallID = "call-9"
 	if err := db.FinishLater(ctx, wrong); err != nil {
 		t.Fatal(err)

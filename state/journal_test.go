@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/internal/conformance"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
-	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -28,18 +28,6 @@ func reserve(t *testing.T, db *state.DB, n int) []int64 {
 		return err
 	})
 	return ids
-}
-
-// finishedSlot is slot id's call, confirmed, with one observation.
-func finishedSlot(id int64, r int64) ledger.Finished {
-	ob := ratelimit.Observation{Policy: "p", Unit: ratelimit.Requests, Remaining: r, HasRemaining: true, Shape: ratelimit.ShapeDraft}
-	return ledger.Finished{
-		Attempt: ledger.Attempt{ID: id, Key: "k", CallID: fmt.Sprint("call-", id), Attempt: 1, Caller: "sync", Transport: "rest",
-			Method: "GET", Target: "/items", State: ledger.Confirmed, Reason: "HTTP 200 OK", Status: 200,
-			SentAt: t0, AnsweredAt: t0.Add(time.Millisecond)},
-		Observations: []ledger.ObservationRecord{{Key: "k", AttemptID: id, Observation: ob, Status: 200,
-			ReceivedAt: t0.Add(time.Millisecond), Method: "GET", Target: "/items"}},
-	}
 }
 
 // journalFiles lists the journal files of the state file at path.
@@ -99,20 +87,20 @@ func TestJournalSetsARefusedOutcomeAside(t *testing.T) {
 	ids := reserve(t, db, 5)
 	refuse(t, path, ids[1], ids[3])
 	for _, id := range ids[:3] {
-		if err := db.FinishLater(context.Background(), finishedSlot(id, 1)); err != nil {
+		if err := db.FinishLater(context.Background(), conformance.FinishedSlot(id, 1)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if states := statesOf(t, db); states[ledger.Confirmed] != 2 || states[ledger.Reserved] != 3 {
 		t.Errorf("with one of three outcomes refused: %v, want 2 confirmed and 3 reserved", states)
 	}
-	if err := db.FinishLater(context.Background(), finishedSlot(ids[3], 1)); err != nil { // refused, alone
+	if err := db.FinishLater(context.Background(), conformance.FinishedSlot(ids[3], 1)); err != nil { // refused, alone
 		t.Fatal(err)
 	}
 	if states := statesOf(t, db); states[ledger.Confirmed] != 2 {
 		t.Errorf("after a refused outcome alone: %v, want 2 confirmed still", states)
 	}
-	if err := db.FinishLater(context.Background(), finishedSlot(ids[4], 1)); err != nil {
+	if err := db.FinishLater(context.Background(), conformance.FinishedSlot(ids[4], 1)); err != nil {
 		t.Fatal(err)
 	}
 	if states := statesOf(t, db); states[ledger.Confirmed] != 3 {
@@ -136,7 +124,7 @@ func TestRecoverSetsARefusedOutcomeAside(t *testing.T) {
 	refuse(t, path, ids[1])
 	var journal strings.Builder
 	for _, id := range ids {
-		line, _ := json.Marshal(finishedSlot(id, 1))
+		line, _ := json.Marshal(conformance.FinishedSlot(id, 1))
 		journal.Write(append(line, '\n'))
 	}
 	if err := os.MkdirAll(path+".outcomes", 0o700); err != nil {

@@ -527,7 +527,7 @@ func TestLegacyHandshakeOverHTTP(t *testing.T) {
 func TestNonLoopbackNeedsCallers(t *testing.T) {
 	dir := t.TempDir()
 	config := dir + "/config.toml"
-	if err := os.WriteFile(config, []byte("[[keys]]\nname = \"open\"\nbase_url = \"https://api.example\"\nauth = \"none\"\n"), 0o600); err != nil {
+	if err := os.WriteFile(config, []byte(openKeyConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var out, errOut strings.Builder

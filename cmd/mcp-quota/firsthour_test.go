@@ -209,7 +209,7 @@ func TestStateURLRefused(t *testing.T) {
 func TestStateFileErrors(t *testing.T) {
 	dir := t.TempDir()
 	config := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(config, []byte("[[keys]]\nname = \"open\"\nbase_url = \"https://api.example\"\nauth = \"none\"\n"), 0o600); err != nil {
+	if err := os.WriteFile(config, []byte(openKeyConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	corrupt := filepath.Join(dir, "corrupt.db")
@@ -382,7 +382,7 @@ func TestListenErrors(t *testing.T) {
 	}
 
 	open := filepath.Join(t.TempDir(), "open.toml")
-	if err := os.WriteFile(open, []byte("[[keys]]\nname = \"open\"\nbase_url = \"https://api.example\"\nauth = \"none\"\n"), 0o600); err != nil {
+	if err := os.WriteFile(open, []byte(openKeyConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, addr := range []string{":" + port(busy), "0.0.0.0:" + port(busy)} {

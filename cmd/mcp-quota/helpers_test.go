@@ -77,6 +77,23 @@ type setup struct {
 	env    []string
 }
 
+// openKeyConfig is a configuration of one key, "open", without a
+// credential, whose upstream is never called.
+var openKeyConfig = testkit.Keys(testkit.Key{Name: "open", BaseURL: "https://api.example", Auth: "none"})
+
+// noSecretKey is a key "nosecret" of the upstream at url whose
+// credential's variable is not set.
+func noSecretKey(url string) testkit.Key {
+	return testkit.Key{Name: "nosecret", BaseURL: url, SecretEnv: "UNSET_VARIABLE_FOR_TEST"}
+}
+
+// tinyKey is a key "tiny" of the upstream at url with the demo's
+// credential and one call a minute.
+func tinyKey(url string) testkit.Key {
+	return testkit.Key{Name: "tiny", BaseURL: url, SecretEnv: "DEMO_SECRET",
+		Policies: []testkit.Policy{{Name: "default", Quota: 1, Window: time.Minute}}}
+}
+
 // keyConfig writes a configuration with key "demo" for baseURL and the
 // callers "agent" and "sync". extra is appended to the key's table.
 func newSetup(t testing.TB, baseURL string, policy string, extra string) *setup {

@@ -24,7 +24,7 @@ func TestReadOnlyStateFile(t *testing.T) {
 		os.RemoveAll(dir)
 	})
 	config := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(config, []byte("[[keys]]\nname = \"open\"\nbase_url = \"https://api.example\"\nauth = \"none\"\n"), 0o644); err != nil {
+	if err := os.WriteFile(config, []byte(openKeyConfig), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// A state file made by this user, then left read-only in a directory

@@ -12,6 +12,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/mcp-quota/mcp-quota/demo"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // odd is an upstream with the answers the demo API never gives: a binary
@@ -49,27 +50,9 @@ func TestEveryResultMatchesItsSchema(t *testing.T) {
 	s := newSetup(t, url, `name = "default"
   quota = 20
   window = "60s"`, "")
-	appendFile(t, s.config, `
-[[keys]]
-name = "odd"
-base_url = "`+odd(t)+`"
-secret_env = "DEMO_SECRET"
-methods = ["GET", "POST"]
-
-[[keys]]
-name = "nosecret"
-base_url = "`+url+`"
-secret_env = "UNSET_VARIABLE_FOR_TEST"
-
-[[keys]]
-name = "tiny"
-base_url = "`+url+`"
-secret_env = "DEMO_SECRET"
-  [[keys.policies]]
-  name = "default"
-  quota = 1
-  window = "60s"
-`)
+	appendFile(t, s.config, testkit.Keys(
+		testkit.Key{Name: "odd", BaseURL: odd(t), SecretEnv: "DEMO_SECRET", Methods: []string{"GET", "POST"}},
+		noSecretKey(url), tinyKey(url)))
 	sess := s.stdioSession(t, nil)
 	schemas := outputSchemas(t, sess)
 

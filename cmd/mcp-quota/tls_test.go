@@ -282,7 +282,7 @@ func TestServeTLSFromConfig(t *testing.T) {
 func TestServeRefusesBadTLSAndStopFlags(t *testing.T) {
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "missing.pem")
-	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte("[[keys]]\nname = \"open\"\nbase_url = \"https://api.example\"\nauth = \"none\"\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(openKeyConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct {

@@ -106,31 +106,10 @@ func TestTypeScriptClientSeesEveryError(t *testing.T) {
 	tsClient(t)
 	_, url := upstreamAPI(t, demo.Config{})
 	s := newSetup(t, url, defaultPolicy, "")
-	appendFile(t, s.config, `
-[[keys]]
-name = "nosecret"
-base_url = "`+url+`"
-secret_env = "UNSET_VARIABLE_FOR_TEST"
-
-[[keys]]
-name = "gone"
-base_url = "http://127.0.0.1:1"
-secret_env = "DEMO_SECRET"
-
-[[keys]]
-name = "metadata"
-base_url = "http://169.254.169.254"
-secret_env = "DEMO_SECRET"
-
-[[keys]]
-name = "tiny"
-base_url = "`+url+`"
-secret_env = "DEMO_SECRET"
-  [[keys.policies]]
-  name = "default"
-  quota = 1
-  window = "60s"
-`)
+	appendFile(t, s.config, testkit.Keys(noSecretKey(url),
+		testkit.Key{Name: "gone", BaseURL: "http://127.0.0.1:1", SecretEnv: "DEMO_SECRET"},
+		testkit.Key{Name: "metadata", BaseURL: "http://169.254.169.254", SecretEnv: "DEMO_SECRET"},
+		tinyKey(url)))
 	common := []tsCall{
 		{Name: "unknown key", Tool: "fetch", Args: map[string]any{"key": "nope", "path": "/"}, code: "unknownKey", says: "nope"},
 		{Name: "dot-dot path", Tool: "fetch", Args: map[string]any{"key": "demo", "path": "/v1/../../etc/passwd"}, code: "badPath", says: "'..'"},

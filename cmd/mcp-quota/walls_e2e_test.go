@@ -18,6 +18,7 @@ import (
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-quota/mcp-quota/internal/leaktest"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // wallsSecret needs percent-encoding in a query and is changed by form
@@ -65,26 +66,14 @@ func TestWallsEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	s := &setup{dir: dir, config: filepath.Join(dir, "config.toml"), state: filepath.Join(dir, "state.db"),
 		env: []string{"LEAKY_SECRET=" + wallsSecret, "AGENT_TOKEN=" + agentToken, "SYNC_TOKEN=" + syncToken}}
-	cfg := fmt.Sprintf(`[[keys]]
-name = "leaky"
-base_url = "%s/"
-secret_env = "LEAKY_SECRET"
-auth = "query:api_key"
-max_rate = 1000.0
-  [[keys.policies]]
-  quota = 1000
-  window = "60s"
-
-[[callers]]
-name = "agent"
-token_env = "AGENT_TOKEN"
-keys = ["leaky"]
-
-[[callers]]
-name = "sync"
-token_env = "SYNC_TOKEN"
-keys = ["leaky"]
-`, leaky.URL)
+	cfg := testkit.Config{
+		Keys: []testkit.Key{{Name: "leaky", BaseURL: leaky.URL + "/", SecretEnv: "LEAKY_SECRET", Auth: "query:api_key", MaxRate: 1000,
+			Policies: testkit.Window(1000, time.Minute)}},
+		Callers: []testkit.Caller{
+			{Name: "agent", TokenEnv: "AGENT_TOKEN", Keys: []string{"leaky"}},
+			{Name: "sync", TokenEnv: "SYNC_TOKEN", Keys: []string{"leaky"}},
+		},
+	}.TOML()
 	if err := os.WriteFile(s.config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

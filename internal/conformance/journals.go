@@ -41,8 +41,10 @@ func reserve(t *testing.T, s ledger.Store, n int) []int64 {
 	return out
 }
 
-// finishedSlot is slot id's call, confirmed, with one observation.
-func finishedSlot(id int64, r int64) ledger.Finished {
+// FinishedSlot is slot id's call on key "k", sent at 2026-05-01 12:00 UTC
+// and confirmed a millisecond later, with one observation of policy "p"
+// saying r remain. The suite and the back ends' own journal tests write it.
+func FinishedSlot(id int64, r int64) ledger.Finished {
 	ob := ratelimit.Observation{Policy: "p", Unit: ratelimit.Requests, Remaining: r, HasRemaining: true, Shape: ratelimit.ShapeDraft}
 	return ledger.Finished{
 		Attempt: ledger.Attempt{ID: id, Key: "k", CallID: fmt.Sprint("call-", id), Attempt: 1, Caller: "sync", Transport: "rest",
@@ -100,7 +102,7 @@ func finishLater(t *testing.T, b Backend) {
 	t.Cleanup(func() { s.Close() }) // closed below; again does nothing
 	ids := reserve(t, s, 8)
 	for _, id := range ids[:5] {
-		if err := s.FinishLater(context.Background(), finishedSlot(id, 100-id)); err != nil {
+		if err := s.FinishLater(context.Background(), FinishedSlot(id, 100-id)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -160,7 +162,7 @@ func recoverAnEndedProcess(t *testing.T, b Backend) {
 	// ids[0] was recorded before the end; ids[1:4] were not; ids[4:]
 	// were never handed out.
 	update(t, s, func(tx ledger.Tx) error {
-		f := finishedSlot(ids[0], 99)
+		f := FinishedSlot(ids[0], 99)
 		if err := tx.FinishReserved(f.Attempt); err != nil {
 			return err
 		}
@@ -168,9 +170,9 @@ func recoverAnEndedProcess(t *testing.T, b Backend) {
 	}, "k")
 	var fs []ledger.Finished
 	for _, id := range ids[:4] {
-		fs = append(fs, finishedSlot(id, 100-id))
+		fs = append(fs, FinishedSlot(id, 100-id))
 	}
-	writeJournal(t, b, loc, fs, finishedSlot(ids[4], 1))
+	writeJournal(t, b, loc, fs, FinishedSlot(ids[4], 1))
 
 	if n, err := s.Recover(context.Background()); err != nil || n != 3 {
 		t.Errorf("Recover recorded %d (%v), want the 3 not recorded before", n, err)
@@ -197,7 +199,7 @@ func recoverAnEndedProcess(t *testing.T, b Backend) {
 func recoverLeavesALiveJournal(t *testing.T, b Backend) {
 	s, loc := b.fresh(t)
 	ids := reserve(t, s, 4)
-	if err := s.FinishLater(context.Background(), finishedSlot(ids[0], 10)); err != nil {
+	if err := s.FinishLater(context.Background(), FinishedSlot(ids[0], 10)); err != nil {
 		t.Fatal(err)
 	}
 	files := journalFiles(t, b, loc)
@@ -211,7 +213,7 @@ func recoverLeavesALiveJournal(t *testing.T, b Backend) {
 	if _, err := os.Stat(files[0]); err != nil {
 		t.Fatalf("the live process's journal: %v", err)
 	}
-	if err := s.FinishLater(context.Background(), finishedSlot(ids[1], 9)); err != nil {
+	if err := s.FinishLater(context.Background(), FinishedSlot(ids[1], 9)); err != nil {
 		t.Fatal(err)
 	}
 	if states, _ := ended(t, s, ids); states[ledger.Confirmed] != 2 {
@@ -227,7 +229,7 @@ func journalAfterClose(t *testing.T, b Backend) {
 	}
 	t.Cleanup(func() { s.Close() }) // closed below; again does nothing
 	ids := reserve(t, s, 2)
-	if err := s.FinishLater(context.Background(), finishedSlot(ids[0], 1)); err != nil {
+	if err := s.FinishLater(context.Background(), FinishedSlot(ids[0], 1)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -236,7 +238,7 @@ func journalAfterClose(t *testing.T, b Backend) {
 	if err := s.Close(); err != nil {
 		t.Errorf("a second Close: %v", err)
 	}
-	if err := s.FinishLater(context.Background(), finishedSlot(ids[1], 0)); err == nil {
+	if err := s.FinishLater(context.Background(), FinishedSlot(ids[1], 0)); err == nil {
 		t.Error("FinishLater after Close succeeded")
 	}
 	if files := journalFiles(t, b, loc); len(files) != 0 {
@@ -258,7 +260,7 @@ func finishAReleasedSlot(t *testing.T, b Backend) {
 	if states, _ := ended(t, s, ids); states[ledger.Released] != 2 {
 		t.Fatalf("after the sweep: %v, want 2 released", states)
 	}
-	if err := s.FinishLater(context.Background(), finishedSlot(ids[0], 5)); err != nil {
+	if err := s.FinishLater(context.Background(), FinishedSlot(ids[0], 5)); err != nil {
 		t.Fatal(err)
 	}
 	states, obs := ended(t, s, ids)

@@ -74,6 +74,7 @@ func (tx *Tx) stmt(q query) (*sql.Stmt, error) {
 
 func (tx *Tx) exec(q query, args ...any) (sql.Result, error) {
 	if tx.pg != nil {
+		tx.pg.ran(q)
 		return tx.tx.ExecContext(tx.ctx, queries[q].postgres, pgArgs(args)...)
 	}
 	s, err := tx.stmt(q)
@@ -85,6 +86,7 @@ func (tx *Tx) exec(q query, args ...any) (sql.Result, error) {
 
 func (tx *Tx) query(q query, args ...any) (*sql.Rows, error) {
 	if tx.pg != nil {
+		tx.pg.ran(q)
 		return tx.tx.QueryContext(tx.ctx, queries[q].postgres, pgArgs(args)...)
 	}
 	s, err := tx.stmt(q)
@@ -110,6 +112,7 @@ func (r row) Scan(dest ...any) error {
 
 func (tx *Tx) queryRow(q query, args ...any) row {
 	if tx.pg != nil {
+		tx.pg.ran(q)
 		return row{r: tx.tx.QueryRowContext(tx.ctx, queries[q].postgres, pgArgs(args)...)}
 	}
 	s, err := tx.stmt(q)
@@ -167,7 +170,12 @@ func (tx *Tx) InsertAttempt(a ledger.Attempt) (int64, error) {
 			return 0, fmt.Errorf("state: record attempt: %w", err)
 		}
 		var last, lastAt, lastBytes int64
-		err := tx.queryRow(qLastSend, a.Key).Scan(&last, &lastAt, &lastBytes)
+		var err error
+		if seq, at, bytes, found, ok := tx.pg.readLastSend(a.Key); !ok {
+			err = tx.queryRow(qLastSend, a.Key).Scan(&last, &lastAt, &lastBytes)
+		} else if found {
+			last, lastAt, lastBytes = seq, at, bytes
+		}
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return 0, fmt.Errorf("state: record attempt: %w", err)
 		}
@@ -446,6 +454,9 @@ func (tx *Tx) Flight(key string, now time.Time) (ledger.Flight, error) {
 	var f ledger.Flight
 	var oldest int64
 	var r row
+	if f, ok := tx.pg.readFlight(key, now, tx.out.ended(key)); ok {
+		return f, nil
+	}
 	if ended := tx.out.ended(key); len(ended) == 0 {
 		r = tx.queryRow(qInFlight, key, micros(now))
 	} else if tx.pg != nil {

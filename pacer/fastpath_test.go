@@ -43,7 +43,12 @@ func TestUnleasedAnswerTakesNoTransaction(t *testing.T) {
 	t.Cleanup(func() { pg.Close() })
 	db := &countingPostgres{Postgres: pg}
 	p := pacer.New(db)
-	p.Now = pg.Now
+	// The server's clock, which the test moves away from the server's
+	// (see below), and no timer: what answers taught is written by
+	// transactions only.
+	var ahead atomic.Int64
+	p.Now = func() time.Time { return pg.Now().Add(time.Duration(ahead.Load())) }
+	p.AfterFunc = func(time.Duration, func()) func() bool { return func() bool { return true } }
 	t.Cleanup(func() { p.Close(ctx) })
 	// Never leased: a lease holds at most a quarter of the calls the key
 	// may still have in flight, and a lease of fewer than 16 is none.
@@ -112,11 +117,36 @@ func TestUnleasedAnswerTakesNoTransaction(t *testing.T) {
 		res.Binding.Remaining < 0 || res.Binding.Remaining > r {
 		t.Errorf("its result: %+v, want confirmed, continue, a binding budget with at most the answer's %d left", res, r)
 	}
-	// The next admission writes what the answer taught.
+	// The next admission leaves what the answer taught in memory, until it
+	// has waited LeaseTime/2: an admission that then comes writes it.
+	latest := func() int64 {
+		t.Helper()
+		var got int64
+		if err := pg.View(ctx, func(tx ledger.Tx) error {
+			known, err := tx.Known("k")
+			if len(known) == 1 {
+				got = known[0].Remaining
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
 	before := db.updates.Load()
-	third := admit()
+	ahead.Store(int64(-time.Minute)) // what the answer taught was kept "a minute later"
+	next := admit()
 	if tx := db.updates.Load() - before; tx != 1 {
 		t.Errorf("the next admission took %d transactions, want 1", tx)
+	}
+	if got := latest(); got == r {
+		t.Errorf("the next admission, right after the answer, wrote its word (r=%d): want it kept in memory a while", got)
+	}
+	ahead.Store(int64(pacer.LeaseTime / 2))
+	before = db.updates.Load()
+	third := admit()
+	if tx := db.updates.Load() - before; tx != 1 {
+		t.Errorf("the admission after it took %d transactions, want 1", tx)
 	}
 	if err := pg.View(ctx, func(tx ledger.Tx) error {
 		got, err := tx.Call("k", second.Call.CallID)
@@ -143,6 +173,9 @@ func TestUnleasedAnswerTakesNoTransaction(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+	if _, tx := answer(next, 200, r-1); tx != 0 {
+		t.Errorf("the answer to the call admitted before took %d transactions, want 0", tx)
 	}
 	// A refusal was not foreseen: recorded at once, and it holds the
 	// next call (its Retry-After, or the hidden limit it reveals).

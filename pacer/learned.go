@@ -35,6 +35,7 @@ type learned struct {
 	latency    time.Duration // the longest from an admission to its answer
 	answeredAt time.Time     // the latest answer
 	stop       func() bool   // stops the timer that writes it
+	since      time.Time     // when the first of it was kept (see takeDue)
 }
 
 // A word is an observation as a latest word: what an answer said of one
@@ -80,7 +81,7 @@ func (p *Pacer) keep(l *learned) {
 	defer p.mu.Unlock()
 	kept := p.learned[name]
 	if kept == nil {
-		kept = &learned{key: l.key, stop: func() bool { return false }}
+		kept = &learned{key: l.key, stop: func() bool { return false }, since: p.now()}
 		p.learned[name] = kept
 		if !p.closed { // after Close, nothing more is written
 			kept.stop = p.afterFunc()(LeaseTime, p.timerFunc(func() { p.writeLearnedAlone(name) }))
@@ -222,7 +223,12 @@ func (p *Pacer) writeLearnedNow(ctx context.Context, key string) error {
 // what is learned is taken from memory once, before it, and every run
 // writes the same.
 func (p *Pacer) update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
-	taken := p.takeLearned(keys)
+	return p.updateWriting(ctx, p.takeLearned(keys), fn, keys...)
+}
+
+// updateWriting is update, writing what was taken of what the Pacer
+// keeps for keys, an entry for each key.
+func (p *Pacer) updateWriting(ctx context.Context, taken []*learned, fn func(ledger.Tx) error, keys ...string) error {
 	kept := p.takeUnrecorded(keys) // outcomes Done could not record (see unrecorded.go)
 	err := p.db.Update(ctx, func(tx ledger.Tx) error {
 		if err := p.recordUnrecorded(tx, kept); err != nil {

@@ -272,7 +272,7 @@ func (p *Pacer) admitOnce(ctx context.Context, c Call, start, deadline time.Time
 	var run admitRun
 	renewing := spent != nil
 	marked := false // a run marked the key as being granted a lease
-	err := p.update(ctx, func(tx ledger.Tx) error {
+	err := p.admitUpdate(ctx, func(tx ledger.Tx) error {
 		// The function may run more than once (see ledger.Store):
 		// only the last run's results count, and nothing in memory
 		// changes until the transaction commits.

@@ -75,6 +75,7 @@ func (tx *Tx) finishAll(fs []ledger.Finished) (int, error) {
 }
 
 func (tx *Tx) pgFinishAll(fs []ledger.Finished) (int, error) {
+	tx.pg.wrote("attempts")
 	// An outcome a journal holds twice is recorded once, the first time:
 	// the second finds its slot recorded.
 	seen := make(map[int64]bool, len(fs))

@@ -14,6 +14,9 @@ var qKnown = newQuery("Known")
 
 // Known returns every policy ever seen for key.
 func (tx *Tx) Known(key string) ([]ledger.Known, error) {
+	if known, ok := tx.pg.readKnown(key); ok {
+		return known, nil
+	}
 	rows, err := tx.query(qKnown, key)
 	if err != nil {
 		return nil, fmt.Errorf("state: policies: %w", err)
@@ -48,10 +51,13 @@ var qPutKnown = newQuery("PutKnown")
 // does not make q or w unknown. A hidden limit (k.Hidden) is re-inferred
 // whole: its q, w and time replace the earlier ones.
 func (tx *Tx) PutKnown(k ledger.Known) error {
-	_, err := tx.exec(qPutKnown,
-		k.Key, k.Policy, string(k.Unit), k.Partition, nullIf(k.Quota, k.HasQuota), nullIf(k.Window.Microseconds(), k.Window > 0),
+	args := []any{k.Key, k.Policy, string(k.Unit), k.Partition, nullIf(k.Quota, k.HasQuota), nullIf(k.Window.Microseconds(), k.Window > 0),
 		nullIf(k.Remaining, k.HasRemaining), nullIf(k.Reset.Microseconds(), k.HasReset),
-		micros(k.ReceivedAt), micros(k.BasisAt), string(k.Shape), k.Hidden, k.Route)
+		micros(k.ReceivedAt), micros(k.BasisAt), string(k.Shape), k.Hidden, k.Route}
+	if kept, err := tx.pg.putKnown(tx, k, args); kept { // on PostgreSQL, see admit_postgres.go
+		return err
+	}
+	_, err := tx.exec(qPutKnown, args...)
 	if err != nil {
 		return fmt.Errorf("state: record policy: %w", err)
 	}
@@ -128,6 +134,9 @@ var qGates = newQuery("Gates")
 // Gates returns key's gates that are still closed at now, the latest to
 // open first.
 func (tx *Tx) Gates(key string, now time.Time) ([]ledger.Gate, error) {
+	if gates, ok := tx.pg.readGates(key, now); ok {
+		return gates, nil
+	}
 	rows, err := tx.query(qGates, key, micros(now))
 	if err != nil {
 		return nil, fmt.Errorf("state: gates: %w", err)

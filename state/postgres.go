@@ -148,6 +148,7 @@ func OpenPostgres(ctx context.Context, rawURL string, o PostgresOptions) (*Postg
 	if cfg.RuntimeParams["application_name"] == "" {
 		cfg.RuntimeParams["application_name"] = "mcp-quota"
 	}
+	cfg.Tracer = pgTracer
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(o.MaxConns)
 	db.SetMaxIdleConns(o.MaxConns)
@@ -563,12 +564,22 @@ func (pg *Postgres) run(ctx context.Context, opts *sql.TxOptions, keys []string,
 }
 
 func (pg *Postgres) once(ctx context.Context, opts *sql.TxOptions, keys []string, fn func(*Tx) error) error {
-	stx, err := pg.db.BeginTx(ctx, opts)
+	conn, err := pg.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	stx, err := conn.BeginTx(ctx, opts)
 	if err != nil {
 		return err
 	}
 	defer stx.Rollback()
-	tx := &Tx{tx: stx, ctx: ctx, pg: &pgTx{db: pg}, instance: pg.instance, out: &pg.out}
+	tx := &Tx{tx: stx, ctx: ctx, pg: &pgTx{db: pg, conn: conn}, instance: pg.instance, out: &pg.out}
+	if len(keys) == 1 {
+		if err := tx.pg.holdReading(tx, keys[0]); err != nil { // with what a decision reads (see admit_postgres.go)
+			return err
+		}
+	}
 	for _, k := range keys {
 		if err := tx.pg.hold(tx, k); err != nil {
 			return err
@@ -665,6 +676,8 @@ type pgTx struct {
 	// when it was put — an admission that also writes what answers
 	// taught puts it twice.
 	keyStates map[string]*keptKeyState
+	conn      *sql.Conn // the transaction's connection
+	read      *pgRead   // what the pipeline read of the key it holds (see holdReading); nil when none, or no longer valid
 }
 
 type keptKeyState struct {

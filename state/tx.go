@@ -82,6 +82,7 @@ func pgText(q query) (string, error) {
 
 func (tx *Tx) exec(q query, args ...any) (sql.Result, error) {
 	if tx.pg != nil {
+		tx.pg.ran(q)
 		text, err := pgText(q)
 		if err != nil {
 			return nil, err
@@ -97,6 +98,7 @@ func (tx *Tx) exec(q query, args ...any) (sql.Result, error) {
 
 func (tx *Tx) query(q query, args ...any) (*sql.Rows, error) {
 	if tx.pg != nil {
+		tx.pg.ran(q)
 		text, err := pgText(q)
 		if err != nil {
 			return nil, err
@@ -126,6 +128,7 @@ func (r row) Scan(dest ...any) error {
 
 func (tx *Tx) queryRow(q query, args ...any) row {
 	if tx.pg != nil {
+		tx.pg.ran(q)
 		text, err := pgText(q)
 		if err != nil {
 			return row{err: err}
@@ -179,7 +182,12 @@ func (tx *Tx) InsertAttempt(a ledger.Attempt) (int64, error) {
 			return 0, fmt.Errorf("state: record attempt: %w", err)
 		}
 		var last, lastAt, lastBytes int64
-		err := tx.queryRow(qLastSend, a.Key).Scan(&last, &lastAt, &lastBytes)
+		var err error
+		if seq, at, bytes, found, ok := tx.pg.readLastSend(a.Key); !ok {
+			err = tx.queryRow(qLastSend, a.Key).Scan(&last, &lastAt, &lastBytes)
+		} else if found {
+			last, lastAt, lastBytes = seq, at, bytes
+		}
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return 0, fmt.Errorf("state: record attempt: %w", err)
 		}
@@ -443,6 +451,9 @@ func (tx *Tx) Flight(key string, now time.Time) (ledger.Flight, error) {
 	var f ledger.Flight
 	var oldest int64
 	var r row
+	if f, ok := tx.pg.readFlight(key, now, tx.out.ended(key)); ok {
+		return f, nil
+	}
 	if ended := tx.out.ended(key); len(ended) == 0 {
 		r = tx.queryRow(qInFlight, key, micros(now))
 	} else if tx.pg != nil {

@@ -1,0 +1,40 @@
+package pacer
+
+import (
+	"context"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+)
+
+// An admission writes what foreseen answers taught its key (see learned)
+// only once it has waited learnedDue: on a key called every millisecond
+// or two, one admission in many writes it, not each one — on PostgreSQL
+// that is the policy's word and the window counts it is settled on, three
+// round trips on the key's locked row. What waits meanwhile is what
+// another process reads of it anyway (up to LeaseTime older, see
+// learned): foreseen answers left every budget far from its limits, and
+// every send since a word's basis is subtracted from it. The timer still
+// writes it within LeaseTime when no admission comes; every other
+// transaction on the key writes it at once.
+const learnedDue = LeaseTime / 2
+
+// admitUpdate is update for an admission of key: it writes what the
+// Pacer keeps for key only when that is due.
+func (p *Pacer) admitUpdate(ctx context.Context, fn func(ledger.Tx) error, key string) error {
+	return p.updateWriting(ctx, []*learned{p.takeDue(key, p.now())}, fn, key)
+}
+
+// takeDue is takeLearned of key, when what is kept has waited learnedDue
+// at now; nil otherwise.
+func (p *Pacer) takeDue(key string, now time.Time) *learned {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.learned[key]
+	if l == nil || now.Sub(l.since) < learnedDue {
+		return nil
+	}
+	delete(p.learned, key)
+	l.stop()
+	return l
+}

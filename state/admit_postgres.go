@@ -1,0 +1,359 @@
+package state
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+)
+
+// A transaction on PostgreSQL that holds one key (an admission, an
+// answer's record) reads, before anything else, what a decision about the
+// key needs: its pacing state, its policies, its closed gates, its calls in
+// flight and its latest admission. Those reads are sent with the lock of
+// the key's row in one pipeline — one round trip to the server instead of
+// six — and the transaction's reads of them are answered from what came
+// back, until the transaction writes anything that could change them.
+//
+// Each statement of the pipeline runs after the one before it has
+// finished, on a snapshot of its own (the transaction is READ COMMITTED):
+// every read sees what was committed once the key's row was locked, as the
+// same reads sent one by one would. The reads that depend on the time take
+// the transaction's clock from the lock's statement, which sets it as a
+// setting local to the transaction.
+
+// pgHoldReading locks key's row ($1) and reads the server's clock once
+// the row is locked (see qHoldKey), keeping the clock, in microseconds,
+// for the pipeline's later statements.
+const pgHoldReading = `SELECT c, set_config('mcp_quota.now', (extract(epoch FROM c) * 1000000)::bigint::text, true)
+	FROM (SELECT clock_timestamp() AS c FROM (SELECT key FROM keys WHERE key = $1 FOR UPDATE) AS held) AS t`
+
+// pgNow is the transaction's clock that pgHoldReading kept, in
+// microseconds, in place of a parameter.
+const pgNow = `nullif(current_setting('mcp_quota.now', true), '')::bigint` // NULL when the key had no row
+
+// The reads of the pipeline: the statements the transaction would run
+// otherwise, with the clock taken from pgNow.
+var (
+	pgReadKeyState = queries[qKeyState].postgres
+	pgReadKnown    = queries[qKnown].postgres
+	pgReadGates    = withNow(queries[qGates].postgres)
+	pgReadFlight   = strings.Replace(withNow(queries[qInFlightExcept].postgres), "$3", "$2", 1) // the IDs the journal holds
+	pgReadLastSend = queries[qLastSend].postgres
+)
+
+// withNow returns text with its time parameter ($2) read from pgNow.
+func withNow(text string) string {
+	if strings.Count(text, "$2") != 1 {
+		panic("state: a read of the admission's pipeline lost its time parameter: " + text)
+	}
+	return strings.Replace(text, "$2", pgNow, 1)
+}
+
+// pgTracer, when not nil, traces the connections of the Postgres opened
+// next (a test's count of round trips).
+var pgTracer pgx.QueryTracer
+
+// pgRead is what the pipeline read of the key a transaction holds.
+type pgRead struct {
+	key    string
+	now    int64 // the transaction's clock, in microseconds
+	ks     ledger.KeyState
+	known  []ledger.Known
+	gates  []ledger.Gate
+	ended  []int64 // the attempts the journal held the end of, not counted in flight
+	flight ledger.Flight
+	// The key's latest admission (qLastSend); hasLast is false when the
+	// key has none.
+	lastSeq, lastAt, lastBytes int64
+	hasLast                    bool
+	// Which of them still hold: the transaction wrote nothing that could
+	// change them since.
+	hasKnown, hasGates, hasFlight, hasLastSend bool
+}
+
+// holdReading locks key's row, as hold does, and reads what a decision
+// about the key needs in the same round trip (see pgRead). It falls back
+// to hold when the transaction does not run on a connection of its own.
+func (p *pgTx) holdReading(tx *Tx, key string) error {
+	if p.conn == nil || p.held[key] {
+		return p.hold(tx, key)
+	}
+	ended := tx.out.ended(key)
+	if ended == nil {
+		ended = []int64{}
+	}
+	before := p.db.local()
+	r, server, found, err := p.pipeline(tx, key, ended)
+	if err == nil && !found { // a key seen for the first time: add its row
+		if _, err = tx.tx.ExecContext(tx.ctx, qAddKey, key); err == nil {
+			r, server, found, err = p.pipeline(tx, key, ended)
+		}
+		if err == nil && !found {
+			err = sql.ErrNoRows
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("state: hold key %s: %w", key, err)
+	}
+	if p.held == nil {
+		p.held = map[string]bool{}
+	}
+	p.held[key] = true
+	if p.now.IsZero() {
+		p.now = server
+		p.db.noteClock(before, server, p.db.local())
+	}
+	p.keepKeyState(r.ks, false)
+	p.read = r
+	return nil
+}
+
+// pipeline sends the lock of key's row and the reads, and reads their
+// answers; found is false when the key has no row.
+func (p *pgTx) pipeline(tx *Tx, key string, ended []int64) (r *pgRead, server time.Time, found bool, err error) {
+	r = &pgRead{key: key, ended: ended, hasKnown: true, hasGates: true, hasFlight: true, hasLastSend: true}
+	err = p.conn.Raw(func(dc any) error {
+		c, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("not a pgx connection: %T", dc)
+		}
+		b := &pgx.Batch{}
+		b.Queue(pgHoldReading, key)
+		b.Queue(pgReadKeyState, key)
+		b.Queue(pgReadKnown, key)
+		b.Queue(pgReadGates, key)
+		b.Queue(pgReadFlight, key, ended)
+		b.Queue(pgReadLastSend, key)
+		br := c.Conn().SendBatch(tx.ctx, b)
+		defer br.Close()
+		var setting string
+		if err := br.QueryRow().Scan(&server, &setting); errors.Is(err, pgx.ErrNoRows) {
+			return nil // the reads ran on a row not locked: not kept
+		} else if err != nil {
+			return err
+		}
+		found = true
+		if _, err := fmt.Sscan(setting, &r.now); err != nil {
+			return fmt.Errorf("the clock kept as %q: %w", setting, err)
+		}
+		if err := r.scanKeyState(br); err != nil {
+			return err
+		}
+		if err := r.scanKnown(br); err != nil {
+			return err
+		}
+		if err := r.scanGates(br); err != nil {
+			return err
+		}
+		var oldest int64
+		if err := br.QueryRow().Scan(&r.flight.Count, &oldest); err != nil {
+			return fmt.Errorf("in flight: %w", err)
+		}
+		r.flight.Oldest = fromMicros(oldest)
+		err := br.QueryRow().Scan(&r.lastSeq, &r.lastAt, &r.lastBytes)
+		if r.hasLast = err == nil; err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("latest admission: %w", err)
+		}
+		return br.Close()
+	})
+	return r, server, found, err
+}
+
+// scanKeyState reads the key's pacing state, as KeyState would.
+func (r *pgRead) scanKeyState(br pgx.BatchResults) error {
+	s := ledger.KeyState{Key: r.key}
+	var last, interval, resp, probeUntil, lat, prevLat, latSince int64
+	var halfOpen bool
+	err := br.QueryRow().Scan(&last, &interval, &resp, &s.Failures, &s.Opens, &halfOpen, &s.ProbeAttempt, &probeUntil,
+		&lat, &prevLat, &latSince)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("key state: %w", err)
+	default:
+		s.HalfOpen = halfOpen
+		s.LastAdmitAt, s.LastResponseAt, s.ProbeUntil = fromMicros(last), fromMicros(resp), fromMicros(probeUntil)
+		s.Interval = time.Duration(interval) * time.Microsecond
+		s.Latency, s.PrevLatency = time.Duration(lat)*time.Microsecond, time.Duration(prevLat)*time.Microsecond
+		s.LatencySince = fromMicros(latSince)
+	}
+	r.ks = s
+	return nil
+}
+
+// scanKnown reads the key's policies, as Known would.
+func (r *pgRead) scanKnown(br pgx.BatchResults) error {
+	rows, err := br.Query()
+	if err != nil {
+		return fmt.Errorf("policies: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		k, err := scanKnownRow(rows.Scan, r.key)
+		if err != nil {
+			return fmt.Errorf("policies: %w", err)
+		}
+		r.known = append(r.known, k)
+	}
+	return rows.Err()
+}
+
+// scanKnownRow reads one policy of key from a row of qKnown's columns.
+func scanKnownRow(scan func(...any) error, key string) (ledger.Known, error) {
+	k := ledger.Known{Key: key}
+	var q, w, rem, t sql.NullInt64
+	var recv, basis int64
+	var hidden bool
+	var unit, shape string
+	if err := scan(&k.Policy, &unit, &k.Partition, &q, &w, &rem, &t, &recv, &basis, &shape, &hidden, &k.Route); err != nil {
+		return k, err
+	}
+	k.Unit, k.Shape, k.Hidden = ratelimit.Unit(unit), ratelimit.Shape(shape), hidden
+	k.Quota, k.HasQuota = q.Int64, q.Valid
+	k.Window = time.Duration(w.Int64) * time.Microsecond
+	k.Remaining, k.HasRemaining = rem.Int64, rem.Valid
+	k.Reset, k.HasReset = time.Duration(t.Int64)*time.Microsecond, t.Valid
+	k.ReceivedAt, k.BasisAt = fromMicros(recv), fromMicros(basis)
+	return k, nil
+}
+
+// pgPutKnownReturning is PutKnown's statement giving back the policy as
+// it recorded it, in qKnown's columns.
+var pgPutKnownReturning = queries[qPutKnown].postgres + "\n\tRETURNING " + knownColumns()
+
+// knownColumns are the columns qKnown reads.
+func knownColumns() string {
+	text := queries[qKnown].postgres
+	from := strings.Index(text, " FROM policies")
+	if !strings.HasPrefix(text, "SELECT ") || from < 0 {
+		panic("state: qKnown is not a SELECT … FROM policies: " + text)
+	}
+	return text[len("SELECT "):from]
+}
+
+// putKnown records k, with args qPutKnown's arguments, when the pipeline
+// read the key's policies and k's among them: the policy as recorded
+// replaces the one read, which then still holds. It reports whether it
+// did (err is then the statement's); otherwise nothing ran.
+func (p *pgTx) putKnown(tx *Tx, k ledger.Known, args []any) (bool, error) {
+	r := p.readFor(k.Key)
+	if r == nil || !r.hasKnown {
+		return false, nil
+	}
+	i := slices.IndexFunc(r.known, func(kn ledger.Known) bool {
+		return kn.Policy == k.Policy && kn.Unit == k.Unit && kn.Partition == k.Partition
+	})
+	if i < 0 {
+		return false, nil // a new policy: its place among them is the server's order
+	}
+	got, err := scanKnownRow(tx.tx.QueryRowContext(tx.ctx, pgPutKnownReturning, args...).Scan, k.Key)
+	if err != nil {
+		p.wrote("policies")
+		return true, fmt.Errorf("state: record policy: %w", err)
+	}
+	r.known[i] = got
+	return true, nil
+}
+
+// scanGates reads the key's gates closed at the transaction's clock, as
+// Gates would.
+func (r *pgRead) scanGates(br pgx.BatchResults) error {
+	rows, err := br.Query()
+	if err != nil {
+		return fmt.Errorf("gates: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		g := ledger.Gate{Key: r.key}
+		var until, set int64
+		if err := rows.Scan(&g.Scope, &until, &g.Reason, &g.Source, &set); err != nil {
+			return fmt.Errorf("gates: %w", err)
+		}
+		g.Until, g.SetAt = fromMicros(until), fromMicros(set)
+		r.gates = append(r.gates, g)
+	}
+	return rows.Err()
+}
+
+// ran notes that the transaction ran q: a statement that may write drops
+// what the pipeline read of the tables it names, which the reads that
+// follow then ask the server again.
+func (p *pgTx) ran(q query) {
+	if p == nil || p.read == nil {
+		return
+	}
+	if text := strings.TrimSpace(queries[q].postgres); !strings.HasPrefix(text, "SELECT") {
+		p.wrote(text)
+	}
+}
+
+// wrote drops what the pipeline read of the tables that the statement
+// text names.
+func (p *pgTx) wrote(text string) {
+	if p == nil || p.read == nil {
+		return
+	}
+	r := p.read
+	r.hasKnown = r.hasKnown && !strings.Contains(text, "policies")
+	r.hasGates = r.hasGates && !strings.Contains(text, "gates")
+	if strings.Contains(text, "attempts") {
+		r.hasFlight, r.hasLastSend = false, false
+	}
+}
+
+// readFor returns what the pipeline read of key, while it holds.
+func (p *pgTx) readFor(key string) *pgRead {
+	if p == nil || p.read == nil || p.read.key != key {
+		return nil
+	}
+	return p.read
+}
+
+// readKnown answers Known from the pipeline's read, when it holds.
+func (p *pgTx) readKnown(key string) ([]ledger.Known, bool) {
+	r := p.readFor(key)
+	if r == nil || !r.hasKnown {
+		return nil, false
+	}
+	return slices.Clone(r.known), true
+}
+
+// readGates answers Gates at now from the pipeline's read, when it holds
+// and was read at now.
+func (p *pgTx) readGates(key string, now time.Time) ([]ledger.Gate, bool) {
+	r := p.readFor(key)
+	if r == nil || !r.hasGates || micros(now) != r.now {
+		return nil, false
+	}
+	return slices.Clone(r.gates), true
+}
+
+// readFlight answers Flight at now from the pipeline's read, when it
+// holds, was read at now, and the journal holds the end of the same
+// attempts as then.
+func (p *pgTx) readFlight(key string, now time.Time, ended []int64) (ledger.Flight, bool) {
+	r := p.readFor(key)
+	if r == nil || !r.hasFlight || micros(now) != r.now || !slices.Equal(r.ended, ended) {
+		return ledger.Flight{}, false
+	}
+	return r.flight, true
+}
+
+// readLastSend answers the latest admission of key (qLastSend) from the
+// pipeline's read, when it holds; found is false when there is none.
+func (p *pgTx) readLastSend(key string) (seq, at, bytes int64, found, ok bool) {
+	r := p.readFor(key)
+	if r == nil || !r.hasLastSend {
+		return 0, 0, 0, false, false
+	}
+	return r.lastSeq, r.lastAt, r.lastBytes, r.hasLast, true
+}

@@ -1,0 +1,185 @@
+package state
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mcp-quota/mcp-quota/internal/pgtest"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+)
+
+// roundTrips counts the exchanges a connection has with the server: a
+// statement, or a pipeline of them, each one round trip.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// An admission on PostgreSQL reads what it decides on in one round trip
+// with the lock of the key's row, and what it reads after writing is what
+// the server holds then: the transaction of an admission (the reads of
+// load, the attempt, the pacing state) costs its BEGIN, the lock with the
+// reads, the attempt, the pacing state and its COMMIT.
+func TestPostgresAdmissionReadsWithTheLock(t *testing.T) {
+	srv := pgtest.Start(t)
+	t.Setenv("PGPASSWORD", srv.Password())
+	trips := &roundTrips{}
+	pgTracer = trips
+	t.Cleanup(func() { pgTracer = nil })
+	ctx := context.Background()
+	pg, err := OpenPostgres(ctx, srv.CreateDatabase(t), PostgresOptions{MaxConns: 1}) // one connection: each transaction runs after the one before on it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Close()
+	const key = "k"
+	var first int64
+	// The key's first transaction adds its row, a policy and a gate.
+	err = pg.Update(ctx, func(tx ledger.Tx) error {
+		now := tx.Clock(time.Now())
+		if first, err = tx.InsertAttempt(ledger.Attempt{CallID: "c0", Attempt: 1, Key: key, State: ledger.Admitted,
+			At: now, LeaseUntil: now.Add(time.Hour)}); err != nil {
+			return err
+		}
+		if err := tx.PutKnown(ledger.Known{Key: key, Observation: ratelimit.Observation{Policy: "p", Unit: ratelimit.Requests,
+			Quota: 10, HasQuota: true, Window: time.Minute}, ReceivedAt: now, BasisAt: now}); err != nil {
+			return err
+		}
+		return tx.PutGate(ledger.Gate{Key: key, Scope: "", Until: now.Add(time.Hour), Reason: "r", Source: "retry-after", SetAt: now})
+	}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admit := func(call string) (ledger.KeyState, []ledger.Known, []ledger.Gate, ledger.Flight, int64) {
+		t.Helper()
+		var ks ledger.KeyState
+		var known []ledger.Known
+		var gates []ledger.Gate
+		var flight ledger.Flight
+		var id int64
+		err := pg.Update(ctx, func(tx ledger.Tx) error {
+			now := tx.Clock(time.Now())
+			var err error
+			if ks, err = tx.KeyState(key); err != nil {
+				return err
+			}
+			if known, err = tx.Known(key); err != nil {
+				return err
+			}
+			if gates, err = tx.Gates(key, now); err != nil {
+				return err
+			}
+			if flight, err = tx.Flight(key, now); err != nil {
+				return err
+			}
+			if id, err = tx.InsertAttempt(ledger.Attempt{CallID: call, Attempt: 1, Key: key, State: ledger.Admitted,
+				At: now, LeaseUntil: now.Add(time.Hour)}); err != nil {
+				return err
+			}
+			ks.LastAdmitAt = now
+			return tx.PutKeyState(ks)
+		}, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ks, known, gates, flight, id
+	}
+	admit("c1") // the statements are prepared on the connection
+	before := trips.n.Load()
+	ks, known, gates, flight, id := admit("c2")
+	if n := trips.n.Load() - before; n != 5 {
+		t.Errorf("an admission took %d round trips, want 5 (BEGIN, the lock with the reads, the attempt, the pacing state, COMMIT)", n)
+	}
+	if len(known) != 1 || known[0].Policy != "p" || known[0].Quota != 10 || len(gates) != 1 || gates[0].Source != "retry-after" {
+		t.Errorf("read policies %+v and gates %+v, want the policy p and the gate the first transaction put", known, gates)
+	}
+	if flight.Count != 2 {
+		t.Errorf("read %d calls in flight, want 2 (c0 and c1)", flight.Count)
+	}
+	if ks.LastAdmitAt.IsZero() {
+		t.Errorf("read the pacing state %+v, want the one c1's admission put", ks)
+	}
+	// What a transaction reads after writing is the server's: the seq of
+	// the attempt it inserted follows the one read with the lock, and its
+	// calls in flight count the attempt.
+	err = pg.Update(ctx, func(tx ledger.Tx) error {
+		now := tx.Clock(time.Now())
+		if _, err := tx.InsertAttempt(ledger.Attempt{CallID: "c3", Attempt: 1, Key: key, State: ledger.Admitted,
+			At: now, LeaseUntil: now.Add(time.Hour)}); err != nil {
+			return err
+		}
+		f, err := tx.Flight(key, now)
+		if err != nil {
+			return err
+		}
+		if f.Count != 4 {
+			t.Errorf("after an attempt in the transaction: %d calls in flight, want 4", f.Count)
+		}
+		if err := tx.PutGate(ledger.Gate{Key: key, Scope: "route x", Until: now.Add(2 * time.Hour), Reason: "r2", Source: "circuit", SetAt: now}); err != nil {
+			return err
+		}
+		g, err := tx.Gates(key, now)
+		if err != nil {
+			return err
+		}
+		if len(g) != 2 {
+			t.Errorf("after a gate in the transaction: gates %+v, want 2", g)
+		}
+		if err := tx.PutKnown(ledger.Known{Key: key, Observation: ratelimit.Observation{Policy: "p", Unit: ratelimit.Requests,
+			Remaining: 3, HasRemaining: true, Reset: time.Second, HasReset: true}, ReceivedAt: now, BasisAt: now}); err != nil {
+			return err
+		}
+		k, err := tx.Known(key)
+		if err != nil {
+			return err
+		}
+		if len(k) != 1 || k[0].Quota != 10 || k[0].Remaining != 3 || !k[0].HasRemaining {
+			t.Errorf("after a policy's word in the transaction: %+v, want its quota kept and 3 remaining", k)
+		}
+		n, err := tx.Count(key, now.Add(-time.Hour))
+		if err != nil {
+			return err
+		}
+		if n != 4 {
+			t.Errorf("after an attempt in the transaction: %d admitted in the window, want 4", n)
+		}
+		return nil
+	}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A key seen for the first time, on a connection whose transactions
+	// locked another before: its row is added, and it is read with the lock.
+	err = pg.Update(ctx, func(tx ledger.Tx) error {
+		now := tx.Clock(time.Now())
+		f, err := tx.Flight("new", now)
+		if err != nil {
+			return err
+		}
+		if f.Count != 0 {
+			t.Errorf("a new key: %d calls in flight", f.Count)
+		}
+		_, err = tx.InsertAttempt(ledger.Attempt{CallID: "n1", Attempt: 1, Key: "new", State: ledger.Admitted, At: now})
+		return err
+	}, "new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id <= first {
+		t.Errorf("attempt IDs %d then %d", first, id)
+	}
+}

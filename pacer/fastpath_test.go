@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/internal/pgtest"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
@@ -42,8 +43,7 @@ func TestUnleasedAnswerTakesNoTransaction(t *testing.T) {
 	}
 	t.Cleanup(func() { pg.Close() })
 	db := &countingPostgres{Postgres: pg}
-	p := pacer.New(db)
-	p.Now = pg.Now
+	p := pacer.New(db, pacer.WithClock(clock.Source(pg.Now)))
 	t.Cleanup(func() { p.Close(ctx) })
 	// Never leased: a lease holds at most a quarter of the calls the key
 	// may still have in flight, and a lease of fewer than 16 is none.

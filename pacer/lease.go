@@ -181,12 +181,10 @@ func (p *Pacer) install(l *lease) {
 	}))
 }
 
-// afterFunc is AfterFunc, or time.AfterFunc.
+// afterFunc calls f after d on the Pacer's clock, unless the function it
+// returns is called first (and returns true).
 func (p *Pacer) afterFunc() func(time.Duration, func()) func() bool {
-	if p.AfterFunc != nil {
-		return p.AfterFunc
-	}
-	return func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+	return func(d time.Duration, f func()) func() bool { return p.clock.AfterFunc(d, f).Stop }
 }
 
 // notGranted says the lease being reserved for key was not: its

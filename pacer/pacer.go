@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
@@ -35,23 +36,13 @@ const (
 // A Pacer admits calls and records their outcomes for every key sharing
 // one state file, together with every other Pacer (in this process or
 // another) on the same file. Create it with New (the zero value has no
-// state file and cannot be used); set Now, Rand and Lease before first
-// use. It is safe for concurrent use.
+// state file and cannot be used). It is safe for concurrent use.
 type Pacer struct {
 	db ledger.Store
 
-	// Now returns the current time; nil means time.Now.
-	Now func() time.Time
-	// Rand returns a uniform number in [0, 1) for jitter; nil means
-	// math/rand/v2's Float64.
-	Rand func() float64
-	// Lease is how long an admitted attempt counts as in flight without
-	// an answer; zero means DefaultLease.
-	Lease time.Duration
-	// AfterFunc calls f after d, unless the function it returns is
-	// called first (and returns true); nil means time.AfterFunc. It gives
-	// back a lease's unused slots when the lease runs out.
-	AfterFunc func(d time.Duration, f func()) (stop func() bool)
+	clock    clock.Clock    // the time it reads and waits on; never nil (see WithClock)
+	random   func() float64 // uniform numbers in [0, 1) for jitter (see WithJitter)
+	inFlight time.Duration  // how long an admitted attempt counts as in flight (see WithLease)
 
 	timers sync.WaitGroup // the timers' functions running (see timerFunc): Close waits for them
 
@@ -70,29 +61,43 @@ type Pacer struct {
 	unrecorded map[string]map[int64]unrecordedOutcome
 }
 
-// New returns a Pacer keeping its state in db.
-func New(db ledger.Store) *Pacer {
-	return &Pacer{db: db, wake: map[string]chan struct{}{}, leases: map[string]*lease{},
+// An Option sets one of a Pacer's settings in New.
+type Option func(*Pacer)
+
+// WithClock makes the Pacer read the time, and run its timers and waits,
+// on c; nil means real time.
+func WithClock(c clock.Clock) Option { return func(p *Pacer) { p.clock = clock.Or(c) } }
+
+// WithJitter makes the Pacer draw its jitter from f, which returns a
+// uniform number in [0, 1); nil means math/rand/v2's Float64.
+func WithJitter(f func() float64) Option { return func(p *Pacer) { p.random = f } }
+
+// WithLease sets how long an admitted attempt counts as in flight without
+// an answer (its process crashed); zero means DefaultLease.
+func WithLease(d time.Duration) Option { return func(p *Pacer) { p.inFlight = d } }
+
+// New returns a Pacer keeping its state in db, with the given options.
+func New(db ledger.Store, opts ...Option) *Pacer {
+	p := &Pacer{db: db, clock: clock.Real, wake: map[string]chan struct{}{}, leases: map[string]*lease{},
 		granting: map[string]chan struct{}{}, recent: map[string]*admissions{}, learned: map[string]*learned{}}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
 }
 
-func (p *Pacer) now() time.Time {
-	if p.Now != nil {
-		return p.Now()
-	}
-	return time.Now()
-}
+func (p *Pacer) now() time.Time { return p.clock.Now() }
 
 func (p *Pacer) rand() float64 {
-	if p.Rand != nil {
-		return p.Rand()
+	if p.random != nil {
+		return p.random()
 	}
 	return rand.Float64()
 }
 
 func (p *Pacer) lease() time.Duration {
-	if p.Lease > 0 {
-		return p.Lease
+	if p.inFlight > 0 {
+		return p.inFlight
 	}
 	return DefaultLease
 }
@@ -189,7 +194,7 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 	}
 	spent := p.spentLease(c.Key.Name, p.now()) // this call renews it, when leaseSize allows
 	deadline := start.Add(c.MaxWait)
-	done, err := p.here.line(ctx, c, deadline.Sub(p.now())) // one call of a principal at a time, on a key with shares
+	done, err := p.here.line(ctx, p.clock, c, deadline.Sub(p.now())) // one call of a principal at a time, on a key with shares
 	if err != nil {
 		return Ticket{}, err
 	}
@@ -213,7 +218,7 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 		}
 		heldBy = run.d.source
 		wait := progress(c, start, &lastProgress, run.now, run.d)
-		if err := sleep(ctx, wait, wake); err != nil {
+		if err := p.sleep(ctx, wait, wake); err != nil {
 			return Ticket{}, err
 		}
 	}
@@ -247,7 +252,7 @@ func (p *Pacer) awaitLease(ctx context.Context, c Call, start time.Time) (Ticket
 		if wait <= 0 {
 			wait = Poll // the reservation's end wakes it sooner
 		}
-		if err := sleep(ctx, wait, reserving); err != nil {
+		if err := p.sleep(ctx, wait, reserving); err != nil {
 			return Ticket{}, false, err
 		}
 	}
@@ -556,16 +561,7 @@ func (p *Pacer) signal(key string) {
 	}
 }
 
-// sleep waits d, or until wake closes, or until ctx ends.
-func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-wake:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+// sleep waits d on p's clock, or until wake closes, or until ctx ends.
+func (p *Pacer) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
+	return clock.Sleep(ctx, p.clock, d, wake)
 }

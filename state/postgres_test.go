@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/internal/pgtest"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
@@ -298,11 +299,11 @@ func pacersShareOneClock(t *testing.T, srv *pgtest.Server) {
 	key := &keystore.Key{Name: "shared", MaxRate: 1e9, MaxConcurrency: 1 << 20,
 		Policies: []keystore.Policy{{Name: "default", Quota: quota, Window: window, Unit: ratelimit.Requests}}}
 	var pacers []*pacer.Pacer
+	var clocks []clock.Clock // each pacer's: its server's, as its host reckons it
 	for _, d := range []time.Duration{5 * time.Second, -5 * time.Second} {
 		pg := openPostgres(t, url, state.PostgresOptions{Local: skewed(d)})
-		p := pacer.New(pg)
-		p.Now = pg.Now
-		pacers = append(pacers, p)
+		clocks = append(clocks, clock.Source(pg.Now))
+		pacers = append(pacers, pacer.New(pg, pacer.WithClock(clocks[len(clocks)-1])))
 	}
 	for i := range calls {
 		p := pacers[i%2]
@@ -311,7 +312,7 @@ func pacersShareOneClock(t *testing.T, srv *pgtest.Server) {
 		if err != nil {
 			t.Fatalf("call %d: %v", i, err)
 		}
-		now := p.Now()
+		now := clocks[i%2].Now()
 		if _, err := p.Done(context.Background(), tk, pacer.Outcome{SentAt: now, AnsweredAt: now, Status: 200}); err != nil {
 			t.Fatal(err)
 		}

@@ -100,11 +100,7 @@ func (job Job) run(ctx context.Context) error {
 		return err
 	}
 	defer s.Close()
-	p := pacer.New(s)
-	if pg, ok := s.(*state.Postgres); ok {
-		p.Now = pg.Now // the server's clock, which admissions are recorded by
-	}
-	p.Lease = job.Lease
+	p := pacer.New(s, pacer.WithClock(clockOf(s)), pacer.WithLease(job.Lease))
 	key := SharedKey(job.Quota, job.Window)
 	var mu sync.Mutex // the lines of stdout
 	out := bufio.NewWriter(os.Stdout)

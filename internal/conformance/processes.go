@@ -184,7 +184,7 @@ func processKilledMidLoad(t *testing.T, b Backend) {
 	if err := <-held; !errors.Is(err, errHeld) {
 		t.Fatalf("holding the victim's slots: %v", err)
 	}
-	killedAt := clock(t, s)
+	killedAt := txTime(t, s)
 
 	n := len(survivor.ids("admitted"))
 	survivor.admitted(t, n+50) // the survivor keeps serving

@@ -445,12 +445,8 @@ func (p *Pacer) grant(tx ledger.Tx, c Call, snap snapshot, d decision, ks *ledge
 		return nil, err
 	}
 	ks.LastAdmitAt = now.Add(time.Duration(n) * l.spacing)
-	// The key's next calls wait for it rather than each taking a
-	// transaction (the caller installs it, or says it was not granted).
-	p.mu.Lock()
-	if p.granting[c.Key.Name] == nil {
-		p.granting[c.Key.Name] = make(chan struct{})
-	}
-	p.mu.Unlock()
+	// Nothing in memory changes here: tx may be rolled back and its
+	// function run again (see ledger.Store). The caller installs l once
+	// tx has committed.
 	return l, nil
 }

@@ -49,7 +49,7 @@ type Pacer struct {
 	mu       sync.Mutex
 	wake     map[string]chan struct{} // closed when a call of the key finishes here
 	leases   map[string]*lease        // the current lease of each key (see lease.go)
-	granting map[string]chan struct{} // keys whose lease is being reserved: closed once it is, or is not
+	granting map[string]chan struct{} // keys whose spent lease is being renewed: closed once it is, or is not
 	recent   map[string]*admissions   // each key's latest admissions here
 	learned  map[string]*learned      // what foreseen answers taught each key, not yet written (see learned.go)
 	delays   map[string]*sendDelays   // each key's latest delays from admission to send here (see margin.go)
@@ -274,21 +274,18 @@ type admitRun struct {
 // renews, when one is.
 func (p *Pacer) admitOnce(ctx context.Context, c Call, start, deadline time.Time, spent *lease) (admitRun, error) {
 	var run admitRun
-	renewing := spent != nil
-	marked := false // a run marked the key as being granted a lease
+	renewing := spent != nil // spentLease marked the key as being granted a lease
 	err := p.update(ctx, func(tx ledger.Tx) error {
 		// The function may run more than once (see ledger.Store):
 		// only the last run's results count, and nothing in memory
 		// changes until the transaction commits.
 		run = admitRun{}
-		err := p.admitStep(tx, c, start, deadline, spent, &run)
-		marked = marked || run.granted != nil
-		return err
+		return p.admitStep(tx, c, start, deadline, spent, &run)
 	}, c.Key.Name)
 	switch {
 	case run.granted != nil && err == nil:
 		p.install(run.granted)
-	case marked || renewing:
+	case renewing:
 		p.notGranted(c.Key.Name) // the calls waiting for a lease go their own way
 	}
 	if err != nil {

@@ -191,7 +191,7 @@ func (h *Handler) detail(r *http.Request, c *keystore.Caller, k *keystore.Key, k
 			return err
 		}
 		for _, g := range gates {
-			d.Gates = append(d.Gates, mark{At: stamp(g.SetAt), Until: stamp(g.Until), Kind: g.Source, Reason: g.Reason})
+			d.Gates = append(d.Gates, mark{At: stamp(g.SetAt), Until: stamp(g.Until), Kind: string(g.Source), Reason: g.Reason})
 		}
 		warnings, err := tx.Warnings(k.Name, since)
 		if err != nil {

@@ -237,7 +237,7 @@ func TestStatesOfACall(t *testing.T) {
 	tests := []struct {
 		status int
 		err    error
-		want   string
+		want   ledger.State
 	}{
 		{200, nil, ledger.Confirmed},
 		{304, nil, ledger.Confirmed},

@@ -73,12 +73,12 @@ func TestLateSendIsAdmittedAgain(t *testing.T) {
 	}
 	var states []string
 	for _, a := range e.activity() {
-		states = append(states, a.State)
+		states = append(states, string(a.State))
 		if a.ID == late.ID && (a.State != ledger.Failed || !strings.Contains(a.Reason, "not sent") || !a.SentAt.IsZero()) {
 			t.Errorf("the late attempt is recorded as %s (%q, sent at %v); want failed, not sent", a.State, a.Reason, a.SentAt)
 		}
 	}
-	if want := []string{ledger.Confirmed, ledger.Failed, ledger.Confirmed, ledger.RejectedLocal}; strings.Join(states, " ") != strings.Join(want, " ") {
+	if want := []string{string(ledger.Confirmed), string(ledger.Failed), string(ledger.Confirmed), string(ledger.RejectedLocal)}; strings.Join(states, " ") != strings.Join(want, " ") {
 		t.Errorf("the activity holds %v, want %v", states, want)
 	}
 }

@@ -169,7 +169,11 @@ type PauseError struct {
 	RetryAfter time.Duration // come back after this long
 	Reason     string        // why, as a clause ("all 120 calls per 60 s … are used")
 	Source     string        // what binds: a policy name, "retry-after", "circuit", "pace"…
-	Binding    *Budget       // the tightest budget, when one binds
+	// Gate is what closed the gate that binds; "" when a policy or a
+	// local limit binds. Source can name a policy "circuit"; Gate
+	// CircuitGate is the circuit breaker alone.
+	Gate    ledger.GateSource
+	Binding *Budget // the tightest budget, when one binds
 }
 
 // Error says which key pauses, for how long, and why.
@@ -377,7 +381,7 @@ func (p *Pacer) held(tx ledger.Tx, c Call, snap snapshot, deadline time.Time, wa
 		if d.poll {
 			retry = time.Second
 		}
-		run.pause = &PauseError{Key: c.Key.Name, RetryAfter: retry, Reason: d.reason, Source: d.source, Binding: d.binding}
+		run.pause = &PauseError{Key: c.Key.Name, RetryAfter: retry, Reason: d.reason, Source: d.source, Gate: d.gate, Binding: d.binding}
 		_, err := tx.InsertAttempt(ledger.Attempt{CallID: c.CallID, Attempt: c.Attempt, Key: c.Key.Name,
 			Caller: c.Caller, Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest,
 			State: ledger.RejectedLocal, Reason: pauseReason(run.pause), At: now, Wait: waited})

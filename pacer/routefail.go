@@ -109,12 +109,12 @@ func (p *Pacer) failRoute(tx ledger.Tx, t Ticket, o Outcome, rd *ratelimit.Readi
 	if err := tx.PutPathState(ps); err != nil {
 		return false, 0, "", err
 	}
-	g := ledger.Gate{Key: key, Scope: scope, Until: now.Add(wait), Source: "backoff", SetAt: now,
+	g := ledger.Gate{Key: key, Scope: scope, Until: now.Add(wait), Source: ledger.BackoffGate, SetAt: now,
 		Reason: fmt.Sprintf("the upstream answered %d to %s without a rate-limit signal, so calls on that route back off (failure %d on it within %s); other routes of the key go on",
 			o.Status, route, ps.Failures, seconds(PathWindow))}
 	msg := ""
 	if opened {
-		g.Source = "circuit"
+		g.Source = ledger.CircuitGate
 		g.Reason = fmt.Sprintf("the circuit for %s of key '%s' opened after failures without a rate-limit signal, for %s; other routes of the key go on",
 			route, key, seconds(wait))
 		msg = g.Reason

@@ -436,7 +436,7 @@ func refusedOutcome(t *testing.T, srv *pgtest.Server) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	states := map[int64]string{}
+	states := map[int64]ledger.State{}
 	err := pg.View(ctx, func(tx ledger.Tx) error {
 		sends, err := tx.Sends("k", time.Time{}, 10)
 		for _, s := range sends {
@@ -447,7 +447,7 @@ func refusedOutcome(t *testing.T, srv *pgtest.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[int64]string{first: ledger.Confirmed, first + 1: ledger.Reserved, last: ledger.Confirmed}
+	want := map[int64]ledger.State{first: ledger.Confirmed, first + 1: ledger.Reserved, last: ledger.Confirmed}
 	if fmt.Sprint(states) != fmt.Sprint(want) {
 		t.Errorf("with the second of three outcomes refused: %v, want %v", states, want)
 	}

@@ -242,38 +242,15 @@ func runCell(ctx context.Context, o Options, b Behaviour, c Client, n int, oracl
 	d := o.Duration()
 	base := spec{Client: c, Behaviour: b.Name, Scale: o.Scale, BaseURL: "http://" + ln.Addr().String() + "/",
 		Token: token, StatePath: statePath, MaxWait: d, Verbose: o.Verbose}
-
-	var (
-		local   caller
-		workers []*process
-	)
-	defer func() {
-		for _, p := range workers {
-			p.fail(errors.New("run abandoned"))
-		}
-	}()
-	if n == 1 {
-		s := base
-		s.Caller = callerNames[0]
-		if local, err = newCaller(ctx, s, o.Progress); err != nil {
-			return cell, err
-		}
-		defer local.close()
-	} else {
-		for i := range n {
-			s := base
-			s.Caller = callerNames[i]
-			p, err := startWorker(ctx, o.Worker, s, o.Progress)
-			if err != nil {
-				return cell, err
-			}
-			workers = append(workers, p)
-		}
+	cs, err := startCallers(ctx, o, base, n)
+	defer cs.close()
+	if err != nil {
+		return cell, err
 	}
 
 	start := time.Now().Add(startDelay)
 	end := start.Add(d)
-	for _, p := range workers {
+	for _, p := range cs.workers {
 		if err := p.start(start, end); err != nil {
 			return cell, err
 		}
@@ -284,21 +261,8 @@ func runCell(ctx context.Context, o Options, b Behaviour, c Client, n int, oracl
 	stop := time.AfterFunc(time.Until(end), func() { refused <- api.Stats(token) })
 	defer stop.Stop()
 
-	if local != nil {
-		t, err := runCaller(ctx, local, callerNames[0], start, end)
-		if err != nil {
-			return cell, err
-		}
-		cell.Tallies = append(cell.Tallies, t)
-	}
-	ps := workers
-	workers = nil
-	for _, p := range ps {
-		t, err := p.wait()
-		if err != nil {
-			return cell, err
-		}
-		cell.Tallies = append(cell.Tallies, t)
+	if cell.Tallies, err = cs.run(ctx, start, end); err != nil {
+		return cell, err
 	}
 	var atEnd demo.Stats
 	select {
@@ -306,7 +270,79 @@ func runCell(ctx context.Context, o Options, b Behaviour, c Client, n int, oracl
 	case <-ctx.Done():
 		return cell, ctx.Err()
 	}
-	for _, t := range api.Stats(token).Accepted {
+	cell.count(api.Stats(token).Accepted, atEnd, start, end, oracle)
+	cell.Elapsed = time.Since(began)
+	return cell, nil
+}
+
+// callers are one cell's callers: one in this process, or n worker
+// processes.
+type callers struct {
+	local   caller
+	workers []*process // started and not yet waited for
+}
+
+// startCallers starts the n callers of spec base: in this process when
+// n is 1, otherwise as worker processes. What it returns is to be closed
+// even with an error.
+func startCallers(ctx context.Context, o Options, base spec, n int) (*callers, error) {
+	cs := &callers{}
+	if n == 1 {
+		s := base
+		s.Caller = callerNames[0]
+		var err error
+		cs.local, err = newCaller(ctx, s, o.Progress)
+		return cs, err
+	}
+	for i := range n {
+		s := base
+		s.Caller = callerNames[i]
+		p, err := startWorker(ctx, o.Worker, s, o.Progress)
+		if err != nil {
+			return cs, err
+		}
+		cs.workers = append(cs.workers, p)
+	}
+	return cs, nil
+}
+
+// run runs the local caller from start to end, or waits for the workers,
+// and returns each caller's tally.
+func (cs *callers) run(ctx context.Context, start, end time.Time) ([]Tally, error) {
+	var tallies []Tally
+	if cs.local != nil {
+		t, err := runCaller(ctx, cs.local, callerNames[0], start, end)
+		if err != nil {
+			return tallies, err
+		}
+		tallies = append(tallies, t)
+	}
+	ps := cs.workers
+	cs.workers = nil
+	for _, p := range ps {
+		t, err := p.wait()
+		if err != nil {
+			return tallies, err
+		}
+		tallies = append(tallies, t)
+	}
+	return tallies, nil
+}
+
+// close ends the callers that were not waited for.
+func (cs *callers) close() {
+	for _, p := range cs.workers {
+		p.fail(errors.New("run abandoned"))
+	}
+	if cs.local != nil {
+		cs.local.close()
+	}
+}
+
+// count fills the cell from what the upstream accepted between start and
+// end, and the refusals and requests it saw at the end.
+func (cell *Cell) count(accepted []time.Time, atEnd demo.Stats, start, end time.Time, oracle []time.Duration) {
+	for _, t := range accepted {
 		if !t.Before(start) && t.Before(end) {
 			cell.Accepted++
 			cell.AcceptedAt = append(cell.AcceptedAt, t.Sub(start))
@@ -321,8 +357,6 @@ func runCell(ctx context.Context, o Options, b Behaviour, c Client, n int, oracl
 	for _, t := range cell.Tallies {
 		cell.LongestWait = max(cell.LongestWait, t.LongestWait)
 	}
-	cell.Elapsed = time.Since(began)
-	return cell, nil
 }
 
 func newToken() (string, error) {

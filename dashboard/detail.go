@@ -155,70 +155,95 @@ func (h *Handler) detail(r *http.Request, c *keystore.Caller, k *keystore.Key, k
 		w = span / 2
 	}
 	err := h.c.DB.View(r.Context(), func(tx ledger.Tx) error {
-		from := since.Add(-time.Duration(back) * step)
-		buckets, err := tx.Timeline(k.Name, from, step)
-		if err != nil {
+		if err := d.count(tx, k.Name, since, step, back); err != nil {
 			return err
 		}
-		counted := make([]int64, back+steps+d.Timeline.Ahead)
-		for _, b := range buckets {
-			i := int(b.Start.Sub(from) / step)
-			if i < 0 || i >= back+steps {
-				continue
-			}
-			if b.State != ledger.RejectedLocal && b.State != ledger.Cached {
-				counted[i] += int64(b.Count)
-			}
-			if i -= back; i >= 0 {
-				d.Timeline.Series[outcome(b)][i] += b.Count
-			}
-		}
-		if bl := d.Timeline.Budget; bl != nil {
-			bl.Left = leftPerStep(counted, back, bq)
-		}
-		for _, l := range ks.Local {
-			if l.Limit <= 0 || l.WindowS <= 0 {
-				continue
-			}
-			f, err := frees(tx, k.Name, l, now)
-			if err != nil {
-				return err
-			}
-			d.Frees = append(d.Frees, f)
-		}
-		gates, err := tx.Gates(k.Name, since)
-		if err != nil {
+		if err := d.mark(tx, k.Name, ks, since, now); err != nil {
 			return err
 		}
-		for _, g := range gates {
-			d.Gates = append(d.Gates, mark{At: stamp(g.SetAt), Until: stamp(g.Until), Kind: string(g.Source), Reason: g.Reason})
-		}
-		warnings, err := tx.Warnings(k.Name, since)
-		if err != nil {
-			return err
-		}
-		for _, wa := range warnings {
-			d.Warnings = append(d.Warnings, mark{At: stamp(wa.At), Kind: wa.Kind, Reason: wa.Message})
-		}
-		win, err := tx.WindowByCaller(k.Name, now.Add(-w))
-		if err != nil {
-			return err
-		}
-		claimed, err := tx.Claimed(k.Name, now)
-		if err != nil {
-			return err
-		}
-		d.Spenders = withoutHidden(spenders(k, win, claimed, q), c)
-		latest, err := tx.Activity(ledger.ActivityFilter{Key: k.Name, Limit: 1})
-		if err != nil {
-			return err
-		}
-		if len(latest) > 0 {
-			d.LatestID = latest[0].ID
-		}
-		return nil
+		return d.spending(tx, k, c, w, q, now)
 	})
 	return d, err
+}
+
+// count fills the timeline from since, in steps of step, and the budget's
+// line, which needs back steps before since.
+func (d *detail) count(tx ledger.Tx, key string, since time.Time, step time.Duration, back int) error {
+	from := since.Add(-time.Duration(back) * step)
+	buckets, err := tx.Timeline(key, from, step)
+	if err != nil {
+		return err
+	}
+	steps := d.Timeline.Steps
+	counted := make([]int64, back+steps+d.Timeline.Ahead)
+	for _, b := range buckets {
+		i := int(b.Start.Sub(from) / step)
+		if i < 0 || i >= back+steps {
+			continue
+		}
+		if b.State != ledger.RejectedLocal && b.State != ledger.Cached {
+			counted[i] += int64(b.Count)
+		}
+		if i -= back; i >= 0 {
+			d.Timeline.Series[outcome(b)][i] += b.Count
+		}
+	}
+	if bl := d.Timeline.Budget; bl != nil {
+		bl.Left = leftPerStep(counted, back, bl.Limit)
+	}
+	return nil
+}
+
+// mark adds when each local policy frees, and the gates and warnings
+// since since.
+func (d *detail) mark(tx ledger.Tx, key string, ks report.KeyStatus, since, now time.Time) error {
+	for _, l := range ks.Local {
+		if l.Limit <= 0 || l.WindowS <= 0 {
+			continue
+		}
+		f, err := frees(tx, key, l, now)
+		if err != nil {
+			return err
+		}
+		d.Frees = append(d.Frees, f)
+	}
+	gates, err := tx.Gates(key, since)
+	if err != nil {
+		return err
+	}
+	for _, g := range gates {
+		d.Gates = append(d.Gates, mark{At: stamp(g.SetAt), Until: stamp(g.Until), Kind: string(g.Source), Reason: g.Reason})
+	}
+	warnings, err := tx.Warnings(key, since)
+	if err != nil {
+		return err
+	}
+	for _, wa := range warnings {
+		d.Warnings = append(d.Warnings, mark{At: stamp(wa.At), Kind: wa.Kind, Reason: wa.Message})
+	}
+	return nil
+}
+
+// spending adds who spends k's window of w (of q calls) that c may see,
+// and the latest call's id.
+func (d *detail) spending(tx ledger.Tx, k *keystore.Key, c *keystore.Caller, w time.Duration, q int64, now time.Time) error {
+	win, err := tx.WindowByCaller(k.Name, now.Add(-w))
+	if err != nil {
+		return err
+	}
+	claimed, err := tx.Claimed(k.Name, now)
+	if err != nil {
+		return err
+	}
+	d.Spenders = withoutHidden(spenders(k, win, claimed, q), c)
+	latest, err := tx.Activity(ledger.ActivityFilter{Key: k.Name, Limit: 1})
+	if err != nil {
+		return err
+	}
+	if len(latest) > 0 {
+		d.LatestID = latest[0].ID
+	}
+	return nil
 }
 
 // series are the timeline's outcomes, in the order the chart stacks them.

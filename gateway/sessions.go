@@ -15,7 +15,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
-	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // DefaultSessionIdle is how long an MCP session lives without a request
@@ -324,7 +324,7 @@ func (ss *sessions) serve(w http.ResponseWriter, r *http.Request) {
 				"or another host opened it more than %s ago, or an mcp-quota that does not share this one's session secret "+
 				"opened it (such as this one before it restarted, when none is shared). "+
 				"Start a new one with initialize, without Mcp-Session-Id.",
-				pacer.FormatDuration(ss.idle), pacer.FormatDuration(SessionMaxAge)),
+				reason.Duration(ss.idle), reason.Duration(SessionMaxAge)),
 				http.StatusNotFound)
 			return
 		}
@@ -340,7 +340,7 @@ func (ss *sessions) refuse(w http.ResponseWriter, reqID json.RawMessage, caller 
 	msg := fmt.Sprintf("This mcp-quota has %d MCP sessions open, the most it keeps at once, so it opens no new one now. "+
 		"Try again once sessions end: a session ends when its client disconnects (DELETE /mcp), "+
 		"or after %s without a request; whoever runs mcp-quota may raise the bound (serve --max-sessions).",
-		ss.maxTotal, pacer.FormatDuration(ss.idle))
+		ss.maxTotal, reason.Duration(ss.idle))
 	if errors.Is(err, errTooManyOfCaller) {
 		who := "This caller"
 		if caller != "" {
@@ -349,7 +349,7 @@ func (ss *sessions) refuse(w http.ResponseWriter, reqID json.RawMessage, caller 
 		msg = fmt.Sprintf("%s has %d MCP sessions open, the most one caller may have at once, so no new one is opened. "+
 			"End sessions you no longer use (disconnect their clients, which sends DELETE /mcp), "+
 			"or wait until one has had no request for %s; whoever runs mcp-quota may raise the bound "+
-			"(serve --max-sessions-per-caller).", who, ss.maxPerCaller, pacer.FormatDuration(ss.idle))
+			"(serve --max-sessions-per-caller).", who, ss.maxPerCaller, reason.Duration(ss.idle))
 	}
 	if len(reqID) == 0 {
 		reqID = json.RawMessage("null")

@@ -303,6 +303,17 @@ func Parse(data []byte, env Env) (*Store, error) {
 		s.callers = append(s.callers, c)
 	}
 	errs = append(errs, s.parseOAuth(fc.OAuth, fc.Principals, env, declared)...)
+	errs = append(errs, s.settings(fc)...)
+	if len(errs) > 0 {
+		return nil, located(errs, lines)
+	}
+	return newStore(s), nil
+}
+
+// settings checks and sets the file's top-level settings: retention, the
+// state, its timeout, the memory for bodies and TLS.
+func (s *contents) settings(fc fileConfig) []*ConfigError {
+	var errs []*ConfigError
 	if fc.Retention != 0 {
 		s.retention = time.Duration(fc.Retention)
 		shortest := MinRetention
@@ -340,10 +351,7 @@ func Parse(data []byte, env Env) (*Store, error) {
 		errs = append(errs, &ConfigError{Field: "tls_cert", Msg: "tls_cert and tls_key go together: set both (the certificate and its private key, PEM files), or neither"})
 	}
 	s.tlsCert, s.tlsKey = fc.TLSCert, fc.TLSKey
-	if len(errs) > 0 {
-		return nil, located(errs, lines)
-	}
-	return newStore(s), nil
+	return errs
 }
 
 // checkState refuses a state location with a password in it: a config
@@ -390,6 +398,23 @@ func (kc keyConfig) key(env Env) (*Key, []*ConfigError) {
 		MaxConcurrency: DefaultMaxConcurrency,
 		LowWater:       DefaultLowWater,
 	}
+	kc.upstream(k, env, bad)
+	kc.policies(k, bad)
+	checkKeyScopes(kc, bad)
+	k.Scopes, k.WriteScopes = kc.Scopes, kc.WriteScopes
+	kc.requests(k, bad)
+	kc.reserves(k, bad)
+	k.Shares = parseShares(kc.Share, bad)
+	kc.limits(k, bad)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return k, nil
+}
+
+// upstream sets where k's calls go, how they authenticate, the profile
+// its answers are read by, and its credential.
+func (kc keyConfig) upstream(k *Key, env Env, bad func(field, msg string)) {
 	u, err := url.Parse(kc.BaseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
 		bad("base_url", fmt.Sprintf("%q is not an absolute http(s) URL without credentials, query or fragment", kc.BaseURL))
@@ -433,46 +458,61 @@ func (kc keyConfig) key(env Env) (*Key, []*ConfigError) {
 		bad("secret_env", fmt.Sprintf("auth %q needs a credential: set secret_env or secret_file (or auth = \"none\")", k.Auth))
 	}
 	k.scrub = NewScrubber(k.secret.Reveal())
+}
+
+// policies adds the documented [[keys.policies]] to k.
+func (kc keyConfig) policies(k *Key, bad func(field, msg string)) {
 	for j, pc := range kc.Policies {
 		if pc.Name == "" {
 			pc.Name = "default"
 		}
+		field := func(name string) string { return fmt.Sprintf("policies[%d].%s", j, name) }
 		ok := true
 		if pc.Quota <= 0 {
-			bad(fmt.Sprintf("policies[%d].quota", j), "quota must be a positive number of units")
+			bad(field("quota"), "quota must be a positive number of units")
 			ok = false
 		}
-		unit := ratelimit.Requests
-		switch ratelimit.Unit(pc.Unit) {
-		case "", ratelimit.Requests:
-		case ratelimit.ContentBytes, ratelimit.ConcurrentRequests:
-			unit = ratelimit.Unit(pc.Unit)
-		default:
-			msg := fmt.Sprintf("unit %q is not enforced locally; use \"requests\", \"content-bytes\" or \"concurrent-requests\"", pc.Unit)
-			if best := spelling.Closest(strings.ToLower(strings.TrimSpace(pc.Unit)), []string{"requests", "content-bytes", "concurrent-requests"}); best != "" {
-				msg += ": did you mean " + best + "?"
-			}
-			bad(fmt.Sprintf("policies[%d].unit", j), msg)
+		unit, err := policyUnit(pc.Unit)
+		if err != nil {
+			bad(field("unit"), err.Error())
 			ok = false
 		}
 		switch {
 		case unit == ratelimit.ConcurrentRequests && pc.Window != 0:
-			bad(fmt.Sprintf("policies[%d].window", j), "a policy in concurrent-requests counts the calls in flight, over no window: leave window out")
+			bad(field("window"), "a policy in concurrent-requests counts the calls in flight, over no window: leave window out")
 			ok = false
 		case unit != ratelimit.ConcurrentRequests && pc.Window <= 0:
-			bad(fmt.Sprintf("policies[%d].window", j), "window is required, e.g. \"60s\"")
+			bad(field("window"), "window is required, e.g. \"60s\"")
 			ok = false
 		}
 		if slices.ContainsFunc(k.Policies, func(p Policy) bool { return p.Name == pc.Name }) {
-			bad(fmt.Sprintf("policies[%d].name", j), fmt.Sprintf("policy %q is configured twice", pc.Name))
+			bad(field("name"), fmt.Sprintf("policy %q is configured twice", pc.Name))
 			ok = false
 		}
 		if ok {
 			k.Policies = append(k.Policies, Policy{Name: pc.Name, Quota: pc.Quota, Window: time.Duration(pc.Window), Unit: unit})
 		}
 	}
-	checkKeyScopes(kc, bad)
-	k.Scopes, k.WriteScopes = kc.Scopes, kc.WriteScopes
+}
+
+// policyUnit reads a documented policy's unit; requests when unset.
+func policyUnit(s string) (ratelimit.Unit, error) {
+	switch ratelimit.Unit(s) {
+	case "", ratelimit.Requests:
+		return ratelimit.Requests, nil
+	case ratelimit.ContentBytes, ratelimit.ConcurrentRequests:
+		return ratelimit.Unit(s), nil
+	}
+	msg := fmt.Sprintf("unit %q is not enforced locally; use \"requests\", \"content-bytes\" or \"concurrent-requests\"", s)
+	if best := spelling.Closest(strings.ToLower(strings.TrimSpace(s)), []string{"requests", "content-bytes", "concurrent-requests"}); best != "" {
+		msg += ": did you mean " + best + "?"
+	}
+	return ratelimit.Requests, errors.New(msg)
+}
+
+// requests sets the methods k forwards and checks the hosts it may reach
+// besides its base URL's.
+func (kc keyConfig) requests(k *Key, bad func(field, msg string)) {
 	k.Methods = []string{"GET", "HEAD"}
 	if kc.Methods != nil {
 		k.Methods = nil
@@ -490,6 +530,10 @@ func (kc keyConfig) key(env Env) (*Key, []*ConfigError) {
 			bad(fmt.Sprintf("allow_hosts[%d]", j), fmt.Sprintf("%q is not a host name (host or host:port)", h))
 		}
 	}
+}
+
+// reserves adds the [[keys.reserve]] shares to k.
+func (kc keyConfig) reserves(k *Key, bad func(field, msg string)) {
 	var shares float64
 	for j, rc := range kc.Reserve {
 		if rc.Caller == "" || rc.Share <= 0 || rc.Share >= 1 {
@@ -502,7 +546,11 @@ func (kc keyConfig) key(env Env) (*Key, []*ConfigError) {
 	if shares >= 1 {
 		bad("reserve", "reserved shares add up to 1 or more: leave something for the other callers")
 	}
-	k.Shares = parseShares(kc.Share, bad)
+}
+
+// limits sets k's local rate, concurrency and low-water mark, where the
+// entry sets them.
+func (kc keyConfig) limits(k *Key, bad func(field, msg string)) {
 	if kc.MaxRate != nil {
 		if *kc.MaxRate <= 0 || math.IsInf(*kc.MaxRate, 0) {
 			bad("max_rate", "max_rate must be a positive number of calls per second")
@@ -525,10 +573,6 @@ func (kc keyConfig) key(env Env) (*Key, []*ConfigError) {
 			k.LowWater = *kc.LowWater
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errs
-	}
-	return k, nil
 }
 
 func parseAuth(s string) (Auth, error) {

@@ -215,16 +215,27 @@ func (s *contents) parseOAuth(oc *oauthConfig, pcs []principalConfig, env Env, k
 		IntrospectionClient: oc.IntrospectionClientID, IntrospectionCache: time.Duration(oc.IntrospectionCache),
 		NameClaim: oc.NameClaim, DefaultKeys: oc.DefaultKeys, Contact: oc.Contact, Clients: oc.Clients,
 		AdminGroup: oc.AdminGroup, DashboardClient: oc.DashboardClientID, IssuerName: strings.TrimSpace(oc.IssuerName)}
-	if oc.DashboardSecretEnv != "" && oc.DashboardClientID == "" {
-		bad("oauth.dashboard_client_secret_env", "a dashboard client secret needs its client: set dashboard_client_id too")
-	}
-	if oc.DashboardSecretEnv != "" {
-		if v := strings.TrimSpace(env.getenv(oc.DashboardSecretEnv)); v != "" {
-			o.DashboardSecret = NewSecret(v)
-		} else {
-			bad("oauth.dashboard_client_secret_env", fmt.Sprintf("environment variable %s is not set", oc.DashboardSecretEnv))
+	oc.servers(o, bad)
+	oc.tokens(o, bad)
+	oc.secrets(o, env, bad)
+	checkKeys := func(field string, list []string) {
+		for j, name := range list {
+			if name != "*" && !keys[name] {
+				bad(fmt.Sprintf("%s[%d]", field, j), fmt.Sprintf("key %q is not configured", name))
+			}
 		}
 	}
+	checkKeys("oauth.default_keys", o.DefaultKeys)
+	for i, pc := range pcs {
+		s.principal(i, pc, bad, checkKeys)
+	}
+	s.oauth = o
+	return errs
+}
+
+// servers sets the authorization servers o trusts and the resource it
+// serves.
+func (oc *oauthConfig) servers(o *OAuth, bad func(field, msg string)) {
 	if oc.Issuer != "" {
 		o.Issuers = append(o.Issuers, oc.Issuer)
 	}
@@ -246,6 +257,11 @@ func (s *contents) parseOAuth(oc *oauthConfig, pcs []principalConfig, env Env, k
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 		bad("oauth.resource", fmt.Sprintf("%q is not this server's canonical URI: write the URL clients use for MCP, e.g. resource = \"https://mcp.example.com/mcp\"", o.Resource))
 	}
+}
+
+// tokens checks what o asks of a token: its scopes, algorithms, clock
+// skew and the claim that names its bearer.
+func (oc *oauthConfig) tokens(o *OAuth, bad func(field, msg string)) {
 	for i, sc := range o.Scopes {
 		if !scopeToken(sc) {
 			bad(fmt.Sprintf("oauth.scopes[%d]", i), fmt.Sprintf("%q is not a scope (printable characters, no space or quote)", sc))
@@ -262,6 +278,20 @@ func (s *contents) parseOAuth(oc *oauthConfig, pcs []principalConfig, env Env, k
 	}
 	if o.NameClaim == "" {
 		o.NameClaim = "sub"
+	}
+}
+
+// secrets reads the dashboard's and introspection's client secrets.
+func (oc *oauthConfig) secrets(o *OAuth, env Env, bad func(field, msg string)) {
+	if oc.DashboardSecretEnv != "" && oc.DashboardClientID == "" {
+		bad("oauth.dashboard_client_secret_env", "a dashboard client secret needs its client: set dashboard_client_id too")
+	}
+	if oc.DashboardSecretEnv != "" {
+		if v := strings.TrimSpace(env.getenv(oc.DashboardSecretEnv)); v != "" {
+			o.DashboardSecret = NewSecret(v)
+		} else {
+			bad("oauth.dashboard_client_secret_env", fmt.Sprintf("environment variable %s is not set", oc.DashboardSecretEnv))
+		}
 	}
 	switch {
 	case oc.IntrospectionSecretEnv != "" && oc.IntrospectionSecretFile != "":
@@ -282,44 +312,36 @@ func (s *contents) parseOAuth(oc *oauthConfig, pcs []principalConfig, env Env, k
 	if o.IntrospectionClient != "" && o.IntrospectionSecret.IsZero() && oc.IntrospectionSecretEnv == "" && oc.IntrospectionSecretFile == "" {
 		bad("oauth.introspection_client_id", "introspection needs mcp-quota's client secret: set introspection_secret_env or introspection_secret_file")
 	}
-	checkKeys := func(field string, list []string) {
-		for j, name := range list {
-			if name != "*" && !keys[name] {
-				bad(fmt.Sprintf("%s[%d]", field, j), fmt.Sprintf("key %q is not configured", name))
-			}
+}
+
+// principal checks the i-th [[principals]] entry and adds it.
+func (s *contents) principal(i int, pc principalConfig, bad func(field, msg string), checkKeys func(field string, list []string)) {
+	f := func(name string) string { return fmt.Sprintf("principals[%d].%s", i, name) }
+	if pc.Name == "" || len(pc.Name) > 128 || strings.ContainsAny(pc.Name, "\"\\\r\n") {
+		bad(f("name"), "name the principal as the activity and metrics should show it, e.g. name = \"alice@example.com\" or \"nightly-sync\"")
+	}
+	if pc.Claim == "" {
+		pc.Claim = "sub"
+	}
+	if len(pc.Values) == 0 {
+		bad(f("values"), fmt.Sprintf("list the values of claim %q that make this principal, e.g. values = [\"alice@example.com\"]", pc.Claim))
+	}
+	if strings.Contains(pc.Name, via) {
+		bad(f("name"), fmt.Sprintf("a principal's name may not contain %q: the activity adds it before the client's name", via))
+	}
+	for j, v := range pc.VisibleTo {
+		if msg := badViewer(v); msg != "" {
+			bad(fmt.Sprintf("principals[%d].visible_to[%d]", i, j), msg)
 		}
 	}
-	checkKeys("oauth.default_keys", o.DefaultKeys)
-	for i, pc := range pcs {
-		f := func(name string) string { return fmt.Sprintf("principals[%d].%s", i, name) }
-		if pc.Name == "" || len(pc.Name) > 128 || strings.ContainsAny(pc.Name, "\"\\\r\n") {
-			bad(f("name"), "name the principal as the activity and metrics should show it, e.g. name = \"alice@example.com\" or \"nightly-sync\"")
-		}
-		if pc.Claim == "" {
-			pc.Claim = "sub"
-		}
-		if len(pc.Values) == 0 {
-			bad(f("values"), fmt.Sprintf("list the values of claim %q that make this principal, e.g. values = [\"alice@example.com\"]", pc.Claim))
-		}
-		if strings.Contains(pc.Name, via) {
-			bad(f("name"), fmt.Sprintf("a principal's name may not contain %q: the activity adds it before the client's name", via))
-		}
-		for j, v := range pc.VisibleTo {
-			if msg := badViewer(v); msg != "" {
-				bad(fmt.Sprintf("principals[%d].visible_to[%d]", i, j), msg)
-			}
-		}
-		if len(pc.Keys) == 0 {
-			bad(f("keys"), "list the keys this principal may use, e.g. keys = [\"example\"] (or [\"*\"])")
-		}
-		checkKeys(f("keys"), pc.Keys)
-		if slices.ContainsFunc(s.principals, func(r PrincipalRule) bool { return r.Name == pc.Name }) {
-			bad(f("name"), fmt.Sprintf("principal %q is configured twice", pc.Name))
-		}
-		s.principals = append(s.principals, PrincipalRule(pc))
+	if len(pc.Keys) == 0 {
+		bad(f("keys"), "list the keys this principal may use, e.g. keys = [\"example\"] (or [\"*\"])")
 	}
-	s.oauth = o
-	return errs
+	checkKeys(f("keys"), pc.Keys)
+	if slices.ContainsFunc(s.principals, func(r PrincipalRule) bool { return r.Name == pc.Name }) {
+		bad(f("name"), fmt.Sprintf("principal %q is configured twice", pc.Name))
+	}
+	s.principals = append(s.principals, PrincipalRule(pc))
 }
 
 // oauthAlgorithms are the JWS algorithms a configuration may allow.

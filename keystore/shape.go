@@ -30,21 +30,7 @@ func checkShape(path, section string, v any, t reflect.Type, out *[]*ConfigError
 		field = path[i+1:]
 	}
 	if reflect.PointerTo(t).Implements(reflect.TypeFor[encoding.TextUnmarshaler]()) {
-		var s string
-		switch x := v.(type) {
-		case string:
-			s = x
-		case int64:
-			s = strconv.FormatInt(x, 10)
-		case float64:
-			s = strconv.FormatFloat(x, 'g', -1, 64)
-		default:
-			*out = append(*out, mismatch(path, field, t, v))
-			return
-		}
-		if err := reflect.New(t).Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(s)); err != nil {
-			*out = append(*out, &ConfigError{Field: path, Msg: err.Error()})
-		}
+		checkText(path, field, v, t, out)
 		return
 	}
 	ok := true
@@ -62,47 +48,80 @@ func checkShape(path, section string, v any, t reflect.Type, out *[]*ConfigError
 			ok = false
 		}
 	case reflect.Slice:
-		var list []any
-		switch x := v.(type) {
-		case []any:
-			list = x
-		case []map[string]any:
-			for _, m := range x {
-				list = append(list, m)
-			}
-		default:
-			ok = false
-		}
-		for i, e := range list {
-			checkShape(fmt.Sprintf("%s[%d]", path, i), section, e, t.Elem(), out)
-		}
+		ok = checkList(path, section, v, t, out)
 	case reflect.Struct:
-		m, isMap := v.(map[string]any)
-		if !isMap {
-			ok = false
-			break
-		}
-		names := make([]string, 0, len(m))
-		for name := range m {
-			names = append(names, name)
-		}
-		slices.Sort(names)
-		for _, name := range names {
-			sub, subSection := name, name
-			if path != "" {
-				sub, subSection = path+"."+name, section+"."+name
-			}
-			f, known := fieldByTag(t, name)
-			if !known {
-				*out = append(*out, unknownField(sub, subSection, name, m[name], t))
-				continue
-			}
-			checkShape(sub, subSection, m[name], f.Type, out)
-		}
+		ok = checkTable(path, section, v, t, out)
 	}
 	if !ok {
 		*out = append(*out, mismatch(path, field, t, v))
 	}
+}
+
+// checkText checks v, written as a string or a number, against t, a type
+// that reads itself from text (a duration, say).
+func checkText(path, field string, v any, t reflect.Type, out *[]*ConfigError) {
+	var s string
+	switch x := v.(type) {
+	case string:
+		s = x
+	case int64:
+		s = strconv.FormatInt(x, 10)
+	case float64:
+		s = strconv.FormatFloat(x, 'g', -1, 64)
+	default:
+		*out = append(*out, mismatch(path, field, t, v))
+		return
+	}
+	if err := reflect.New(t).Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(s)); err != nil {
+		*out = append(*out, &ConfigError{Field: path, Msg: err.Error()})
+	}
+}
+
+// checkList checks each element of v against t's element type; it
+// reports whether v is a list at all.
+func checkList(path, section string, v any, t reflect.Type, out *[]*ConfigError) bool {
+	var list []any
+	switch x := v.(type) {
+	case []any:
+		list = x
+	case []map[string]any:
+		for _, m := range x {
+			list = append(list, m)
+		}
+	default:
+		return false
+	}
+	for i, e := range list {
+		checkShape(fmt.Sprintf("%s[%d]", path, i), section, e, t.Elem(), out)
+	}
+	return true
+}
+
+// checkTable checks each field of v against the struct type t, in the
+// order of their names; it reports whether v is a table at all.
+func checkTable(path, section string, v any, t reflect.Type, out *[]*ConfigError) bool {
+	m, isMap := v.(map[string]any)
+	if !isMap {
+		return false
+	}
+	names := make([]string, 0, len(m))
+	for name := range m {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		sub, subSection := name, name
+		if path != "" {
+			sub, subSection = path+"."+name, section+"."+name
+		}
+		f, known := fieldByTag(t, name)
+		if !known {
+			*out = append(*out, unknownField(sub, subSection, name, m[name], t))
+			continue
+		}
+		checkShape(sub, subSection, m[name], f.Type, out)
+	}
+	return true
 }
 
 func fieldByTag(t reflect.Type, name string) (reflect.StructField, bool) {

@@ -3,7 +3,6 @@ package pacer_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -15,6 +14,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -45,8 +45,8 @@ func TestReservations(t *testing.T) {
 		}
 		e.clk.advance(time.Millisecond)
 		pe := e.mustPause(k, "sync", "/items")
-		if !strings.Contains(pe.Reason, "1 of them are kept for other callers' reservations") {
-			t.Errorf("sync's pause: got %q, want it to name the reservation", pe.Reason)
+		if pe.Reason.Kind != reason.WindowSpent || pe.Reason.Held != 1 {
+			t.Errorf("sync's pause: got %+v, want a spent window, 1 of it held for the reservation", pe.Reason)
 		}
 		e.mustAdmit(k, "agent", "/items") // the agent's own share
 	})

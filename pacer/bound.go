@@ -11,6 +11,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // What one key keeps of what its upstream announced is bounded, whatever
@@ -298,7 +299,6 @@ func bound(tx ledger.Tx, k *keystore.Key, now, answered time.Time) (string, erro
 	if !first {
 		return "", nil
 	}
-	msg := fmt.Sprintf("the upstream of key '%s' announced more than mcp-quota keeps for one key (%d policies, %d route buckets); the least restrictive are dropped, and those that still bind are folded into policy '%s', at least as tight as each of them",
-		k.Name, MaxPolicies, MaxRouteBuckets, EvictedPolicy)
+	msg := reason.Reason{Kind: reason.PolicyBound, Key: k.Name, Limit: MaxPolicies, Buckets: MaxRouteBuckets, Policy: EvictedPolicy}.String()
 	return msg, tx.AddWarning(ledger.Warning{Key: k.Name, At: now, Kind: "policy-bound", Message: msg})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // Tuning constants of the decisions. They are the documented defaults;
@@ -110,14 +111,14 @@ type decision struct {
 	admit   bool
 	probe   bool
 	wait    time.Duration     // when !admit
-	reason  string            // why it waits or slows down, as a clause
+	reason  reason.Reason     // why it waits or slows down
 	source  string            // what binds: a policy name, "retry-after", "circuit"…
 	gate    ledger.GateSource // what closed the gate that binds; "" when no gate binds (a policy named "circuit" is not one)
 	poll    bool              // wait is a re-check interval, not a known end
 	exhaust bool              // the wait is for quota or a gate, not for spacing
 	keyWide bool              // the key itself is paused (not this caller alone): slow start follows
 	slow    bool              // a budget is below its low-water mark
-	spread  string            // when slow: the advice for the widest spread, as a sentence
+	spread  reason.Reason     // when slow: the widest spread, which advice says
 	spacing time.Duration     // when slow: that spread
 	binding *Budget           // the tightest budget
 	budgets []Budget
@@ -127,7 +128,7 @@ type decision struct {
 // constraint is one reason to wait.
 type constraint struct {
 	wait    time.Duration
-	reason  string
+	reason  reason.Reason
 	source  string
 	gate    ledger.GateSource // the gate's source, for a gate; "" otherwise
 	poll    bool
@@ -222,10 +223,10 @@ func (s snapshot) gateRule() []constraint {
 	for _, g := range s.gates {
 		switch g.Scope {
 		case "":
-			cs = append(cs, constraint{wait: g.Until.Sub(s.now), reason: g.Reason, source: string(g.Source), gate: g.Source, exhaust: true, keyWide: true})
+			cs = append(cs, constraint{wait: g.Until.Sub(s.now), reason: gateReason(g), source: string(g.Source), gate: g.Source, exhaust: true, keyWide: true})
 		case routePartition(s.route):
 			// A route's own backoff or circuit: the key is not paused.
-			cs = append(cs, constraint{wait: g.Until.Sub(s.now), reason: g.Reason, source: string(g.Source), gate: g.Source, exhaust: true})
+			cs = append(cs, constraint{wait: g.Until.Sub(s.now), reason: gateReason(g), source: string(g.Source), gate: g.Source, exhaust: true})
 		}
 	}
 	return cs
@@ -241,8 +242,7 @@ func (s snapshot) windowRule(d *decision, windows []windowed) []constraint {
 		d.budgets = append(d.budgets, wb.Budget)
 		if wb.avail <= 0 {
 			cs = append(cs, constraint{wait: wb.freeAt.Sub(s.now), source: wb.Policy, exhaust: true, keyWide: wb.Used >= wb.Limit,
-				reason: fmt.Sprintf("all %d calls per %s allowed by policy '%s' are used%s",
-					wb.Limit, seconds(wb.Window), wb.Policy, wb.heldNote)})
+				reason: reason.Reason{Kind: reason.WindowSpent, Policy: wb.Policy, Limit: wb.Limit, Window: wb.Window, Held: wb.held}})
 			continue
 		}
 		if low(wb.avail, wb.Limit, s.key.LowWater) {
@@ -250,11 +250,9 @@ func (s snapshot) windowRule(d *decision, windows []windowed) []constraint {
 			// pace: what leaves the window is what may enter it.
 			d.slow = true
 			spacing := wb.Window / time.Duration(wb.Limit)
-			d.spreadBy(spacing, fmt.Sprintf("Only %d of %d calls %s left under policy '%s'; spread them out, %s.",
-				wb.avail, wb.Limit, isAre(wb.avail), wb.Policy, pace(spacing)))
-			cs = append(cs, constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: wb.Policy,
-				reason: fmt.Sprintf("only %d of %d calls %s left under policy '%s', so calls are spread %s",
-					wb.avail, wb.Limit, isAre(wb.avail), wb.Policy, apart(spacing))})
+			why := reason.Reason{Kind: reason.WindowLow, Policy: wb.Policy, Left: wb.avail, Limit: wb.Limit, Spacing: spacing}
+			d.spreadBy(why)
+			cs = append(cs, constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: wb.Policy, reason: why})
 		}
 	}
 	return cs
@@ -315,10 +313,9 @@ func (s snapshot) observedRule(d *decision, windows []windowed) ([]constraint, e
 func (s snapshot) spreadRule(d *decision, k ledger.Known, b Budget) constraint {
 	d.slow = true
 	spacing := max(b.Reset-rounding(k.Reset), 0) / time.Duration(b.Remaining+1)
-	d.spreadBy(spacing, spreadWords(b.Remaining, b.Reset, spacing))
-	return constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: b.Policy,
-		reason: fmt.Sprintf("the upstream says %s left %s under policy '%s', so calls are spread %s",
-			howMany(b.Remaining, b.Unit), forNext(b.Reset), b.Policy, apart(spacing))}
+	why := reason.Reason{Kind: reason.UpstreamLow, Policy: b.Policy, Unit: b.Unit, Left: b.Remaining, For: b.Reset, Spacing: spacing}
+	d.spreadBy(why)
+	return constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: b.Policy, reason: why}
 }
 
 // 4. A half-open circuit, or an observation that expired unanswered:
@@ -329,7 +326,7 @@ func (s snapshot) probeRule(d *decision) []constraint {
 	}
 	if d.probe && s.ks.ProbeUntil.After(s.now) {
 		return []constraint{{wait: Poll, poll: true, source: "probe",
-			reason: "a probe is asking the upstream for a fresh answer and calls wait for it"}}
+			reason: reason.Reason{Kind: reason.ProbeAsking}}}
 	}
 	return nil
 }
@@ -341,12 +338,12 @@ func (s snapshot) safetyRule() []constraint {
 	var cs []constraint
 	if s.flight.Count >= maxConcurrency(s.key) && !s.noFlightWait {
 		cs = append(cs, constraint{wait: Poll, poll: true, source: "concurrency",
-			reason: fmt.Sprintf("%d calls are in flight, the most allowed at once for this key", s.flight.Count)})
+			reason: reason.Reason{Kind: reason.InFlight, InFlight: int64(s.flight.Count)}})
 	}
 	spacing := max(minSpacing(s.key), s.ks.Interval)
 	if !s.ks.LastAdmitAt.IsZero() {
 		cs = append(cs, constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: "pace",
-			reason: fmt.Sprintf("calls are spaced %s", apart(spacing))})
+			reason: reason.Reason{Kind: reason.Spaced, Spacing: spacing}})
 	}
 	return cs
 }
@@ -358,12 +355,17 @@ func spreads(u ratelimit.Unit) bool {
 	return u != ratelimit.Percent && u != ratelimit.ContentBytes && u != ratelimit.ConcurrentRequests
 }
 
-// spreadBy notes that calls are spread spacing apart, as advice says: the
-// widest spread is the one a caller meets.
-func (d *decision) spreadBy(spacing time.Duration, advice string) {
-	if d.spread == "" || spacing > d.spacing {
-		d.spread, d.spacing = advice, spacing
+// spreadBy notes that calls are spread why.Spacing apart, as advice
+// says: the widest spread is the one a caller meets.
+func (d *decision) spreadBy(why reason.Reason) {
+	if d.spread.IsZero() || why.Spacing > d.spacing {
+		d.spread, d.spacing = why, why.Spacing
 	}
+}
+
+// gateReason is why a closed gate holds calls back: what it says.
+func gateReason(g ledger.Gate) reason.Reason {
+	return reason.Reason{Kind: reason.Said, Source: string(g.Source), Said: g.Reason}
 }
 
 // maxConcurrency is k's limit on calls in flight; zero means the default.
@@ -387,9 +389,9 @@ func minSpacing(k *keystore.Key) time.Duration {
 // windowed is a budget counted over the sliding-window log.
 type windowed struct {
 	Budget
-	avail    int64     // calls this caller may still make now
-	freeAt   time.Time // when one more call becomes possible, if avail <= 0
-	heldNote string
+	avail  int64     // calls this caller may still make now
+	freeAt time.Time // when one more call becomes possible, if avail <= 0
+	held   int64     // of the quota, kept for other callers' reservations
 }
 
 // A policyWindow is a policy of requests with a known quota and window,
@@ -445,9 +447,7 @@ func (s snapshot) windowedBudgets() ([]windowed, error) {
 		limit := p.q - held
 		wb := windowed{Budget: Budget{Policy: p.name, Unit: ratelimit.Requests, Partition: p.partition, Limit: p.q,
 			Used: n, Window: p.w, Source: p.source, Hidden: p.hidden}}
-		if held > 0 {
-			wb.heldNote = fmt.Sprintf(" (%d of them are kept for other callers' reservations)", held)
-		}
+		wb.held = held
 		wb.avail = limit - n
 		wb.Remaining = max(wb.avail, 0)
 		if !win.Oldest.IsZero() {
@@ -576,16 +576,14 @@ func (s snapshot) observed(k ledger.Known) (b Budget, c constraint, probe bool, 
 	}
 	b.Remaining = max(remaining, 0)
 	if remaining < s.need(k.Unit) {
-		of := ""
-		if k.HasQuota {
-			of = fmt.Sprintf(" of %d", k.Quota)
-		}
 		c = constraint{wait: b.Reset, source: k.Policy, exhaust: true, keyWide: remaining <= 0,
-			reason: fmt.Sprintf("the upstream says 0%s %s are left under policy '%s' %s",
-				of, unitWord(k.Unit), k.Policy, forNext(b.Reset))}
+			reason: reason.Reason{Kind: reason.UpstreamSpent, Policy: k.Policy, Unit: k.Unit, For: b.Reset}}
+		if k.HasQuota {
+			c.reason.Limit = k.Quota
+		}
 		if remaining > 0 {
-			c.reason = fmt.Sprintf("the upstream says %s left under policy '%s' %s, fewer than the %s the request carries",
-				howMany(remaining, k.Unit), k.Policy, forNext(b.Reset), grouped(s.bytes)+" "+unitWord(k.Unit))
+			c.reason = reason.Reason{Kind: reason.UpstreamShort, Policy: k.Policy, Unit: k.Unit, Left: remaining,
+				For: b.Reset, Carries: s.bytes}
 		}
 	}
 	return b, c, false, nil
@@ -603,8 +601,7 @@ func (s snapshot) expiredRule(k ledger.Known, end time.Time) (c constraint, prob
 	at := end.Add(jitter(s.key.Name+"\x00"+k.Policy+"\x00"+k.Partition, end, probeJitter(k)))
 	if s.now.Before(at) {
 		c = constraint{wait: at.Sub(s.now), source: k.Policy, exhaust: k.Remaining <= 0, keyWide: k.Remaining <= 0,
-			reason: fmt.Sprintf("the upstream's last word on policy '%s' has expired, and one probe goes in %s to get a fresh one",
-				k.Policy, seconds(at.Sub(s.now)))}
+			reason: reason.Reason{Kind: reason.ProbeDue, Policy: k.Policy, For: at.Sub(s.now)}}
 		return c, false
 	}
 	return c, true
@@ -713,29 +710,4 @@ func jitter(what string, at time.Time, max time.Duration) time.Duration {
 	fmt.Fprint(h, at.UnixMicro())
 	// Whole microseconds, the state file's resolution.
 	return time.Duration(h.Sum64() % uint64(max)).Truncate(time.Microsecond)
-}
-
-// howMany says n of unit u with its verb: "1 call is", "3 calls are",
-// "0 content bytes are".
-func howMany(n int64, u ratelimit.Unit) string {
-	w := unitWord(u)
-	if n == 1 {
-		return "1 " + strings.TrimSuffix(w, "s") + " is"
-	}
-	return fmt.Sprintf("%d %s are", n, w)
-}
-
-// isAre is the verb for n things.
-func isAre(n int64) string {
-	if n == 1 {
-		return "is"
-	}
-	return "are"
-}
-
-func unitWord(u ratelimit.Unit) string {
-	if requests(u) {
-		return "calls"
-	}
-	return strings.ReplaceAll(string(u), "-", " ")
 }

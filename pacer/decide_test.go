@@ -12,6 +12,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // An upstream's r is a hint counted down by every send made after the
@@ -88,8 +89,8 @@ func TestOtherUnitsAreNotCountedInCalls(t *testing.T) {
 	e.send(k, "agent", 200, tokens(0))
 	e.clk.advance(time.Second)
 	pe := e.mustPause(k, "agent", "/items")
-	if !strings.Contains(pe.Reason, "0 of 1000 tokens") {
-		t.Errorf("pause: got reason %q, want it to speak of tokens", pe.Reason)
+	if r := pe.Reason; r.Kind != reason.UpstreamSpent || r.Limit != 1000 || r.Unit != "tokens" {
+		t.Errorf("pause: got reason %+v, want none of 1000 tokens left", pe.Reason)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // Fair shares. A key with shares (keystore.Key.Shares) is spent by
@@ -172,9 +173,8 @@ func fairRule(now time.Time, k *keystore.Key, principal string, waiting []string
 		if n := shareCap(share, w.limit); int64(mine.Count) >= n {
 			back := mine.Oldest.Add(w.window + w.margin).Sub(now)
 			return constraint{wait: back, source: SourceShare, exhaust: true,
-				reason: fmt.Sprintf("principal '%s' has used its share of the key: %d of the %d calls per %s of policy '%s' (%s), "+
-					"and it comes back as they leave the window; the key itself has %d left for the others",
-					principal, n, w.limit, seconds(w.window), w.policy, percent(share), max(w.avail, 0))}, 0, true
+				reason: reason.Reason{Kind: reason.ShareSpent, Principal: principal, Share: share, Used: n, Limit: w.limit,
+					Window: w.window, Policy: w.policy, Left: max(w.avail, 0)}}, 0, true
 		}
 	}
 	if w.avail <= 0 {
@@ -220,14 +220,8 @@ func fairRule(now time.Time, k *keystore.Key, principal string, waiting []string
 		return c, 0, false // its turn, or enough is left for every turn before it
 	}
 	return constraint{wait: Poll, poll: true, source: SourceTurn,
-		reason: fmt.Sprintf("principals waiting for this key take turns by their shares, and principal '%s' (%d of this window's calls) "+
-			"is further behind than principal '%s' (%d); the next of the %d calls left go to those further behind",
-			ahead.name, ahead.used, principal, mine.Count, w.avail)}, owed - w.avail + 1, true
-}
-
-// percent says a share as a person does: "40%".
-func percent(share float64) string {
-	return fmt.Sprintf("%g%%", math.Round(share*1000)/10)
+		reason: reason.Reason{Kind: reason.Turn, Other: ahead.name, Behind: int64(ahead.used), Principal: principal,
+			Used: int64(mine.Count), Left: w.avail}}, owed - w.avail + 1, true
 }
 
 // waitersHere counts the calls of keys with shares that wait in Admit in

@@ -2,12 +2,12 @@ package pacer
 
 import (
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // The fair rule at fixed instants: t0 is when the window's first call
@@ -111,8 +111,8 @@ func TestFairRule(t *testing.T) {
 			if c.wait != tt.wantWait || c.source != tt.source {
 				t.Errorf("got a wait of %v (%s), want %v (%s)", c.wait, c.source, tt.wantWait, tt.source)
 			}
-			if !strings.Contains(c.reason, "principal '"+tt.principal+"'") {
-				t.Errorf("reason %q does not name the principal %q", c.reason, tt.principal)
+			if c.reason.Principal != tt.principal {
+				t.Errorf("reason %+v is not about the principal %q", c.reason, tt.principal)
 			}
 		})
 	}
@@ -126,10 +126,10 @@ func TestFairRuleSaysWhichShare(t *testing.T) {
 	if !ok {
 		t.Fatal("got admitted, want a wait for the share")
 	}
-	want := "principal 'sync' has used its share of the key: 12 of the 30 calls per 60 s of policy 'default' (40%), " +
-		"and it comes back as they leave the window; the key itself has 15 left for the others"
+	want := reason.Reason{Kind: reason.ShareSpent, Principal: "sync", Share: 0.4, Used: 12, Limit: 30, Window: time.Minute,
+		Policy: "default", Left: 15}
 	if c.reason != want {
-		t.Errorf("got reason\n%q\nwant\n%q", c.reason, want)
+		t.Errorf("got reason\n%+v\nwant\n%+v", c.reason, want)
 	}
 	if !c.exhaust || c.keyWide {
 		t.Errorf("got exhaust %v keyWide %v, want a spent budget of the principal alone", c.exhaust, c.keyWide)

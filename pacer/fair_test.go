@@ -1,12 +1,12 @@
 package pacer_test
 
 import (
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // A principal's share caps what it spends of the key per window, counted
@@ -34,15 +34,15 @@ func TestShareCapsAPrincipalAcrossProcesses(t *testing.T) {
 	if pe.RetryAfter < 58*time.Second || pe.RetryAfter > 59*time.Second {
 		t.Errorf("got retry after %v, want when its oldest call leaves the window (58 s, and the margin)", pe.RetryAfter)
 	}
-	if !strings.Contains(pe.Reason, "principal 'nightly-sync' has used its share") || !strings.Contains(pe.Reason, "the key itself has 2 left") {
-		t.Errorf("got reason %q, want the principal's share named, and the key not spent", pe.Reason)
+	if r := pe.Reason; r.Kind != reason.ShareSpent || r.Principal != "nightly-sync" || r.Left != 2 {
+		t.Errorf("got reason %+v, want the principal's share spent, and 2 left for the others", pe.Reason)
 	}
 	st := e.status(k, "nightly-sync")
-	if st.Advice.Action != pacer.Pause || !strings.Contains(st.Advice.Reason, "principal 'nightly-sync' has used its share") {
-		t.Errorf("status for nightly-sync: got %s %q, want a pause for its share", st.Advice.Action, st.Advice.Reason)
+	if st.Advice.Action != pacer.Pause || st.Advice.Why.Kind != reason.ShareSpent || st.Advice.Why.Principal != "nightly-sync" {
+		t.Errorf("status for nightly-sync: got %s %+v, want a pause for its share", st.Advice.Action, st.Advice.Why)
 	}
 	if st := e.status(k, "agent"); st.Advice.Action != pacer.Continue {
-		t.Errorf("status for agent: got %s %q, want continue", st.Advice.Action, st.Advice.Reason)
+		t.Errorf("status for agent: got %s %+v, want continue", st.Advice.Action, st.Advice.Why)
 	}
 	// A person through a client is the same principal through another.
 	k.Shares = append(k.Shares, keystore.Share{Principal: "alice@example.com", Share: 0.25})
@@ -82,8 +82,8 @@ func TestWaitingPrincipalsTakeTurns(t *testing.T) {
 	e.mustAdmit(k, "nightly-sync", "/sync") // its half of the window
 	e.clk.advance(500 * time.Millisecond)
 	pe = e.mustPause(k, "nightly-sync", "/sync")
-	if pe.Source != pacer.SourceTurn || !strings.Contains(pe.Reason, "principal 'alice' (0 of this window's calls)") {
-		t.Fatalf("sync's third: got %s %q, want it to wait for alice's turn", pe.Source, pe.Reason)
+	if r := pe.Reason; pe.Source != pacer.SourceTurn || r.Kind != reason.Turn || r.Other != "alice" || r.Behind != 0 {
+		t.Fatalf("sync's third: got %s %+v, want it to wait for alice's turn (0 of this window's calls)", pe.Source, pe.Reason)
 	}
 	e.clk.advance(500 * time.Millisecond)
 	if _, err := e.admitWith(other, e.call(k, "alice", "/a")); err != nil {

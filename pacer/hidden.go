@@ -9,6 +9,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // Hidden-limit inference settings.
@@ -268,16 +269,14 @@ func inferHidden(name string, hidden []ledger.Known, latest *ledger.Known, sends
 
 // warning is the warning about key that an inference raises.
 func (inf hiddenInference) warning(key string) string {
+	why := reason.Reason{Kind: reason.HiddenUnaccepted, Key: key, Policy: inf.name, Limit: inf.lim.quota, Window: inf.lim.window}
 	switch {
 	case inf.stretched:
-		return fmt.Sprintf("key '%s' was refused again by the limit the upstream never announced ('%s'); its window is longer than it seemed, and it is now enforced locally as %d calls per %s",
-			key, inf.name, inf.lim.quota, seconds(inf.lim.window))
+		why.Kind = reason.HiddenStretched
 	case inf.inferred:
-		return fmt.Sprintf("key '%s' hit a limit the upstream never announced ('%s'); it is now enforced locally as %d calls per %s",
-			key, inf.name, inf.lim.quota, seconds(inf.lim.window))
+		why.Kind = reason.HiddenLimit
 	}
-	return fmt.Sprintf("key '%s' was refused by a limit the upstream never announced ('%s') before any call of it was accepted; calls wait for the upstream's Retry-After or back off",
-		key, inf.name)
+	return why.String()
 }
 
 // hiddenName names a newly inferred limit of window w: the hidden limit
@@ -359,8 +358,7 @@ func windowEdge(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now time.Time, kn
 		if rd.HasRetryAfter && now.Add(rd.RetryAfter).After(oldest.Add(p.w+time.Second)) {
 			continue
 		}
-		msg := fmt.Sprintf("key '%s' was refused by the upstream for a call sent as policy '%s' (%d calls per %s) freed a slot; it reached the upstream a moment before the upstream's own window freed it, and calls wait as the refusal asks",
-			c.Key.Name, p.name, p.q, seconds(p.w))
+		msg := reason.Reason{Kind: reason.WindowEdge, Key: c.Key.Name, Policy: p.name, Limit: p.q, Window: p.w}.String()
 		return msg, tx.AddWarning(ledger.Warning{Key: c.Key.Name, At: now, Kind: windowEdgeKind, Message: msg})
 	}
 	return "", nil

@@ -1,13 +1,13 @@
 package pacer
 
 import (
-	"fmt"
 	"math"
 	"net/http"
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // Leak-rate learning bounds: two answers closer than minLeakSpan say too
@@ -61,13 +61,8 @@ func (s snapshot) leaky(k ledger.Known, b Budget, end time.Time) (Budget, constr
 	}
 	b.Reset = next.Sub(s.now)
 	c = constraint{wait: next.Sub(s.now), source: k.Policy, exhaust: true, keyWide: true,
-		reason: fmt.Sprintf("the upstream's bucket '%s' is full (%d calls) and leaks about %s calls a second, so the next call fits in %s",
-			k.Policy, k.Quota, strconvRate(rate), seconds(next.Sub(s.now)))}
+		reason: reason.Reason{Kind: reason.BucketFull, Policy: k.Policy, Limit: k.Quota, Rate: rate, For: next.Sub(s.now)}}
 	return b, c, nil
-}
-
-func strconvRate(r float64) string {
-	return fmt.Sprintf("%.3g", r)
 }
 
 // learnLeak sets the leak rate of the leaky-bucket observation ob (its w)

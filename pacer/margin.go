@@ -1,7 +1,6 @@
 package pacer
 
 import (
-	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -9,6 +8,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // The log records a send when it is admitted, but the upstream counts it
@@ -265,8 +265,7 @@ type LateError struct {
 }
 
 func (e *LateError) Error() string {
-	return fmt.Sprintf("not sent: it would have left %s after its admission, later than the %s its window's margin allows; the call is admitted again",
-		e.Delay.Round(time.Millisecond), e.Allowed.Round(time.Millisecond))
+	return reason.Reason{Kind: reason.Late, For: e.Delay, Allowed: e.Allowed}.String()
 }
 
 // Leaving is told that t's request is about to leave, at once. It records

@@ -5,10 +5,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // Backoff and circuit-breaker settings, used when an upstream refuses or
@@ -47,7 +49,7 @@ type Outcome struct {
 type Advice struct {
 	Action     Action        // continue, slow_down or pause
 	RetryAfter time.Duration // for Pause: come back after this long
-	Reason     string        // one plain sentence the caller can act on
+	Why        reason.Reason // why, or what is left (reason.Advice words it)
 }
 
 // A Result is what Done learned: the key's budgets after the answer, the
@@ -180,16 +182,16 @@ func normalized(ob ratelimit.Observation) ratelimit.Observation {
 
 // finished is t's attempt as it ended with o, in state st.
 func finished(t Ticket, o Outcome, st ledger.State) ledger.Attempt {
-	reason := ""
+	why := ""
 	switch {
 	case o.Err != nil:
-		reason = o.Err.Error()
+		why = o.Err.Error()
 	case o.Status > 0:
-		reason = fmt.Sprintf("HTTP %d %s", o.Status, http.StatusText(o.Status))
+		why = reason.Reason{Kind: reason.Answered, Status: o.Status}.String()
 	}
 	c := t.Call
 	return ledger.Attempt{ID: t.ID, Key: c.Key.Name, CallID: c.CallID, Attempt: c.Attempt, Caller: c.Caller,
-		Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest, State: st, Reason: reason,
+		Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest, State: st, Reason: why,
 		Status: o.Status, SentAt: o.SentAt, AnsweredAt: o.AnsweredAt}
 }
 
@@ -371,7 +373,7 @@ func (r *recording) retryAfter() error {
 	until = until.Add(time.Duration(r.p.rand() * 0.1 * float64(min(rd.RetryAfter, 10*time.Second))))
 	if !rd.RetryAfterPerRoute {
 		if err := r.tx.PutGate(ledger.Gate{Key: r.t.Call.Key.Name, Until: until, Source: ledger.RetryAfterGate, SetAt: now,
-			Reason: fmt.Sprintf("the upstream answered %d and asked to wait %s (Retry-After)", r.o.Status, seconds(rd.RetryAfter))}); err != nil {
+			Reason: reason.Reason{Kind: reason.RetryAfterAsked, Status: r.o.Status, For: rd.RetryAfter}.String()}); err != nil {
 			return err
 		}
 	}
@@ -385,8 +387,7 @@ func (r *recording) abnormal() error {
 	rd, now, key := r.rd, r.now, r.t.Call.Key.Name
 	if rd.Abnormal {
 		until := now.Add(max(rd.RetryAfter, AbnormalPause))
-		msg := fmt.Sprintf("the upstream reported abnormal usage of key '%s'%s; calls are paused until %s — check what is calling it before resuming",
-			key, violated(rd.Problem), until.UTC().Format(time.RFC3339))
+		msg := reason.Reason{Kind: reason.Abnormal, Key: key, Violated: violated(rd.Problem), Until: until}.String()
 		if err := r.tx.PutGate(ledger.Gate{Key: key, Until: until, Source: ledger.AbnormalUsageGate, SetAt: now, Reason: msg}); err != nil {
 			return err
 		}
@@ -482,12 +483,11 @@ func (r *recording) openCircuit(reopen bool) error {
 	r.ks.Opens++
 	r.ks.HalfOpen = true
 	r.ks.Failures = 0
-	msg := fmt.Sprintf("the circuit for key '%s' opened after %d refusals or failures without guidance, and one probe goes in %s",
-		key, BreakerThreshold, seconds(cool))
+	why := reason.Reason{Kind: reason.CircuitOpen, Key: key, Failures: BreakerThreshold, For: cool}
 	if reopen {
-		msg = fmt.Sprintf("the circuit for key '%s' opened again because its probe failed too, and the next probe goes in %s",
-			key, seconds(cool))
+		why.Kind = reason.CircuitReopen
 	}
+	msg := why.String()
 	if err := r.tx.PutGate(ledger.Gate{Key: key, Until: now.Add(cool), Source: ledger.CircuitGate, SetAt: now, Reason: msg}); err != nil {
 		return err
 	}
@@ -502,13 +502,12 @@ func (r *recording) openCircuit(reopen bool) error {
 // backOff gates the key for the backoff of its latest failure in a row.
 func (r *recording) backOff() error {
 	d := backoff(r.ks.Failures, r.p.rand())
-	why := "without saying when to come back"
+	why := reason.Reason{Kind: reason.BackOff, Status: r.o.Status, Failures: int64(r.ks.Failures), Short: r.short}
 	if r.short {
-		why = fmt.Sprintf("and asked to wait only %s, too short to trust", seconds(serverWait(r.rd)))
+		why.For = serverWait(r.rd)
 	}
 	if err := r.tx.PutGate(ledger.Gate{Key: r.t.Call.Key.Name, Until: r.now.Add(d), Source: ledger.BackoffGate, SetAt: r.now,
-		Reason: fmt.Sprintf("the upstream answered %s %s, so calls back off (failure %d in a row)",
-			statusWord(r.o), why, r.ks.Failures)}); err != nil {
+		Reason: why.String()}); err != nil {
 		return err
 	}
 	r.res.RetryIn = max(r.res.RetryIn, d)
@@ -593,16 +592,10 @@ func serverTrouble(status int) bool {
 	return status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout || status == http.StatusInternalServerError
 }
 
-func statusWord(o Outcome) string {
-	if o.Status == 0 {
-		return "nothing (the request failed)"
-	}
-	return fmt.Sprint(o.Status)
-}
-
+// violated names the policies pr says were violated, space-separated.
 func violated(pr *ratelimit.Problem) string {
-	if pr == nil || len(pr.ViolatedPolicies) == 0 {
+	if pr == nil {
 		return ""
 	}
-	return fmt.Sprintf(" (violated policies: %v)", pr.ViolatedPolicies)
+	return strings.Join(pr.ViolatedPolicies, " ")
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // Defaults of a Pacer.
@@ -137,7 +138,7 @@ func (c Call) route() string {
 type Progress struct {
 	Waited time.Duration // so far
 	Total  time.Duration // the expected wait; it may grow
-	Reason string        // why, as a clause ("all 120 calls per 60 s … are used")
+	Reason reason.Reason // why
 }
 
 // A Ticket is an admitted attempt, counted against its key from its
@@ -149,7 +150,7 @@ type Ticket struct {
 	AdmittedAt time.Time     // when it was admitted (by the Pacer's clock)
 	Waited     time.Duration // how long it waited for admission
 	SlowDown   bool          // admitted while a budget runs low
-	Reason     string        // why it waited or slows down
+	Reason     reason.Reason // why it waited or slows down
 	HeldBy     string        // what held it while it waited (a policy name, "pace", …, as PauseError.Source); "" when it did not wait
 	lease      *lease        // the lease it was admitted from; nil when none
 	granted    bool          // its admission granted a lease, whose slots are recorded with it
@@ -167,7 +168,7 @@ func (t Ticket) Leased() bool { return t.lease != nil }
 type PauseError struct {
 	Key        string        // the key's name
 	RetryAfter time.Duration // come back after this long
-	Reason     string        // why, as a clause ("all 120 calls per 60 s … are used")
+	Reason     reason.Reason // why
 	Source     string        // what binds: a policy name, "retry-after", "circuit", "pace"…
 	// Gate is what closed the gate that binds; "" when a policy or a
 	// local limit binds. Source can name a policy "circuit"; Gate
@@ -178,7 +179,7 @@ type PauseError struct {
 
 // Error says which key pauses, for how long, and why.
 func (e *PauseError) Error() string {
-	return fmt.Sprintf("key %s paused for %s: %s", e.Key, seconds(e.RetryAfter), e.Reason)
+	return reason.Paused(e.Key, e.RetryAfter, e.Reason)
 }
 
 // ErrPaused matches every *PauseError with errors.Is.
@@ -337,7 +338,7 @@ func (p *Pacer) admitted(tx ledger.Tx, c Call, snap snapshot, waited time.Durati
 	run.now = now
 	id, err := tx.InsertAttempt(ledger.Attempt{CallID: c.CallID, Attempt: c.Attempt, Key: c.Key.Name,
 		Caller: c.Caller, Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest,
-		Bytes: max(c.Bytes, 0), State: ledger.Admitted, Reason: d.reason, Probe: d.probe, At: now, Wait: waited,
+		Bytes: max(c.Bytes, 0), State: ledger.Admitted, Reason: d.reason.String(), Probe: d.probe, At: now, Wait: waited,
 		LeaseUntil: now.Add(p.lease()), ByCaller: len(c.Key.Reserves) > 0, Principal: fairPrincipal(c)})
 	if err != nil {
 		return err
@@ -410,7 +411,7 @@ func progress(c Call, start time.Time, last *time.Time, now time.Time, d decisio
 
 // pauseReason is the activity's record of a refusal.
 func pauseReason(e *PauseError) string {
-	return fmt.Sprintf("refused locally, retry after %s: %s", seconds(e.RetryAfter), e.Reason)
+	return reason.Refused(e.RetryAfter, e.Reason)
 }
 
 func hasReserve(k *keystore.Key, caller string) bool {

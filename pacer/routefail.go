@@ -1,12 +1,12 @@
 package pacer
 
 import (
-	"fmt"
 	"math"
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // A server error that says nothing of rate limits is evidence about the
@@ -110,13 +110,11 @@ func (p *Pacer) failRoute(tx ledger.Tx, t Ticket, o Outcome, rd *ratelimit.Readi
 		return false, 0, "", err
 	}
 	g := ledger.Gate{Key: key, Scope: scope, Until: now.Add(wait), Source: ledger.BackoffGate, SetAt: now,
-		Reason: fmt.Sprintf("the upstream answered %d to %s without a rate-limit signal, so calls on that route back off (failure %d on it within %s); other routes of the key go on",
-			o.Status, route, ps.Failures, seconds(PathWindow))}
+		Reason: reason.Reason{Kind: reason.RouteBackOff, Status: o.Status, Route: route, Failures: int64(ps.Failures), Window: PathWindow}.String()}
 	msg := ""
 	if opened {
 		g.Source = ledger.CircuitGate
-		g.Reason = fmt.Sprintf("the circuit for %s of key '%s' opened after failures without a rate-limit signal, for %s; other routes of the key go on",
-			route, key, seconds(wait))
+		g.Reason = reason.Reason{Kind: reason.RouteCircuit, Route: route, Key: key, For: wait}.String()
 		msg = g.Reason
 		if err := tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "circuit-open", Message: msg}); err != nil {
 			return false, 0, "", err

@@ -43,7 +43,7 @@ func TestFailingRouteBacksOffItsRouteAlone(t *testing.T) {
 	e.mustAdmit(k, "A", "/good") // another route goes on
 	st := e.status(k, "A")
 	if st.Advice.Action != pacer.Continue {
-		t.Errorf("the key's advice after one route failed: %s (%s), want continue", st.Advice.Action, st.Advice.Reason)
+		t.Errorf("the key's advice after one route failed: %s (%+v), want continue", st.Advice.Action, st.Advice.Why)
 	}
 
 	// An overloaded upstream fails on every route: once PathSpread routes

@@ -8,6 +8,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // A gate on the whole key pauses the key; a gate on this call's route
@@ -15,16 +16,16 @@ import (
 // bind it; a gate already past is dropped when the constraints are kept.
 func TestDecideGateRule(t *testing.T) {
 	s := snapshot{now: u1, route: "GET /a", gates: []ledger.Gate{
-		{Until: u2, Reason: "key", Source: ledger.RetryAfterGate},
-		{Scope: routePartition("GET /a"), Until: u3, Reason: "own route", Source: ledger.BackoffGate},
-		{Scope: routePartition("GET /b"), Until: u3, Reason: "other route", Source: ledger.BackoffGate},
-		{Until: u0, Reason: "past", Source: ledger.CircuitGate},
+		{Until: u2, Reason: "key", Source: "retry-after"},
+		{Scope: routePartition("GET /a"), Until: u3, Reason: "own route", Source: "backoff"},
+		{Scope: routePartition("GET /b"), Until: u3, Reason: "other route", Source: "backoff"},
+		{Until: u0, Reason: "past", Source: "circuit"},
 	}}
 	var cs constraints
 	cs.add(s.gateRule()...)
 	want := []constraint{
-		{wait: u2.Sub(u1), reason: "key", source: "retry-after", gate: ledger.RetryAfterGate, exhaust: true, keyWide: true},
-		{wait: u3.Sub(u1), reason: "own route", source: "backoff", gate: ledger.BackoffGate, exhaust: true},
+		{wait: u2.Sub(u1), reason: reason.Reason{Kind: reason.Said, Source: "retry-after", Said: "key"}, source: "retry-after", gate: ledger.RetryAfterGate, exhaust: true, keyWide: true},
+		{wait: u3.Sub(u1), reason: reason.Reason{Kind: reason.Said, Source: "backoff", Said: "own route"}, source: "backoff", gate: ledger.BackoffGate, exhaust: true},
 	}
 	if len(cs) != len(want) {
 		t.Fatalf("gates at u1: %+v; want %+v", cs, want)

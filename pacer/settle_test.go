@@ -2,12 +2,12 @@ package pacer_test
 
 import (
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // A send stays in the log's window for its latency too: the upstream
@@ -117,8 +117,8 @@ func TestProbeJitterFollowsTheWindow(t *testing.T) {
 		e.send(k, "agent", 200, reading(0, shown("default", 40, w, 0, time.Second)))
 		e.clk.advance(time.Second) // expired: one probe, after its jitter
 		pe := e.mustPause(k, "agent", "/items")
-		if !strings.Contains(pe.Reason, "one probe goes") {
-			t.Fatalf("after expiry: got a pause for %q, want the probe's jitter", pe.Reason)
+		if pe.Reason.Kind != reason.ProbeDue {
+			t.Fatalf("after expiry: got a pause for %+v, want the probe's jitter", pe.Reason)
 		}
 		waits = append(waits, pe.RetryAfter)
 		e.clk.advance(pe.RetryAfter)

@@ -8,6 +8,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // advise evaluates a next call by c's caller at now, given the key's
@@ -36,31 +37,30 @@ func (p *Pacer) advise(tx ledger.Tx, c Call, now time.Time, ks ledger.KeyState) 
 	return d.budgets, d.binding, adviceFor(d), nil
 }
 
-// adviceFor turns a decision about a next call into advice: one plain
-// sentence a caller can act on, that agrees with the action. A pause
-// (for a second or more) says the wait it asks for, as RetryAfter does;
-// a wait under a second is no pause, and says so; continue says what is
-// left, never that nothing is.
+// adviceFor turns a decision about a next call into advice a caller can
+// act on, that agrees with the action. A pause (for a second or more)
+// asks for the decision's wait, as RetryAfter does, and says why; a wait
+// under a second is no pause, and says so; continue says what is left,
+// never that nothing is. reason.Advice words it.
 func adviceFor(d decision) Advice {
 	b := d.binding
 	switch {
 	case !d.admit && d.exhaust && d.wait >= time.Second:
-		return Advice{Action: Pause, RetryAfter: d.wait,
-			Reason: fmt.Sprintf("Wait %s before the next call: %s.", seconds(d.wait), d.reason)}
+		return Advice{Action: Pause, RetryAfter: d.wait, Why: d.reason}
 	case d.slow:
-		return Advice{Action: SlowDown, Reason: d.spread}
+		return Advice{Action: SlowDown, Why: d.spread}
 	case !d.admit && d.exhaust:
-		return Advice{Action: SlowDown, Reason: sentence(d.reason + "; that ends in under a second, and a call made now waits for it")}
+		return Advice{Action: SlowDown, Why: d.reason} // it ends in under a second
 	case b != nil && b.Unit == ratelimit.ConcurrentRequests && b.Remaining == 0:
-		words, _ := unitsLeft(b)
-		return Advice{Action: SlowDown, Reason: sentence(words + "; a call made now waits until one of them ends")}
+		why, _ := unitsLeft(b)
+		return Advice{Action: SlowDown, Why: why}
 	case b != nil && b.Remaining > 0:
-		if words, ok := unitsLeft(b); ok {
-			return Advice{Action: Continue, Reason: sentence(words)}
+		if why, ok := unitsLeft(b); ok {
+			return Advice{Action: Continue, Why: why}
 		}
-		return Advice{Action: Continue, Reason: canMake(b.Remaining, budgetReset(b)) + "."}
+		return Advice{Action: Continue, Why: reason.Reason{Kind: reason.CallsLeft, Left: b.Remaining, For: budgetReset(b)}}
 	}
-	return Advice{Action: Continue, Reason: "No limit is known to bind this key right now; go ahead at a steady pace."}
+	return Advice{Action: Continue, Why: reason.Reason{Kind: reason.NoLimit}}
 }
 
 // budgetReset is how long what b says is left holds: its reset, or its
@@ -70,27 +70,6 @@ func budgetReset(b *Budget) time.Duration {
 		return b.Reset
 	}
 	return b.Window
-}
-
-func calls(n int64) string {
-	if n == 1 {
-		return "1 more call"
-	}
-	return fmt.Sprintf("%d more calls", n)
-}
-
-// sentence capitalises s and ends it with a full stop.
-func sentence(s string) string {
-	if s == "" {
-		return s
-	}
-	if s[0] >= 'a' && s[0] <= 'z' {
-		s = string(s[0]-'a'+'A') + s[1:]
-	}
-	if s[len(s)-1] != '.' {
-		s += "."
-	}
-	return s
 }
 
 // A KeyStatus is everything known about one key's budget, for planning,

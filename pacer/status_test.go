@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // The advice after an answer is one plain sentence a caller can act on.
@@ -22,21 +23,21 @@ func TestAdvice(t *testing.T) {
 			setup: func(e *env) pacer.Result {
 				return e.send(newKey(), "agent", 200, nil)
 			},
-			want: pacer.Advice{Action: pacer.Continue, Reason: "No limit is known to bind this key right now; go ahead at a steady pace."},
+			want: pacer.Advice{Action: pacer.Continue, Why: reason.Reason{Kind: reason.NoLimit}},
 		},
 		{
 			name: "continue",
 			setup: func(e *env) pacer.Result {
 				return e.send(newKey(), "agent", 200, reading(0, shown("default", 120, time.Minute, 117, 42*time.Second)))
 			},
-			want: pacer.Advice{Action: pacer.Continue, Reason: "You can make 117 more calls in the next 42 s."},
+			want: pacer.Advice{Action: pacer.Continue, Why: reason.Reason{Kind: reason.CallsLeft, Left: 117, For: 42 * time.Second}},
 		},
 		{
 			name: "continue, a documented policy never used",
 			setup: func(e *env) pacer.Result {
 				return e.send(newKey(policy("default", 100, time.Minute), policy("hour", 1000, time.Hour)), "agent", 200, nil)
 			},
-			want: pacer.Advice{Action: pacer.Continue, Reason: "You can make 99 more calls in the next 60 s."},
+			want: pacer.Advice{Action: pacer.Continue, Why: reason.Reason{Kind: reason.CallsLeft, Left: 99, For: time.Minute}},
 		},
 		{
 			name: "slow down",
@@ -45,7 +46,7 @@ func TestAdvice(t *testing.T) {
 				k.LowWater = 0.1
 				return e.send(k, "agent", 200, reading(0, shown("default", 120, time.Minute, 12, 40*time.Second)))
 			},
-			want: pacer.Advice{Action: pacer.SlowDown, Reason: "You can make 12 more calls in the next 40 s; spread them out, about one every 3 s."},
+			want: pacer.Advice{Action: pacer.SlowDown, Why: reason.Reason{Kind: reason.UpstreamLow, Policy: "default", Unit: ratelimit.Requests, Left: 12, For: 40 * time.Second, Spacing: 3 * time.Second}},
 		},
 		{
 			// The local count binds, its oldest call leaves in a moment: the
@@ -64,7 +65,7 @@ func TestAdvice(t *testing.T) {
 				e.clk.advance(3 * time.Second) // 2 left: spread 3 s apart
 				return e.send(k, "agent", 200, nil)
 			},
-			want: pacer.Advice{Action: pacer.SlowDown, Reason: "Only 1 of 20 calls is left under policy 'default'; spread them out, about one every 3 s."},
+			want: pacer.Advice{Action: pacer.SlowDown, Why: reason.Reason{Kind: reason.WindowLow, Policy: "default", Left: 1, Limit: 20, Spacing: 3 * time.Second}},
 		},
 		{
 			name: "pause, quota spent",
@@ -72,7 +73,7 @@ func TestAdvice(t *testing.T) {
 				return e.send(newKey(), "agent", 200, reading(0, shown("default", 120, time.Minute, 0, 18*time.Second)))
 			},
 			want: pacer.Advice{Action: pacer.Pause, RetryAfter: 18 * time.Second,
-				Reason: "Wait 18 s before the next call: the upstream says 0 of 120 calls are left under policy 'default' for the next 18 s."},
+				Why: reason.Reason{Kind: reason.UpstreamSpent, Policy: "default", Unit: ratelimit.Requests, Limit: 120, For: 18 * time.Second}},
 		},
 		{
 			name: "pause, Retry-After",
@@ -80,7 +81,7 @@ func TestAdvice(t *testing.T) {
 				return e.send(newKey(), "agent", 503, reading(18*time.Second))
 			},
 			want: pacer.Advice{Action: pacer.Pause, RetryAfter: 18*time.Second + 900*time.Millisecond,
-				Reason: "Wait 19 s before the next call: the upstream answered 503 and asked to wait 18 s (Retry-After)."},
+				Why: reason.Reason{Kind: reason.Said, Source: "retry-after", Said: "the upstream answered 503 and asked to wait 18 s (Retry-After)"}},
 		},
 		{
 			name: "pause, documented policy spent",
@@ -89,7 +90,7 @@ func TestAdvice(t *testing.T) {
 				return e.send(k, "agent", 200, nil)
 			},
 			want: pacer.Advice{Action: pacer.Pause, RetryAfter: time.Minute,
-				Reason: "Wait 60 s before the next call: all 1 calls per 60 s allowed by policy 'default' are used."},
+				Why: reason.Reason{Kind: reason.WindowSpent, Policy: "default", Limit: 1, Window: time.Minute}},
 		},
 	}
 	for _, tt := range tests {

@@ -1,12 +1,10 @@
 package pacer
 
 import (
-	"fmt"
-	"strconv"
-
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // A policy counts one of the draft's units (RateLimit-Policy's qu), and
@@ -113,12 +111,11 @@ func (s snapshot) byteBudgets() ([]byteBudget, error) {
 func (s snapshot) byteConstraint(bb byteBudget) constraint {
 	if bb.never {
 		return constraint{wait: bb.freeAt.Sub(s.now), source: bb.Policy, exhaust: true, never: true,
-			reason: fmt.Sprintf("the request carries %s content-bytes, more than the %s that policy '%s' allows in any %s: it can never go as it is; send a smaller body",
-				grouped(s.bytes), grouped(bb.Limit), bb.Policy, seconds(bb.Window))}
+			reason: reason.Reason{Kind: reason.BytesNever, Policy: bb.Policy, Carries: s.bytes, Limit: bb.Limit, Window: bb.Window}}
 	}
 	return constraint{wait: bb.freeAt.Sub(s.now), source: bb.Policy, exhaust: true, keyWide: bb.avail <= 0,
-		reason: fmt.Sprintf("%s of %s content-bytes per %s are left under policy '%s', and the request carries %s",
-			grouped(bb.Remaining), grouped(bb.Limit), seconds(bb.Window), bb.Policy, grouped(max(s.bytes, 0)))}
+		reason: reason.Reason{Kind: reason.BytesShort, Policy: bb.Policy, Left: bb.Remaining, Limit: bb.Limit, Window: bb.Window,
+			Carries: max(s.bytes, 0)}}
 }
 
 // concurrency is the budget of an upstream policy in concurrent-requests,
@@ -170,57 +167,23 @@ func (s snapshot) concurrencyBudgets() ([]Budget, []constraint) {
 // inFlightConstraint holds a call back until a call in flight ends: a
 // re-check, woken early when one ends in this process.
 func (s snapshot) inFlightConstraint(b Budget) constraint {
-	reason := fmt.Sprintf("all %s concurrent requests allowed by policy '%s' are in flight, and the next starts when one of them ends",
-		grouped(b.Limit), b.Policy)
-	if b.Limit <= 0 {
-		reason = fmt.Sprintf("%d concurrent requests are in flight, as many as the upstream's last answer allows under policy '%s', and the next starts when one of them ends",
-			s.flight.Count, b.Policy)
-	}
-	return constraint{wait: Poll, poll: true, source: b.Policy, reason: reason}
+	why := reason.Reason{Kind: reason.ConcurrencyFull, Policy: b.Policy, Limit: max(b.Limit, 0), InFlight: int64(s.flight.Count)}
+	return constraint{wait: Poll, poll: true, source: b.Policy, reason: why}
 }
 
 // unitsLeft says what a budget not in requests has left, for advice:
-// "120 of 1,000,000 content-bytes are left under policy 'bytes' for the
-// next 30 s", "3 of 4 concurrent requests are in flight under policy
-// 'conc'". ok is false for a budget in requests (or in a unit mcp-quota
-// does not count), which canMake says.
-func unitsLeft(b *Budget) (string, bool) {
+// Left of Limit content-bytes under its policy for what is left of its
+// window, or the concurrent requests in flight under it. ok is false for
+// a budget in requests (or in a unit mcp-quota does not count), which
+// CallsLeft says.
+func unitsLeft(b *Budget) (reason.Reason, bool) {
 	switch b.Unit {
 	case ratelimit.ContentBytes:
-		s := fmt.Sprintf("%s of %s content-bytes are left under policy '%s'", grouped(b.Remaining), grouped(b.Limit), b.Policy)
-		if r := budgetReset(b); r > 0 {
-			s += " " + forNext(r)
-		}
-		return s, true
+		return reason.Reason{Kind: reason.BytesLeft, Policy: b.Policy, Left: b.Remaining, Limit: b.Limit, For: max(budgetReset(b), 0)}, true
 	case ratelimit.ConcurrentRequests:
-		if b.Limit <= 0 {
-			return fmt.Sprintf("%d concurrent requests are in flight under policy '%s', and %d more may start",
-				b.Used, b.Policy, max(b.Remaining, 0)), true
-		}
-		return fmt.Sprintf("%d of %s concurrent requests are in flight under policy '%s'", b.Used, grouped(b.Limit), b.Policy), true
+		return reason.Reason{Kind: reason.InFlightOf, Policy: b.Policy, Used: b.Used, Limit: max(b.Limit, 0), Left: b.Remaining}, true
 	}
-	return "", false
-}
-
-// grouped writes n with a comma between each group of three digits:
-// 1,000,000.
-func grouped(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := n < 0
-	if neg {
-		s = s[1:]
-	}
-	out := make([]byte, 0, len(s)+len(s)/3+1)
-	for i := range len(s) {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			out = append(out, ',')
-		}
-		out = append(out, s[i])
-	}
-	if neg {
-		return "-" + string(out)
-	}
-	return string(out)
+	return reason.Reason{}, false
 }
 
 // keyHasBytes reports whether k or what its upstream announced counts

@@ -1,13 +1,13 @@
 package pacer
 
 import (
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // The instants the rules are tested at.
@@ -64,8 +64,9 @@ func TestContentBytesRule(t *testing.T) {
 		if d.admit != tt.admit || d.wait != tt.wait {
 			t.Errorf("a call carrying %d bytes: admit %v, wait %v; want %v, %v (%s)", tt.bytes, d.admit, d.wait, tt.admit, tt.wait, d.reason)
 		}
-		if !tt.admit && (d.source != "bytes" || !strings.Contains(d.reason, "100 of 1,000 content-bytes per 60 s are left under policy 'bytes'")) {
-			t.Errorf("a call carrying %d bytes waits for %q: %q; want the byte policy named with what is left", tt.bytes, d.source, d.reason)
+		want := reason.Reason{Kind: reason.BytesShort, Policy: "bytes", Left: 100, Limit: 1000, Window: time.Minute, Carries: tt.bytes}
+		if !tt.admit && (d.source != "bytes" || d.reason != want) {
+			t.Errorf("a call carrying %d bytes waits for %q: %+v; want the byte policy with what is left: %+v", tt.bytes, d.source, d.reason, want)
 		}
 		b := budgetOf(t, d, "bytes")
 		if b.Unit != ratelimit.ContentBytes || b.Used != 900 || b.Remaining != 100 || b.Limit != 1000 {
@@ -76,8 +77,8 @@ func TestContentBytesRule(t *testing.T) {
 	// A body larger than the whole quota never fits: it is refused at
 	// once, whatever the caller would wait.
 	d, _ := at(1001)
-	if d.admit || !d.never || !strings.Contains(d.reason, "can never go") {
-		t.Errorf("a body of 1001 bytes under a quota of 1000: admit %v, never %v, %q; want never", d.admit, d.never, d.reason)
+	if want := (reason.Reason{Kind: reason.BytesNever, Policy: "bytes", Carries: 1001, Limit: 1000, Window: time.Minute}); d.admit || !d.never || d.reason != want {
+		t.Errorf("a body of 1001 bytes under a quota of 1000: admit %v, never %v, %+v; want never, %+v", d.admit, d.never, d.reason, want)
 	}
 
 	// Calls are not bytes: a byte policy ignores how many calls went.
@@ -118,9 +119,10 @@ func TestContentBytesObservation(t *testing.T) {
 			t.Errorf("the upstream's byte budget: %d left, want 500 less the 200 sent since", b.Remaining)
 		}
 		if !tt.admit {
-			if want := u1.Add(time.Minute).Sub(u3); d.wait != want || !strings.Contains(d.reason, "300 content bytes are left") ||
-				!strings.Contains(d.reason, "fewer than the 301 content bytes the request carries") {
-				t.Errorf("waits %v: %q; want %v, saying what is left and what the request carries", d.wait, d.reason, want)
+			why := reason.Reason{Kind: reason.UpstreamShort, Policy: "upload", Unit: ratelimit.ContentBytes, Left: 300,
+				For: u1.Add(time.Minute).Sub(u3), Carries: tt.bytes}
+			if want := u1.Add(time.Minute).Sub(u3); d.wait != want || d.reason != why {
+				t.Errorf("waits %v: %+v; want %v, saying what is left and what the request carries: %+v", d.wait, d.reason, want, why)
 			}
 		}
 	}
@@ -135,6 +137,11 @@ func TestConcurrentRequestsRule(t *testing.T) {
 			Unit: ratelimit.ConcurrentRequests, Quota: q, HasQuota: hasQ, Remaining: r, HasRemaining: true,
 			Reset: 5 * time.Second, HasReset: true, Shape: ratelimit.ShapeDraft}}
 	}
+	// full is the reason of a policy whose limit of concurrent requests
+	// (0: as many as the last answer allows) is in flight.
+	full := func(limit, inFlight int64) reason.Reason {
+		return reason.Reason{Kind: reason.ConcurrencyFull, Policy: "conc", Limit: limit, InFlight: inFlight}
+	}
 	for _, tt := range []struct {
 		name     string
 		key      *keystore.Key
@@ -142,25 +149,24 @@ func TestConcurrentRequestsRule(t *testing.T) {
 		now      time.Time
 		inFlight int
 		admit    bool
-		reason   string
+		reason   reason.Reason
 	}{
-		{"q=2, 1 in flight", unitsKey(), []ledger.Known{conc(2, true, 1)}, u0, 1, true, ""},
-		{"q=2, 2 in flight", unitsKey(), []ledger.Known{conc(2, true, 1)}, u0, 2, false, "all 2 concurrent requests allowed by policy 'conc' are in flight"},
+		{"q=2, 1 in flight", unitsKey(), []ledger.Known{conc(2, true, 1)}, u0, 1, true, reason.Reason{}},
+		{"q=2, 2 in flight", unitsKey(), []ledger.Known{conc(2, true, 1)}, u0, 2, false, full(2, 2)},
 		// Long after its t, the policy still counts the calls in flight,
 		// and asks for no probe.
-		{"q=2, 2 in flight, expired", unitsKey(), []ledger.Known{conc(2, true, 1)}, u3, 2, false, "the next starts when one of them ends"},
-		{"q=2, none in flight, expired", unitsKey(), []ledger.Known{conc(2, true, 0)}, u3, 0, true, ""},
+		{"q=2, 2 in flight, expired", unitsKey(), []ledger.Known{conc(2, true, 1)}, u3, 2, false, full(2, 2)},
+		{"q=2, none in flight, expired", unitsKey(), []ledger.Known{conc(2, true, 0)}, u3, 0, true, reason.Reason{}},
 		// A quota of 0 lets one call at a time go, whose answer may say more.
-		{"q=0, none in flight", unitsKey(), []ledger.Known{conc(0, true, 0)}, u1, 0, true, ""},
-		{"q=0, 1 in flight", unitsKey(), []ledger.Known{conc(0, true, 0)}, u1, 1, false, "concurrent requests allowed by policy 'conc' are in flight"},
+		{"q=0, none in flight", unitsKey(), []ledger.Known{conc(0, true, 0)}, u1, 0, true, reason.Reason{}},
+		{"q=0, 1 in flight", unitsKey(), []ledger.Known{conc(0, true, 0)}, u1, 1, false, full(1, 1)},
 		// Without q, r more could start while the answered call was in
 		// flight: r+1 at once.
-		{"r=0, 1 in flight", unitsKey(), []ledger.Known{conc(0, false, 0)}, u3, 1, false, "as many as the upstream's last answer allows under policy 'conc'"},
-		{"r=0, none in flight", unitsKey(), []ledger.Known{conc(0, false, 0)}, u3, 0, true, ""},
-		{"r=2, 2 in flight", unitsKey(), []ledger.Known{conc(0, false, 2)}, u1, 2, true, ""},
-		{"documented, 3 in flight", unitsKey(keystore.Policy{Name: "conc", Unit: ratelimit.ConcurrentRequests, Quota: 3}), nil, u0, 3, false,
-			"all 3 concurrent requests allowed by policy 'conc' are in flight"},
-		{"documented, 2 in flight", unitsKey(keystore.Policy{Name: "conc", Unit: ratelimit.ConcurrentRequests, Quota: 3}), nil, u0, 2, true, ""},
+		{"r=0, 1 in flight", unitsKey(), []ledger.Known{conc(0, false, 0)}, u3, 1, false, full(0, 1)},
+		{"r=0, none in flight", unitsKey(), []ledger.Known{conc(0, false, 0)}, u3, 0, true, reason.Reason{}},
+		{"r=2, 2 in flight", unitsKey(), []ledger.Known{conc(0, false, 2)}, u1, 2, true, reason.Reason{}},
+		{"documented, 3 in flight", unitsKey(keystore.Policy{Name: "conc", Unit: ratelimit.ConcurrentRequests, Quota: 3}), nil, u0, 3, false, full(3, 3)},
+		{"documented, 2 in flight", unitsKey(keystore.Policy{Name: "conc", Unit: ratelimit.ConcurrentRequests, Quota: 3}), nil, u0, 2, true, reason.Reason{}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := snapshot{now: tt.now, key: tt.key, known: tt.known, log: fakeLog{},
@@ -172,8 +178,8 @@ func TestConcurrentRequestsRule(t *testing.T) {
 			if d.admit != tt.admit || d.probe {
 				t.Fatalf("admit %v, probe %v (%s: %s); want admit %v and no probe", d.admit, d.probe, d.source, d.reason, tt.admit)
 			}
-			if !tt.admit && (d.source != "conc" || !d.poll || !strings.Contains(d.reason, tt.reason)) {
-				t.Errorf("waits for %s (poll %v): %q; want policy 'conc', until a call ends, saying %q", d.source, d.poll, d.reason, tt.reason)
+			if !tt.admit && (d.source != "conc" || !d.poll || d.reason != tt.reason) {
+				t.Errorf("waits for %s (poll %v): %+v; want policy 'conc', until a call ends, because %+v", d.source, d.poll, d.reason, tt.reason)
 			}
 			if b := budgetOf(t, d, "conc"); b.Unit != ratelimit.ConcurrentRequests || b.Used != int64(tt.inFlight) || b.Expired {
 				t.Errorf("the budget: %+v; want %d in flight, never expired", b, tt.inFlight)
@@ -187,29 +193,21 @@ func TestUnitAdvice(t *testing.T) {
 	for _, tt := range []struct {
 		b      Budget
 		action Action
-		want   string
+		want   reason.Reason
 	}{
 		{Budget{Policy: "bytes", Unit: ratelimit.ContentBytes, Limit: 1000000, Remaining: 120, Reset: 30 * time.Second, Window: time.Minute},
-			Continue, "120 of 1,000,000 content-bytes are left under policy 'bytes' for the next 30 s."},
+			Continue, reason.Reason{Kind: reason.BytesLeft, Policy: "bytes", Left: 120, Limit: 1000000, For: 30 * time.Second}},
 		{Budget{Policy: "conc", Unit: ratelimit.ConcurrentRequests, Limit: 4, Used: 3, Remaining: 1},
-			Continue, "3 of 4 concurrent requests are in flight under policy 'conc'."},
+			Continue, reason.Reason{Kind: reason.InFlightOf, Policy: "conc", Used: 3, Limit: 4, Left: 1}},
 		{Budget{Policy: "conc", Unit: ratelimit.ConcurrentRequests, Limit: 4, Used: 4, Remaining: 0},
-			SlowDown, "4 of 4 concurrent requests are in flight under policy 'conc'; a call made now waits until one of them ends."},
+			SlowDown, reason.Reason{Kind: reason.InFlightOf, Policy: "conc", Used: 4, Limit: 4}},
 		{Budget{Policy: "default", Unit: ratelimit.Requests, Limit: 10, Remaining: 3, Reset: 5 * time.Second},
-			Continue, "You can make 3 more calls in the next 5 s."},
+			Continue, reason.Reason{Kind: reason.CallsLeft, Left: 3, For: 5 * time.Second}},
 	} {
 		b := tt.b
 		a := adviceFor(decision{admit: true, binding: &b})
-		if a.Action != tt.action || a.Reason != tt.want {
-			t.Errorf("advice on %s: %s %q; want %s %q", b.Unit, a.Action, a.Reason, tt.action, tt.want)
-		}
-	}
-}
-
-func TestGrouped(t *testing.T) {
-	for n, want := range map[int64]string{0: "0", 12: "12", 999: "999", 1000: "1,000", 1234567: "1,234,567", -1000: "-1,000"} {
-		if got := grouped(n); got != want {
-			t.Errorf("grouped(%d) = %q, want %q", n, got, want)
+		if a.Action != tt.action || a.Why != tt.want {
+			t.Errorf("advice on %s: %s %+v; want %s %+v", b.Unit, a.Action, a.Why, tt.action, tt.want)
 		}
 	}
 }

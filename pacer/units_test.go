@@ -3,13 +3,13 @@ package pacer_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // carrying is a call of k by caller whose request carries n bytes.
@@ -44,8 +44,8 @@ func TestContentBytesAreSpentByBodies(t *testing.T) {
 
 	e.clk.advance(time.Second)
 	pe := mustPause(t, e.clk, e.p, e.carrying(k, "agent", 101))
-	if pe.Source != "upload" || !strings.Contains(pe.Reason, "100 of 1,000 content-bytes per 60 s are left under policy 'upload'") {
-		t.Errorf("101 bytes with 100 left: paused by %s: %q; want the byte policy, with what is left", pe.Source, pe.Reason)
+	if r := pe.Reason; pe.Source != "upload" || r.Kind != reason.BytesShort || r.Policy != "upload" || r.Left != 100 || r.Limit != 1000 || r.Carries != 101 {
+		t.Errorf("101 bytes with 100 left: paused by %s: %+v; want the byte policy, with what is left", pe.Source, pe.Reason)
 	}
 	// It waits for the first body to leave the window (sent 3 s ago), and
 	// the margin a send stays in it longer (at most a second).
@@ -57,8 +57,8 @@ func TestContentBytesAreSpentByBodies(t *testing.T) {
 	if b.Unit != ratelimit.ContentBytes || b.Remaining != 100 || b.Used != 900 {
 		t.Errorf("status of the byte policy: %+v; want 900 used, 100 left", b)
 	}
-	if st.Binding == nil || st.Binding.Policy != "upload" || !strings.Contains(st.Advice.Reason, "100 of 1,000 content-bytes are left under policy 'upload'") {
-		t.Errorf("status advice: %q (binding %+v); want it to name what is left in content-bytes", st.Advice.Reason, st.Binding)
+	if r := st.Advice.Why; st.Binding == nil || st.Binding.Policy != "upload" || r.Kind != reason.BytesLeft || r.Left != 100 || r.Limit != 1000 {
+		t.Errorf("status advice: %+v (binding %+v); want it to name what is left in content-bytes", st.Advice.Why, st.Binding)
 	}
 	admit(other, "agent", 100) // exactly what is left
 
@@ -67,7 +67,7 @@ func TestContentBytesAreSpentByBodies(t *testing.T) {
 	c := e.carrying(k, "agent", 1001)
 	c.MaxWait = time.Hour
 	_, err := e.p.Admit(context.Background(), c)
-	if !errors.As(err, &pe) || !strings.Contains(pe.Reason, "can never go") {
+	if !errors.As(err, &pe) || pe.Reason.Kind != reason.BytesNever {
 		t.Errorf("a body larger than the quota: %v; want a pause saying it can never go", err)
 	}
 }
@@ -92,12 +92,12 @@ func TestConcurrencyIsReleasedWhenCallsEnd(t *testing.T) {
 	e.mustAdmit(k, "sync", "/b")
 	e.clk.advance(time.Millisecond)
 	pe := e.mustPause(k, "agent", "/c")
-	if pe.Source != "conc" || !strings.Contains(pe.Reason, "all 2 concurrent requests allowed by policy 'conc' are in flight") {
-		t.Errorf("a third call: paused by %s: %q; want the concurrency policy", pe.Source, pe.Reason)
+	if r := pe.Reason; pe.Source != "conc" || r.Kind != reason.ConcurrencyFull || r.Limit != 2 || r.InFlight != 2 {
+		t.Errorf("a third call: paused by %s: %+v; want the concurrency policy", pe.Source, pe.Reason)
 	}
 	st = e.status(k, "agent")
-	if !strings.Contains(st.Advice.Reason, "2 of 2 concurrent requests are in flight under policy 'conc'") {
-		t.Errorf("status advice with 2 in flight: %q; want it to say so", st.Advice.Reason)
+	if r := st.Advice.Why; r.Kind != reason.InFlightOf || r.Used != 2 || r.Limit != 2 || r.Policy != "conc" {
+		t.Errorf("status advice with 2 in flight: %+v; want it to say so", st.Advice.Why)
 	}
 
 	// Long past its t, with no answer since, nothing changes: no probe,
@@ -123,7 +123,7 @@ func TestAdviceAfterABodySaysWhatIsLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := e.answer(tk, 200, nil)
-	if res.Advice.Action != pacer.Continue || !strings.Contains(res.Advice.Reason, "400 of 1,000 content-bytes are left under policy 'upload'") {
-		t.Errorf("advice after 600 of 1000 bytes: %s %q; want continue, with 400 content-bytes left", res.Advice.Action, res.Advice.Reason)
+	if r := res.Advice.Why; res.Advice.Action != pacer.Continue || r.Kind != reason.BytesLeft || r.Left != 400 || r.Limit != 1000 || r.Policy != "upload" {
+		t.Errorf("advice after 600 of 1000 bytes: %s %+v; want continue, with 400 content-bytes left", res.Advice.Action, res.Advice.Why)
 	}
 }

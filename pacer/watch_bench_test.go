@@ -54,7 +54,7 @@ func fillPostgres(ctx context.Context, dbURL string, keys []string, n int) error
 		{`INSERT INTO keys (key) SELECT unnest($1::text[])`, []any{keys}},
 		{`INSERT INTO attempts (id, call_id, attempt, key, caller, transport, method, target, state, counted, at,
 			sent_at, answered_at, status, seq)
-		SELECT i + 1, 'h' || i, 1, ($1::text[])[i % $2 + 1], 'history', 'rest', 'GET', '/items?page=1', 'confirmed', 1,
+		SELECT i + 1, 'h' || i, 1, ($1::text[])[i % $2 + 1], 'history', 'rest', 'GET', '/items?page=1', 'confirmed', true,
 			$3::bigint + i * $4::bigint, $3::bigint + i * $4::bigint, $3::bigint + i * $4::bigint + 20000, 200, i / $2 + 1
 		FROM generate_series(0, $5::bigint - 1) AS i`, []any{keys, len(keys), from, step, n}},
 		{`SELECT setval('attempt_blocks', $1::bigint / 1024 + 1)`, []any{n}},

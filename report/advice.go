@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // Paused is the advice for a call the pacer refused (nothing was sent):
@@ -18,13 +19,13 @@ import (
 func Paused(key string, pe *pacer.PauseError, maxWait time.Duration) Advice {
 	secs := max(Seconds(pe.RetryAfter), 1)
 	wait := time.Duration(secs) * time.Second
-	reason := fmt.Sprintf("Paused: key '%s': %s; nothing was sent. Call again after %s", key, pe.Reason, pacer.FormatDuration(wait))
+	say := fmt.Sprintf("Paused: key '%s': %s; nothing was sent. Call again after %s", key, pe.Reason, reason.Duration(wait))
 	if wait <= maxWait {
-		reason += fmt.Sprintf(", or call again now with max_wait_s: %d and the call waits for its turn itself.", secs)
+		say += fmt.Sprintf(", or call again now with max_wait_s: %d and the call waits for its turn itself.", secs)
 	} else {
-		reason += fmt.Sprintf("; max_wait_s cannot wait that long (%s at most), so do other work first.", pacer.FormatDuration(maxWait))
+		say += fmt.Sprintf("; max_wait_s cannot wait that long (%s at most), so do other work first.", reason.Duration(maxWait))
 	}
-	return Advice{Action: string(pacer.Pause), RetryAfterS: secs, Reason: reason}
+	return Advice{Action: string(pacer.Pause), RetryAfterS: secs, Reason: say}
 }
 
 // WaitInstead adds to a pause that a fetch whose max_wait_s covers it

@@ -6,11 +6,12 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 func TestPaused(t *testing.T) {
 	pe := &pacer.PauseError{Key: "demo", RetryAfter: 2300 * time.Millisecond,
-		Reason: "all 120 calls per 60 s allowed by policy 'default' are used"}
+		Reason: reason.Reason{Kind: reason.WindowSpent, Policy: "default", Limit: 120, Window: time.Minute}}
 	a := Paused("demo", pe, time.Minute)
 	want := "Paused: key 'demo': all 120 calls per 60 s allowed by policy 'default' are used; nothing was sent. " +
 		"Call again after 3 s, or call again now with max_wait_s: 3 and the call waits for its turn itself."

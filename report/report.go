@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // Quota is the budget that binds a key: its tightest policy.
@@ -50,9 +51,9 @@ func NewQuota(key string, b *pacer.Budget) Quota {
 	return q
 }
 
-// NewAdvice renders a.
+// NewAdvice renders a, its reason said as reason.Advice says it.
 func NewAdvice(a pacer.Advice) Advice {
-	return Advice{Action: string(a.Action), RetryAfterS: Seconds(a.RetryAfter), Reason: a.Reason}
+	return Advice{Action: string(a.Action), RetryAfterS: Seconds(a.RetryAfter), Reason: reason.Advice(string(a.Action), a.RetryAfter, a.Why)}
 }
 
 // Seconds rounds d up to whole seconds; never negative.

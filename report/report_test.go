@@ -13,6 +13,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // statuses is a fake statuser: a fixed status per key.
@@ -35,10 +36,10 @@ func TestBuild(t *testing.T) {
 	generous := pacer.Budget{Policy: "default", Unit: ratelimit.Requests, Limit: 120, Remaining: 119, Reset: 30 * time.Second, Window: time.Minute, Source: "draft-11", Observed: observed}
 	st := statuses{
 		"calm": {Key: "calm", Local: []pacer.Budget{local}, Upstream: []pacer.Budget{generous}, Binding: &local,
-			Advice: pacer.Advice{Action: pacer.Continue, Reason: "You can make 117 more calls in the next 42 s."}},
+			Advice: pacer.Advice{Action: pacer.Continue, Why: reason.Reason{Kind: reason.CallsLeft, Left: 117, For: 41500 * time.Millisecond}}},
 		"spent": {Key: "spent", Upstream: []pacer.Budget{up}, Binding: &up,
 			Gates:  []ledger.Gate{{Scope: "", Until: now.Add(90 * time.Second), Source: "retry-after", Reason: "the upstream asked to wait"}},
-			Advice: pacer.Advice{Action: pacer.Pause, RetryAfter: 90 * time.Second, Reason: "Wait 90 s before the next call."}},
+			Advice: pacer.Advice{Action: pacer.Pause, RetryAfter: 90 * time.Second, Why: reason.Reason{Kind: reason.Said, Said: "the upstream asked to wait"}}},
 	}
 	got, err := Build(context.Background(), st, []*keystore.Key{key("calm"), key("spent")}, "agent", now)
 	if err != nil {
@@ -59,9 +60,9 @@ func TestBuild(t *testing.T) {
 					ObservedAt: "2026-11-30T11:59:42Z", AgeS: 18, Source: "draft-11", Binds: true}},
 				RetryAfter: &Gate{Until: "2026-11-30T12:01:30Z", RetryAfterS: 90, Source: "retry-after", Reason: "the upstream asked to wait"},
 				Quota:      Quota{Key: "spent", Policy: "day", Unit: "requests", Limit: 5000, Remaining: 0, ResetS: 90, WindowS: 86400, Source: "draft-11", ObservedAt: "2026-11-30T11:59:42Z"},
-				Advice:     Advice{Action: "pause", RetryAfterS: 90, Reason: "Wait 90 s before the next call."}},
+				Advice:     Advice{Action: "pause", RetryAfterS: 90, Reason: "Wait 90 s before the next call: the upstream asked to wait."}},
 		},
-		Advice: Advice{Action: "pause", RetryAfterS: 90, Reason: "Key 'spent': Wait 90 s before the next call."},
+		Advice: Advice{Action: "pause", RetryAfterS: 90, Reason: "Key 'spent': Wait 90 s before the next call: the upstream asked to wait."},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Build mismatch (-want +got):\n%s", diff)

@@ -280,7 +280,7 @@ func fillPostgres(ctx context.Context, dbURL, key string, n int) error {
 		{`INSERT INTO keys (key) VALUES ($1)`, []any{key}},
 		{`INSERT INTO attempts (id, call_id, attempt, key, caller, transport, method, target, state, counted, at,
 			sent_at, answered_at, status, seq)
-		SELECT i + 1, 'h' || i, 1, $1, 'history', 'rest', 'GET', '/v1/participants/p-000001', 'confirmed', 1,
+		SELECT i + 1, 'h' || i, 1, $1, 'history', 'rest', 'GET', '/v1/participants/p-000001', 'confirmed', true,
 			$2::bigint + i * $3::bigint, $2::bigint + i * $3::bigint, $2::bigint + i * $3::bigint + 20000, 200, i + 1
 		FROM generate_series(0, $4::bigint - 1) AS i`, []any{key, from, step, n}},
 		{`SELECT setval('attempt_blocks', $1::bigint / 1024 + 1)`, []any{n}},

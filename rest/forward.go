@@ -21,6 +21,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/report"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/upstream"
 )
 
@@ -242,11 +243,11 @@ func (h *Handler) failed(w http.ResponseWriter, r *http.Request, k *keystore.Key
 	case errors.Is(err, upstream.ErrBodyMemory):
 		h.log().Warn("a call did not fit in the memory for bodies in flight", "key", k.Name, "error", err)
 		ratelimit.SetRetryAfter(w.Header(), time.Second)
-		writeProblem(w, http.StatusServiceUnavailable, CodeBodyMemory, sentence(err.Error())+" Try again in a moment.", nil)
+		writeProblem(w, http.StatusServiceUnavailable, CodeBodyMemory, reason.Sentence(err.Error())+" Try again in a moment.", nil)
 	case errors.Is(err, upstream.ErrRefusedAnswer):
-		writeProblem(w, http.StatusBadGateway, CodeAnswerRefused, sentence(err.Error()), nil)
+		writeProblem(w, http.StatusBadGateway, CodeAnswerRefused, reason.Sentence(err.Error()), nil)
 	case errors.Is(err, upstream.ErrBadPath), errors.Is(err, upstream.ErrBadRequest):
-		writeProblem(w, http.StatusBadRequest, CodeBadRequest, sentence(err.Error()), nil)
+		writeProblem(w, http.StatusBadRequest, CodeBadRequest, reason.Sentence(err.Error()), nil)
 	case errors.Is(err, upstream.ErrSentUnrecorded):
 		h.log().Error("the state failed after a call went upstream", "key", k.Name, "error", err)
 		writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable,
@@ -258,16 +259,16 @@ func (h *Handler) failed(w http.ResponseWriter, r *http.Request, k *keystore.Key
 			ledger.Unavailable(err)+", so no call can be admitted or recorded; nothing was sent upstream. Try again later; GET /healthz says when it is back.", nil)
 	case errors.Is(err, upstream.ErrAnswerTimeout), errors.Is(err, errAnswerBroken):
 		h.log().Info("the upstream's answer failed", "key", k.Name, "error", err)
-		writeProblem(w, http.StatusBadGateway, CodeUpstreamUnavailable, sentence(err.Error()), nil)
+		writeProblem(w, http.StatusBadGateway, CodeUpstreamUnavailable, reason.Sentence(err.Error()), nil)
 	case errors.Is(err, keystore.ErrNoCredential):
-		writeProblem(w, http.StatusServiceUnavailable, CodeUpstreamUnavailable, sentence(err.Error()), nil)
+		writeProblem(w, http.StatusServiceUnavailable, CodeUpstreamUnavailable, reason.Sentence(err.Error()), nil)
 	case errors.Is(err, upstream.ErrForbiddenAddress):
-		writeProblem(w, http.StatusBadGateway, CodeUpstreamUnavailable, sentence(err.Error()), nil)
+		writeProblem(w, http.StatusBadGateway, CodeUpstreamUnavailable, reason.Sentence(err.Error()), nil)
 	default:
 		h.log().Info("no answer from the upstream", "key", k.Name, "error", err)
-		detail := sentence(err.Error())
+		detail := reason.Sentence(err.Error())
 		if errors.Is(err, upstream.ErrUnreachable) && k.UnreachableHint != "" {
-			detail += " " + sentence(k.UnreachableHint)
+			detail += " " + reason.Sentence(k.UnreachableHint)
 		}
 		writeProblem(w, http.StatusBadGateway, CodeUpstreamUnavailable, detail, nil)
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/report"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/upstream"
 )
 
@@ -263,7 +264,7 @@ func Health(db Checker, version string) http.HandlerFunc {
 		defer cancel()
 		if err := db.Check(ctx); err != nil {
 			writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable,
-				sentence(what+" cannot be used: "+strings.TrimPrefix(err.Error(), "state: ")), map[string]any{"state": "unhealthy"})
+				reason.Sentence(what+" cannot be used: "+strings.TrimPrefix(err.Error(), "state: ")), map[string]any{"state": "unhealthy"})
 			return
 		}
 		body := map[string]any{"status": "ok"}
@@ -293,18 +294,4 @@ func writeBody(w http.ResponseWriter, status int, contentType string, v any) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	w.Write(b.Bytes())
-}
-
-// sentence capitalises s and ends it with a full stop.
-func sentence(s string) string {
-	if s == "" {
-		return s
-	}
-	if s[0] >= 'a' && s[0] <= 'z' {
-		s = string(s[0]-'a'+'A') + s[1:]
-	}
-	if !strings.HasSuffix(s, ".") {
-		s += "."
-	}
-	return s
 }

@@ -14,7 +14,6 @@ package state
 import (
 	"context"
 	"database/sql"
-	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -31,10 +30,9 @@ import (
 	_ "modernc.org/sqlite" // the "sqlite" driver
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/state/postgres"
+	"github.com/mcp-quota/mcp-quota/state/sqlite"
 )
-
-//go:embed migrations/*.sql
-var migrations embed.FS
 
 // BusyTimeout bounds how long Update waits for another process's write
 // transaction to end before it gives up with an error wrapping ErrBusy.
@@ -202,21 +200,22 @@ func (db *DB) Close() error {
 // most of the work of opening an existing file.
 type query int
 
-// queries are the package's statements, in each back end's dialect.
+// queries are the package's statements, each in the SQL of each back end
+// (the packages state/sqlite and state/postgres hold them, by name).
 var queries []queryText
 
-type queryText struct{ sqlite, postgres string }
+type queryText struct{ name, sqlite, postgres string }
 
-// newQuery registers text, written for SQLite, as a statement to prepare;
-// its PostgreSQL form is the same text translated (see pgDialect).
-func newQuery(text string) query {
-	return newQueryFor(text, pgDialect(text))
-}
-
-// newQueryFor registers a statement whose dialects differ more than
-// pgDialect translates.
-func newQueryFor(sqlite, postgres string) query {
-	queries = append(queries, queryText{sqlite, postgres})
+// newQuery registers the statement called name, as each back end writes
+// it, to prepare. A statement one back end has no use for (SQLite's
+// pragmas) is missing from the other's table: running it there fails.
+func newQuery(name string) query {
+	s, onSQLite := sqlite.Statements[name]
+	p, onPostgres := postgres.Statements[name]
+	if !onSQLite && !onPostgres {
+		panic("state: no back end has a statement called " + name)
+	}
+	queries = append(queries, queryText{name, s, p})
 	return query(len(queries) - 1)
 }
 
@@ -243,9 +242,13 @@ func (p *statements) get(ctx context.Context, q query) (*sql.Stmt, error) {
 	if s := p.s[q].Load(); s != nil {
 		return s, nil
 	}
-	s, err := p.prepare(ctx, queries[q].sqlite)
+	text := queries[q].sqlite
+	if text == "" {
+		return nil, fmt.Errorf("state: SQLite has no statement %s", queries[q].name)
+	}
+	s, err := p.prepare(ctx, text)
 	if err != nil {
-		return nil, fmt.Errorf("state: prepare %q: %w", queries[q].sqlite, err)
+		return nil, fmt.Errorf("state: prepare %s %q: %w", queries[q].name, text, err)
 	}
 	p.s[q].Store(s)
 	return s, nil
@@ -258,6 +261,9 @@ func (p *statements) get(ctx context.Context, q query) (*sql.Stmt, error) {
 func prepareAll(ctx context.Context, r *sql.DB) (*statements, error) {
 	p := newStatements(r.PrepareContext)
 	for q := range queries {
+		if queries[q].sqlite == "" {
+			continue
+		}
 		if _, err := p.get(ctx, query(q)); err != nil {
 			return p, err
 		}
@@ -286,7 +292,7 @@ func (p *statements) prepared() []*sql.Stmt {
 // latest version is only read (no write transaction, so that a start on
 // it waits for no other process's writer).
 func (db *DB) migrate(ctx context.Context) error {
-	entries, err := fs.ReadDir(migrations, "migrations")
+	entries, err := fs.ReadDir(sqlite.Migrations, ".")
 	if err != nil {
 		return err
 	}
@@ -324,7 +330,7 @@ func (db *DB) migrate(ctx context.Context) error {
 			if current >= m.version {
 				continue
 			}
-			body, err := migrations.ReadFile("migrations/" + m.name)
+			body, err := sqlite.Migrations.ReadFile(m.name)
 			if err != nil {
 				return err
 			}

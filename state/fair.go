@@ -10,26 +10,18 @@ import (
 )
 
 var (
-	qLastPrincipalSend = newQuery(`SELECT pseq FROM attempts WHERE key = ? AND principal = ? AND pseq IS NOT NULL
-	ORDER BY at DESC, pseq DESC LIMIT 1`)
-	qNumberPrincipal = newQuery(`UPDATE attempts SET principal = ?, pseq = ? WHERE id = ?`)
+	qLastPrincipalSend = newQuery("LastPrincipalSend")
+	qNumberPrincipal   = newQuery("NumberPrincipal")
 	// qPrincipalSends reads the first attempt of key (?1) by principal
 	// (?2) after a time (?3), with the principal's last number.
-	qPrincipalSends = newQuery(`SELECT f.pseq, f.at,
-		(SELECT pseq FROM attempts WHERE key = ?1 AND principal = ?2 AND pseq IS NOT NULL
-		ORDER BY at DESC, pseq DESC LIMIT 1)
-	FROM attempts AS f WHERE f.key = ?1 AND f.principal = ?2 AND f.pseq IS NOT NULL AND f.at > ?3
-	ORDER BY f.at, f.pseq LIMIT 1`)
+	qPrincipalSends = newQuery("PrincipalSends")
 	// (the range ends at noLater)
-	qWaiting = newQuery(`SELECT DISTINCT principal FROM waiters WHERE key = ? AND until > ? AND until <= ?`)
+	qWaiting = newQuery("Waiting")
 	// (the range starts at noEarlier)
-	qForgetWaiters = newQuery(`DELETE FROM waiters WHERE key = ? AND until <= ? AND until >= ?`)
+	qForgetWaiters = newQuery("ForgetWaiters")
 	// (the range starts at noEarlier)
-	qSweepWaiters = newQuery(`DELETE FROM waiters WHERE until <= ? AND until >= ?`)
-	qWait         = newQueryFor(`INSERT INTO waiters (key, principal, waiter, since, until) VALUES (?, ?, ?, ?, ?)
-	ON CONFLICT (key, principal, waiter) DO UPDATE SET until = excluded.until`,
-		`INSERT INTO waiters (key, principal, waiter, since, until) VALUES ($1, $2, $3, $4, $5)
-	ON CONFLICT (key, principal, waiter) DO UPDATE SET until = excluded.until`)
+	qSweepWaiters = newQuery("SweepWaiters")
+	qWait         = newQuery("Wait")
 )
 
 // numberPrincipal numbers admission id of a in its principal's log, after

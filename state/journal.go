@@ -84,7 +84,7 @@ func (tx *Tx) record(f ledger.Finished, slot bool) error {
 	return nil
 }
 
-var qOpenState = newQuery(`SELECT state, call_id, attempt FROM attempts WHERE id = ? AND key = ?`)
+var qOpenState = newQuery("OpenState")
 
 // journalSegment is the size after which the journal goes on in a new
 // file; a file is removed once all it holds is applied.

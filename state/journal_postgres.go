@@ -33,24 +33,24 @@ const pgFinishSlots = `UPDATE attempts AS a SET (call_id, attempt, caller, trans
 		($9::text[])[i], ($10::text[])[i], ($11::text[])[i], CASE WHEN a.call_id = '' THEN ($12::bigint[])[i] ELSE a.wait_us END,
 		nullif(($13::bigint[])[i], 0), nullif(($14::bigint[])[i], 0), nullif(($15::bigint[])[i], 0), NULL::bigint
 	FROM (SELECT array_position($1::bigint[], a.id) AS i) AS p)
-	WHERE a.id = ANY($1::bigint[]) AND a.key = ($2::text[])[array_position($1::bigint[], a.id)] AND a.counted = 1
+	WHERE a.id = ANY($1::bigint[]) AND a.key = ($2::text[])[array_position($1::bigint[], a.id)] AND a.counted
 		AND (a.call_id = '' AND a.state IN ('reserved', 'released')
 			OR a.call_id = ($3::text[])[array_position($1::bigint[], a.id)]
 				AND a.attempt = ($4::bigint[])[array_position($1::bigint[], a.id)] AND a.state IN ('admitted', 'interrupted'))
 	RETURNING a.id`
 
 // pgAddObservations records observations, each an element of the arrays,
-// in their order, as AddObservation does; a value whose flag ($19…) is 0
+// in their order, as AddObservation does; a value whose flag ($19…) is false
 // is recorded as unknown.
 const pgAddObservations = `INSERT INTO observations
 	(key, attempt_id, policy, unit, partition, q, w_us, r, t_us, status, received_at, server_date,
 	 shape, profile, guessed, from_cache, method, target)
-	SELECT key, nullif(attempt_id, 0), policy, unit, partition, CASE WHEN has_q = 1 THEN q END, CASE WHEN has_w = 1 THEN w_us END,
-		CASE WHEN has_r = 1 THEN r END, CASE WHEN has_t = 1 THEN t_us END, status, received_at, nullif(server_date, 0),
+	SELECT key, nullif(attempt_id, 0), policy, unit, partition, CASE WHEN has_q THEN q END, CASE WHEN has_w THEN w_us END,
+		CASE WHEN has_r THEN r END, CASE WHEN has_t THEN t_us END, status, received_at, nullif(server_date, 0),
 		shape, profile, guessed, from_cache, method, target
 	FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[],
-		$9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::text[], $14::text[], $15::bigint[], $16::bigint[],
-		$17::text[], $18::text[], $19::bigint[], $20::bigint[], $21::bigint[], $22::bigint[])
+		$9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::text[], $14::text[], $15::boolean[], $16::boolean[],
+		$17::text[], $18::text[], $19::boolean[], $20::boolean[], $21::boolean[], $22::boolean[])
 		WITH ORDINALITY AS o(key, attempt_id, policy, unit, partition, q, w_us, r, t_us, status, received_at, server_date,
 		shape, profile, guessed, from_cache, method, target, has_q, has_w, has_r, has_t, n)
 	ORDER BY n`
@@ -149,33 +149,28 @@ func (c *slotColumns) add(a ledger.Attempt) {
 // observationColumns are the columns of pgAddObservations, an element
 // per observation.
 type observationColumns struct {
-	attemptID, q, w, r, t, status, received, date, guessed, fromCache, hasQ, hasW, hasR, hasT []int64
-	key, policy, unit, partition, shape, profile, method, target                              []string
+	attemptID, q, w, r, t, status, received, date                []int64
+	guessed, fromCache, hasQ, hasW, hasR, hasT                   []bool
+	key, policy, unit, partition, shape, profile, method, target []string
 }
 
 func (c *observationColumns) add(o ledger.ObservationRecord) {
-	flag := func(b bool) int64 {
-		if b {
-			return 1
-		}
-		return 0
-	}
 	c.key = append(c.key, o.Key)
 	c.attemptID = append(c.attemptID, o.AttemptID)
 	c.policy = append(c.policy, o.Policy)
 	c.unit = append(c.unit, string(o.Unit))
 	c.partition = append(c.partition, o.Partition)
-	c.q, c.hasQ = append(c.q, o.Quota), append(c.hasQ, flag(o.HasQuota))
-	c.w, c.hasW = append(c.w, o.Window.Microseconds()), append(c.hasW, flag(o.Window > 0))
-	c.r, c.hasR = append(c.r, o.Remaining), append(c.hasR, flag(o.HasRemaining))
-	c.t, c.hasT = append(c.t, o.Reset.Microseconds()), append(c.hasT, flag(o.HasReset))
+	c.q, c.hasQ = append(c.q, o.Quota), append(c.hasQ, o.HasQuota)
+	c.w, c.hasW = append(c.w, o.Window.Microseconds()), append(c.hasW, o.Window > 0)
+	c.r, c.hasR = append(c.r, o.Remaining), append(c.hasR, o.HasRemaining)
+	c.t, c.hasT = append(c.t, o.Reset.Microseconds()), append(c.hasT, o.HasReset)
 	c.status = append(c.status, int64(o.Status))
 	c.received = append(c.received, micros(o.ReceivedAt))
 	c.date = append(c.date, micros(o.ServerDate))
 	c.shape = append(c.shape, string(o.Shape))
 	c.profile = append(c.profile, string(o.Profile))
-	c.guessed = append(c.guessed, flag(o.Guessed))
-	c.fromCache = append(c.fromCache, flag(o.FromCache))
+	c.guessed = append(c.guessed, o.Guessed)
+	c.fromCache = append(c.fromCache, o.FromCache)
 	c.method = append(c.method, o.Method)
 	c.target = append(c.target, o.Target)
 }

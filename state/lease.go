@@ -24,20 +24,17 @@ const maxReserve = 1024
 // releasedByEnd is the reason of a slot whose process ended holding it.
 const releasedByEnd = "reserved by a process that ended before reporting it: counted as sent, whether or not it was"
 
+// interruptedByEnd is the reason of an attempt whose process ended before
+// its answer was recorded.
+const interruptedByEnd = "the process handling it ended before an answer was recorded"
+
 // A lease's slots are found by their IDs, a range of the table itself:
 // "+key" keeps SQLite from walking the key's index instead.
 var (
 	// On PostgreSQL the IDs of one INSERT are consecutive only when they
 	// come from one block (see the schema's attempt_blocks).
-	qReserve = newQueryFor(`WITH RECURSIVE slot(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM slot WHERE i < ?1)
-	INSERT INTO attempts (call_id, attempt, key, caller, transport, method, target, digest, state, reason,
-		probe, counted, at, wait_us, lease_until, seq, instance, cbytes)
-	SELECT '', 0, ?2, '', '', '', '', '', ?3, ?4, 0, 1, ?5, 0, ?6, ?7 + i, ?8, ?9 FROM slot ORDER BY i RETURNING id`,
-		`INSERT INTO attempts (id, call_id, attempt, key, caller, transport, method, target, digest, state, reason,
-		probe, counted, at, wait_us, lease_until, seq, instance, cbytes)
-	SELECT b.base + i - 1, '', 0, $2, '', '', '', '', '', $3, $4, 0, 1, $5, 0, $6, $7 + i, $8, $9
-	FROM (SELECT nextval('attempt_blocks') * 1024 AS base) AS b, generate_series(1, $1::integer) AS i ORDER BY i RETURNING id`)
-	qReservedCount = newQuery(`SELECT count(*) FROM attempts WHERE +key = ? AND id BETWEEN ? AND ? AND state = 'reserved'`)
+	qReserve       = newQuery("Reserve")
+	qReservedCount = newQuery("ReservedCount")
 )
 
 // Reserve records n slots of key admitted at at, each in flight until
@@ -85,9 +82,7 @@ func (tx *Tx) Reserve(key string, n int, at, leaseUntil time.Time, reason string
 	return first, last, nil
 }
 
-var qFinishReserved = newQuery(`UPDATE attempts SET call_id = ?, attempt = ?, caller = ?, transport = ?, method = ?,
-	target = ?, digest = ?, state = ?, reason = ?, wait_us = ?, status = ?, sent_at = ?, answered_at = ?, lease_until = NULL
-	WHERE id = ? AND counted = 1`)
+var qFinishReserved = newQuery("FinishReserved")
 
 // FinishReserved records the call a reserved slot was handed to and how
 // it ended (a's ID, call, state, reason, status and times), and ends its
@@ -109,11 +104,9 @@ func (tx *Tx) FinishReserved(a ledger.Attempt) error {
 }
 
 var (
-	qDropReserved = newQuery(`DELETE FROM attempts WHERE +key = ? AND id BETWEEN ? AND ? AND state = 'reserved'`)
-	qLastReserved = newQuery(`SELECT coalesce(max(seq), 0) FROM attempts
-	WHERE +key = ? AND id BETWEEN ? AND ? AND counted = 1`)
-	qReleaseReserved = newQuery(`UPDATE attempts SET state = 'released', lease_until = NULL, reason = ?
-	WHERE +key = ? AND id BETWEEN ? AND ? AND state = 'reserved'`)
+	qDropReserved    = newQuery("DropReserved")
+	qLastReserved    = newQuery("LastReserved")
+	qReleaseReserved = newQuery("ReleaseReserved")
 )
 
 // Release gives back key's reserved slots first…last, none of which was

@@ -99,7 +99,7 @@ func (s scanLog) check(db *state.DB, keys []string, from, to time.Time) {
 // numbered too.
 func TestLogOfAnOlderFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
-	init, err := os.ReadFile("migrations/0001_init.sql")
+	init, err := os.ReadFile("sqlite/0001_init.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestLogOfAnOlderFile(t *testing.T) {
 func TestKeyStateOfAnOlderFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
 	scan := openScan(t, path)
-	for i, name := range []string{"migrations/0001_init.sql", "migrations/0002_attempt_seq.sql"} {
+	for i, name := range []string{"sqlite/0001_init.sql", "sqlite/0002_attempt_seq.sql"} {
 		body, err := os.ReadFile(name)
 		if err != nil {
 			t.Fatal(err)
@@ -187,7 +187,7 @@ func TestNewerFileRefused(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	names, err := filepath.Glob("migrations/*.sql")
+	names, err := filepath.Glob("sqlite/*.sql")
 	if err != nil || len(names) == 0 {
 		t.Fatalf("the migrations: %v %v", names, err)
 	}

@@ -30,6 +30,9 @@ func TestNoStatementScansHistory(t *testing.T) {
 	numbered := regexp.MustCompile(`\?(\d+)`)
 	for _, text := range queries {
 		q := text.sqlite
+		if q == "" {
+			continue // PostgreSQL's alone
+		}
 		n := strings.Count(q, "?")
 		if m := numbered.FindAllStringSubmatch(q, -1); m != nil {
 			n = 0

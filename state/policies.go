@@ -10,8 +10,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 )
 
-var qKnown = newQuery(`SELECT policy, unit, partition, q, w_us, r, t_us,
-	received_at, basis_at, source, hidden, route FROM policies WHERE key = ? ORDER BY policy, unit, partition`)
+var qKnown = newQuery("Known")
 
 // Known returns every policy ever seen for key.
 func (tx *Tx) Known(key string) ([]ledger.Known, error) {
@@ -40,17 +39,7 @@ func (tx *Tx) Known(key string) ([]ledger.Known, error) {
 	return out, rows.Err()
 }
 
-var qPutKnown = newQuery(`INSERT INTO policies
-	(key, policy, unit, partition, q, w_us, r, t_us, received_at, basis_at, source, hidden, route)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-	ON CONFLICT (key, policy, unit, partition) DO UPDATE SET
-		q = coalesce(excluded.q, policies.q), w_us = coalesce(excluded.w_us, policies.w_us),
-		r           = CASE WHEN excluded.r IS NULL THEN policies.r ELSE excluded.r END,
-		t_us        = CASE WHEN excluded.r IS NULL THEN policies.t_us ELSE excluded.t_us END,
-		received_at = CASE WHEN excluded.r IS NULL AND excluded.hidden = 0 THEN policies.received_at ELSE excluded.received_at END,
-		basis_at    = CASE WHEN excluded.r IS NULL AND excluded.hidden = 0 THEN policies.basis_at ELSE excluded.basis_at END,
-		route       = CASE WHEN excluded.r IS NULL AND excluded.hidden = 0 THEN policies.route ELSE excluded.route END,
-		source = excluded.source, hidden = excluded.hidden`)
+var qPutKnown = newQuery("PutKnown")
 
 // PutKnown records k as the latest state of its policy. A field the new
 // observation does not state keeps its earlier value: a response that
@@ -69,7 +58,7 @@ func (tx *Tx) PutKnown(k ledger.Known) error {
 	return nil
 }
 
-var qDeleteKnown = newQuery(`DELETE FROM policies WHERE key = ? AND policy = ? AND unit = ? AND partition = ?`)
+var qDeleteKnown = newQuery("DeleteKnown")
 
 // DeleteKnown forgets key's policy of unit in partition, if it is kept.
 func (tx *Tx) DeleteKnown(key, policy string, unit ratelimit.Unit, partition string) error {
@@ -79,10 +68,7 @@ func (tx *Tx) DeleteKnown(key, policy string, unit ratelimit.Unit, partition str
 	return nil
 }
 
-var qAddObservation = newQuery(`INSERT INTO observations
-	(key, attempt_id, policy, unit, partition, q, w_us, r, t_us, status, received_at, server_date,
-	 shape, profile, guessed, from_cache, method, target)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+var qAddObservation = newQuery("AddObservation")
 
 // AddObservation records o.
 func (tx *Tx) AddObservation(o ledger.ObservationRecord) error {
@@ -101,13 +87,7 @@ func (tx *Tx) AddObservation(o ledger.ObservationRecord) error {
 // On PostgreSQL the latest of a key's observations are found in the
 // key's own index first: a generic plan (see noEarlier) walks the table's
 // newest end instead, past every other key's, for as long as it takes.
-var qObservations = newQueryFor(`SELECT id, coalesce(attempt_id, 0), policy, unit, partition, q, w_us, r, t_us,
-	status, received_at, coalesce(server_date, 0), shape, profile, guessed, from_cache, method, target
-	FROM observations WHERE key = ? ORDER BY id DESC LIMIT ?`,
-	`SELECT id, coalesce(attempt_id, 0), policy, unit, partition, q, w_us, r, t_us,
-	status, received_at, coalesce(server_date, 0), shape, profile, guessed, from_cache, method, target
-	FROM observations WHERE id = ANY(ARRAY(SELECT id FROM observations WHERE key = $1 ORDER BY id DESC LIMIT $2))
-	ORDER BY id DESC`)
+var qObservations = newQuery("Observations")
 
 // Observations returns the latest observations of key, newest first.
 func (tx *Tx) Observations(key string, limit int) ([]ledger.ObservationRecord, error) {
@@ -143,8 +123,7 @@ func scanObservations(rows *sql.Rows, key string) ([]ledger.ObservationRecord, e
 	return out, rows.Err()
 }
 
-var qGates = newQuery(`SELECT scope, until, reason, source, set_at FROM gates
-	WHERE key = ? AND until > ? ORDER BY until DESC`)
+var qGates = newQuery("Gates")
 
 // Gates returns key's gates that are still closed at now, the latest to
 // open first.
@@ -167,11 +146,7 @@ func (tx *Tx) Gates(key string, now time.Time) ([]ledger.Gate, error) {
 	return out, rows.Err()
 }
 
-var qPutGate = newQuery(`INSERT INTO gates (key, scope, until, reason, source, set_at)
-	VALUES (?, ?, ?, ?, ?, ?)
-	ON CONFLICT (key, scope) DO UPDATE SET until = excluded.until, reason = excluded.reason,
-		source = excluded.source, set_at = excluded.set_at
-	WHERE excluded.until > gates.until`)
+var qPutGate = newQuery("PutGate")
 
 // PutGate closes g's scope until g.Until. An existing gate of the same
 // scope that stays closed longer is kept: a gate is never shortened.
@@ -183,8 +158,7 @@ func (tx *Tx) PutGate(g ledger.Gate) error {
 	return nil
 }
 
-var qKeyState = newQuery(`SELECT last_admit_at, interval_us, last_response_at, failures, opens,
-	half_open, probe_attempt, probe_until, latency_us, prev_latency_us, latency_since FROM key_state WHERE key = ?`)
+var qKeyState = newQuery("KeyState")
 
 // KeyState returns key's pacing state; a key never used has the zero state.
 func (tx *Tx) KeyState(key string) (ledger.KeyState, error) {
@@ -216,14 +190,7 @@ func (tx *Tx) readKeyState(key string) (ledger.KeyState, error) {
 	return s, nil
 }
 
-var qPutKeyState = newQuery(`INSERT INTO key_state
-	(key, last_admit_at, interval_us, last_response_at, failures, opens, half_open, probe_attempt, probe_until,
-	 latency_us, prev_latency_us, latency_since)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-	ON CONFLICT (key) DO UPDATE SET last_admit_at = excluded.last_admit_at, interval_us = excluded.interval_us,
-		last_response_at = excluded.last_response_at, failures = excluded.failures, opens = excluded.opens,
-		half_open = excluded.half_open, probe_attempt = excluded.probe_attempt, probe_until = excluded.probe_until,
-		latency_us = excluded.latency_us, prev_latency_us = excluded.prev_latency_us, latency_since = excluded.latency_since`)
+var qPutKeyState = newQuery("PutKeyState")
 
 // PutKeyState records s. On PostgreSQL, for a key the transaction
 // holds, it is written once, before the commit, however many times the
@@ -246,7 +213,7 @@ func (tx *Tx) writeKeyState(s ledger.KeyState) error {
 	return nil
 }
 
-var qPathState = newQuery(`SELECT failures, opens, half_open, last_at FROM path_failures WHERE key = ? AND scope = ?`)
+var qPathState = newQuery("PathState")
 
 // PathState returns the failures of key's calls on one route (scope).
 func (tx *Tx) PathState(key, scope string) (ledger.PathState, error) {
@@ -263,10 +230,7 @@ func (tx *Tx) PathState(key, scope string) (ledger.PathState, error) {
 	return s, nil
 }
 
-var qPutPathState = newQuery(`INSERT INTO path_failures (key, scope, failures, opens, half_open, last_at)
-	VALUES (?, ?, ?, ?, ?, ?)
-	ON CONFLICT (key, scope) DO UPDATE SET failures = excluded.failures, opens = excluded.opens,
-		half_open = excluded.half_open, last_at = excluded.last_at`)
+var qPutPathState = newQuery("PutPathState")
 
 // PutPathState records s.
 func (tx *Tx) PutPathState(s ledger.PathState) error {
@@ -276,7 +240,7 @@ func (tx *Tx) PutPathState(s ledger.PathState) error {
 	return nil
 }
 
-var qFailingPaths = newQuery(`SELECT count(*) FROM path_failures WHERE key = ? AND last_at > ?`)
+var qFailingPaths = newQuery("FailingPaths")
 
 // FailingPaths returns how many of key's routes have a failure after
 // since.
@@ -289,8 +253,8 @@ func (tx *Tx) FailingPaths(key string, since time.Time) (int, error) {
 }
 
 var (
-	qForgetPaths     = newQuery(`DELETE FROM path_failures WHERE key = ? AND last_at < ?`)
-	qForgetPathGates = newQuery(`DELETE FROM gates WHERE key = ? AND scope != '' AND until < ?`)
+	qForgetPaths     = newQuery("ForgetPaths")
+	qForgetPathGates = newQuery("ForgetPathGates")
 )
 
 // ForgetPaths forgets the failures of key's routes whose latest is
@@ -305,7 +269,7 @@ func (tx *Tx) ForgetPaths(key string, before time.Time) error {
 	return nil
 }
 
-var qAddWarning = newQuery(`INSERT INTO warnings (key, at, kind, message) VALUES (?, ?, ?, ?)`)
+var qAddWarning = newQuery("AddWarning")
 
 // AddWarning records w.
 func (tx *Tx) AddWarning(w ledger.Warning) error {
@@ -317,8 +281,7 @@ func (tx *Tx) AddWarning(w ledger.Warning) error {
 }
 
 // (since a time up to noLater)
-var qWarnings = newQuery(`SELECT id, at, kind, message FROM warnings
-	WHERE key = ? AND at > ? AND at <= ? ORDER BY id DESC LIMIT 20`)
+var qWarnings = newQuery("Warnings")
 
 // Warnings returns key's warnings raised after since, newest first (at
 // most 20).

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"database/sql"
 	"database/sql/driver"
-	"embed"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/state/postgres"
 )
 
 // Postgres is the state in a PostgreSQL database, shared by every host
@@ -99,12 +98,6 @@ const DefaultPostgresTimeout = 2 * time.Second
 // unreachable, restarting, out of connections, or slower than the
 // transaction's bound.
 var ErrUnavailable = ledger.ErrUnavailable
-
-// pgMigrations are the schema's migrations on PostgreSQL, numbered from
-// 0001 without gaps; the newest is the version this program writes.
-//
-//go:embed postgres/*.sql
-var pgMigrations embed.FS
 
 // Instance returns the name this process gets in the attempts it
 // records: MCP_QUOTA_INSTANCE when it is set, else its host name and
@@ -365,7 +358,7 @@ func tlsFailed(err error, required bool) bool {
 // transaction that other hosts starting at once wait for; a schema newer
 // than this version knows is refused, with nothing written.
 func (pg *Postgres) migrate(ctx context.Context) error {
-	entries, err := fs.ReadDir(pgMigrations, "postgres")
+	entries, err := fs.ReadDir(postgres.Migrations, ".")
 	if err != nil {
 		return err
 	}
@@ -420,7 +413,7 @@ func (pg *Postgres) migrate(ctx context.Context) error {
 		if versions[i] <= current {
 			continue
 		}
-		body, err := pgMigrations.ReadFile("postgres/" + names[i])
+		body, err := postgres.Migrations.ReadFile(names[i])
 		if err != nil {
 			return err
 		}
@@ -783,61 +776,6 @@ func (p *pgTx) clock(tx *Tx, local time.Time) time.Time {
 	p.now = server
 	p.db.noteClock(before, server, p.db.local())
 	return server
-}
-
-// pgArgs passes flags as the 0 and 1 the tables hold.
-func pgArgs(args []any) []any {
-	for i, a := range args {
-		if b, ok := a.(bool); ok {
-			args[i] = int64(0)
-			if b {
-				args[i] = int64(1)
-			}
-		}
-	}
-	return args
-}
-
-var (
-	sqliteIndexedBy = regexp.MustCompile(`\s+INDEXED BY \w+`)
-	sqliteUnaryKey  = regexp.MustCompile(`\+key\b`)
-)
-
-// pgDialect translates a statement written for SQLite into PostgreSQL's
-// dialect: SQLite's planner hints go (INDEXED BY), except +key, which
-// keeps SQLite from every index on the key and becomes the key joined to
-// the empty string, which keeps PostgreSQL from them (a lease's slots are
-// found by their IDs, whatever the statistics say of the key's), and its
-// parameters ? and ?N become $N. Statements that differ more are written
-// twice (newQueryFor).
-func pgDialect(text string) string {
-	text = sqliteIndexedBy.ReplaceAllString(text, "")
-	text = sqliteUnaryKey.ReplaceAllString(text, "(key || '')")
-	var b strings.Builder
-	highest := 0
-	quoted := false
-	for i := 0; i < len(text); i++ {
-		c := text[i]
-		switch {
-		case c == '\'':
-			quoted = !quoted
-		case c == '?' && !quoted:
-			j := i + 1
-			for j < len(text) && text[j] >= '0' && text[j] <= '9' {
-				j++
-			}
-			n := highest + 1
-			if j > i+1 {
-				n, _ = strconv.Atoi(text[i+1 : j])
-			}
-			highest = max(highest, n)
-			fmt.Fprintf(&b, "$%d", n)
-			i = j - 1
-			continue
-		}
-		b.WriteByte(c)
-	}
-	return b.String()
 }
 
 // A Store is what both back ends offer: the ledger, and the upkeep the

@@ -111,7 +111,7 @@ func fillHistory(ctx context.Context, dbURL string, n int) error {
 		`INSERT INTO attempts (id, call_id, attempt, key, caller, transport, method, target, state, counted, at,
 			sent_at, answered_at, status, seq)
 		SELECT i + 1, 'c' || i, 1, CASE WHEN i % 1000 = 0 THEN 'quiet' ELSE 'busy' END,
-			CASE WHEN i % 1000 = 0 THEN 'agent' ELSE 'sync' END, 'rest', 'GET', '/v1/participants?limit=500', 'confirmed', 1,
+			CASE WHEN i % 1000 = 0 THEN 'agent' ELSE 'sync' END, 'rest', 'GET', '/v1/participants?limit=500', 'confirmed', true,
 			$1::bigint + i * 100000, $1::bigint + i * 100000, $1::bigint + i * 100000 + 20000, 200,
 			CASE WHEN i % 1000 = 0 THEN i / 1000 + 1 ELSE i - i / 1000 END
 		FROM generate_series(0::bigint, $2::bigint - 1) AS i`,
@@ -160,7 +160,7 @@ func FillWindow(ctx context.Context, dbURL string, n int) error {
 	for _, s := range []string{
 		`SET search_path = mcp_quota`,
 		`INSERT INTO attempts (id, call_id, attempt, key, caller, transport, method, target, state, counted, at, seq, cseq)
-		SELECT i + 1, 'c', 0, 'k', 'caller' || i % 3, '', '', '', 'admitted', 1, $1::bigint + i * 1000, i + 1, i / 3 + 1
+		SELECT i + 1, 'c', 0, 'k', 'caller' || i % 3, '', '', '', 'admitted', true, $1::bigint + i * 1000, i + 1, i / 3 + 1
 		FROM generate_series(0::bigint, $2::bigint - 1) AS i`,
 		`SELECT setval('attempt_blocks', $1::bigint * 0 + $2::bigint / 1024 + 1)`,
 		`VACUUM ANALYZE`,
@@ -227,7 +227,7 @@ func BenchmarkPostgresPlans(b *testing.B) {
 func postgresStatements() []string {
 	var out []string
 	for _, q := range queries {
-		if !strings.Contains(q.sqlite, "pragma_") { // SQLite's own upkeep
+		if q.postgres != "" { // not SQLite's own upkeep
 			out = append(out, q.postgres)
 		}
 	}

@@ -81,6 +81,8 @@ func TestPostgres(t *testing.T) {
 	t.Run("the password is in no table", func(t *testing.T) { passwordInNoTable(t, srv) })
 	t.Run("a keyword/value connection string names the database", func(t *testing.T) { keywordValue(t, srv) })
 	t.Run("a state that fails to open leaves no journal directory", func(t *testing.T) { noJournalDirLeft(t, srv) })
+	t.Run("both back ends' schemas hold the same things", func(t *testing.T) { schemasHoldTheSame(t, srv) })
+	t.Run("flags written by the previous schema are migrated in place", func(t *testing.T) { flagsMigrated(t, srv) })
 }
 
 // A keyword/value connection string (libpq's other form) opens the same

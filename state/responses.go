@@ -9,8 +9,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
-var qResponse = newQuery(`SELECT etag, last_modified, status, content_type, body, digest, stored_at, unchanged, vary, varied
-	FROM responses WHERE key = ? AND target = ?`)
+var qResponse = newQuery("Response")
 
 // Response returns the stored answer for key and target, if any.
 func (tx *Tx) Response(key, target string) (ledger.StoredResponse, bool, error) {
@@ -29,15 +28,8 @@ func (tx *Tx) Response(key, target string) (ledger.StoredResponse, bool, error) 
 }
 
 var (
-	qPutResponse = newQuery(`INSERT INTO responses
-	(key, target, etag, last_modified, status, content_type, body, digest, stored_at, unchanged, vary, varied)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-	ON CONFLICT (key, target) DO UPDATE SET etag = excluded.etag, last_modified = excluded.last_modified,
-		status = excluded.status, content_type = excluded.content_type, body = excluded.body,
-		digest = excluded.digest, stored_at = excluded.stored_at, unchanged = excluded.unchanged,
-		vary = excluded.vary, varied = excluded.varied`)
-	qTrimResponses = newQuery(`DELETE FROM responses WHERE key = ? AND target NOT IN
-	(SELECT target FROM responses WHERE key = ? ORDER BY stored_at DESC LIMIT ?)`)
+	qPutResponse   = newQuery("PutResponse")
+	qTrimResponses = newQuery("TrimResponses")
 )
 
 // PutResponse stores r, keeping at most keep answers per key (the oldest
@@ -58,7 +50,7 @@ func (tx *Tx) PutResponse(r ledger.StoredResponse, keep int) error {
 	return nil
 }
 
-var qKeptTargets = newQuery(`SELECT target FROM responses WHERE key = ?`)
+var qKeptTargets = newQuery("KeptTargets")
 
 // KeptTargets returns the targets of key that have a kept answer (at
 // most the keep of the last PutResponse for key, and the answers kept
@@ -83,7 +75,7 @@ func (tx *Tx) KeptTargets(key string) ([]string, error) {
 	return out, nil
 }
 
-var qKeys = newQuery(`SELECT key FROM key_state UNION SELECT key FROM policies ORDER BY 1`)
+var qKeys = newQuery("Keys")
 
 // Keys returns every key the file has state for.
 func (tx *Tx) Keys() ([]string, error) {
@@ -108,7 +100,7 @@ func (tx *Tx) Keys() ([]string, error) {
 	return out, rows.Err()
 }
 
-var qClaimed = newQuery(`SELECT caller FROM claims WHERE key = ? AND until > ?`)
+var qClaimed = newQuery("Claimed")
 
 // Claimed returns the callers with a claim on key open at now: they are
 // waiting for admission, so their reservations are not lent.
@@ -132,10 +124,7 @@ func (tx *Tx) Claimed(key string, now time.Time) (map[string]bool, error) {
 	return out, rows.Err()
 }
 
-var qClaim = newQueryFor(`INSERT INTO claims (key, caller, until) VALUES (?, ?, ?)
-	ON CONFLICT (key, caller) DO UPDATE SET until = max(until, excluded.until)`,
-	`INSERT INTO claims (key, caller, until) VALUES ($1, $2, $3)
-	ON CONFLICT (key, caller) DO UPDATE SET until = greatest(claims.until, excluded.until)`)
+var qClaim = newQuery("Claim")
 
 // Claim opens (or extends) caller's claim on key until until.
 func (tx *Tx) Claim(key, caller string, until time.Time) error {

@@ -6,8 +6,8 @@ import (
 )
 
 var (
-	qAddSigningKey = newQuery(`INSERT INTO signing_keys (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING`)
-	qSigningKey    = newQuery(`SELECT value FROM signing_keys WHERE name = ?`)
+	qAddSigningKey = newQuery("AddSigningKey")
+	qSigningKey    = newQuery("SigningKey")
 )
 
 // signingKey returns the key called name, made (130 random bits) by the

@@ -13,25 +13,15 @@ import (
 const SweepBatch = 500
 
 var (
-	qSweepInterrupted = newQuery(`UPDATE attempts SET
-	state = CASE state WHEN 'reserved' THEN 'released' ELSE 'interrupted' END, lease_until = NULL,
-	reason = CASE state WHEN 'reserved' THEN '` + releasedByEnd + `'
-		ELSE 'the process handling it ended before an answer was recorded' END
-	WHERE lease_until IS NOT NULL AND lease_until <= ?`)
+	qSweepInterrupted = newQuery("SweepInterrupted")
 	// On PostgreSQL a batch's rows are deleted by their IDs: a generic
 	// plan (see noEarlier) of "id IN (SELECT … LIMIT ?)" expects a tenth
 	// of the table and joins it whole.
-	qSweepAttempts = newQueryFor(`DELETE FROM attempts WHERE id IN (SELECT id FROM attempts INDEXED BY attempts_at
-	WHERE at < ? AND lease_until IS NULL ORDER BY at LIMIT ?)`, `DELETE FROM attempts WHERE id = ANY(ARRAY(SELECT id FROM attempts
-	WHERE at < $1 AND lease_until IS NULL ORDER BY at LIMIT $2))`)
-	qSweepObservations = newQueryFor(`DELETE FROM observations WHERE id IN (SELECT id FROM observations INDEXED BY observations_received
-	WHERE received_at < ? ORDER BY received_at LIMIT ?)`, `DELETE FROM observations WHERE id = ANY(ARRAY(SELECT id FROM observations
-	WHERE received_at < $1 ORDER BY received_at LIMIT $2))`)
-	qSweepWarnings = newQueryFor(`DELETE FROM warnings WHERE id IN (SELECT id FROM warnings INDEXED BY warnings_at
-	WHERE at < ? ORDER BY at LIMIT ?)`, `DELETE FROM warnings WHERE id = ANY(ARRAY(SELECT id FROM warnings
-	WHERE at < $1 ORDER BY at LIMIT $2))`)
+	qSweepAttempts     = newQuery("SweepAttempts")
+	qSweepObservations = newQuery("SweepObservations")
+	qSweepWarnings     = newQuery("SweepWarnings")
 	// (every time from noEarlier before ?1)
-	qSweptAround = newQuery(`SELECT DISTINCT key FROM attempts INDEXED BY attempts_at WHERE at < ? AND at >= ? AND counted = 1`)
+	qSweptAround = newQuery("SweptAround")
 )
 
 // Swept counts what a sweep changed.
@@ -65,7 +55,7 @@ func (db *DB) Sweep(ctx context.Context, now, before time.Time) (Swept, error) {
 func sweep(ctx context.Context, update func(context.Context, func(*Tx) error) error, now, before time.Time) (Swept, error) {
 	var out Swept
 	err := update(ctx, func(tx *Tx) error {
-		res, err := tx.exec(qSweepInterrupted, micros(now))
+		res, err := tx.exec(qSweepInterrupted, micros(now), releasedByEnd, interruptedByEnd)
 		if err == nil {
 			out.Interrupted, err = res.RowsAffected()
 		}
@@ -118,8 +108,8 @@ func sweep(ctx context.Context, update func(context.Context, func(*Tx) error) er
 const reclaimPages = 256
 
 var (
-	qFreePages  = newQuery(`SELECT freelist_count FROM pragma_freelist_count`)
-	qAutoVacuum = newQuery(`SELECT auto_vacuum FROM pragma_auto_vacuum`)
+	qFreePages  = newQuery("FreePages")
+	qAutoVacuum = newQuery("AutoVacuum")
 )
 
 // reclaim gives the file's free pages back to the file system,

@@ -7,10 +7,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
-var qTimeline = newQuery(`SELECT (coalesce(nullif(sent_at, 0), at) - ?2) / ?3 AS b, state,
-		CASE WHEN state = 'rejected_upstream' THEN coalesce(status, 0) ELSE 0 END AS st, count(*) FROM attempts
-	WHERE key = ?1 AND coalesce(nullif(sent_at, 0), at) >= ?2 AND state != 'reserved'
-	GROUP BY b, state, st ORDER BY b, state, st`)
+var qTimeline = newQuery("Timeline")
 
 // Timeline counts key's attempts from since on, per step and state (the
 // upstream's refusals apart by status), by the time each was sent (or
@@ -41,8 +38,7 @@ func (tx *Tx) Timeline(key string, since time.Time, step time.Duration) ([]ledge
 
 // A call ID is never empty (on PostgreSQL, attempts_call holds only those
 // that are not).
-var qCall = newQuery(`SELECT ` + activityColumns + `
-	FROM attempts WHERE key = ? AND call_id = ? AND call_id != '' AND state != 'reserved' ORDER BY attempt, id`)
+var qCall = newQuery("Call")
 
 // Call returns the attempts of key's call callID, first first.
 func (tx *Tx) Call(key, callID string) ([]ledger.Attempt, error) {
@@ -54,9 +50,7 @@ func (tx *Tx) Call(key, callID string) ([]ledger.Attempt, error) {
 	return scanAttempts(rows)
 }
 
-var qObservationsOf = newQuery(`SELECT id, coalesce(attempt_id, 0), policy, unit, partition, q, w_us, r, t_us,
-	status, received_at, coalesce(server_date, 0), shape, profile, guessed, from_cache, method, target
-	FROM observations WHERE key = ? AND attempt_id = ? ORDER BY id`)
+var qObservationsOf = newQuery("ObservationsOf")
 
 // ObservationsOf returns the observations the answer to key's attempt
 // attemptID produced, in the order they were recorded.

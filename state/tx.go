@@ -72,9 +72,21 @@ func (tx *Tx) stmt(q query) (*sql.Stmt, error) {
 	return tx.tx.StmtContext(tx.ctx, s), nil
 }
 
+// pgText returns q as PostgreSQL writes it.
+func pgText(q query) (string, error) {
+	if queries[q].postgres == "" {
+		return "", fmt.Errorf("state: PostgreSQL has no statement %s", queries[q].name)
+	}
+	return queries[q].postgres, nil
+}
+
 func (tx *Tx) exec(q query, args ...any) (sql.Result, error) {
 	if tx.pg != nil {
-		return tx.tx.ExecContext(tx.ctx, queries[q].postgres, pgArgs(args)...)
+		text, err := pgText(q)
+		if err != nil {
+			return nil, err
+		}
+		return tx.tx.ExecContext(tx.ctx, text, args...)
 	}
 	s, err := tx.stmt(q)
 	if err != nil {
@@ -85,7 +97,11 @@ func (tx *Tx) exec(q query, args ...any) (sql.Result, error) {
 
 func (tx *Tx) query(q query, args ...any) (*sql.Rows, error) {
 	if tx.pg != nil {
-		return tx.tx.QueryContext(tx.ctx, queries[q].postgres, pgArgs(args)...)
+		text, err := pgText(q)
+		if err != nil {
+			return nil, err
+		}
+		return tx.tx.QueryContext(tx.ctx, text, args...)
 	}
 	s, err := tx.stmt(q)
 	if err != nil {
@@ -110,7 +126,11 @@ func (r row) Scan(dest ...any) error {
 
 func (tx *Tx) queryRow(q query, args ...any) row {
 	if tx.pg != nil {
-		return row{r: tx.tx.QueryRowContext(tx.ctx, queries[q].postgres, pgArgs(args)...)}
+		text, err := pgText(q)
+		if err != nil {
+			return row{err: err}
+		}
+		return row{r: tx.tx.QueryRowContext(tx.ctx, text, args...)}
 	}
 	s, err := tx.stmt(q)
 	if err != nil {
@@ -120,21 +140,13 @@ func (tx *Tx) queryRow(q query, args ...any) row {
 }
 
 var (
-	qInsertAttempt = newQuery(`INSERT INTO attempts
-	(call_id, attempt, key, caller, transport, method, target, digest, state, reason, probe, counted, at, wait_us, lease_until, seq, cseq,
-	 instance, bytes, cbytes)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`)
-	qLastSend       = newQuery(`SELECT seq, at, coalesce(cbytes, 0) FROM attempts WHERE key = ? AND counted = 1 ORDER BY at DESC, seq DESC LIMIT 1`)
-	qLastCallerSend = newQuery(`SELECT cseq FROM attempts WHERE key = ? AND caller = ? AND cseq IS NOT NULL
-	ORDER BY at DESC, cseq DESC LIMIT 1`)
+	qInsertAttempt  = newQuery("InsertAttempt")
+	qLastSend       = newQuery("LastSend")
+	qLastCallerSend = newQuery("LastCallerSend")
 	// Numbered again: every admission in the key's log, and those in a
 	// caller's log among that caller's (the times between ?2 and ?3: all
 	// of them, see noEarlier).
-	qRenumber = newQuery(`UPDATE attempts SET seq = o.n, cseq = o.c, cbytes = o.b
-	FROM (SELECT id, row_number() OVER (ORDER BY at, id) AS n, sum(bytes) OVER (ORDER BY at, id) AS b,
-		CASE WHEN cseq IS NOT NULL THEN row_number() OVER (PARTITION BY caller, cseq IS NULL ORDER BY at, id) END AS c
-		FROM attempts WHERE key = ?1 AND counted = 1 AND at >= ?2 AND at <= ?3) AS o
-	WHERE attempts.id = o.id`)
+	qRenumber = newQuery("Renumber")
 )
 
 // noEarlier and noLater close the ranges of times that statements read
@@ -212,8 +224,7 @@ func (tx *Tx) renumber(key string) error {
 	return err
 }
 
-var qFinishAttempt = newQuery(`UPDATE attempts
-	SET state = ?, reason = ?, status = ?, sent_at = ?, answered_at = ?, lease_until = NULL WHERE id = ?`)
+var qFinishAttempt = newQuery("FinishAttempt")
 
 // FinishAttempt records how attempt id ended and ends its lease.
 func (tx *Tx) FinishAttempt(id int64, state ledger.State, reason string, status int, sentAt, answeredAt time.Time) error {
@@ -231,9 +242,7 @@ func (tx *Tx) FinishAttempt(id int64, state ledger.State, reason string, status 
 // by one seek in the log's index, however long the window. qFirstSend
 // reads the first attempt of key (?1) after a time (?2), with the key's
 // last number.
-var qFirstSend = newQuery(`SELECT f.seq, f.at,
-		(SELECT seq FROM attempts WHERE key = ?1 AND counted = 1 ORDER BY at DESC, seq DESC LIMIT 1)
-	FROM attempts AS f WHERE f.key = ?1 AND f.counted = 1 AND f.at > ?2 ORDER BY f.at, f.seq LIMIT 1`)
+var qFirstSend = newQuery("FirstSend")
 
 // firstSend returns the number and time of key's first attempt admitted
 // after since and the number of its last; ok is false when there is none.
@@ -270,8 +279,7 @@ func (tx *Tx) Window(key string, since time.Time) (ledger.Window, error) {
 }
 
 // (the window ends at noLater)
-var qWindowByCaller = newQuery(`SELECT caller, count(*), min(at) FROM attempts
-	WHERE key = ? AND at > ? AND at <= ? AND counted = 1 GROUP BY caller`)
+var qWindowByCaller = newQuery("WindowByCaller")
 
 // WindowByCaller is Window with the count per caller too.
 func (tx *Tx) WindowByCaller(key string, since time.Time) (ledger.Window, error) {
@@ -302,11 +310,7 @@ func (tx *Tx) WindowByCaller(key string, since time.Time) (ledger.Window, error)
 
 // qCallerSends reads the first attempt of key (?1) by caller (?2) after a
 // time (?3), with the caller's last number.
-var qCallerSends = newQuery(`SELECT f.cseq, f.at,
-		(SELECT cseq FROM attempts WHERE key = ?1 AND caller = ?2 AND cseq IS NOT NULL
-		ORDER BY at DESC, cseq DESC LIMIT 1)
-	FROM attempts AS f WHERE f.key = ?1 AND f.caller = ?2 AND f.cseq IS NOT NULL AND f.at > ?3
-	ORDER BY f.at, f.cseq LIMIT 1`)
+var qCallerSends = newQuery("CallerSends")
 
 // WindowOf is Window with ByCaller holding the counts of callers (those
 // with a call in the window): each is read from the caller's own numbered
@@ -339,7 +343,7 @@ func (tx *Tx) WindowOf(key string, since time.Time, callers []string) (ledger.Wi
 	return w, nil
 }
 
-var qNth = newQuery(`SELECT at FROM attempts WHERE key = ? AND at > ? AND counted = 1 ORDER BY at LIMIT 1 OFFSET ?`)
+var qNth = newQuery("Nth")
 
 // Nth returns the admission time of the n-th (1-based) oldest attempt of
 // key admitted after since, or the zero time when there are fewer. Its
@@ -361,10 +365,8 @@ func (tx *Tx) Nth(key string, since time.Time, n int) (time.Time, error) {
 // migration that added it): qFirstBytes reads the sum before the first
 // admission of key (?1) after a time (?2), and the key's last sum.
 var (
-	qFirstBytes = newQuery(`SELECT coalesce(f.cbytes, 0) - f.bytes,
-		(SELECT coalesce(cbytes, 0) FROM attempts WHERE key = ?1 AND counted = 1 ORDER BY at DESC, seq DESC LIMIT 1)
-	FROM attempts AS f WHERE f.key = ?1 AND f.counted = 1 AND f.at > ?2 ORDER BY f.at, f.seq LIMIT 1`)
-	qByteAt = newQuery(`SELECT at FROM attempts WHERE key = ? AND counted = 1 AND cbytes >= ? ORDER BY cbytes, seq LIMIT 1`)
+	qFirstBytes = newQuery("FirstBytes")
+	qByteAt     = newQuery("ByteAt")
 )
 
 // firstBytes returns the running sum of key's log before its first
@@ -402,8 +404,7 @@ func (tx *Tx) NthByte(key string, since time.Time, n int64) (time.Time, error) {
 	return fromMicros(us), nil
 }
 
-var qSends = newQuery(`SELECT id, at, state, coalesce(status, 0), coalesce(answered_at, 0) FROM attempts
-	WHERE key = ? AND at > ? AND counted = 1 ORDER BY at DESC, seq DESC LIMIT ?`)
+var qSends = newQuery("Sends")
 
 // Sends returns the latest limit attempts of key admitted after since,
 // oldest first.
@@ -428,14 +429,10 @@ func (tx *Tx) Sends(key string, since time.Time, limit int) ([]ledger.Send, erro
 }
 
 var (
-	qInFlight = newQuery(`SELECT count(*), coalesce(min(at), 0) FROM attempts
-	WHERE key = ? AND lease_until IS NOT NULL AND lease_until > ?`)
+	qInFlight = newQuery("InFlight")
 	// The same, but for the attempts whose end the process's journal holds
 	// (?3, their IDs).
-	qInFlightExcept = newQueryFor(`SELECT count(*), coalesce(min(at), 0) FROM attempts
-	WHERE key = ?1 AND lease_until IS NOT NULL AND lease_until > ?2 AND id NOT IN (SELECT value FROM json_each(?3))`,
-		`SELECT count(*), coalesce(min(at), 0) FROM attempts
-	WHERE key = $1 AND lease_until IS NOT NULL AND lease_until > $2 AND id <> ALL($3::bigint[])`)
+	qInFlightExcept = newQuery("InFlightExcept")
 )
 
 // Flight returns what key has in flight at now, in one read of an index
@@ -461,7 +458,7 @@ func (tx *Tx) Flight(key string, now time.Time) (ledger.Flight, error) {
 	return f, nil
 }
 
-var qLatest = newQuery(`SELECT max(at) FROM attempts WHERE key = ? AND counted = 1`)
+var qLatest = newQuery("Latest")
 
 // Latest returns the admission time of key's latest admitted attempt, or
 // the zero time. Clocks that step back are clamped to it.
@@ -476,17 +473,9 @@ func (tx *Tx) Latest(key string) (time.Time, error) {
 // page before; the next page starts below its (at, id). Each walks its
 // index from the newest end and stops after a page, however long the
 // history and however far back since is.
-const activityColumns = `id, call_id, attempt, key, caller, transport, method, target,
-	digest, state, reason, probe, at, wait_us, coalesce(sent_at, 0), coalesce(answered_at, 0), coalesce(status, 0),
-	coalesce(lease_until, 0), instance`
-
 var (
-	qActivityKey = newQuery(`SELECT ` + activityColumns + ` FROM attempts INDEXED BY attempts_key_at
-	WHERE key = ?1 AND at >= ?2 AND (at, id) < (coalesce((SELECT at FROM attempts WHERE id = ?3), ?4), ?3)
-	AND state != 'reserved' ORDER BY at DESC, id DESC LIMIT ?5`)
-	qActivityAll = newQuery(`SELECT ` + activityColumns + ` FROM attempts INDEXED BY attempts_at
-	WHERE at >= ?2 AND (at, id) < (coalesce((SELECT at FROM attempts WHERE id = ?3), ?4), ?3)
-	AND state != 'reserved' AND ?1 = '' ORDER BY at DESC, id DESC LIMIT ?5`)
+	qActivityKey = newQuery("ActivityKey")
+	qActivityAll = newQuery("ActivityAll")
 )
 
 // Activity returns attempts matching f, newest first (by time, then ID). Reserved slots are
@@ -541,8 +530,7 @@ func scanAttempt(rows *sql.Rows) (ledger.Attempt, error) {
 	return a, nil
 }
 
-var qRepeats = newQuery(`SELECT count(*) FROM attempts
-	WHERE key = ? AND caller = ? AND digest = ? AND digest != '' AND at > ? AND attempt <= 1`)
+var qRepeats = newQuery("Repeats")
 
 // Repeats returns how many calls of key with digest caller made after
 // since (first attempts, whether sent, refused or answered from the

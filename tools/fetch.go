@@ -20,6 +20,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/report"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/upstream"
 )
 
@@ -193,7 +194,7 @@ func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	}
 	u, err := upstream.Resolve(k.BaseURL, a.Path, query)
 	if err != nil {
-		return failure("badPath", sentence(err.Error())+" Give a path below the key's base URL, like /v1/items?limit=100."), nil
+		return failure("badPath", reason.Sentence(err.Error())+" Give a path below the key's base URL, like /v1/items?limit=100."), nil
 	}
 	target := upstream.ActivityTarget(k, u)
 	var body []byte
@@ -534,20 +535,20 @@ func (f *fetchCall) failed(err error) *mcp.CallToolResult {
 			Warnings: f.waitCapped(nil)}
 		return render(r, true)
 	case errors.As(err, &pathErr):
-		return failure("badPath", sentence(err.Error()))
+		return failure("badPath", reason.Sentence(err.Error()))
 	case errors.Is(err, keystore.ErrNoCredential):
-		return failure("noCredential", sentence(err.Error())+" Ask the user to set it and restart mcp-quota.")
+		return failure("noCredential", reason.Sentence(err.Error())+" Ask the user to set it and restart mcp-quota.")
 	case errors.Is(err, upstream.ErrForbiddenAddress):
-		return failure("forbiddenAddress", sentence(err.Error()))
+		return failure("forbiddenAddress", reason.Sentence(err.Error()))
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return failure("cancelled", "The call was cancelled before an answer came.")
 	case errors.Is(err, upstream.ErrUnreachable):
 		if f.k.UnreachableHint != "" {
-			return failure("upstreamUnavailable", sentence(err.Error())+" "+sentence(f.k.UnreachableHint))
+			return failure("upstreamUnavailable", reason.Sentence(err.Error())+" "+reason.Sentence(f.k.UnreachableHint))
 		}
-		return failure("upstreamUnavailable", sentence(err.Error())+" Try again later.")
+		return failure("upstreamUnavailable", reason.Sentence(err.Error())+" Try again later.")
 	}
-	return failure("failed", sentence(err.Error()))
+	return failure("failed", reason.Sentence(err.Error()))
 }
 
 // loopAdvice adds the loop guard's word to a.
@@ -638,18 +639,4 @@ func isJSON(ct string) bool {
 	return mt == "application/json" || strings.HasSuffix(mt, "+json")
 }
 
-func ago(d time.Duration) string { return pacer.FormatDuration(d) }
-
-// sentence capitalises s and ends it with a full stop.
-func sentence(s string) string {
-	if s == "" {
-		return s
-	}
-	if s[0] >= 'a' && s[0] <= 'z' {
-		s = string(s[0]-'a'+'A') + s[1:]
-	}
-	if !strings.HasSuffix(s, ".") {
-		s += "."
-	}
-	return s
-}
+func ago(d time.Duration) string { return reason.Duration(d) }

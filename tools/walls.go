@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/upstream"
 )
 
@@ -34,7 +35,7 @@ func (d *Deps) answerTimeout() time.Duration {
 func (f *fetchCall) namedFailure(err error) *mcp.CallToolResult {
 	switch {
 	case errors.Is(err, upstream.ErrBadRequest):
-		return failure("badArguments", sentence(err.Error())+" Nothing was sent, and the key's budget and backoff are untouched.")
+		return failure("badArguments", reason.Sentence(err.Error())+" Nothing was sent, and the key's budget and backoff are untouched.")
 	case errors.Is(err, upstream.ErrSentUnrecorded):
 		f.d.Log.Error("the state failed after a call went upstream", "key", f.k.Name, "error", err)
 		return failure("stateUnavailable", ledger.Unavailable(err)+": the call went upstream and may have taken effect there, "+
@@ -42,9 +43,9 @@ func (f *fetchCall) namedFailure(err error) *mcp.CallToolResult {
 	case errors.Is(err, upstream.ErrStateUnavailable):
 		return f.d.stateUnavailable(f.k.Name, err)
 	case errors.Is(err, upstream.ErrBodyMemory):
-		return failure("bodyMemory", sentence(err.Error())+" Try again in a moment, or ask the API for less (a smaller page).")
+		return failure("bodyMemory", reason.Sentence(err.Error())+" Try again in a moment, or ask the API for less (a smaller page).")
 	case errors.Is(err, upstream.ErrRefusedAnswer):
-		return failure("answerRefused", sentence(err.Error())+" Nothing of it is shown. Tell the user: the API's answer is not one mcp-quota can pass on safely.")
+		return failure("answerRefused", reason.Sentence(err.Error())+" Nothing of it is shown. Tell the user: the API's answer is not one mcp-quota can pass on safely.")
 	case errors.Is(err, upstream.ErrAnswerTimeout):
 		return failure("upstreamTimeout", fmt.Sprintf("Key '%s': the upstream did not answer within %s; mcp-quota stopped waiting. Try again later, or ask for less (smaller pages).",
 			f.k.Name, f.d.answerTimeout()))
@@ -118,11 +119,11 @@ func scrubKept(k *keystore.Key, r ledger.StoredResponse) ledger.StoredResponse {
 func unknownKey(keys *keystore.Store, caller *keystore.Caller, name string) string {
 	own := keys.For(caller)
 	if k, err := own.Key(name); err != nil {
-		return sentence(err.Error())
+		return reason.Sentence(err.Error())
 	} else if name == "" {
 		return fmt.Sprintf("Name the key: key=%q is the one you may use.", k.Name)
 	}
-	return sentence(fmt.Sprintf("%v %q", keystore.ErrUnknownKey, name))
+	return reason.Sentence(fmt.Sprintf("%v %q", keystore.ErrUnknownKey, name))
 }
 
 // ownKeysOnly is the tool filter that describes fetch to each caller with

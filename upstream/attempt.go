@@ -184,7 +184,7 @@ func (c *Client) done(ctx context.Context, cs *call, t pacer.Ticket, o pacer.Out
 		c.log.Error("recording an attempt failed", "key", cs.key.Name, "call", cs.id, "error", err)
 	}
 	s := cs.key.Scrubber()
-	res.Advice.Reason, _ = s.Scrub(res.Advice.Reason)
+	res.Advice.Why = res.Advice.Why.Map(func(t string) string { t, _ = s.Scrub(t); return t })
 	for i, w := range res.Warnings {
 		res.Warnings[i], _ = s.Scrub(w)
 	}

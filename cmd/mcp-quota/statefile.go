@@ -10,10 +10,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/state"
 	"github.com/mcp-quota/mcp-quota/tools"
 )
@@ -175,24 +175,11 @@ func (e environment) stdioUnavailable(ctx context.Context, stdin io.Reader, caus
 		return nil
 	}
 	log.Error("serving MCP without a state file: every tool call answers with this error", "error", cause)
-	s := server.NewStdioServer(tools.NewUnavailableServer(version, tools.CodeStateUnavailable, sentence(cause.Error())))
+	s := server.NewStdioServer(tools.NewUnavailableServer(version, tools.CodeStateUnavailable, reason.Sentence(cause.Error())))
 	s.SetErrorLogger(slogLogger(log))
 	err := s.Listen(ctx, stdin, e.stdout)
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
 		return nil
 	}
 	return err
-}
-
-// sentence makes an error message a sentence: a capital first letter and
-// a final period.
-func sentence(s string) string {
-	if s == "" {
-		return s
-	}
-	s = strings.ToUpper(s[:1]) + s[1:]
-	if !strings.HasSuffix(s, ".") {
-		s += "."
-	}
-	return s
 }

@@ -1,5 +1,5 @@
 -- mcp-quota's state on PostgreSQL, in its own schema (mcp_quota): the
--- same tables as on SQLite (see ../migrations), in their present form.
+-- same tables as on SQLite (see ../sqlite), in their present form.
 -- Times are microseconds since the Unix epoch, flags 0 or 1, as there.
 
 -- One row per key: an Update holds a key by locking its row (SELECT … FOR

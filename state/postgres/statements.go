@@ -1,0 +1,197 @@
+// Package postgres holds the state's SQL on PostgreSQL: the statements
+// the package state runs, by name, and the schema's migrations.
+package postgres
+
+import "embed"
+
+// Statements are the state's SQL statements on PostgreSQL, by name: the
+// package state runs each by its name (state's newQuery), and a test
+// checks that both back ends have the same names. Parameters are $N.
+// (key || ”) keeps the planner from the indexes on the key where a
+// lease's slots are found by their IDs, whatever the statistics say of
+// the key's. Flags are booleans; times are microseconds since the Unix
+// epoch, durations microseconds (the columns named *_us), as on SQLite
+// (see docs/ARCHITECTURE.md, "Each back end's SQL and schema").
+var Statements = map[string]string{
+	// fair
+	"LastPrincipalSend": `SELECT pseq FROM attempts WHERE key = $1 AND principal = $2 AND pseq IS NOT NULL
+	ORDER BY at DESC, pseq DESC LIMIT 1`,
+	"NumberPrincipal": `UPDATE attempts SET principal = $1, pseq = $2 WHERE id = $3`,
+	"PrincipalSends": `SELECT f.pseq, f.at,
+		(SELECT pseq FROM attempts WHERE key = $1 AND principal = $2 AND pseq IS NOT NULL
+		ORDER BY at DESC, pseq DESC LIMIT 1)
+	FROM attempts AS f WHERE f.key = $1 AND f.principal = $2 AND f.pseq IS NOT NULL AND f.at > $3
+	ORDER BY f.at, f.pseq LIMIT 1`,
+	"Waiting":       `SELECT DISTINCT principal FROM waiters WHERE key = $1 AND until > $2 AND until <= $3`,
+	"ForgetWaiters": `DELETE FROM waiters WHERE key = $1 AND until <= $2 AND until >= $3`,
+	"SweepWaiters":  `DELETE FROM waiters WHERE until <= $1 AND until >= $2`,
+	"Wait": `INSERT INTO waiters (key, principal, waiter, since, until) VALUES ($1, $2, $3, $4, $5)
+	ON CONFLICT (key, principal, waiter) DO UPDATE SET until = excluded.until`,
+	// journal
+	"OpenState": `SELECT state, call_id, attempt FROM attempts WHERE id = $1 AND key = $2`,
+	// lease
+	"Reserve": `INSERT INTO attempts (id, call_id, attempt, key, caller, transport, method, target, digest, state, reason,
+		probe, counted, at, wait_us, lease_until, seq, instance, cbytes)
+	SELECT b.base + i - 1, '', 0, $2, '', '', '', '', '', $3, $4, false, true, $5, 0, $6, $7 + i, $8, $9
+	FROM (SELECT nextval('attempt_blocks') * 1024 AS base) AS b, generate_series(1, $1::integer) AS i ORDER BY i RETURNING id`,
+	"ReservedCount": `SELECT count(*) FROM attempts WHERE (key || '') = $1 AND id BETWEEN $2 AND $3 AND state = 'reserved'`,
+	"FinishReserved": `UPDATE attempts SET call_id = $1, attempt = $2, caller = $3, transport = $4, method = $5,
+	target = $6, digest = $7, state = $8, reason = $9, wait_us = $10, status = $11, sent_at = $12, answered_at = $13, lease_until = NULL
+	WHERE id = $14 AND counted`,
+	"DropReserved": `DELETE FROM attempts WHERE (key || '') = $1 AND id BETWEEN $2 AND $3 AND state = 'reserved'`,
+	"LastReserved": `SELECT coalesce(max(seq), 0) FROM attempts
+	WHERE (key || '') = $1 AND id BETWEEN $2 AND $3 AND counted`,
+	"ReleaseReserved": `UPDATE attempts SET state = 'released', lease_until = NULL, reason = $1
+	WHERE (key || '') = $2 AND id BETWEEN $3 AND $4 AND state = 'reserved'`,
+	// policies
+	"Known": `SELECT policy, unit, partition, q, w_us, r, t_us,
+	received_at, basis_at, source, hidden, route FROM policies WHERE key = $1 ORDER BY policy, unit, partition`,
+	"PutKnown": `INSERT INTO policies
+	(key, policy, unit, partition, q, w_us, r, t_us, received_at, basis_at, source, hidden, route)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+	ON CONFLICT (key, policy, unit, partition) DO UPDATE SET
+		q = coalesce(excluded.q, policies.q), w_us = coalesce(excluded.w_us, policies.w_us),
+		r           = CASE WHEN excluded.r IS NULL THEN policies.r ELSE excluded.r END,
+		t_us        = CASE WHEN excluded.r IS NULL THEN policies.t_us ELSE excluded.t_us END,
+		received_at = CASE WHEN excluded.r IS NULL AND NOT excluded.hidden THEN policies.received_at ELSE excluded.received_at END,
+		basis_at    = CASE WHEN excluded.r IS NULL AND NOT excluded.hidden THEN policies.basis_at ELSE excluded.basis_at END,
+		route       = CASE WHEN excluded.r IS NULL AND NOT excluded.hidden THEN policies.route ELSE excluded.route END,
+		source = excluded.source, hidden = excluded.hidden`,
+	"DeleteKnown": `DELETE FROM policies WHERE key = $1 AND policy = $2 AND unit = $3 AND partition = $4`,
+	"AddObservation": `INSERT INTO observations
+	(key, attempt_id, policy, unit, partition, q, w_us, r, t_us, status, received_at, server_date,
+	 shape, profile, guessed, from_cache, method, target)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`,
+	"Observations": `SELECT id, coalesce(attempt_id, 0), policy, unit, partition, q, w_us, r, t_us,
+	status, received_at, coalesce(server_date, 0), shape, profile, guessed, from_cache, method, target
+	FROM observations WHERE id = ANY(ARRAY(SELECT id FROM observations WHERE key = $1 ORDER BY id DESC LIMIT $2))
+	ORDER BY id DESC`,
+	"Gates": `SELECT scope, until, reason, source, set_at FROM gates
+	WHERE key = $1 AND until > $2 ORDER BY until DESC`,
+	"PutGate": `INSERT INTO gates (key, scope, until, reason, source, set_at)
+	VALUES ($1, $2, $3, $4, $5, $6)
+	ON CONFLICT (key, scope) DO UPDATE SET until = excluded.until, reason = excluded.reason,
+		source = excluded.source, set_at = excluded.set_at
+	WHERE excluded.until > gates.until`,
+	"KeyState": `SELECT last_admit_at, interval_us, last_response_at, failures, opens,
+	half_open, probe_attempt, probe_until, latency_us, prev_latency_us, latency_since FROM key_state WHERE key = $1`,
+	"PutKeyState": `INSERT INTO key_state
+	(key, last_admit_at, interval_us, last_response_at, failures, opens, half_open, probe_attempt, probe_until,
+	 latency_us, prev_latency_us, latency_since)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+	ON CONFLICT (key) DO UPDATE SET last_admit_at = excluded.last_admit_at, interval_us = excluded.interval_us,
+		last_response_at = excluded.last_response_at, failures = excluded.failures, opens = excluded.opens,
+		half_open = excluded.half_open, probe_attempt = excluded.probe_attempt, probe_until = excluded.probe_until,
+		latency_us = excluded.latency_us, prev_latency_us = excluded.prev_latency_us, latency_since = excluded.latency_since`,
+	"PathState": `SELECT failures, opens, half_open, last_at FROM path_failures WHERE key = $1 AND scope = $2`,
+	"PutPathState": `INSERT INTO path_failures (key, scope, failures, opens, half_open, last_at)
+	VALUES ($1, $2, $3, $4, $5, $6)
+	ON CONFLICT (key, scope) DO UPDATE SET failures = excluded.failures, opens = excluded.opens,
+		half_open = excluded.half_open, last_at = excluded.last_at`,
+	"FailingPaths":    `SELECT count(*) FROM path_failures WHERE key = $1 AND last_at > $2`,
+	"ForgetPaths":     `DELETE FROM path_failures WHERE key = $1 AND last_at < $2`,
+	"ForgetPathGates": `DELETE FROM gates WHERE key = $1 AND scope != '' AND until < $2`,
+	"AddWarning":      `INSERT INTO warnings (key, at, kind, message) VALUES ($1, $2, $3, $4)`,
+	"Warnings": `SELECT id, at, kind, message FROM warnings
+	WHERE key = $1 AND at > $2 AND at <= $3 ORDER BY id DESC LIMIT 20`,
+	// responses
+	"Response": `SELECT etag, last_modified, status, content_type, body, digest, stored_at, unchanged, vary, varied
+	FROM responses WHERE key = $1 AND target = $2`,
+	"PutResponse": `INSERT INTO responses
+	(key, target, etag, last_modified, status, content_type, body, digest, stored_at, unchanged, vary, varied)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+	ON CONFLICT (key, target) DO UPDATE SET etag = excluded.etag, last_modified = excluded.last_modified,
+		status = excluded.status, content_type = excluded.content_type, body = excluded.body,
+		digest = excluded.digest, stored_at = excluded.stored_at, unchanged = excluded.unchanged,
+		vary = excluded.vary, varied = excluded.varied`,
+	"TrimResponses": `DELETE FROM responses WHERE key = $1 AND target NOT IN
+	(SELECT target FROM responses WHERE key = $2 ORDER BY stored_at DESC LIMIT $3)`,
+	"KeptTargets": `SELECT target FROM responses WHERE key = $1`,
+	"Keys":        `SELECT key FROM key_state UNION SELECT key FROM policies ORDER BY 1`,
+	"Claimed":     `SELECT caller FROM claims WHERE key = $1 AND until > $2`,
+	"Claim": `INSERT INTO claims (key, caller, until) VALUES ($1, $2, $3)
+	ON CONFLICT (key, caller) DO UPDATE SET until = greatest(claims.until, excluded.until)`,
+	// signing
+	"AddSigningKey": `INSERT INTO signing_keys (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`,
+	"SigningKey":    `SELECT value FROM signing_keys WHERE name = $1`,
+	// sweep
+	"SweepInterrupted": `UPDATE attempts SET
+	state = CASE state WHEN 'reserved' THEN 'released' ELSE 'interrupted' END, lease_until = NULL,
+	reason = CASE state WHEN 'reserved' THEN $2 ELSE $3 END
+	WHERE lease_until IS NOT NULL AND lease_until <= $1`,
+	"SweepAttempts": `DELETE FROM attempts WHERE id = ANY(ARRAY(SELECT id FROM attempts
+	WHERE at < $1 AND lease_until IS NULL ORDER BY at LIMIT $2))`,
+	"SweepObservations": `DELETE FROM observations WHERE id = ANY(ARRAY(SELECT id FROM observations
+	WHERE received_at < $1 ORDER BY received_at LIMIT $2))`,
+	"SweepWarnings": `DELETE FROM warnings WHERE id = ANY(ARRAY(SELECT id FROM warnings
+	WHERE at < $1 ORDER BY at LIMIT $2))`,
+	"SweptAround": `SELECT DISTINCT key FROM attempts WHERE at < $1 AND at >= $2 AND counted`,
+	// timeline
+	"Timeline": `SELECT (coalesce(nullif(sent_at, 0), at) - $2) / $3 AS b, state,
+		CASE WHEN state = 'rejected_upstream' THEN coalesce(status, 0) ELSE 0 END AS st, count(*) FROM attempts
+	WHERE key = $1 AND coalesce(nullif(sent_at, 0), at) >= $2 AND state != 'reserved'
+	GROUP BY b, state, st ORDER BY b, state, st`,
+	"Call": `SELECT id, call_id, attempt, key, caller, transport, method, target,
+	digest, state, reason, probe, at, wait_us, coalesce(sent_at, 0), coalesce(answered_at, 0), coalesce(status, 0),
+	coalesce(lease_until, 0), instance
+	FROM attempts WHERE key = $1 AND call_id = $2 AND call_id != '' AND state != 'reserved' ORDER BY attempt, id`,
+	"ObservationsOf": `SELECT id, coalesce(attempt_id, 0), policy, unit, partition, q, w_us, r, t_us,
+	status, received_at, coalesce(server_date, 0), shape, profile, guessed, from_cache, method, target
+	FROM observations WHERE key = $1 AND attempt_id = $2 ORDER BY id`,
+	// tx
+	"InsertAttempt": `INSERT INTO attempts
+	(call_id, attempt, key, caller, transport, method, target, digest, state, reason, probe, counted, at, wait_us, lease_until, seq, cseq,
+	 instance, bytes, cbytes)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20) RETURNING id`,
+	"LastSend": `SELECT seq, at, coalesce(cbytes, 0) FROM attempts WHERE key = $1 AND counted ORDER BY at DESC, seq DESC LIMIT 1`,
+	"LastCallerSend": `SELECT cseq FROM attempts WHERE key = $1 AND caller = $2 AND cseq IS NOT NULL
+	ORDER BY at DESC, cseq DESC LIMIT 1`,
+	"Renumber": `UPDATE attempts SET seq = o.n, cseq = o.c, cbytes = o.b
+	FROM (SELECT id, row_number() OVER (ORDER BY at, id) AS n, sum(bytes) OVER (ORDER BY at, id) AS b,
+		CASE WHEN cseq IS NOT NULL THEN row_number() OVER (PARTITION BY caller, cseq IS NULL ORDER BY at, id) END AS c
+		FROM attempts WHERE key = $1 AND counted AND at >= $2 AND at <= $3) AS o
+	WHERE attempts.id = o.id`,
+	"FinishAttempt": `UPDATE attempts
+	SET state = $1, reason = $2, status = $3, sent_at = $4, answered_at = $5, lease_until = NULL WHERE id = $6`,
+	"FirstSend": `SELECT f.seq, f.at,
+		(SELECT seq FROM attempts WHERE key = $1 AND counted ORDER BY at DESC, seq DESC LIMIT 1)
+	FROM attempts AS f WHERE f.key = $1 AND f.counted AND f.at > $2 ORDER BY f.at, f.seq LIMIT 1`,
+	"WindowByCaller": `SELECT caller, count(*), min(at) FROM attempts
+	WHERE key = $1 AND at > $2 AND at <= $3 AND counted GROUP BY caller`,
+	"CallerSends": `SELECT f.cseq, f.at,
+		(SELECT cseq FROM attempts WHERE key = $1 AND caller = $2 AND cseq IS NOT NULL
+		ORDER BY at DESC, cseq DESC LIMIT 1)
+	FROM attempts AS f WHERE f.key = $1 AND f.caller = $2 AND f.cseq IS NOT NULL AND f.at > $3
+	ORDER BY f.at, f.cseq LIMIT 1`,
+	"Nth": `SELECT at FROM attempts WHERE key = $1 AND at > $2 AND counted ORDER BY at LIMIT 1 OFFSET $3`,
+	"FirstBytes": `SELECT coalesce(f.cbytes, 0) - f.bytes,
+		(SELECT coalesce(cbytes, 0) FROM attempts WHERE key = $1 AND counted ORDER BY at DESC, seq DESC LIMIT 1)
+	FROM attempts AS f WHERE f.key = $1 AND f.counted AND f.at > $2 ORDER BY f.at, f.seq LIMIT 1`,
+	"ByteAt": `SELECT at FROM attempts WHERE key = $1 AND counted AND cbytes >= $2 ORDER BY cbytes, seq LIMIT 1`,
+	"Sends": `SELECT id, at, state, coalesce(status, 0), coalesce(answered_at, 0) FROM attempts
+	WHERE key = $1 AND at > $2 AND counted ORDER BY at DESC, seq DESC LIMIT $3`,
+	"InFlight": `SELECT count(*), coalesce(min(at), 0) FROM attempts
+	WHERE key = $1 AND lease_until IS NOT NULL AND lease_until > $2`,
+	"InFlightExcept": `SELECT count(*), coalesce(min(at), 0) FROM attempts
+	WHERE key = $1 AND lease_until IS NOT NULL AND lease_until > $2 AND id <> ALL($3::bigint[])`,
+	"Latest": `SELECT max(at) FROM attempts WHERE key = $1 AND counted`,
+	"ActivityKey": `SELECT id, call_id, attempt, key, caller, transport, method, target,
+	digest, state, reason, probe, at, wait_us, coalesce(sent_at, 0), coalesce(answered_at, 0), coalesce(status, 0),
+	coalesce(lease_until, 0), instance FROM attempts
+	WHERE key = $1 AND at >= $2 AND (at, id) < (coalesce((SELECT at FROM attempts WHERE id = $3), $4), $3)
+	AND state != 'reserved' ORDER BY at DESC, id DESC LIMIT $5`,
+	"ActivityAll": `SELECT id, call_id, attempt, key, caller, transport, method, target,
+	digest, state, reason, probe, at, wait_us, coalesce(sent_at, 0), coalesce(answered_at, 0), coalesce(status, 0),
+	coalesce(lease_until, 0), instance FROM attempts
+	WHERE at >= $2 AND (at, id) < (coalesce((SELECT at FROM attempts WHERE id = $3), $4), $3)
+	AND state != 'reserved' AND $1 = '' ORDER BY at DESC, id DESC LIMIT $5`,
+	"Repeats": `SELECT count(*) FROM attempts
+	WHERE key = $1 AND caller = $2 AND digest = $3 AND digest != '' AND at > $4 AND attempt <= 1`,
+}
+
+// Migrations are the schema's migrations on PostgreSQL, NNNN_name.sql,
+// applied in the order of their numbers, in the schema mcp_quota; the
+// newest is the version (mcp_quota.schema_version) this program writes.
+//
+//go:embed *.sql
+var Migrations embed.FS

@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/demo"
 )
 
@@ -27,12 +28,12 @@ func Allowed(cfg demo.Config, d time.Duration) int {
 // fills it, and its refusals cost it nothing. For a fixed or sliding
 // window of Quota per Window this is Quota × ⌈d / Window⌉; for the hidden
 // behaviour's two fixed windows it is LongQuota per long window (as long
-// as the short one admits that many). cfg.Now and cfg.Tokens are
+// as the short one admits that many). cfg.Clock and cfg.Tokens are
 // replaced: Oracle runs on its own simulated clock and never sleeps.
 func Oracle(cfg demo.Config, d time.Duration) []time.Duration {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := start
-	cfg.Now = func() time.Time { return now }
+	cfg.Clock = clock.Source(func() time.Time { return now })
 	cfg.Tokens = []string{"oracle"}
 	api := demo.New(cfg)
 	servers := max(cfg.Servers, 1)

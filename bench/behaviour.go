@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/demo"
 )
 
@@ -88,8 +89,8 @@ func (s Scale) With(window time.Duration, quota int) Scale {
 }
 
 // Upstream returns the demo configuration of behaviour b at scale s,
-// accepting only token. now is its clock; nil means the system clock.
-func (b Behaviour) Upstream(s Scale, token string, now func() time.Time) demo.Config {
+// accepting only token. clk is its clock; nil means real time.
+func (b Behaviour) Upstream(s Scale, token string, clk clock.Clock) demo.Config {
 	return demo.Config{
 		Mode:       b.Mode,
 		Quota:      s.Quota,
@@ -99,6 +100,6 @@ func (b Behaviour) Upstream(s Scale, token string, now func() time.Time) demo.Co
 		Servers:    b.Servers,
 		Records:    100,
 		Tokens:     []string{token},
-		Now:        now,
+		Clock:      clk,
 	}
 }

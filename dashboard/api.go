@@ -125,7 +125,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	keys := h.visible(c)
-	now := h.c.Now()
+	now := h.c.Clock.Now()
 	st, err := report.Build(r.Context(), h.c.Pacer, keys, c.Name, now)
 	if err != nil {
 		h.c.Log.Error("dashboard overview failed", "error", err)

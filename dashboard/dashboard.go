@@ -28,8 +28,8 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"time"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
@@ -45,8 +45,8 @@ type Config struct {
 	Pacer *pacer.Pacer
 	DB    ledger.Viewer
 	Log   *slog.Logger // nil means discard
-	// Now returns the current time; nil means time.Now.
-	Now func() time.Time
+	// Clock is the time it reads; nil means real time.
+	Clock clock.Clock
 	// OIDC, when set, adds the sign-in with the OAuth authorization
 	// server beside the sign-in with a caller token.
 	OIDC *OIDC
@@ -70,10 +70,8 @@ func New(c Config) *Handler {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	h := &Handler{c: c, mux: http.NewServeMux(), sessions: &sessions{now: c.Now, m: map[[32]byte]*session{}}}
+	c.Clock = clock.Or(c.Clock)
+	h := &Handler{c: c, mux: http.NewServeMux(), sessions: &sessions{now: c.Clock.Now, m: map[[32]byte]*session{}}}
 	files, _ := fs.Sub(static, "static")
 	h.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		page, _ := fs.ReadFile(files, "index.html")

@@ -212,7 +212,7 @@ func (d *detail) mark(tx ledger.Tx, key string, ks report.KeyStatus, since, now 
 		return err
 	}
 	for _, g := range gates {
-		d.Gates = append(d.Gates, mark{At: stamp(g.SetAt), Until: stamp(g.Until), Kind: g.Source, Reason: g.Reason})
+		d.Gates = append(d.Gates, mark{At: stamp(g.SetAt), Until: stamp(g.Until), Kind: string(g.Source), Reason: g.Reason})
 	}
 	warnings, err := tx.Warnings(key, since)
 	if err != nil {

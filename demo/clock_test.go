@@ -16,13 +16,13 @@ import (
 // t0 is when every test's clock starts.
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// clock is a hand-driven clock for Config.Now, set relative to t0.
-type clock struct{ *testkit.Clock }
+// testClock is a hand-driven clock for Config.Clock, set relative to t0.
+type testClock struct{ *testkit.Clock }
 
-func newClock() *clock { return &clock{testkit.NewClock(t0)} }
+func newClock() *testClock { return &testClock{testkit.NewClock(t0)} }
 
 // Set moves the clock to t0+d.
-func (c *clock) Set(d time.Duration) { c.Clock.Set(t0.Add(d)) }
+func (c *testClock) Set(d time.Duration) { c.Clock.Set(t0.Add(d)) }
 
 // response is what a test looks at in an answer.
 type response struct {
@@ -77,7 +77,7 @@ func decode(t *testing.T, body string, v any) {
 	}
 }
 
-func newAPI(c *clock, cfg demo.Config) *demo.API {
-	cfg.Now = c.Now
+func newAPI(c *testClock, cfg demo.Config) *demo.API {
+	cfg.Clock = c
 	return demo.New(cfg)
 }

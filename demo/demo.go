@@ -14,7 +14,7 @@
 // With [Config].Servers > 1 the key's requests go round-robin to
 // independent servers that each count their own window, as the seed warns.
 //
-// Time comes only from [Config].Now, so tests drive the API with an
+// Time comes only from [Config].Clock, so tests drive the API with an
 // injected clock and never sleep.
 //
 // # Endpoints
@@ -42,6 +42,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mcp-quota/mcp-quota/clock"
 )
 
 // Mode selects how the demo API announces and enforces its limit. The
@@ -159,9 +161,8 @@ type Config struct {
 	// GitHubStatus is the status of a GitHubStyle refusal: 0 means 403
 	// (http.StatusForbidden); 429 is the other status GitHub uses.
 	GitHubStatus int
-	// Now returns the current time; nil means time.Now. It is the API's
-	// only clock.
-	Now func() time.Time
+	// Clock is the API's only time; nil means real time.
+	Clock clock.Clock
 }
 
 // Validate reports whether New accepts c: a known Mode, no negative
@@ -222,9 +223,7 @@ func (c Config) withDefaults() Config {
 	if c.GitHubStatus == 0 {
 		c.GitHubStatus = http.StatusForbidden
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Clock = clock.Or(c.Clock)
 	return c
 }
 
@@ -326,7 +325,7 @@ func (a *API) authenticate(r *http.Request) (string, bool) {
 func (a *API) admit(token string) (time.Time, decision) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	now := a.cfg.Now()
+	now := a.cfg.Clock.Now()
 	k, ok := a.keys[token]
 	if !ok {
 		k = newKey(a.cfg, len(a.keys)+1)

@@ -7,14 +7,15 @@ import (
 	"net/http/httptest"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/demo"
 )
 
 // Example starts the seed's API on loopback with a stopped clock and
 // spends a key's quota of three calls.
 func Example() {
-	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	api := demo.New(demo.Config{Quota: 3, Now: func() time.Time { return now }})
+	stopped := clock.Source(func() time.Time { return time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC) })
+	api := demo.New(demo.Config{Quota: 3, Clock: stopped})
 	srv := httptest.NewServer(api)
 	defer srv.Close()
 

@@ -75,9 +75,9 @@ func (f *fleet) host(secret string) string {
 	f.t.Cleanup(func() { db.Close() })
 	p := pacer.New(db)
 	client := upstream.New(p, nil)
-	mcp := tools.NewServer(&tools.Deps{Keys: f.keys, Client: client, Pacer: p, DB: db, Transport: "mcp-http", Now: f.clock.Now}, "test")
+	mcp := tools.NewServer(&tools.Deps{Keys: f.keys, Client: client, Pacer: p, DB: db, Transport: "mcp-http", Clock: f.clock}, "test")
 	c := Config{Keys: f.keys, REST: &rest.Handler{Keys: f.keys, Client: client, Pacer: p, DB: db}, MCP: mcp, DB: db,
-		Loopback: true, SessionIdle: time.Hour, Now: f.clock.Now, MaxSessionsPerCaller: f.maxSessionsPerCaller}
+		Loopback: true, SessionIdle: time.Hour, Clock: f.clock, MaxSessionsPerCaller: f.maxSessionsPerCaller}
 	if secret != "" {
 		c.SessionSecret = keystore.NewSecret(secret)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/oauth"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
@@ -80,8 +81,8 @@ type Config struct {
 	// host; 0 means DefaultMaxSessionsPerCaller. An initialize past it is
 	// refused with a JSON-RPC error saying what to do.
 	MaxSessionsPerCaller int
-	// Now returns the current time; nil means time.Now.
-	Now func() time.Time
+	// Clock is the time it reads; nil means real time.
+	Clock clock.Clock
 	// Version is the program's version, shown by GET /healthz; empty
 	// shows none.
 	Version string
@@ -158,7 +159,7 @@ func New(c Config) http.Handler {
 // newMCP returns the Streamable HTTP side of c.MCP behind the sessions
 // that keep it.
 func newMCP(c Config) *sessions {
-	ss := newSessions(c.SessionIdle, c.Now, c.SessionSecret)
+	ss := newSessions(c.SessionIdle, clock.Or(c.Clock).Now, c.SessionSecret)
 	if c.MaxSessions > 0 {
 		ss.maxTotal = c.MaxSessions
 	}
@@ -211,9 +212,7 @@ func newGate(c Config) *gate {
 	if c.MaxHeaderBytes <= 0 {
 		c.MaxHeaderBytes = 32 << 10
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Clock = clock.Or(c.Clock)
 	return &gate{c: c, throttle: newThrottle(), inFlight: map[string]int{}, streams: map[string]int{}}
 }
 
@@ -263,7 +262,7 @@ func (g *gate) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		ip, presented := remoteIP(r), tokenPrint(r)
-		if wait := g.throttle.wait(g.c.Now(), ip, presented, trusted(r, presented)); wait > 0 {
+		if wait := g.throttle.wait(g.c.Clock.Now(), ip, presented, trusted(r, presented)); wait > 0 {
 			ratelimit.SetRetryAfter(w.Header(), wait)
 			rest.WriteProblem(w, http.StatusTooManyRequests, rest.CodeRateLimited,
 				"Too many requests with bad caller tokens came from this address or its network; wait before trying again.", nil)
@@ -274,7 +273,7 @@ func (g *gate) authenticate(next http.Handler) http.Handler {
 			var done, bad bool
 			caller, done, bad = g.oauthCaller(w, r)
 			if bad {
-				g.throttle.fail(g.c.Now(), ip, presented)
+				g.throttle.fail(g.c.Clock.Now(), ip, presented)
 			}
 			if done {
 				return
@@ -282,7 +281,7 @@ func (g *gate) authenticate(next http.Handler) http.Handler {
 			ok = caller != nil
 		}
 		if !ok {
-			g.throttle.fail(g.c.Now(), ip, presented)
+			g.throttle.fail(g.c.Clock.Now(), ip, presented)
 			w.Header().Set("WWW-Authenticate", g.challenge(r.Header.Get("Authorization") != ""))
 			detail := g.noTokenDetail()
 			if r.Header.Get("Authorization") != "" {
@@ -291,7 +290,7 @@ func (g *gate) authenticate(next http.Handler) http.Handler {
 			rest.WriteProblem(w, http.StatusUnauthorized, rest.CodeUnauthorized, detail, nil)
 			return
 		}
-		g.throttle.good(g.c.Now(), ip, presented)
+		g.throttle.good(g.c.Clock.Now(), ip, presented)
 		trust(r, presented)
 		// An MCP event stream (GET /mcp) idles for as long as the client
 		// keeps it: it has slots of its own, so streams never starve calls.

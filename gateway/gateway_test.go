@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 )
 
@@ -135,8 +136,8 @@ func TestWallsWithoutCallers(t *testing.T) {
 }
 
 func TestBadTokenThrottle(t *testing.T) {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	g := newGate(Config{Keys: testStore(t, true), Loopback: true, Now: func() time.Time { return now }})
+	clk := testkit.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	g := newGate(Config{Keys: testStore(t, true), Loopback: true, Clock: clk})
 	h := g.walls(echoCaller)
 	call := func(ip, token string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("GET", "http://127.0.0.1:8787/v1/quota", nil)
@@ -150,7 +151,7 @@ func TestBadTokenThrottle(t *testing.T) {
 		if w := call("127.0.0.1", fmt.Sprint("guess-", i)); w.Code != 401 {
 			t.Fatalf("bad token %d: %d", i+1, w.Code)
 		}
-		now = now.Add(time.Second)
+		clk.Advance(time.Second)
 	}
 	for _, tok := range []string{"guess-more", tokenA} {
 		w := call("127.0.0.1", tok)
@@ -161,7 +162,7 @@ func TestBadTokenThrottle(t *testing.T) {
 	if w := call("10.0.0.9", tokenA); w.Code != 200 {
 		t.Errorf("another address: %d, want 200", w.Code)
 	}
-	now = now.Add(41 * time.Second) // the first bad token leaves the window
+	clk.Advance(41 * time.Second) // the first bad token leaves the window
 	if w := call("127.0.0.1", tokenA); w.Code != 200 {
 		t.Errorf("once the oldest bad token is a minute old: %d, want 200", w.Code)
 	}
@@ -184,7 +185,7 @@ func TestBadTokenThrottle(t *testing.T) {
 	for i := range maxFailureAddrs + 10 {
 		call(fmt.Sprintf("10.%d.%d.1", i/256, i%256), "guess")
 	}
-	now = now.Add(2 * time.Minute)
+	clk.Advance(2 * time.Minute)
 	call("192.0.2.1", "guess")
 	g.throttle.mu.Lock()
 	n := len(g.throttle.failures)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // TestTrustedProxyClientAddress: behind a trusted proxy, the bad-token
@@ -16,12 +18,12 @@ import (
 // that is not a trusted proxy is counted by its own address, whatever
 // X-Forwarded-For it sends.
 func TestTrustedProxyClientAddress(t *testing.T) {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clk := testkit.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	proxies, err := ParseProxies("10.0.0.1, 192.168.7.0/24")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := newGate(Config{Keys: testStore(t, true), Loopback: false, Now: func() time.Time { return now }, TrustedProxies: proxies})
+	g := newGate(Config{Keys: testStore(t, true), Loopback: false, Clock: clk, TrustedProxies: proxies})
 	h := g.walls(echoCaller)
 	call := func(peer, forwardedFor, token string) int {
 		r := httptest.NewRequest("GET", "http://mcp.example:8787/v1/quota", nil)

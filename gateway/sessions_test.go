@@ -39,7 +39,7 @@ func newMCPHost(t *testing.T, idle time.Duration, secret keystore.Secret, c *tes
 	hooks.AddOnRegisterSession(func(ctx context.Context, s server.ClientSession) { m.registered.Add(1) })
 	hooks.AddOnUnregisterSession(func(ctx context.Context, s server.ClientSession) { m.registered.Add(-1) })
 	srv := server.NewMCPServer("sessions-test", "1", server.WithHooks(hooks))
-	m.ss = newMCP(Config{MCP: srv, SessionIdle: idle, Now: m.clock.Now, SessionSecret: secret})
+	m.ss = newMCP(Config{MCP: srv, SessionIdle: idle, Clock: m.clock, SessionSecret: secret})
 	return m
 }
 

@@ -10,20 +10,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 )
 
 // throttleRig is a gate on a fixed clock and a way to call it from an
 // address with a token.
 type throttleRig struct {
-	now *time.Time
+	clk *testkit.Clock
 	h   http.Handler
 }
 
 func newThrottleRig(t *testing.T) *throttleRig {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	g := newGate(Config{Keys: testStore(t, true), Loopback: true, Now: func() time.Time { return now }})
-	return &throttleRig{now: &now, h: g.walls(echoCaller)}
+	clk := testkit.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	g := newGate(Config{Keys: testStore(t, true), Loopback: true, Clock: clk})
+	return &throttleRig{clk: clk, h: g.walls(echoCaller)}
 }
 
 func (rg *throttleRig) call(ip, token string) int {
@@ -63,7 +64,7 @@ func TestThrottleRotatingAddresses(t *testing.T) {
 	if got := rg.call("127.9.9.9", tokenB); got != 429 {
 		t.Errorf("a token new to its address while its block is over the limit: %d, want 429", got)
 	}
-	*rg.now = rg.now.Add(badTokenWindow + time.Second)
+	rg.clk.Advance(badTokenWindow + time.Second)
 	if got := rg.call("127.9.9.9", tokenB); got != 200 {
 		t.Errorf("that token a minute after the guessing stopped: %d, want 200", got)
 	}
@@ -203,8 +204,7 @@ func (cookieDashboard) Session(r *http.Request) (*keystore.Caller, bool) {
 // address across 127.0.0.0/8 gets at most blockLimit guesses checked in
 // a minute, while the browser already signed in from its address goes on.
 func TestThrottleCountsCookieGuesses(t *testing.T) {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	g := newGate(Config{Keys: testStore(t, true), Loopback: true, Now: func() time.Time { return now },
+	g := newGate(Config{Keys: testStore(t, true), Loopback: true, Clock: testkit.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
 		Dashboard: cookieDashboard{echoCaller}})
 	h := g.walls(echoCaller)
 	call := func(ip, cookie string) int {

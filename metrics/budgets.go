@@ -42,7 +42,7 @@ var (
 	descUp        = desc("state_up", "1 when the shared state could be read for the key at this scrape (for the keys summed as other: for every one of them), else 0.", "key")
 )
 
-var gateSources = [...]string{"retry-after", "backoff", "circuit", "abnormal-usage"}
+var gateSources = [...]ledger.GateSource{ledger.RetryAfterGate, ledger.BackoffGate, ledger.CircuitGate, ledger.AbnormalUsageGate}
 
 // budgets reads the shared budget of keys at scrape time.
 type budgets struct {
@@ -186,8 +186,8 @@ func (b *budgets) read(ctx context.Context, k *keystore.Key) (*keySeries, error)
 	}
 	ks.inFlight = float64(st.InFlight)
 	for _, g := range st.Gates {
-		src := g.Source
-		if !slices.Contains(gateSources[:], src) {
+		src := string(g.Source)
+		if !slices.Contains(gateSources[:], g.Source) {
 			src = "other"
 		}
 		ks.gates[src]++
@@ -202,7 +202,7 @@ func (b *budgets) read(ctx context.Context, k *keystore.Key) (*keySeries, error)
 	}
 	circuit := "closed"
 	switch {
-	case ks.gates["circuit"] > 0:
+	case ks.gates[string(ledger.CircuitGate)] > 0:
 		circuit = "open"
 	case ls.HalfOpen:
 		circuit = "half_open"
@@ -283,7 +283,10 @@ func (ks *keySeries) emit(ch chan<- prometheus.Metric, key string) {
 	}
 	gauge(ch, descHidden, ks.hidden, key)
 	gauge(ch, descInFlight, ks.inFlight, key)
-	sources := slices.Clone(gateSources[:])
+	var sources []string
+	for _, g := range gateSources {
+		sources = append(sources, string(g))
+	}
 	if _, ok := ks.gates["other"]; ok {
 		sources = append(sources, "other")
 	}

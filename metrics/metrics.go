@@ -107,7 +107,7 @@ func (m *Metrics) Observe(e upstream.Event) {
 	key := m.bound("key", e.Key)
 	switch e.Kind {
 	case upstream.Refused:
-		m.refusals.WithLabelValues(key, Reason(e.Source)).Inc()
+		m.refusals.WithLabelValues(key, Reason(e.Gate, e.Source)).Inc()
 	case upstream.Attempted:
 		m.attempts.WithLabelValues(key, StatusClass(e.Status)).Inc()
 		m.wait.WithLabelValues(key).Observe(e.Wait.Seconds())
@@ -144,15 +144,18 @@ func StatusClass(status int) string {
 	return fmt.Sprintf("%dxx", status/100)
 }
 
-// reasons are the pacer's refusal sources kept as they are; any other
-// source is a policy's name, whose budget is spent.
-var reasons = map[string]bool{"retry-after": true, "backoff": true, "circuit": true, "abnormal-usage": true,
-	"problem": true, "pace": true, "concurrency": true, "probe": true}
+// limits are the pacer's own limits a refusal's source names, kept as
+// they are.
+var limits = map[string]bool{"pace": true, "concurrency": true, "probe": true}
 
-// Reason is the reason label of a refusal whose binding source was src.
-func Reason(src string) string {
+// Reason is the reason label of a refusal: the gate's source when a gate
+// bound; else the local limit or, for any other source, "budget" (a
+// policy's name, whose budget is spent — even one named like a gate).
+func Reason(gate ledger.GateSource, src string) string {
 	switch {
-	case reasons[src]:
+	case gate != "":
+		return string(gate)
+	case limits[src]:
 		return src
 	case src == "":
 		return "other"

@@ -64,7 +64,7 @@ func scrape(t *testing.T, m *metrics.Metrics, caller *keystore.Caller) string {
 func TestLabelValuesStayBounded(t *testing.T) {
 	m, _ := newMetrics(t)
 	for i := range 150 {
-		m.Observe(upstream.Event{Kind: upstream.Ended, Key: "k", Caller: fmt.Sprintf("caller-%03d", i), Transport: "rest", State: ledger.Confirmed})
+		m.Observe(upstream.Event{Kind: upstream.Ended, Key: "k", Caller: fmt.Sprintf("caller-%03d", i), Transport: "rest", State: string(ledger.Confirmed)})
 	}
 	body := scrape(t, m, keystore.Local("local"))
 	if n := strings.Count(body, "mcp_quota_calls_total{"); n != 101 {
@@ -76,10 +76,21 @@ func TestLabelValuesStayBounded(t *testing.T) {
 }
 
 func TestRefusalReasons(t *testing.T) {
-	for src, want := range map[string]string{"retry-after": "retry-after", "circuit": "circuit", "pace": "pace",
-		"default": "budget", "hourly-core": "budget", "": "other"} {
-		if got := metrics.Reason(src); got != want {
-			t.Errorf("Reason(%q) = %q, want %q", src, got, want)
+	for _, tt := range []struct {
+		gate      ledger.GateSource
+		src, want string
+	}{
+		{ledger.RetryAfterGate, "retry-after", "retry-after"},
+		{ledger.CircuitGate, "circuit", "circuit"},
+		{"", "pace", "pace"},
+		{"", "default", "budget"},
+		{"", "hourly-core", "budget"},
+		{"", "circuit", "budget"}, // a policy named circuit is not the circuit breaker
+		{"", "retry-after", "budget"},
+		{"", "", "other"},
+	} {
+		if got := metrics.Reason(tt.gate, tt.src); got != tt.want {
+			t.Errorf("Reason(%q, %q) = %q, want %q", tt.gate, tt.src, got, tt.want)
 		}
 	}
 	for status, want := range map[int]string{0: "none", 200: "2xx", 304: "3xx", 429: "4xx", 503: "5xx", 999: "none"} {
@@ -125,7 +136,7 @@ func TestBudgetIsReadAtScrapeTime(t *testing.T) {
 	}
 	// A caller who may not use the key sees none of it.
 	stranger := &keystore.Caller{Name: "stranger", Keys: []string{"other"}}
-	m.Observe(upstream.Event{Kind: upstream.Ended, Key: "k", Caller: "x", Transport: "rest", State: ledger.Confirmed})
+	m.Observe(upstream.Event{Kind: upstream.Ended, Key: "k", Caller: "x", Transport: "rest", State: string(ledger.Confirmed)})
 	if body := scrape(t, m, stranger); strings.Contains(body, `key="k"`) {
 		t.Errorf("a caller without key k sees it:\n%s", body)
 	}

@@ -46,7 +46,7 @@ func (s *Server) introspect(ctx context.Context, token string) (*Principal, erro
 		return nil, invalid("the token is empty")
 	}
 	digest := sha256.Sum256([]byte(token))
-	now := s.c.Now()
+	now := s.c.Clock.Now()
 	s.introMu.Lock()
 	c, ok := s.intro[digest]
 	if ok && !now.Before(c.until) {
@@ -149,7 +149,7 @@ func (i *issuer) introspect(ctx context.Context, token string) (*Principal, erro
 	if err != nil {
 		return nil, fmt.Errorf("%w: introspection at issuer %s: %v", ErrUnavailable, i.id, err)
 	}
-	now := i.s.c.Now()
+	now := i.s.c.Clock.Now()
 	if !r.Active || r.Exp == 0 || !now.Before(time.Unix(r.Exp, 0).Add(i.s.c.Skew)) ||
 		(r.Nbf != 0 && now.Add(i.s.c.Skew).Before(time.Unix(r.Nbf, 0))) ||
 		(r.Iss != "" && r.Iss != i.id) || !audience(r.Aud, i.s.c.Audience) {

@@ -58,7 +58,7 @@ func (s *Server) verifyJWT(ctx context.Context, token string) (*Principal, error
 	if c.Expiry == nil {
 		return nil, invalid("the JWT has no exp")
 	}
-	err = c.ValidateWithLeeway(jwt.Expected{Issuer: iss.id, AnyAudience: jwt.Audience{s.c.Audience}, Time: s.c.Now()}, s.c.Skew)
+	err = c.ValidateWithLeeway(jwt.Expected{Issuer: iss.id, AnyAudience: jwt.Audience{s.c.Audience}, Time: s.c.Clock.Now()}, s.c.Skew)
 	switch {
 	case errors.Is(err, jwt.ErrInvalidAudience):
 		return nil, invalid("the token was not issued for this resource (its audience is not %s)", s.c.Audience)
@@ -141,7 +141,7 @@ func (i *issuer) metadata(ctx context.Context) (*metadata, error) {
 	if i.meta != nil {
 		return i.meta, nil
 	}
-	now := i.s.c.Now()
+	now := i.s.c.Clock.Now()
 	if i.metaErr != nil && now.Sub(i.metaTried) < keysRetry {
 		return nil, i.metaErr
 	}
@@ -186,7 +186,7 @@ func (i *issuer) discover(ctx context.Context) (*metadata, error) {
 func (i *issuer) key(ctx context.Context, kid, alg string) (*jose.JSONWebKey, error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	now := i.s.c.Now()
+	now := i.s.c.Clock.Now()
 	stale := i.fetched.IsZero() || now.Sub(i.fetched) > i.s.c.KeysMaxAge
 	k := find(i.keys, kid, alg)
 	// A failed fetch is tried again after keysRetry at the earliest: an
@@ -221,7 +221,7 @@ func (i *issuer) fetchKeys(ctx context.Context) error {
 	if err := i.s.getJSON(ctx, m.JWKSURI, &set); err != nil {
 		return fmt.Errorf("%w: the keys of issuer %s cannot be read: %v", ErrUnavailable, i.id, err)
 	}
-	i.keys, i.fetched = set, i.s.c.Now()
+	i.keys, i.fetched = set, i.s.c.Clock.Now()
 	return nil
 }
 

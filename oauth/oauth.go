@@ -25,6 +25,8 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/mcp-quota/mcp-quota/clock"
 )
 
 // DefaultSkew is how far the token's exp and nbf may be off this
@@ -73,8 +75,8 @@ type Config struct {
 	// Client fetches metadata, keys and introspections; nil means a
 	// client with a 10 s timeout.
 	Client *http.Client
-	// Now returns the current time; nil means time.Now.
-	Now func() time.Time
+	// Clock is the time it reads; nil means real time.
+	Clock clock.Clock
 }
 
 // A Principal is who a valid token speaks for: its claims.
@@ -179,9 +181,7 @@ func New(c Config) (*Server, error) {
 	if c.Client == nil {
 		c.Client = &http.Client{Timeout: 10 * time.Second}
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Clock = clock.Or(c.Clock)
 	s := &Server{c: c, issuers: map[string]*issuer{}, intro: map[[32]byte]introspected{}}
 	for _, a := range c.Algorithms {
 		if err := checkAlgorithm(a); err != nil {

@@ -45,7 +45,7 @@ func newServer(t testing.TB, issuers []string, introspect bool, opts ...func(*oa
 	rt := &counting{n: map[string]int{}}
 	clk := testkit.NewClock(time.Now())
 	c := oauth.Config{Issuers: issuers, Resource: resource, Scopes: []string{"mcp"},
-		Client: &http.Client{Transport: rt, Timeout: 10 * time.Second}, Now: clk.Now}
+		Client: &http.Client{Transport: rt, Timeout: 10 * time.Second}, Clock: clk}
 	if introspect {
 		c.IntrospectionClient, c.IntrospectionSecret = "mcp-quota", "mcp-quota-secret"
 	}

@@ -55,7 +55,7 @@ func TestReservations(t *testing.T) {
 		k := reserved()
 		// The agent waits in another process: it holds a claim.
 		err := e.db.Update(context.Background(), func(tx ledger.Tx) error {
-			return tx.Claim("k", "agent", e.clk.now.Add(time.Minute))
+			return tx.Claim("k", "agent", e.clk.Now().Add(time.Minute))
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -75,7 +75,7 @@ func TestReservations(t *testing.T) {
 func TestSyncJobCannotStarveAgent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
-		e.p.Now = nil // the bubble's clock
+		e.p = e.pacerAt(e.rerun, nil) // the bubble's clock
 		k := newKey(policy("default", 10, time.Minute))
 		k.Reserves = []keystore.Reserve{{Caller: "agent", Share: 0.2}}
 		ctx, stop := context.WithCancel(t.Context())
@@ -139,7 +139,7 @@ func TestWaitOrPause(t *testing.T) {
 	t.Run("wait", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			e := newEnv(t)
-			e.p.Now = nil
+			e.p = e.pacerAt(e.rerun, nil) // the bubble's clock
 			k := newKey(policy("default", 1, 10*time.Second))
 			first := time.Now()
 			tk, err := e.p.Admit(t.Context(), e.call(k, "agent", "/items"))
@@ -179,7 +179,7 @@ func TestWaitOrPause(t *testing.T) {
 		list := e.activity()
 		got := list[len(list)-1]
 		want := ledger.Attempt{ID: got.ID, CallID: c.CallID, Attempt: 1, Key: "k", Caller: "sync", Transport: "rest",
-			Method: "GET", Target: "/items?page=2", State: ledger.RejectedLocal, At: e.clk.now,
+			Method: "GET", Target: "/items?page=2", State: ledger.RejectedLocal, At: e.clk.Now(),
 			Reason:   "refused locally, retry after 9 s: all 1 calls per 10 s allowed by policy 'default' are used",
 			Instance: state.Instance()}
 		if diff := cmp.Diff(got, want); diff != "" {
@@ -189,7 +189,7 @@ func TestWaitOrPause(t *testing.T) {
 	t.Run("cancelled", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			e := newEnv(t)
-			e.p.Now = nil
+			e.p = e.pacerAt(e.rerun, nil) // the bubble's clock
 			k := newKey(policy("default", 1, 10*time.Second))
 			if _, err := e.p.Admit(t.Context(), e.call(k, "agent", "/items")); err != nil {
 				t.Fatal(err)
@@ -206,7 +206,7 @@ func TestWaitOrPause(t *testing.T) {
 	t.Run("woken by an answer", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			e := newEnv(t)
-			e.p.Now = nil
+			e.p = e.pacerAt(e.rerun, nil) // the bubble's clock
 			k := newKey()
 			k.MaxConcurrency = 1
 			first, err := e.p.Admit(t.Context(), e.call(k, "agent", "/items"))
@@ -237,7 +237,7 @@ func TestStatesOfACall(t *testing.T) {
 	tests := []struct {
 		status int
 		err    error
-		want   string
+		want   ledger.State
 	}{
 		{200, nil, ledger.Confirmed},
 		{304, nil, ledger.Confirmed},
@@ -256,11 +256,11 @@ func TestStatesOfACall(t *testing.T) {
 		if got := list[len(list)-1]; got.State != ledger.Admitted || got.LeaseUntil.IsZero() {
 			t.Errorf("in flight: got %s with lease %v, want admitted with a lease", got.State, got.LeaseUntil)
 		}
-		sent := e.clk.now.Add(10 * time.Millisecond)
+		sent := e.clk.Now().Add(10 * time.Millisecond)
 		e.clk.advance(50 * time.Millisecond)
 		o := pacer.Outcome{SentAt: sent, Status: tt.status, Err: tt.err}
 		if tt.status > 0 {
-			o.AnsweredAt = e.clk.now
+			o.AnsweredAt = e.clk.Now()
 		}
 		res, err := e.p.Done(context.Background(), tk, o)
 		if err != nil {
@@ -366,13 +366,13 @@ func TestCallerAbortIsNotTheUpstreamsFault(t *testing.T) {
 		e := newEnv(t)
 		k := newKey()
 		tk := e.mustAdmit(k, "sync", "/upload")
-		if _, err := e.p.Done(context.Background(), tk, pacer.Outcome{SentAt: e.clk.now, Err: errors.New("body too large"), CallerAbort: abort}); err != nil {
+		if _, err := e.p.Done(context.Background(), tk, pacer.Outcome{SentAt: e.clk.Now(), Err: errors.New("body too large"), CallerAbort: abort}); err != nil {
 			t.Fatal(err)
 		}
 		var gates []ledger.Gate
 		var ks ledger.KeyState
 		e.db.View(context.Background(), func(tx ledger.Tx) error {
-			gates, _ = tx.Gates(k.Name, e.clk.now)
+			gates, _ = tx.Gates(k.Name, e.clk.Now())
 			ks, _ = tx.KeyState(k.Name)
 			return nil
 		})

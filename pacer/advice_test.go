@@ -34,7 +34,7 @@ func TestAdviceNeverContradictsItself(t *testing.T) {
 				t.Helper()
 				checked[pacer.Action(a.Action)]++
 				if err := a.Check(q); err != nil {
-					t.Errorf("seed %d, %s at +%s: %v", seed, what, e.clk.now.Sub(start), err)
+					t.Errorf("seed %d, %s at +%s: %v", seed, what, e.clk.Now().Sub(start), err)
 				}
 			}
 			for range steps {
@@ -55,7 +55,7 @@ func TestAdviceNeverContradictsItself(t *testing.T) {
 				if rng.IntN(2) == 0 {
 					e.clk.advance(genStep(rng))
 				}
-				st, err := report.Build(context.Background(), e.p, []*keystore.Key{k}, caller, e.clk.now)
+				st, err := report.Build(context.Background(), e.p, []*keystore.Key{k}, caller, e.clk.Now())
 				if err != nil {
 					t.Fatal(err)
 				}

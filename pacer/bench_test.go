@@ -53,13 +53,13 @@ func benchAdmit(b *testing.B, procs int, done bool) {
 		b.Fatal(err)
 	}
 	defer db.Close()
-	p := pacer.New(db)
-	p.Lease = 10 * time.Millisecond
+	lease := 10 * time.Millisecond
+	p := pacer.New(db, pacer.WithLease(lease))
 	key := conformance.SharedKey(quota, window)
 	var others []*conformance.Helper
 	for i := 1; i < procs; i++ {
 		h := conformance.StartHelper(b, sqlite, conformance.Job{Location: path, Caller: fmt.Sprintf("other%d", i), Quota: quota,
-			Window: window, Lease: p.Lease, AdmitOnly: !done, Quiet: true})
+			Window: window, Lease: lease, AdmitOnly: !done, Quiet: true})
 		others = append(others, h)
 	}
 	lat := make([]time.Duration, 0, b.N)

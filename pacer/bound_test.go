@@ -81,7 +81,7 @@ func TestPolicyFloodIsBounded(t *testing.T) {
 		t.Errorf("at 5 min: retry after %s, want what is left of tight's 30 min", pe.RetryAfter)
 	}
 	// Nor any sooner than 'tight' would have allowed: 1000 per hour.
-	e.clk.now = start.Add(31 * time.Minute)
+	e.clk.Set(start.Add(31 * time.Minute))
 	e.mustAdmit(k, "A", "/other")
 	st := e.status(k, "A")
 	if b := upstreamBudget(t, st, pacer.EvictedPolicy); b.Limit != 1000 || b.Window != time.Hour {

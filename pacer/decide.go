@@ -110,16 +110,17 @@ type snapshot struct {
 type decision struct {
 	admit   bool
 	probe   bool
-	wait    time.Duration // when !admit
-	reason  reason.Reason // why it waits or slows down
-	source  string        // what binds: a policy name, "retry-after", "circuit"…
-	poll    bool          // wait is a re-check interval, not a known end
-	exhaust bool          // the wait is for quota or a gate, not for spacing
-	keyWide bool          // the key itself is paused (not this caller alone): slow start follows
-	slow    bool          // a budget is below its low-water mark
-	spread  reason.Reason // when slow: the widest spread, which advice says
-	spacing time.Duration // when slow: that spread
-	binding *Budget       // the tightest budget
+	wait    time.Duration     // when !admit
+	reason  reason.Reason     // why it waits or slows down
+	source  string            // what binds: a policy name, "retry-after", "circuit"…
+	gate    ledger.GateSource // what closed the gate that binds; "" when no gate binds (a policy named "circuit" is not one)
+	poll    bool              // wait is a re-check interval, not a known end
+	exhaust bool              // the wait is for quota or a gate, not for spacing
+	keyWide bool              // the key itself is paused (not this caller alone): slow start follows
+	slow    bool              // a budget is below its low-water mark
+	spread  reason.Reason     // when slow: the widest spread, which advice says
+	spacing time.Duration     // when slow: that spread
+	binding *Budget           // the tightest budget
 	budgets []Budget
 	never   bool // the call can never go as it is (see byteConstraint)
 }
@@ -129,6 +130,7 @@ type constraint struct {
 	wait    time.Duration
 	reason  reason.Reason
 	source  string
+	gate    ledger.GateSource // the gate's source, for a gate; "" otherwise
 	poll    bool
 	exhaust bool
 	keyWide bool
@@ -210,7 +212,7 @@ func (cs constraints) worst() constraint {
 func (d *decision) waitFor(c constraint) {
 	d.probe = false
 	d.wait, d.reason, d.source, d.poll, d.exhaust, d.keyWide = c.wait, c.reason, c.source, c.poll, c.exhaust, c.keyWide
-	d.never = c.never
+	d.never, d.gate = c.never, c.gate
 }
 
 // 1. Gates: Retry-After, backoff, an open circuit, abnormal usage.
@@ -221,10 +223,10 @@ func (s snapshot) gateRule() []constraint {
 	for _, g := range s.gates {
 		switch g.Scope {
 		case "":
-			cs = append(cs, constraint{wait: g.Until.Sub(s.now), reason: gateReason(g), source: g.Source, exhaust: true, keyWide: true})
+			cs = append(cs, constraint{wait: g.Until.Sub(s.now), reason: gateReason(g), source: string(g.Source), gate: g.Source, exhaust: true, keyWide: true})
 		case routePartition(s.route):
 			// A route's own backoff or circuit: the key is not paused.
-			cs = append(cs, constraint{wait: g.Until.Sub(s.now), reason: gateReason(g), source: g.Source, exhaust: true})
+			cs = append(cs, constraint{wait: g.Until.Sub(s.now), reason: gateReason(g), source: string(g.Source), gate: g.Source, exhaust: true})
 		}
 	}
 	return cs
@@ -363,7 +365,7 @@ func (d *decision) spreadBy(why reason.Reason) {
 
 // gateReason is why a closed gate holds calls back: what it says.
 func gateReason(g ledger.Gate) reason.Reason {
-	return reason.Reason{Kind: reason.Said, Source: g.Source, Said: g.Reason}
+	return reason.Reason{Kind: reason.Said, Source: string(g.Source), Said: g.Reason}
 }
 
 // maxConcurrency is k's limit on calls in flight; zero means the default.

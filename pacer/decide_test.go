@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/report/reason"
 )
@@ -410,6 +411,27 @@ func TestBackoffAndCircuitBreaker(t *testing.T) {
 			t.Fatalf("guided refusal: got warnings %q, want no circuit", res.Warnings)
 		}
 		e.clk.advance(2 * time.Second)
+	}
+}
+
+// What holds a call is a gate only when a gate closed the key: a policy
+// named "circuit" is a budget, and the circuit breaker a gate.
+func TestPolicyNamedLikeAGateIsNotOne(t *testing.T) {
+	e := newEnv(t)
+	k := newKey(policy("circuit", 1, time.Minute))
+	e.mustAdmit(k, "agent", "/items")
+	if pe := e.mustPause(k, "agent", "/items"); pe.Source != "circuit" || pe.Gate != "" {
+		t.Errorf("the policy circuit spent: source %q, gate %q; want source circuit and no gate", pe.Source, pe.Gate)
+	}
+	e.clk.advance(time.Minute)
+	if err := e.db.Update(context.Background(), func(tx ledger.Tx) error {
+		return tx.PutGate(ledger.Gate{Key: k.Name, Until: e.clk.Now().Add(time.Hour), Source: ledger.CircuitGate,
+			Reason: "the circuit is open", SetAt: e.clk.Now()})
+	}, k.Name); err != nil {
+		t.Fatal(err)
+	}
+	if pe := e.mustPause(k, "agent", "/items"); pe.Source != "circuit" || pe.Gate != ledger.CircuitGate {
+		t.Errorf("the circuit breaker open: source %q, gate %q; want circuit, the circuit breaker's gate", pe.Source, pe.Gate)
 	}
 }
 

@@ -21,7 +21,7 @@ import (
 func drive(t *testing.T, e *env, k *keystore.Key, up *simUpstream, end time.Time, lat func(i int) time.Duration) []string {
 	t.Helper()
 	var warnings []string
-	for i := 0; e.clk.now.Before(end); {
+	for i := 0; e.clk.Now().Before(end); {
 		tk, err := e.p.Admit(context.Background(), e.call(k, "agent", "/items"))
 		var pe *pacer.PauseError
 		if errors.As(err, &pe) {
@@ -33,7 +33,7 @@ func drive(t *testing.T, e *env, k *keystore.Key, up *simUpstream, end time.Time
 		}
 		e.clk.advance(lat(i))
 		i++
-		status, rd := up.serve(e.clk.now)
+		status, rd := up.serve(e.clk.Now())
 		e.clk.advance(200 * time.Microsecond)
 		warnings = append(warnings, answerWith(t, e.p, e.clk, tk, status, rd).Warnings...)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/report/reason"
@@ -294,7 +295,7 @@ func (h *waitersHere) others(c Call) bool {
 // returns what ends its turn. Calls of a principal are served in the
 // order they came: the turns among principals are the state's, and
 // within one principal the order is its own.
-func (h *waitersHere) line(ctx context.Context, c Call, wait time.Duration) (done func(), err error) {
+func (h *waitersHere) line(ctx context.Context, clk clock.Clock, c Call, wait time.Duration) (done func(), err error) {
 	if !c.Key.Fair() {
 		return func() {}, nil
 	}
@@ -310,12 +311,12 @@ func (h *waitersHere) line(ctx context.Context, c Call, wait time.Duration) (don
 		return release, nil
 	default:
 	}
-	t := time.NewTimer(wait)
+	t, fired := clk.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case ph.turn <- struct{}{}:
 		return release, nil
-	case <-t.C:
+	case <-fired:
 		return func() {}, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/internal/pgtest"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
@@ -42,13 +43,11 @@ func TestUnleasedAnswerTakesNoTransaction(t *testing.T) {
 	}
 	t.Cleanup(func() { pg.Close() })
 	db := &countingPostgres{Postgres: pg}
-	p := pacer.New(db)
 	// The server's clock, which the test moves away from the server's
 	// (see below), and no timer: what answers taught is written by
 	// transactions only.
 	var ahead atomic.Int64
-	p.Now = func() time.Time { return pg.Now().Add(time.Duration(ahead.Load())) }
-	p.AfterFunc = func(time.Duration, func()) func() bool { return func() bool { return true } }
+	p := pacer.New(db, pacer.WithClock(aheadClock{pg: pg, ahead: &ahead}))
 	t.Cleanup(func() { p.Close(ctx) })
 	// Never leased: a lease holds at most a quarter of the calls the key
 	// may still have in flight, and a lease of fewer than 16 is none.
@@ -189,3 +188,23 @@ func TestUnleasedAnswerTakesNoTransaction(t *testing.T) {
 		t.Errorf("after the refusal: %v, want a pause of about its Retry-After (20 s)", err)
 	}
 }
+
+// aheadClock is a PostgreSQL server's clock moved by ahead, whose
+// AfterFunc timers never fire; its other timers are real.
+type aheadClock struct {
+	pg    *state.Postgres
+	ahead *atomic.Int64
+}
+
+func (c aheadClock) Now() time.Time { return c.pg.Now().Add(time.Duration(c.ahead.Load())) }
+
+func (aheadClock) NewTimer(d time.Duration) (clock.Timer, <-chan time.Time) {
+	return clock.Real.NewTimer(d)
+}
+
+func (aheadClock) AfterFunc(time.Duration, func()) clock.Timer { return neverFires{} }
+
+// neverFires is a timer that was stopped before it could fire.
+type neverFires struct{}
+
+func (neverFires) Stop() bool { return true }

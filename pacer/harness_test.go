@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
@@ -20,11 +21,11 @@ import (
 // start is where every test clock starts.
 var start = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 
-// A clock is a test's time; a Pacer reads it through Now.
-type clock struct{ now time.Time }
+// A testClock is a test's time: the Pacer reads it and runs its timers on
+// it, and a timer fires when the test moves the clock past it.
+type testClock struct{ *testkit.Clock }
 
-func (c *clock) Now() time.Time          { return c.now }
-func (c *clock) advance(d time.Duration) { c.now = c.now.Add(d) }
+func (c testClock) advance(d time.Duration) { c.Advance(d) }
 
 // env is one state file with a Pacer on a test clock. Every call it makes
 // goes through a real SQLite file in t.TempDir().
@@ -34,13 +35,13 @@ type env struct {
 	db    *state.DB
 	rerun *testkit.RerunStore // e.p's store: e.db, each Update's function run twice
 	p     *pacer.Pacer
-	clk   *clock
+	clk   testClock
 	n     atomic.Int64 // calls made, for call IDs
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{t: t, path: filepath.Join(t.TempDir(), "state.db"), clk: &clock{now: start}}
+	e := &env{t: t, path: filepath.Join(t.TempDir(), "state.db"), clk: testClock{testkit.NewClock(start)}}
 	e.db, e.p = e.open()
 	// e.p runs every transaction twice, as a database that retries one
 	// does: no test of the pacer passes on a closure that keeps anything
@@ -62,14 +63,16 @@ func (e *env) open() (*state.DB, *pacer.Pacer) {
 	return db, e.pacerOn(db)
 }
 
-// pacerOn returns a Pacer on db at the env's clock.
+// pacerOn returns a Pacer on db at the env's clock: a lease runs out by
+// the test clock, and no wall-clock timer gives its slots back behind the
+// test's back.
 func (e *env) pacerOn(db ledger.Store) *pacer.Pacer {
-	p := pacer.New(db)
-	p.Now, p.Rand = e.clk.Now, func() float64 { return 0.5 }
-	// A lease runs out by the test clock: no wall-clock timer gives its
-	// slots back behind the test's back.
-	p.AfterFunc = func(time.Duration, func()) func() bool { return func() bool { return true } }
-	return p
+	return e.pacerAt(db, e.clk)
+}
+
+// pacerAt returns a Pacer on db at clk, with a fixed jitter.
+func (e *env) pacerAt(db ledger.Store, clk clock.Clock) *pacer.Pacer {
+	return pacer.New(db, pacer.WithClock(clk), pacer.WithJitter(func() float64 { return 0.5 }))
 }
 
 // newKey returns a key with the given documented policies, no smoothing
@@ -100,7 +103,7 @@ func (e *env) mustAdmit(k *keystore.Key, caller, path string) pacer.Ticket {
 	e.t.Helper()
 	t, err := e.admitWith(e.p, e.call(k, caller, path))
 	if err != nil {
-		e.t.Fatalf("%s: admit %s: got %v, want admitted", e.clk.now.Sub(start), caller, err)
+		e.t.Fatalf("%s: admit %s: got %v, want admitted", e.clk.Now().Sub(start), caller, err)
 	}
 	return t
 }
@@ -112,12 +115,12 @@ func (e *env) mustPause(k *keystore.Key, caller, path string) *pacer.PauseError 
 	return mustPause(e.t, e.clk, e.p, e.call(k, caller, path))
 }
 
-func mustPause(t *testing.T, clk *clock, p *pacer.Pacer, c pacer.Call) *pacer.PauseError {
+func mustPause(t *testing.T, clk testClock, p *pacer.Pacer, c pacer.Call) *pacer.PauseError {
 	t.Helper()
 	_, err := p.Admit(context.Background(), c)
 	var pe *pacer.PauseError
 	if !errors.As(err, &pe) {
-		t.Fatalf("%s: admit %s: got %v, want a pause", clk.now.Sub(start), c.Caller, err)
+		t.Fatalf("%s: admit %s: got %v, want a pause", clk.Now().Sub(start), c.Caller, err)
 	}
 	return pe
 }
@@ -128,12 +131,12 @@ func (e *env) answer(t pacer.Ticket, status int, rd *ratelimit.Reading) pacer.Re
 	return answerWith(e.t, e.p, e.clk, t, status, rd)
 }
 
-func answerWith(t *testing.T, p *pacer.Pacer, clk *clock, tk pacer.Ticket, status int, rd *ratelimit.Reading) pacer.Result {
+func answerWith(t *testing.T, p *pacer.Pacer, clk testClock, tk pacer.Ticket, status int, rd *ratelimit.Reading) pacer.Result {
 	t.Helper()
 	if rd != nil {
-		rd.ReceivedAt = clk.now
+		rd.ReceivedAt = clk.Now()
 	}
-	res, err := p.Done(context.Background(), tk, pacer.Outcome{SentAt: tk.AdmittedAt, AnsweredAt: clk.now, Status: status, Reading: rd})
+	res, err := p.Done(context.Background(), tk, pacer.Outcome{SentAt: tk.AdmittedAt, AnsweredAt: clk.Now(), Status: status, Reading: rd})
 	if err != nil {
 		t.Fatal(err)
 	}

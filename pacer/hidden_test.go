@@ -191,7 +191,7 @@ func TestHiddenLimitCostsOneRefusal(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					status, rd := up.serve(e.clk.now)
+					status, rd := up.serve(e.clk.Now())
 					answerWith(t, e.p, e.clk, tk, status, rd)
 					e.clk.advance(30*time.Minute/time.Duration(tt.before) - waited)
 				}
@@ -199,7 +199,7 @@ func TestHiddenLimitCostsOneRefusal(t *testing.T) {
 			}
 			end := start.Add(hours * time.Hour)
 			var warnings []string
-			for i := 0; e.clk.now.Before(end); i++ {
+			for i := 0; e.clk.Now().Before(end); i++ {
 				p, caller := e.p, "agent"
 				if i%2 == 1 {
 					p, caller = other, "sync"
@@ -214,7 +214,7 @@ func TestHiddenLimitCostsOneRefusal(t *testing.T) {
 					t.Fatal(err)
 				}
 				e.clk.advance(20 * time.Millisecond) // the upstream takes a while
-				status, rd := up.serve(e.clk.now)
+				status, rd := up.serve(e.clk.Now())
 				res := answerWith(t, p, e.clk, tk, status, rd)
 				warnings = append(warnings, res.Warnings...)
 			}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/internal/conformance"
 	"github.com/mcp-quota/mcp-quota/internal/pgtest"
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
@@ -130,11 +131,12 @@ func openBenchHost(cfg hostConfig) (*benchHost, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &benchHost{cfg: cfg, db: db, p: pacer.New(db), rnd: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+	var clk clock.Clock
 	if pg, ok := db.(*state.Postgres); ok {
-		h.p.Now = pg.Now
+		clk = clock.Source(pg.Now)
 	}
-	h.p.Lease = 10 * time.Millisecond
+	h := &benchHost{cfg: cfg, db: db, p: pacer.New(db, pacer.WithClock(clk), pacer.WithLease(10*time.Millisecond)),
+		rnd: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
 	for i := range cfg.Keys {
 		k := conformance.SharedKey(benchQuotaFor(cfg.Window), cfg.Window)
 		k.Name = fmt.Sprintf("shared%d", i)

@@ -52,8 +52,8 @@ func TestLateSendIsAdmittedAgain(t *testing.T) {
 	if err != nil {
 		t.Fatalf("admitted again: %v", err)
 	}
-	if !again.AdmittedAt.Equal(e.clk.now) {
-		t.Errorf("admitted again at %v, want now (%v)", again.AdmittedAt.Sub(start), e.clk.now.Sub(start))
+	if !again.AdmittedAt.Equal(e.clk.Now()) {
+		t.Errorf("admitted again at %v, want now (%v)", again.AdmittedAt.Sub(start), e.clk.Now().Sub(start))
 	}
 	// The delays measured so far are 150 and 600 ms: the allowance follows
 	// them, up to w/8 less the 150 ms latency margin kept for the send's
@@ -73,12 +73,12 @@ func TestLateSendIsAdmittedAgain(t *testing.T) {
 	}
 	var states []string
 	for _, a := range e.activity() {
-		states = append(states, a.State)
+		states = append(states, string(a.State))
 		if a.ID == late.ID && (a.State != ledger.Failed || !strings.Contains(a.Reason, "not sent") || !a.SentAt.IsZero()) {
 			t.Errorf("the late attempt is recorded as %s (%q, sent at %v); want failed, not sent", a.State, a.Reason, a.SentAt)
 		}
 	}
-	if want := []string{ledger.Confirmed, ledger.Failed, ledger.Confirmed, ledger.RejectedLocal}; strings.Join(states, " ") != strings.Join(want, " ") {
+	if want := []string{string(ledger.Confirmed), string(ledger.Failed), string(ledger.Confirmed), string(ledger.RejectedLocal)}; strings.Join(states, " ") != strings.Join(want, " ") {
 		t.Errorf("the activity holds %v, want %v", states, want)
 	}
 }

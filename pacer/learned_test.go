@@ -44,17 +44,6 @@ func (e *env) word(k *keystore.Key) (ledger.Known, ledger.KeyState) {
 	return w, ks
 }
 
-// timers makes p's timers wait for the test: it returns the functions
-// they would call, in the order they were set.
-func timers(p *pacer.Pacer) *[]func() {
-	var fs []func()
-	p.AfterFunc = func(_ time.Duration, f func()) func() bool {
-		fs = append(fs, f)
-		return func() bool { return true }
-	}
-	return &fs
-}
-
 // answeredFromLease is a busy key whose upstream said r=90000 until the
 // key was leased, and r=80000 to the lease's first call: an answer the
 // lease foresaw, whose word waits to be written.
@@ -75,7 +64,7 @@ func TestForeseenAnswersAreWrittenTogether(t *testing.T) {
 	e := newEnv(t)
 	k := busyKey(100_000)
 	first := e.warmUp(e.p, k, func() *ratelimit.Reading { return upstreamSays(90_000) })
-	fired := timers(e.p)
+	pending := e.clk.Timers() // the lease's
 
 	e.clk.advance(5 * time.Millisecond)
 	if res := e.answer(first, 200, upstreamSays(80_000)); res.State != ledger.Confirmed {
@@ -106,20 +95,21 @@ func TestForeseenAnswersAreWrittenTogether(t *testing.T) {
 	}
 	e.clk.advance(7 * time.Millisecond)
 	e.answer(second, 200, upstreamSays(79_990))
-	if len(*fired) != 1 {
-		t.Fatalf("%d timers set for two answers, want one", len(*fired))
+	answered := e.clk.Now()
+	if n := e.clk.Timers() - pending; n != 1 {
+		t.Fatalf("%d timers set for two answers, want one", n)
 	}
-	(*fired)[0]()
+	e.clk.advance(pacer.LeaseTime) // the timer fires
 	w, ks := e.word(k)
-	if w.Remaining != 79_990 || !w.ReceivedAt.Equal(e.clk.now) {
+	if w.Remaining != 79_990 || !w.ReceivedAt.Equal(answered) {
 		t.Errorf("after the timer the latest word says r=%d received at %s, want the second answer's 79990 at %s",
-			w.Remaining, w.ReceivedAt.Sub(start), e.clk.now.Sub(start))
+			w.Remaining, w.ReceivedAt.Sub(start), answered.Sub(start))
 	}
-	if want := e.clk.now.Sub(first.AdmittedAt); ks.Latency < want {
+	if want := answered.Sub(first.AdmittedAt); ks.Latency < want {
 		t.Errorf("the key's latency is %s, want at least the second answer's %s", ks.Latency, want)
 	}
-	if !ks.LastResponseAt.Equal(e.clk.now) {
-		t.Errorf("the key's last answer is at %s, want %s", ks.LastResponseAt.Sub(start), e.clk.now.Sub(start))
+	if !ks.LastResponseAt.Equal(answered) {
+		t.Errorf("the key's last answer is at %s, want %s", ks.LastResponseAt.Sub(start), answered.Sub(start))
 	}
 
 	// Close writes what is left.

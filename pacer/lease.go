@@ -181,12 +181,10 @@ func (p *Pacer) install(l *lease) {
 	}))
 }
 
-// afterFunc is AfterFunc, or time.AfterFunc.
+// afterFunc calls f after d on the Pacer's clock, unless the function it
+// returns is called first (and returns true).
 func (p *Pacer) afterFunc() func(time.Duration, func()) func() bool {
-	if p.AfterFunc != nil {
-		return p.AfterFunc
-	}
-	return func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+	return func(d time.Duration, f func()) func() bool { return p.clock.AfterFunc(d, f).Stop }
 }
 
 // notGranted says the lease being reserved for key was not: its
@@ -447,12 +445,8 @@ func (p *Pacer) grant(tx ledger.Tx, c Call, snap snapshot, d decision, ks *ledge
 		return nil, err
 	}
 	ks.LastAdmitAt = now.Add(time.Duration(n) * l.spacing)
-	// The key's next calls wait for it rather than each taking a
-	// transaction (the caller installs it, or says it was not granted).
-	p.mu.Lock()
-	if p.granting[c.Key.Name] == nil {
-		p.granting[c.Key.Name] = make(chan struct{})
-	}
-	p.mu.Unlock()
+	// Nothing in memory changes here: tx may be rolled back and its
+	// function run again (see ledger.Store). The caller installs l once
+	// tx has committed.
 	return l, nil
 }

@@ -212,13 +212,13 @@ func TestLeaseEndsAtARefusal(t *testing.T) {
 func TestLeaseOfADeadProcess(t *testing.T) {
 	e := newEnv(t)
 	k := busyKey(100_000)
-	e.p.Lease = time.Minute
+	e.p = pacer.New(e.rerun, pacer.WithClock(e.clk), pacer.WithLease(time.Minute))
 	e.warmUp(e.p, k, nil) // never answered, never closed: the process "dies"
 	reserved, _ := e.countReserved(k)
 	if reserved == 0 {
 		t.Fatal("no slot reserved")
 	}
-	later := e.clk.now.Add(2 * time.Minute)
+	later := e.clk.Now().Add(2 * time.Minute)
 	_, err := e.db.Sweep(context.Background(), later, start.Add(-time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -262,7 +262,7 @@ func TestLeaseKeepsTheMaximumRate(t *testing.T) {
 	first := e.warmUp(e.p, k, nil)
 	reserved, _ := e.countReserved(k)
 	// warmUp advanced the clock 1 ms after the grant; the first slot went then.
-	grantedAt := e.clk.now.Add(-time.Millisecond)
+	grantedAt := e.clk.Now().Add(-time.Millisecond)
 	if !first.AdmittedAt.Equal(grantedAt) {
 		t.Fatalf("the first leased call is recorded at %v, want the grant at %v", first.AdmittedAt, grantedAt)
 	}
@@ -270,7 +270,7 @@ func TestLeaseKeepsTheMaximumRate(t *testing.T) {
 	pe := mustPause(t, e.clk, other, e.call(k, "agent", "/items"))
 	// The granting call went at the grant and the slots may go a
 	// millisecond apart after it: the last at the grant + 64 ms.
-	want := grantedAt.Add(time.Duration(reserved+1) * time.Millisecond).Sub(e.clk.now)
+	want := grantedAt.Add(time.Duration(reserved+1) * time.Millisecond).Sub(e.clk.Now())
 	if pe.Source != "pace" || pe.RetryAfter != want {
 		t.Errorf("another process right after a lease of %d slots: got %s for %v, want pace for %v", reserved, pe.Source, pe.RetryAfter, want)
 	}

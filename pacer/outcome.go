@@ -55,7 +55,7 @@ type Advice struct {
 // A Result is what Done learned: the key's budgets after the answer, the
 // tightest of them, what to do next, and warnings raised by the answer.
 type Result struct {
-	State      string        // the attempt's final state
+	State      ledger.State  // the attempt's final state
 	Budgets    []Budget      // every budget of the key, as the caller would meet it next
 	Binding    *Budget       // the tightest of them; nil when none is known
 	Advice     Advice        // what the caller should do next
@@ -181,7 +181,7 @@ func normalized(ob ratelimit.Observation) ratelimit.Observation {
 }
 
 // finished is t's attempt as it ended with o, in state st.
-func finished(t Ticket, o Outcome, st string) ledger.Attempt {
+func finished(t Ticket, o Outcome, st ledger.State) ledger.Attempt {
 	why := ""
 	switch {
 	case o.Err != nil:
@@ -196,7 +196,7 @@ func finished(t Ticket, o Outcome, st string) ledger.Attempt {
 }
 
 // finish records how t's attempt ended: in state st.
-func finish(tx ledger.Tx, t Ticket, o Outcome, st string) error {
+func finish(tx ledger.Tx, t Ticket, o Outcome, st ledger.State) error {
 	a := finished(t, o, st)
 	if t.Leased() {
 		return tx.FinishReserved(a)
@@ -372,7 +372,7 @@ func (r *recording) retryAfter() error {
 	until := now.Add(rd.RetryAfter)
 	until = until.Add(time.Duration(r.p.rand() * 0.1 * float64(min(rd.RetryAfter, 10*time.Second))))
 	if !rd.RetryAfterPerRoute {
-		if err := r.tx.PutGate(ledger.Gate{Key: r.t.Call.Key.Name, Until: until, Source: "retry-after", SetAt: now,
+		if err := r.tx.PutGate(ledger.Gate{Key: r.t.Call.Key.Name, Until: until, Source: ledger.RetryAfterGate, SetAt: now,
 			Reason: reason.Reason{Kind: reason.RetryAfterAsked, Status: r.o.Status, For: rd.RetryAfter}.String()}); err != nil {
 			return err
 		}
@@ -388,7 +388,7 @@ func (r *recording) abnormal() error {
 	if rd.Abnormal {
 		until := now.Add(max(rd.RetryAfter, AbnormalPause))
 		msg := reason.Reason{Kind: reason.Abnormal, Key: key, Violated: violated(rd.Problem), Until: until}.String()
-		if err := r.tx.PutGate(ledger.Gate{Key: key, Until: until, Source: "abnormal-usage", SetAt: now, Reason: msg}); err != nil {
+		if err := r.tx.PutGate(ledger.Gate{Key: key, Until: until, Source: ledger.AbnormalUsageGate, SetAt: now, Reason: msg}); err != nil {
 			return err
 		}
 		if err := r.tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "abnormal-usage", Message: msg}); err != nil {
@@ -488,7 +488,7 @@ func (r *recording) openCircuit(reopen bool) error {
 		why.Kind = reason.CircuitReopen
 	}
 	msg := why.String()
-	if err := r.tx.PutGate(ledger.Gate{Key: key, Until: now.Add(cool), Source: "circuit", SetAt: now, Reason: msg}); err != nil {
+	if err := r.tx.PutGate(ledger.Gate{Key: key, Until: now.Add(cool), Source: ledger.CircuitGate, SetAt: now, Reason: msg}); err != nil {
 		return err
 	}
 	if err := r.tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "circuit-open", Message: msg}); err != nil {
@@ -506,7 +506,7 @@ func (r *recording) backOff() error {
 	if r.short {
 		why.For = serverWait(r.rd)
 	}
-	if err := r.tx.PutGate(ledger.Gate{Key: r.t.Call.Key.Name, Until: r.now.Add(d), Source: "backoff", SetAt: r.now,
+	if err := r.tx.PutGate(ledger.Gate{Key: r.t.Call.Key.Name, Until: r.now.Add(d), Source: ledger.BackoffGate, SetAt: r.now,
 		Reason: why.String()}); err != nil {
 		return err
 	}
@@ -571,7 +571,7 @@ func routePartition(route string) string { return "route " + route }
 const unnamedPolicy = "x-ratelimit"
 
 // classify turns an outcome into an attempt state.
-func classify(o Outcome, rd *ratelimit.Reading) string {
+func classify(o Outcome, rd *ratelimit.Reading) ledger.State {
 	switch {
 	case o.Status == 0:
 		return ledger.Failed

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/report/reason"
@@ -36,30 +37,20 @@ const (
 // A Pacer admits calls and records their outcomes for every key sharing
 // one state file, together with every other Pacer (in this process or
 // another) on the same file. Create it with New (the zero value has no
-// state file and cannot be used); set Now, Rand and Lease before first
-// use. It is safe for concurrent use.
+// state file and cannot be used). It is safe for concurrent use.
 type Pacer struct {
 	db ledger.Store
 
-	// Now returns the current time; nil means time.Now.
-	Now func() time.Time
-	// Rand returns a uniform number in [0, 1) for jitter; nil means
-	// math/rand/v2's Float64.
-	Rand func() float64
-	// Lease is how long an admitted attempt counts as in flight without
-	// an answer; zero means DefaultLease.
-	Lease time.Duration
-	// AfterFunc calls f after d, unless the function it returns is
-	// called first (and returns true); nil means time.AfterFunc. It gives
-	// back a lease's unused slots when the lease runs out.
-	AfterFunc func(d time.Duration, f func()) (stop func() bool)
+	clock    clock.Clock    // the time it reads and waits on; never nil (see WithClock)
+	random   func() float64 // uniform numbers in [0, 1) for jitter (see WithJitter)
+	inFlight time.Duration  // how long an admitted attempt counts as in flight (see WithLease)
 
 	timers sync.WaitGroup // the timers' functions running (see timerFunc): Close waits for them
 
 	mu       sync.Mutex
 	wake     map[string]chan struct{} // closed when a call of the key finishes here
 	leases   map[string]*lease        // the current lease of each key (see lease.go)
-	granting map[string]chan struct{} // keys whose lease is being reserved: closed once it is, or is not
+	granting map[string]chan struct{} // keys whose spent lease is being renewed: closed once it is, or is not
 	recent   map[string]*admissions   // each key's latest admissions here
 	learned  map[string]*learned      // what foreseen answers taught each key, not yet written (see learned.go)
 	delays   map[string]*sendDelays   // each key's latest delays from admission to send here (see margin.go)
@@ -71,29 +62,43 @@ type Pacer struct {
 	unrecorded map[string]map[int64]unrecordedOutcome
 }
 
-// New returns a Pacer keeping its state in db.
-func New(db ledger.Store) *Pacer {
-	return &Pacer{db: db, wake: map[string]chan struct{}{}, leases: map[string]*lease{},
+// An Option sets one of a Pacer's settings in New.
+type Option func(*Pacer)
+
+// WithClock makes the Pacer read the time, and run its timers and waits,
+// on c; nil means real time.
+func WithClock(c clock.Clock) Option { return func(p *Pacer) { p.clock = clock.Or(c) } }
+
+// WithJitter makes the Pacer draw its jitter from f, which returns a
+// uniform number in [0, 1); nil means math/rand/v2's Float64.
+func WithJitter(f func() float64) Option { return func(p *Pacer) { p.random = f } }
+
+// WithLease sets how long an admitted attempt counts as in flight without
+// an answer (its process crashed); zero means DefaultLease.
+func WithLease(d time.Duration) Option { return func(p *Pacer) { p.inFlight = d } }
+
+// New returns a Pacer keeping its state in db, with the given options.
+func New(db ledger.Store, opts ...Option) *Pacer {
+	p := &Pacer{db: db, clock: clock.Real, wake: map[string]chan struct{}{}, leases: map[string]*lease{},
 		granting: map[string]chan struct{}{}, recent: map[string]*admissions{}, learned: map[string]*learned{}}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
 }
 
-func (p *Pacer) now() time.Time {
-	if p.Now != nil {
-		return p.Now()
-	}
-	return time.Now()
-}
+func (p *Pacer) now() time.Time { return p.clock.Now() }
 
 func (p *Pacer) rand() float64 {
-	if p.Rand != nil {
-		return p.Rand()
+	if p.random != nil {
+		return p.random()
 	}
 	return rand.Float64()
 }
 
 func (p *Pacer) lease() time.Duration {
-	if p.Lease > 0 {
-		return p.Lease
+	if p.inFlight > 0 {
+		return p.inFlight
 	}
 	return DefaultLease
 }
@@ -165,7 +170,11 @@ type PauseError struct {
 	RetryAfter time.Duration // come back after this long
 	Reason     reason.Reason // why
 	Source     string        // what binds: a policy name, "retry-after", "circuit", "pace"…
-	Binding    *Budget       // the tightest budget, when one binds
+	// Gate is what closed the gate that binds; "" when a policy or a
+	// local limit binds. Source can name a policy "circuit"; Gate
+	// CircuitGate is the circuit breaker alone.
+	Gate    ledger.GateSource
+	Binding *Budget // the tightest budget, when one binds
 }
 
 // Error says which key pauses, for how long, and why.
@@ -190,7 +199,7 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 	}
 	spent := p.spentLease(c.Key.Name, p.now()) // this call renews it, when leaseSize allows
 	deadline := start.Add(c.MaxWait)
-	done, err := p.here.line(ctx, c, deadline.Sub(p.now())) // one call of a principal at a time, on a key with shares
+	done, err := p.here.line(ctx, p.clock, c, deadline.Sub(p.now())) // one call of a principal at a time, on a key with shares
 	if err != nil {
 		return Ticket{}, err
 	}
@@ -214,7 +223,7 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 		}
 		heldBy = run.d.source
 		wait := progress(c, start, &lastProgress, run.now, run.d)
-		if err := sleep(ctx, wait, wake); err != nil {
+		if err := p.sleep(ctx, wait, wake); err != nil {
 			return Ticket{}, err
 		}
 	}
@@ -248,7 +257,7 @@ func (p *Pacer) awaitLease(ctx context.Context, c Call, start time.Time) (Ticket
 		if wait <= 0 {
 			wait = Poll // the reservation's end wakes it sooner
 		}
-		if err := sleep(ctx, wait, reserving); err != nil {
+		if err := p.sleep(ctx, wait, reserving); err != nil {
 			return Ticket{}, false, err
 		}
 	}
@@ -270,21 +279,18 @@ type admitRun struct {
 // renews, when one is.
 func (p *Pacer) admitOnce(ctx context.Context, c Call, start, deadline time.Time, spent *lease) (admitRun, error) {
 	var run admitRun
-	renewing := spent != nil
-	marked := false // a run marked the key as being granted a lease
+	renewing := spent != nil // spentLease marked the key as being granted a lease
 	err := p.admitUpdate(ctx, func(tx ledger.Tx) error {
 		// The function may run more than once (see ledger.Store):
 		// only the last run's results count, and nothing in memory
 		// changes until the transaction commits.
 		run = admitRun{}
-		err := p.admitStep(tx, c, start, deadline, spent, &run)
-		marked = marked || run.granted != nil
-		return err
+		return p.admitStep(tx, c, start, deadline, spent, &run)
 	}, c.Key.Name)
 	switch {
 	case run.granted != nil && err == nil:
 		p.install(run.granted)
-	case marked || renewing:
+	case renewing:
 		p.notGranted(c.Key.Name) // the calls waiting for a lease go their own way
 	}
 	if err != nil {
@@ -376,7 +382,7 @@ func (p *Pacer) held(tx ledger.Tx, c Call, snap snapshot, deadline time.Time, wa
 		if d.poll {
 			retry = time.Second
 		}
-		run.pause = &PauseError{Key: c.Key.Name, RetryAfter: retry, Reason: d.reason, Source: d.source, Binding: d.binding}
+		run.pause = &PauseError{Key: c.Key.Name, RetryAfter: retry, Reason: d.reason, Source: d.source, Gate: d.gate, Binding: d.binding}
 		_, err := tx.InsertAttempt(ledger.Attempt{CallID: c.CallID, Attempt: c.Attempt, Key: c.Key.Name,
 			Caller: c.Caller, Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest,
 			State: ledger.RejectedLocal, Reason: pauseReason(run.pause), At: now, Wait: waited})
@@ -557,16 +563,7 @@ func (p *Pacer) signal(key string) {
 	}
 }
 
-// sleep waits d, or until wake closes, or until ctx ends.
-func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-wake:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+// sleep waits d on p's clock, or until wake closes, or until ctx ends.
+func (p *Pacer) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
+	return clock.Sleep(ctx, p.clock, d, wake)
 }

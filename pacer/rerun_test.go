@@ -41,7 +41,7 @@ func TestAdmitRunTwiceKeepsOnlyItsLastRun(t *testing.T) {
 			// key for 60 s between its rolled-back run and the last one.
 			e.rerun.Once(func(ctx context.Context) error {
 				return e.db.Update(ctx, func(tx ledger.Tx) error {
-					return tx.PutGate(ledger.Gate{Key: k.Name, Until: e.clk.now.Add(time.Minute), Source: "retry-after",
+					return tx.PutGate(ledger.Gate{Key: k.Name, Until: e.clk.Now().Add(time.Minute), Source: "retry-after",
 						Reason: "another host was told to wait 60 s"})
 				}, k.Name)
 			})

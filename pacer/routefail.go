@@ -109,11 +109,11 @@ func (p *Pacer) failRoute(tx ledger.Tx, t Ticket, o Outcome, rd *ratelimit.Readi
 	if err := tx.PutPathState(ps); err != nil {
 		return false, 0, "", err
 	}
-	g := ledger.Gate{Key: key, Scope: scope, Until: now.Add(wait), Source: "backoff", SetAt: now,
+	g := ledger.Gate{Key: key, Scope: scope, Until: now.Add(wait), Source: ledger.BackoffGate, SetAt: now,
 		Reason: reason.Reason{Kind: reason.RouteBackOff, Status: o.Status, Route: route, Failures: int64(ps.Failures), Window: PathWindow}.String()}
 	msg := ""
 	if opened {
-		g.Source = "circuit"
+		g.Source = ledger.CircuitGate
 		g.Reason = reason.Reason{Kind: reason.RouteCircuit, Route: route, Key: key, For: wait}.String()
 		msg = g.Reason
 		if err := tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "circuit-open", Message: msg}); err != nil {

@@ -21,7 +21,7 @@ func TestFailingRouteBacksOffItsRouteAlone(t *testing.T) {
 		t.Helper()
 		tk, err := e.admitWith(e.p, e.call(k, caller, path))
 		if err != nil {
-			t.Fatalf("%s: %s on %s: %v, want admitted", e.clk.now.Sub(start), caller, path, err)
+			t.Fatalf("%s: %s on %s: %v, want admitted", e.clk.Now().Sub(start), caller, path, err)
 		}
 		return e.answer(tk, http.StatusServiceUnavailable, &ratelimit.Reading{})
 	}

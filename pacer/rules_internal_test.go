@@ -24,8 +24,8 @@ func TestDecideGateRule(t *testing.T) {
 	var cs constraints
 	cs.add(s.gateRule()...)
 	want := []constraint{
-		{wait: u2.Sub(u1), reason: reason.Reason{Kind: reason.Said, Source: "retry-after", Said: "key"}, source: "retry-after", exhaust: true, keyWide: true},
-		{wait: u3.Sub(u1), reason: reason.Reason{Kind: reason.Said, Source: "backoff", Said: "own route"}, source: "backoff", exhaust: true},
+		{wait: u2.Sub(u1), reason: reason.Reason{Kind: reason.Said, Source: "retry-after", Said: "key"}, source: "retry-after", gate: ledger.RetryAfterGate, exhaust: true, keyWide: true},
+		{wait: u3.Sub(u1), reason: reason.Reason{Kind: reason.Said, Source: "backoff", Said: "own route"}, source: "backoff", gate: ledger.BackoffGate, exhaust: true},
 	}
 	if len(cs) != len(want) {
 		t.Fatalf("gates at u1: %+v; want %+v", cs, want)

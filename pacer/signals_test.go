@@ -115,10 +115,10 @@ func TestWhatTheNextCallDoes(t *testing.T) {
 			e := newEnv(t)
 			k := newKey()
 			status, at, read := fixture(t, tt.fixture)
-			e.clk.now = at // the answer comes when it says it does
+			e.clk.Set(at) // the answer comes when it says it does
 			tk := e.mustAdmit(k, "agent", "/items")
-			rd := read(e.clk.now)
-			if _, err := e.p.Done(t.Context(), tk, pacer.Outcome{SentAt: tk.AdmittedAt, AnsweredAt: e.clk.now, Status: status, Reading: rd}); err != nil {
+			rd := read(e.clk.Now())
+			if _, err := e.p.Done(t.Context(), tk, pacer.Outcome{SentAt: tk.AdmittedAt, AnsweredAt: e.clk.Now(), Status: status, Reading: rd}); err != nil {
 				t.Fatal(err)
 			}
 			e.clk.advance(time.Millisecond)
@@ -141,9 +141,9 @@ func TestSlackWaitHoldsItsMethod(t *testing.T) {
 	e := newEnv(t)
 	k := newKey()
 	status, at, read := fixture(t, "slack-429")
-	e.clk.now = at
+	e.clk.Set(at)
 	tk := e.mustAdmit(k, "agent", "/api/chat.postMessage")
-	res := answerWith(t, e.p, e.clk, tk, status, read(e.clk.now))
+	res := answerWith(t, e.p, e.clk, tk, status, read(e.clk.Now()))
 	if res.RetryIn < 30*time.Second {
 		t.Errorf("RetryIn = %v, want Retry-After's 30 s", res.RetryIn)
 	}
@@ -172,7 +172,7 @@ func admitPaced(t *testing.T, e *env, k *keystore.Key) pacer.Ticket {
 		}
 		e.clk.advance(pe.RetryAfter)
 	}
-	t.Fatalf("%v: still paused after 20 waits", e.clk.now.Sub(start))
+	t.Fatalf("%v: still paused after 20 waits", e.clk.Now().Sub(start))
 	return pacer.Ticket{}
 }
 
@@ -190,7 +190,7 @@ func TestZeroWaitRefusalsBackOffToTheCircuit(t *testing.T) {
 	var sources []string
 	for range pacer.BreakerThreshold {
 		tk := e.mustAdmit(k, "agent", "/items")
-		answerWith(t, e.p, e.clk, tk, status, read(e.clk.now))
+		answerWith(t, e.p, e.clk, tk, status, read(e.clk.Now()))
 		pe := e.mustPause(k, "agent", "/items")
 		waits, sources = append(waits, pe.RetryAfter), append(sources, pe.Source)
 		e.clk.advance(pe.RetryAfter)
@@ -213,9 +213,9 @@ func TestReducedPolicyPacesAfterTheServersWait(t *testing.T) {
 	e := newEnv(t)
 	k := newKey()
 	status, at, read := fixture(t, "problem-reduced-capacity-hour")
-	e.clk.now = at
+	e.clk.Set(at)
 	tk := e.mustAdmit(k, "agent", "/items")
-	answerWith(t, e.p, e.clk, tk, status, read(e.clk.now))
+	answerWith(t, e.p, e.clk, tk, status, read(e.clk.Now()))
 	e.clk.advance(31 * time.Second)
 	// 100 per hour, one already sent: 99 go (at the slow start's pace after
 	// the pause), the 101st is refused until the first leaves the hour.
@@ -258,20 +258,20 @@ func TestLeakyBucketPacesAtItsLeak(t *testing.T) {
 		// at 39. Every call is answered at once with what the bucket holds.
 		e := newEnv(t)
 		k := newKey()
-		level, last := 39.0, e.clk.now
+		level, last := 39.0, e.clk.Now()
 		answer := func(tk pacer.Ticket) {
-			level = max(0, level-20*e.clk.now.Sub(last).Seconds()) + 1
-			last = e.clk.now
+			level = max(0, level-20*e.clk.Now().Sub(last).Seconds()) + 1
+			last = e.clk.Now()
 			if level > 40 {
-				t.Fatalf("%v: the bucket overflowed (%.1f): a real one would have refused", e.clk.now.Sub(start), level)
+				t.Fatalf("%v: the bucket overflowed (%.1f): a real one would have refused", e.clk.Now().Sub(start), level)
 			}
 			answerWith(t, e.p, e.clk, tk, 200, shopify(int(math.Ceil(level))))
 		}
 		e.send(k, "agent", 200, shopify(39))
 		perSecond := map[int]int{}
-		for e.clk.now.Sub(start) < 10*time.Second {
+		for e.clk.Now().Sub(start) < 10*time.Second {
 			answer(admitPaced(t, e, k))
-			perSecond[int(e.clk.now.Sub(start)/time.Second)]++
+			perSecond[int(e.clk.Now().Sub(start)/time.Second)]++
 		}
 		if perSecond[9] < 14 {
 			t.Errorf("tenth second: %d calls, want near the bucket's 20/s once learned (%v)", perSecond[9], perSecond)
@@ -288,8 +288,8 @@ func TestUnifiedPercentWindows(t *testing.T) {
 	k.LowWater = 0.1
 	unified := func(util, status string) *ratelimit.Reading {
 		h := http.Header{"Anthropic-Ratelimit-Unified-5h-Utilization": {util}, "Anthropic-Ratelimit-Unified-5h-Status": {status},
-			"Anthropic-Ratelimit-Unified-5h-Reset": {strconv.FormatInt(e.clk.now.Add(time.Hour).Unix(), 10)}}
-		rd := ratelimit.Read(ratelimit.Anthropic, ratelimit.Response{Status: 200, Header: h}, e.clk.now)
+			"Anthropic-Ratelimit-Unified-5h-Reset": {strconv.FormatInt(e.clk.Now().Add(time.Hour).Unix(), 10)}}
+		rd := ratelimit.Read(ratelimit.Anthropic, ratelimit.Response{Status: 200, Header: h}, e.clk.Now())
 		return &rd
 	}
 	e.send(k, "agent", 200, unified("0.97", "allowed_warning"))

@@ -96,7 +96,7 @@ func TestAdvice(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t)
-			e.p.Rand = func() float64 { return 0.9 }
+			e.p = pacer.New(e.rerun, pacer.WithClock(e.clk), pacer.WithJitter(func() float64 { return 0.9 }))
 			got := tt.setup(e).Advice
 			if diff := cmp.Diff(got, tt.want); diff != "" {
 				t.Errorf("advice (-got +want):\n%s", diff)

@@ -78,8 +78,8 @@ func probeOut(t *testing.T, e *env) (*pacer.Pacer, *failStore, pacer.Ticket) {
 // probeAnswer is the probe's answer: a fresh word with room left.
 func probeAnswer(e *env, probe pacer.Ticket) pacer.Outcome {
 	rd := reading(0, shown("default", 120, time.Minute, 90, time.Minute))
-	rd.ReceivedAt = e.clk.now
-	return pacer.Outcome{SentAt: probe.AdmittedAt, AnsweredAt: e.clk.now, Status: 200, Reading: rd}
+	rd.ReceivedAt = e.clk.Now()
+	return pacer.Outcome{SentAt: probe.AdmittedAt, AnsweredAt: e.clk.Now(), Status: 200, Reading: rd}
 }
 
 // A probe that was answered but whose outcome the database did not take

@@ -281,7 +281,7 @@ func newKeyStatus(k *keystore.Key, st pacer.KeyStatus, now time.Time) KeyStatus 
 	if len(st.Gates) > 0 {
 		g := st.Gates[0] // the latest to open
 		ks.RetryAfter = &Gate{Until: g.Until.UTC().Format(time.RFC3339), RetryAfterS: Seconds(g.Until.Sub(now)),
-			Source: g.Source, Reason: g.Reason}
+			Source: string(g.Source), Reason: g.Reason}
 	}
 	for _, r := range st.Reserves {
 		ks.Reservations = append(ks.Reservations, Reservation{Caller: r.Caller, Share: r.Share})

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/gateway"
 	"github.com/mcp-quota/mcp-quota/internal/pgtest"
@@ -230,8 +231,7 @@ func newPostgresStack(t testing.TB, sc stackConfig, dbURL string) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Pacer = pacer.New(db)
-	s.Pacer.Now = db.Now
+	s.Pacer = pacer.New(db, pacer.WithClock(clock.Source(db.Now)))
 	s.Client = upstream.New(s.Pacer, log)
 	s.REST = &rest.Handler{Keys: store, Client: s.Client, Pacer: s.Pacer, DB: db, Log: log}
 	mcp := tools.NewServer(&tools.Deps{Keys: store, Client: s.Client, Pacer: s.Pacer, DB: db, Log: log, Transport: "mcp-http"}, "test")

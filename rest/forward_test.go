@@ -455,10 +455,9 @@ func TestUpstreamUnavailable(t *testing.T) {
 // until the minute has passed.
 func TestBadTokensAreThrottled(t *testing.T) {
 	t.Parallel()
-	var now atomic.Pointer[time.Time]
 	start := time.Now()
-	now.Store(&start)
-	s := newStack(t, stackConfig{Gateway: func(c *gateway.Config) { c.Now = func() time.Time { return *now.Load() } }})
+	clk := testkit.NewClock(start)
+	s := newStack(t, stackConfig{Gateway: func(c *gateway.Config) { c.Clock = clk }})
 	for i := range 20 {
 		resp, body := s.do(t, "GET", "/v1/quota", fmt.Sprintf("guess-%02d", i), nil)
 		checkProblem(t, resp, body, 401, "unauthorized")
@@ -470,8 +469,7 @@ func TestBadTokensAreThrottled(t *testing.T) {
 			t.Errorf("Retry-After %q, want 1 to 60", resp.Header.Get("Retry-After"))
 		}
 	}
-	later := start.Add(61 * time.Second)
-	now.Store(&later)
+	clk.Set(start.Add(61 * time.Second))
 	if resp, body := s.do(t, "GET", "/v1/quota", syncToken, nil); resp.StatusCode != 200 {
 		t.Errorf("a minute later: %d %s", resp.StatusCode, body)
 	}

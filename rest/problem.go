@@ -165,13 +165,12 @@ func refusalCode(pe *pacer.PauseError) string {
 
 // waitOnly reports whether a pause holds no spent quota: a wait the
 // upstream asked for, a backoff, an open circuit — not a budget used up
-// or paced.
+// or paced, whatever its policy is named.
 func waitOnly(pe *pacer.PauseError) bool {
-	switch pe.Source {
-	case "retry-after", "backoff", "circuit", "abnormal-usage":
-		return pe.Binding == nil || pe.Binding.Hidden || pe.Binding.Remaining != 0
+	if pe.Gate == "" {
+		return false
 	}
-	return false
+	return pe.Binding == nil || pe.Binding.Hidden || pe.Binding.Remaining != 0
 }
 
 // secondaryRefusal reports whether an upstream's answer refused the call

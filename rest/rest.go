@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
@@ -70,15 +71,12 @@ type Handler struct {
 	DB     ledger.Viewer
 	Log    *slog.Logger // nil means discard
 	Limits Limits
-	// Now returns the current time; nil means time.Now.
-	Now func() time.Time
+	// Clock is the time it reads; nil means real time.
+	Clock clock.Clock
 }
 
 func (h *Handler) now() time.Time {
-	if h.Now != nil {
-		return h.Now()
-	}
-	return time.Now()
+	return clock.Or(h.Clock).Now()
 }
 
 func (h *Handler) log() *slog.Logger {

@@ -3,11 +3,11 @@ package rest_test
 import (
 	"fmt"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/gateway"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // The caller token is accepted in the schemes vendor SDKs send by
@@ -15,10 +15,9 @@ import (
 // them counts towards the bad-token throttle as a Bearer one does: the
 // 21st bad guess from one address is throttled, in whatever scheme.
 func TestCallerTokenSchemes(t *testing.T) {
-	var now atomic.Pointer[time.Time]
 	start := time.Now()
-	now.Store(&start)
-	s := newStack(t, stackConfig{Gateway: func(c *gateway.Config) { c.Now = func() time.Time { return *now.Load() } }})
+	clk := testkit.NewClock(start)
+	s := newStack(t, stackConfig{Gateway: func(c *gateway.Config) { c.Clock = clk }})
 	for _, scheme := range []string{"Bearer", "token", "TOKEN", "Bot"} {
 		resp, body := s.do(t, "GET", "/v1/quota", "", nil, "Authorization", scheme+" "+syncToken)
 		if resp.StatusCode != 200 {

@@ -45,7 +45,8 @@ import (
 // admitted on its own (its row names its call already); one the sweep
 // released or interrupted meanwhile is recorded as its call ended.
 func (tx *Tx) finish(f ledger.Finished) (bool, error) {
-	var st, callID string
+	var st ledger.State
+	var callID string
 	var attempt int64
 	err := tx.queryRow(qOpenState, f.Attempt.ID, f.Attempt.Key).Scan(&st, &callID, &attempt)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -139,7 +139,7 @@ func (c *slotColumns) add(a ledger.Attempt) {
 	c.method = append(c.method, a.Method)
 	c.target = append(c.target, a.Target)
 	c.digest = append(c.digest, a.Digest)
-	c.state = append(c.state, a.State)
+	c.state = append(c.state, string(a.State))
 	c.reason = append(c.reason, a.Reason)
 	c.wait = append(c.wait, a.Wait.Microseconds())
 	c.status = append(c.status, int64(a.Status))

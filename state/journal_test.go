@@ -58,11 +58,11 @@ func refuse(t *testing.T, path string, ids ...int64) {
 }
 
 // statesOf returns how many of key "k"'s attempts are in each state.
-func statesOf(t *testing.T, db *state.DB) map[string]int {
+func statesOf(t *testing.T, db *state.DB) map[ledger.State]int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	states := map[string]int{}
+	states := map[ledger.State]int{}
 	if err := db.View(ctx, func(tx ledger.Tx) error {
 		sends, err := tx.Sends("k", time.Time{}, 100)
 		for _, s := range sends {

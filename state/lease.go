@@ -89,7 +89,7 @@ var qFinishReserved = newQuery("FinishReserved")
 // lease.
 func (tx *Tx) FinishReserved(a ledger.Attempt) error {
 	res, err := tx.exec(qFinishReserved, a.CallID, a.Attempt, a.Caller, a.Transport, a.Method, a.Target, a.Digest,
-		a.State, a.Reason, a.Wait.Microseconds(), nullInt(int64(a.Status)), nullInt(micros(a.SentAt)),
+		string(a.State), a.Reason, a.Wait.Microseconds(), nullInt(int64(a.Status)), nullInt(micros(a.SentAt)),
 		nullInt(micros(a.AnsweredAt)), a.ID)
 	if err == nil {
 		var n int64

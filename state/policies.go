@@ -160,7 +160,7 @@ var qPutGate = newQuery("PutGate")
 // PutGate closes g's scope until g.Until. An existing gate of the same
 // scope that stays closed longer is kept: a gate is never shortened.
 func (tx *Tx) PutGate(g ledger.Gate) error {
-	_, err := tx.exec(qPutGate, g.Key, g.Scope, micros(g.Until), g.Reason, g.Source, micros(g.SetAt))
+	_, err := tx.exec(qPutGate, g.Key, g.Scope, micros(g.Until), g.Reason, string(g.Source), micros(g.SetAt))
 	if err != nil {
 		return fmt.Errorf("state: record gate: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/internal/pgtest"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
@@ -300,11 +301,11 @@ func pacersShareOneClock(t *testing.T, srv *pgtest.Server) {
 	key := &keystore.Key{Name: "shared", MaxRate: 1e9, MaxConcurrency: 1 << 20,
 		Policies: []keystore.Policy{{Name: "default", Quota: quota, Window: window, Unit: ratelimit.Requests}}}
 	var pacers []*pacer.Pacer
+	var clocks []clock.Clock // each pacer's: its server's, as its host reckons it
 	for _, d := range []time.Duration{5 * time.Second, -5 * time.Second} {
 		pg := openPostgres(t, url, state.PostgresOptions{Local: skewed(d)})
-		p := pacer.New(pg)
-		p.Now = pg.Now
-		pacers = append(pacers, p)
+		clocks = append(clocks, clock.Source(pg.Now))
+		pacers = append(pacers, pacer.New(pg, pacer.WithClock(clocks[len(clocks)-1])))
 	}
 	for i := range calls {
 		p := pacers[i%2]
@@ -313,7 +314,7 @@ func pacersShareOneClock(t *testing.T, srv *pgtest.Server) {
 		if err != nil {
 			t.Fatalf("call %d: %v", i, err)
 		}
-		now := p.Now()
+		now := clocks[i%2].Now()
 		if _, err := p.Done(context.Background(), tk, pacer.Outcome{SentAt: now, AnsweredAt: now, Status: 200}); err != nil {
 			t.Fatal(err)
 		}
@@ -437,7 +438,7 @@ func refusedOutcome(t *testing.T, srv *pgtest.Server) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	states := map[int64]string{}
+	states := map[int64]ledger.State{}
 	err := pg.View(ctx, func(tx ledger.Tx) error {
 		sends, err := tx.Sends("k", time.Time{}, 10)
 		for _, s := range sends {
@@ -448,7 +449,7 @@ func refusedOutcome(t *testing.T, srv *pgtest.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[int64]string{first: ledger.Confirmed, first + 1: ledger.Reserved, last: ledger.Confirmed}
+	want := map[int64]ledger.State{first: ledger.Confirmed, first + 1: ledger.Reserved, last: ledger.Confirmed}
 	if fmt.Sprint(states) != fmt.Sprint(want) {
 		t.Errorf("with the second of three outcomes refused: %v, want %v", states, want)
 	}

@@ -203,7 +203,7 @@ func (tx *Tx) InsertAttempt(a ledger.Attempt) (int64, error) {
 	}
 	var id int64
 	err := tx.queryRow(qInsertAttempt,
-		a.CallID, a.Attempt, a.Key, a.Caller, a.Transport, a.Method, a.Target, a.Digest, a.State, a.Reason,
+		a.CallID, a.Attempt, a.Key, a.Caller, a.Transport, a.Method, a.Target, a.Digest, string(a.State), a.Reason,
 		a.Probe, a.State == ledger.Admitted, micros(a.At), a.Wait.Microseconds(), lease, seq, cseq, tx.instance,
 		max(a.Bytes, 0), cbytes).Scan(&id)
 	if err != nil {
@@ -235,8 +235,8 @@ func (tx *Tx) renumber(key string) error {
 var qFinishAttempt = newQuery("FinishAttempt")
 
 // FinishAttempt records how attempt id ended and ends its lease.
-func (tx *Tx) FinishAttempt(id int64, state, reason string, status int, sentAt, answeredAt time.Time) error {
-	_, err := tx.exec(qFinishAttempt, state, reason, nullInt(int64(status)), nullInt(micros(sentAt)), nullInt(micros(answeredAt)), id)
+func (tx *Tx) FinishAttempt(id int64, state ledger.State, reason string, status int, sentAt, answeredAt time.Time) error {
+	_, err := tx.exec(qFinishAttempt, string(state), reason, nullInt(int64(status)), nullInt(micros(sentAt)), nullInt(micros(answeredAt)), id)
 	if err != nil {
 		return fmt.Errorf("state: finish attempt: %w", err)
 	}

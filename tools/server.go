@@ -12,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
@@ -38,8 +39,8 @@ type Deps struct {
 	// LocalCaller names the caller of requests that carry none (stdio);
 	// empty means "stdio".
 	LocalCaller string
-	// Now returns the current time; nil means time.Now.
-	Now func() time.Time
+	// Clock is the time it reads; nil means real time.
+	Clock clock.Clock
 	// Limits of the fetch tool; zero values mean the documented defaults.
 	Fetch FetchLimits
 	// AnswerTimeout bounds each fetch's whole answer, header and body,
@@ -61,10 +62,7 @@ type Deps struct {
 }
 
 func (d *Deps) now() time.Time {
-	if d.Now != nil {
-		return d.Now()
-	}
-	return time.Now()
+	return clock.Or(d.Clock).Now()
 }
 
 // NewServer returns the MCP server with both tools and the activity

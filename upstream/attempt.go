@@ -132,9 +132,9 @@ func (a *attempts) admit(req *http.Request, cs *call) (pacer.Ticket, string, *ht
 			closeBody(req)
 			var pe *pacer.PauseError
 			if errors.As(err, &pe) { // recorded in the activity
-				cs.lastState = ledger.RejectedLocal
+				cs.lastState = string(ledger.RejectedLocal)
 				c.observe(req.Context(), Event{Kind: Refused, Key: k.Name, Caller: cs.req.Caller, Transport: cs.req.Transport,
-					CallID: cs.id, Attempt: cs.attempts, State: ledger.RejectedLocal, Source: pe.Source,
+					CallID: cs.id, Attempt: cs.attempts, State: string(ledger.RejectedLocal), Source: pe.Source, Gate: pe.Gate,
 					Wait: c.now().Sub(admitStart), Method: cs.method, Target: target})
 			} else if req.Context().Err() == nil {
 				// Not a refusal and not the caller leaving: the state file
@@ -188,9 +188,9 @@ func (c *Client) done(ctx context.Context, cs *call, t pacer.Ticket, o pacer.Out
 	for i, w := range res.Warnings {
 		res.Warnings[i], _ = s.Scrub(w)
 	}
-	cs.lastState = res.State
+	cs.lastState = string(res.State)
 	e := Event{Kind: Attempted, Key: cs.key.Name, Caller: cs.req.Caller, Transport: cs.req.Transport, CallID: cs.id,
-		Attempt: cs.attempts, State: res.State, Status: o.Status, Wait: t.Waited, HeldBy: t.HeldBy,
+		Attempt: cs.attempts, State: string(res.State), Status: o.Status, Wait: t.Waited, HeldBy: t.HeldBy,
 		Method: cs.method, Target: target, Reading: rd}
 	if !o.SentAt.IsZero() {
 		end := o.AnsweredAt

@@ -24,6 +24,7 @@ import (
 
 	"github.com/hashicorp/go-retryablehttp"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
@@ -52,8 +53,8 @@ type Client struct {
 	pacer *pacer.Pacer
 	log   *slog.Logger
 
-	// Now returns the current time; nil means time.Now.
-	Now func() time.Time
+	// Clock is the time it reads; nil means real time.
+	Clock clock.Clock
 	// Transport, when set, carries every attempt instead of the guarded
 	// transports (tests that fake the upstream).
 	Transport http.RoundTripper
@@ -82,10 +83,7 @@ func New(p *pacer.Pacer, log *slog.Logger) *Client {
 }
 
 func (c *Client) now() time.Time {
-	if c.Now != nil {
-		return c.Now()
-	}
-	return time.Now()
+	return clock.Or(c.Clock).Now()
 }
 
 // A Request is one call a caller wants made through a key.

@@ -105,7 +105,7 @@ func activity(t *testing.T, db *state.DB) []ledger.Attempt {
 func states(list []ledger.Attempt) []string {
 	var out []string
 	for i := len(list) - 1; i >= 0; i-- {
-		out = append(out, list[i].State)
+		out = append(out, string(list[i].State))
 	}
 	return out
 }
@@ -284,7 +284,7 @@ func TestUnreachable(t *testing.T) {
 	if !errors.Is(err, ErrUnreachable) || strings.Contains(err.Error(), secret) {
 		t.Errorf("err = %v, want ErrUnreachable without the secret", err)
 	}
-	if got := states(activity(t, db)); len(got) != 1 || got[0] != ledger.Failed {
+	if got := states(activity(t, db)); len(got) != 1 || got[0] != string(ledger.Failed) {
 		t.Errorf("activity = %v, want one failed attempt", got)
 	}
 }

@@ -39,9 +39,12 @@ type Event struct {
 	// State is the attempt's state as recorded (ledger.Confirmed,
 	// ledger.RejectedLocal, …); for Ended, that of the call's last
 	// recorded attempt, or Canceled when none was recorded.
-	State   string
-	Status  int           // the upstream's HTTP status; 0 when no answer came
-	Source  string        // Refused: what bound (a policy, "retry-after", "circuit", "pace", …)
+	State  string
+	Status int    // the upstream's HTTP status; 0 when no answer came
+	Source string // Refused: what bound (a policy, "retry-after", "circuit", "pace", …)
+	// Gate is, for Refused, what closed the gate that bound; "" when a
+	// policy (whatever its name) or a local limit bound.
+	Gate    ledger.GateSource
 	Wait    time.Duration // Attempted and Refused: how long the attempt waited for admission
 	Latency time.Duration // Attempted: from the send to the answer, or to the failure
 	// HeldBy is, for Attempted, what held the attempt while it waited
@@ -84,6 +87,6 @@ func (c *Client) Kept(ctx context.Context, k *keystore.Key, r Request, target, w
 	if err != nil {
 		return err
 	}
-	c.observe(ctx, Event{Kind: Ended, Key: k.Name, Caller: r.Caller, Transport: r.Transport, CallID: id, State: ledger.Cached})
+	c.observe(ctx, Event{Kind: Ended, Key: k.Name, Caller: r.Caller, Transport: r.Transport, CallID: id, State: string(ledger.Cached)})
 	return nil
 }

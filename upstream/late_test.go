@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
@@ -17,27 +18,22 @@ import (
 )
 
 // stalling is a store whose first transaction, once committed, is
-// followed by a stall of the machine: the clock moves on by stall before
-// the process goes on.
+// followed by a stall of the machine: clk moves on by stall before the
+// process goes on.
 type stalling struct {
 	ledger.Store
+	clk   *testkit.Clock
 	mu    sync.Mutex
-	now   time.Time
 	stall time.Duration
-}
-
-func (s *stalling) Now() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.now
 }
 
 func (s *stalling) Update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
 	err := s.Store.Update(ctx, fn, keys...)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.now = s.now.Add(s.stall)
+	stall := s.stall
 	s.stall = 0
+	s.mu.Unlock()
+	s.clk.Advance(stall)
 	return err
 }
 
@@ -53,11 +49,10 @@ func TestLateSendIsAdmittedAgainBeforeItGoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	store := &stalling{Store: db, now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC), stall: 700 * time.Millisecond}
-	p := pacer.New(store)
-	p.Now = store.Now
-	c := New(p, nil)
-	c.Now, c.Transport = store.Now, f
+	clk := testkit.NewClock(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
+	store := &stalling{Store: db, clk: clk, stall: 700 * time.Millisecond}
+	c := New(pacer.New(store, pacer.WithClock(clk)), nil)
+	c.Clock, c.Transport = clk, f
 	s, err := keystore.Parse([]byte(`[[keys]]
 name = "k"
 base_url = "https://api.example/base"

@@ -43,7 +43,7 @@ func (e environment) status(ctx context.Context, args []string) error {
 		return err
 	}
 	defer a.close()
-	now := a.now()
+	now := a.clock.Now()
 	st, err := report.Build(ctx, a.pacer, list, "", now)
 	if err != nil {
 		return err

@@ -258,7 +258,7 @@ func fairShares(t *testing.T, up *upstreamLog, bases []string) {
 	// What mcp-quota admitted, per principal, on the state's clock.
 	admitted := map[string][]time.Time{}
 	for _, at := range readActivity(t, bases[0], syncToken) {
-		if at.State == ledger.RejectedLocal || at.State == ledger.Cached {
+		if at.State == string(ledger.RejectedLocal) || at.State == string(ledger.Cached) {
 			continue
 		}
 		when, err := time.Parse(time.RFC3339Nano, at.At)

@@ -128,7 +128,7 @@ func underPressure(t *testing.T, loops int, cut time.Duration) {
 		who, _, _ := strings.Cut(r.call, ".")
 		found := false
 		for _, at := range attempts[r.call] {
-			if at.Status == r.status && at.State != ledger.Admitted && at.Instance == who {
+			if at.Status == r.status && at.State != string(ledger.Admitted) && at.Instance == who {
 				found = true
 			}
 		}

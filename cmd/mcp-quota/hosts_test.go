@@ -216,7 +216,7 @@ func TestHostsShareOneBudget(t *testing.T) {
 			t.Errorf("activity %d: target %q: %v", at.ID, at.Target, err)
 			continue
 		}
-		if at.State != ledger.RejectedLocal && at.State != ledger.Cached {
+		if at.State != string(ledger.RejectedLocal) && at.State != string(ledger.Cached) {
 			id := u.Query().Get("call")
 			sent[id] = append(sent[id], at)
 			admitted = append(admitted, when)

@@ -39,7 +39,7 @@ func (e environment) openLater(ctx context.Context, c common, keys *keystore.Sto
 		}
 		a.client.Watch = tr.Watch()
 		ready := a.tools(d.Transport, d.LocalCaller)
-		d.Client, d.Pacer, d.DB, d.Now = ready.Client, ready.Pacer, ready.DB, ready.Now
+		d.Client, d.Pacer, d.DB, d.Clock = ready.Client, ready.Pacer, ready.DB, ready.Clock
 		o.app, o.stop = a, a.sweepUntilDone(ctx)
 	}()
 	d.Ready = o.wait

@@ -181,7 +181,7 @@ func TestServeGivesBackLeasedSlots(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	byState := map[string]int{}
+	byState := map[ledger.State]int{}
 	at := map[time.Time]bool{}
 	for _, s := range sends {
 		byState[s.State]++
@@ -233,7 +233,7 @@ func TestServeKilledLosesNoOutcome(t *testing.T) {
 	for _, o := range obs {
 		observed[o.AttemptID] = true
 	}
-	byState := map[string]int{}
+	byState := map[ledger.State]int{}
 	unobserved := 0
 	for _, s := range sends {
 		byState[s.State]++

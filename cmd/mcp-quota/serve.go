@@ -127,7 +127,7 @@ func (e environment) serve(ctx context.Context, args []string) error {
 		Drain: drain, Loopback: loopback, AllowOrigins: splitList(*origins), Version: version, SessionIdle: *sessionIdle,
 		MaxSessions: *maxSessions, MaxSessionsPerCaller: *maxSessionsPerCaller, TrustedProxies: trusted,
 		SessionSecret: a.sessionSecret(ctx), Metrics: m, OAuth: oauthSrv,
-		Dashboard: dashboard.New(dashboard.Config{Keys: keys, Pacer: a.pacer, DB: a.db, Log: log, Now: a.now, Secure: gateway.Secure, OIDC: dashboardOIDC(keys, oauthSrv)})})
+		Dashboard: dashboard.New(dashboard.Config{Keys: keys, Pacer: a.pacer, DB: a.db, Log: log, Clock: a.clock, Secure: gateway.Secure, OIDC: dashboardOIDC(keys, oauthSrv)})})
 	srv := gateway.NewServer(ln.Addr().String(), tr.REST(h, isKey(keys)), log)
 
 	base := scheme + "://" + ln.Addr().String()

@@ -271,7 +271,7 @@ func drainUnderLoad(t *testing.T, finish bool) {
 		t.Fatal(err)
 	}
 	confirmed := map[string]bool{}
-	states := map[string]int{}
+	states := map[ledger.State]int{}
 	for _, a := range attempts {
 		states[a.State]++
 		if a.State == ledger.Confirmed && a.Status/100 == 2 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/internal/spelling"
 	"io"
 	"io/fs"
@@ -278,7 +279,7 @@ func (e environment) loadKeys(c common, log *slog.Logger, use keysUse) (*keystor
 type app struct {
 	keys   *keystore.Store
 	db     state.Store
-	now    func() time.Time // the state's clock: the database server's, when hosts share one
+	clock  clock.Clock // the state's clock: the database server's, when hosts share one
 	pacer  *pacer.Pacer
 	client *upstream.Client
 	log    *slog.Logger
@@ -294,14 +295,14 @@ func (e environment) open(ctx context.Context, c common, keys *keystore.Store, l
 	}
 	// Every clock of the process is the state's: on a PostgreSQL state the
 	// database server's, as this process reckons it.
-	p := pacer.New(db)
-	p.Now = now
+	clk := clock.Source(now)
+	p := pacer.New(db, pacer.WithClock(clk))
 	client := upstream.New(p, log)
-	client.Now = now
+	client.Clock = clk
 	if keys != nil {
 		client.Bodies = upstream.NewBodyMemory(keys.BodyMemory())
 	}
-	return &app{keys: keys, db: db, now: now, pacer: p, client: client, log: log}, nil
+	return &app{keys: keys, db: db, clock: clk, pacer: p, client: client, log: log}, nil
 }
 
 // openState opens the state, and returns the clock its admissions keep.
@@ -367,11 +368,11 @@ func (a *app) sessionSecret(ctx context.Context) keystore.Secret {
 
 func (a *app) tools(transport, localCaller string) *tools.Deps {
 	return &tools.Deps{Keys: a.keys, Client: a.client, Pacer: a.pacer, DB: a.db, Log: a.log, Transport: transport, LocalCaller: localCaller,
-		Now: a.now}
+		Clock: a.clock}
 }
 
 func (a *app) rest() *rest.Handler {
-	return &rest.Handler{Keys: a.keys, Client: a.client, Pacer: a.pacer, DB: a.db, Log: a.log, Now: a.now}
+	return &rest.Handler{Keys: a.keys, Client: a.client, Pacer: a.pacer, DB: a.db, Log: a.log, Clock: a.clock}
 }
 
 // sweepUntilDone runs the sweep until ctx ends or the returned function
@@ -411,7 +412,7 @@ func (a *app) sweep(ctx context.Context) {
 		if _, err := a.db.Recover(ctx); err != nil && ctx.Err() == nil {
 			warn("recording the journal of a process that ended failed; trying again in 30 s", err) // its journals wait
 		}
-		now := a.now()
+		now := a.clock.Now()
 		if _, err := a.db.Sweep(ctx, now, now.Add(-a.keys.Retention())); err != nil && ctx.Err() == nil {
 			warn("sweeping the state failed; trying again in 30 s", err)
 		}

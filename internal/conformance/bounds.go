@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
@@ -24,14 +25,18 @@ var bounds = []behaviour{
 
 // pacerOn returns a Pacer on s, on the clock admissions are recorded by.
 func pacerOn(s state.Store) *pacer.Pacer {
-	p := pacer.New(s)
-	if pg, ok := backend(s).(*state.Postgres); ok {
-		p.Now = pg.Now
-	}
 	// Backoffs at their longest (about 2 s from the first failure): a
 	// slow machine does not outlast one between two statements.
-	p.Rand = func() float64 { return 0.999 }
-	return p
+	return pacer.New(s, pacer.WithClock(clockOf(s)), pacer.WithJitter(func() float64 { return 0.999 }))
+}
+
+// clockOf returns the clock admissions in s are recorded by: the
+// server's, for PostgreSQL.
+func clockOf(s state.Store) clock.Clock {
+	if pg, ok := backend(s).(*state.Postgres); ok {
+		return clock.Source(pg.Now)
+	}
+	return clock.Real
 }
 
 func boundKey() *keystore.Key {
@@ -44,12 +49,9 @@ func admitOn(t *testing.T, p *pacer.Pacer, k *keystore.Key, caller, path string)
 		CallID: fmt.Sprintf("%s %s %d", caller, path, time.Now().UnixNano()), Attempt: 1})
 }
 
-func answerOn(t *testing.T, p *pacer.Pacer, tk pacer.Ticket, status int, obs ...ratelimit.Observation) pacer.Result {
+func answerOn(t *testing.T, s state.Store, p *pacer.Pacer, tk pacer.Ticket, status int, obs ...ratelimit.Observation) pacer.Result {
 	t.Helper()
-	now := time.Now()
-	if p.Now != nil {
-		now = p.Now()
-	}
+	now := clockOf(s).Now()
 	res, err := p.Done(context.Background(), tk, pacer.Outcome{SentAt: tk.AdmittedAt, AnsweredAt: now, Status: status,
 		Reading: &ratelimit.Reading{ReceivedAt: now, Observations: obs}})
 	if err != nil {
@@ -77,13 +79,13 @@ func policyFlood(t *testing.T, b Backend) {
 		}
 		tickets = append(tickets, tk)
 	}
-	answerOn(t, p, tickets[0], http.StatusOK, spentFor("tight", 30*time.Minute))
+	answerOn(t, s, p, tickets[0], http.StatusOK, spentFor("tight", 30*time.Minute))
 	for i, tk := range tickets[1:] {
 		var obs []ratelimit.Observation
 		for j := range 64 {
 			obs = append(obs, spentFor(fmt.Sprintf("p%d-%d", i, j), time.Minute))
 		}
-		answerOn(t, p, tk, http.StatusOK, obs...)
+		answerOn(t, s, p, tk, http.StatusOK, obs...)
 	}
 	var known []ledger.Known
 	view(t, s, func(tx ledger.Tx) (err error) { known, err = tx.Known("k"); return err })
@@ -107,7 +109,7 @@ func routeBackoff(t *testing.T, b Backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	answerOn(t, p, tk, http.StatusServiceUnavailable)
+	answerOn(t, s, p, tk, http.StatusServiceUnavailable)
 	var pe *pacer.PauseError
 	if _, err := admitOn(t, p, k, "B", "/bad"); !errors.As(err, &pe) || pe.Source != "backoff" {
 		t.Errorf("B again on /bad: %v, want its route's backoff", err)
@@ -120,7 +122,7 @@ func routeBackoff(t *testing.T, b Backend) {
 		if err != nil {
 			t.Fatalf("route %d: %v, want admitted", i, err)
 		}
-		answerOn(t, p, tk, http.StatusBadGateway)
+		answerOn(t, s, p, tk, http.StatusBadGateway)
 	}
 	if _, err := admitOn(t, p, k, "A", "/elsewhere"); !errors.As(err, &pe) || pe.Source != "backoff" {
 		t.Errorf("after failures on %d routes: %v, want the key's backoff", pacer.PathSpread, err)

@@ -204,9 +204,9 @@ func sends(t testing.TB, s ledger.Viewer, key string) []ledger.Send {
 	return out
 }
 
-// clock returns the instant a transaction of s takes place at now (see
+// txTime returns the instant a transaction of s takes place at now (see
 // ledger.Tx.Clock): the clock admissions are recorded by.
-func clock(t testing.TB, s ledger.Viewer) time.Time {
+func txTime(t testing.TB, s ledger.Viewer) time.Time {
 	t.Helper()
 	var now time.Time
 	view(t, s, func(tx ledger.Tx) error {

@@ -42,7 +42,7 @@ type Job struct {
 	Caller     string        // the caller name its calls have
 	Quota      int64         // key "shared"'s documented policy: Quota calls…
 	Window     time.Duration // …per Window
-	Lease      time.Duration // the pacer's lease (Pacer.Lease)
+	Lease      time.Duration // how long an admitted attempt counts as in flight (pacer.WithLease)
 	Run        time.Duration // stop after this long; 0 means once stdin closes
 	Quiet      bool          // do not report each admission
 	Victim     bool          // admit one call first and never finish it, hold slots, and take "finish" orders
@@ -100,11 +100,7 @@ func (job Job) run(ctx context.Context) error {
 		return err
 	}
 	defer s.Close()
-	p := pacer.New(s)
-	if pg, ok := s.(*state.Postgres); ok {
-		p.Now = pg.Now // the server's clock, which admissions are recorded by
-	}
-	p.Lease = job.Lease
+	p := pacer.New(s, pacer.WithClock(clockOf(s)), pacer.WithLease(job.Lease))
 	key := SharedKey(job.Quota, job.Window)
 	var mu sync.Mutex // the lines of stdout
 	out := bufio.NewWriter(os.Stdout)

@@ -138,7 +138,7 @@ func timelineCallAndObservationsOf(t *testing.T, b Backend) {
 	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	var second int64
 	update(t, s, func(tx ledger.Tx) error {
-		add := func(call string, n int, st string, at time.Time) int64 {
+		add := func(call string, n int, st ledger.State, at time.Time) int64 {
 			return insert(t, tx, ledger.Attempt{CallID: call, Attempt: n, Key: "k", Caller: "a", State: st, At: at})
 		}
 		first := add("c1", 1, ledger.Admitted, t0.Add(500*time.Millisecond))
@@ -300,14 +300,14 @@ func sweepInterruptsAndDrops(t *testing.T, b Backend) {
 		t.Errorf("Sweep: got %+v, want %+v", got, want)
 	}
 	view(t, s, func(tx ledger.Tx) error {
-		states := map[int64]string{}
+		states := map[int64]ledger.State{}
 		for _, s := range sendsIn(t, tx, "k") {
 			states[s.ID] = s.State
 		}
 		// The attempt whose lease ran out is interrupted, the slot whose
 		// lease ran out released; both stay counted. The one older than
 		// the retention is gone.
-		want := map[int64]string{inFlight: ledger.Interrupted, recent: ledger.Admitted, slot: ledger.Released}
+		want := map[int64]ledger.State{inFlight: ledger.Interrupted, recent: ledger.Admitted, slot: ledger.Released}
 		if diff := cmp.Diff(states, want); diff != "" {
 			t.Errorf("after the sweep (-got +want):\n%s (old was %d)", diff, old)
 		}

@@ -57,9 +57,9 @@ func FinishedSlot(id int64, r int64) ledger.Finished {
 
 // ended returns, per state, how many of key "k"'s slots ids are in it,
 // and how many observations each has.
-func ended(t testing.TB, s ledger.Viewer, ids []int64) (map[string]int, map[int64]int) {
+func ended(t testing.TB, s ledger.Viewer, ids []int64) (map[ledger.State]int, map[int64]int) {
 	t.Helper()
-	states, obs := map[string]int{}, map[int64]int{}
+	states, obs := map[ledger.State]int{}, map[int64]int{}
 	want := map[int64]bool{}
 	for _, id := range ids {
 		want[id] = true

@@ -110,7 +110,7 @@ func reserveAndRelease(t *testing.T, b Backend) {
 	}, "k")
 	view(t, s, func(tx ledger.Tx) error {
 		list, err := tx.Activity(ledger.ActivityFilter{Key: "k"})
-		states := map[string]int{}
+		states := map[ledger.State]int{}
 		for _, a := range list {
 			states[a.State]++
 			if a.State == ledger.Confirmed && (a.Caller != "sync" || a.Target != "/items" || a.Status != 200 || !a.LeaseUntil.IsZero()) {

@@ -239,7 +239,7 @@ func logReadsLikeItsDefinition(t *testing.T, b Backend) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	keys := []string{"a", "b", "c"}
 	callers := []string{"agent", "sync", "x"}
-	states := []string{ledger.Admitted, ledger.Admitted, ledger.Admitted, ledger.RejectedLocal, ledger.Cached}
+	states := []ledger.State{ledger.Admitted, ledger.Admitted, ledger.Admitted, ledger.RejectedLocal, ledger.Cached}
 	now := t0
 	for round := range 4 {
 		batch := make([]ledger.Attempt, 60) // drawn once: the function may run twice

@@ -184,7 +184,7 @@ func processKilledMidLoad(t *testing.T, b Backend) {
 	if err := <-held; !errors.Is(err, errHeld) {
 		t.Fatalf("holding the victim's slots: %v", err)
 	}
-	killedAt := clock(t, s)
+	killedAt := txTime(t, s)
 
 	n := len(survivor.ids("admitted"))
 	survivor.admitted(t, n+50) // the survivor keeps serving
@@ -255,14 +255,14 @@ func processKilledMidLoad(t *testing.T, b Backend) {
 		}
 		return nil
 	})
-	final := map[int64]string{}
+	final := map[int64]ledger.State{}
 	for _, key := range []string{"shared", "leased"} {
 		for _, s := range sends(t, s, key) {
 			final[s.ID] = s.State
 		}
 	}
-	want := map[string]int{ledger.Confirmed: len(finished), ledger.Released: victimSlots - len(finished)}
-	got := map[string]int{}
+	want := map[ledger.State]int{ledger.Confirmed: len(finished), ledger.Released: victimSlots - len(finished)}
+	got := map[ledger.State]int{}
 	for _, id := range reserved {
 		got[final[id]]++
 	}

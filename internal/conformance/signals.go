@@ -91,9 +91,9 @@ func known(t *testing.T, b Backend) {
 
 func gates(t *testing.T, b Backend) {
 	s, _ := b.fresh(t)
-	put := func(scope string, until time.Time, source string) {
+	put := func(scope string, until time.Time, source ledger.GateSource) {
 		update(t, s, func(tx ledger.Tx) error {
-			return tx.PutGate(ledger.Gate{Key: "k", Scope: scope, Until: until, Source: source, Reason: source, SetAt: t0})
+			return tx.PutGate(ledger.Gate{Key: "k", Scope: scope, Until: until, Source: source, Reason: string(source), SetAt: t0})
 		}, "k")
 	}
 	read := func(now time.Time) []ledger.Gate {

@@ -92,7 +92,7 @@ type Log interface {
 	// end.
 	InsertAttempt(a Attempt) (int64, error)
 	// FinishAttempt records how attempt id ended, and ends its lease.
-	FinishAttempt(id int64, state, reason string, status int, sentAt, answeredAt time.Time) error
+	FinishAttempt(id int64, state State, reason string, status int, sentAt, answeredAt time.Time) error
 	// Count returns how many attempts of key were admitted after since.
 	Count(key string, since time.Time) (int, error)
 	// Window returns how many attempts of key were admitted after since,
@@ -201,18 +201,34 @@ type History interface {
 	Keys() ([]string, error)
 }
 
+// A State is where an attempt stands; it is stored as its text.
+type State string
+
 // States of an attempt.
 const (
-	Admitted         = "admitted"          // admitted by the pacer, in flight
-	Confirmed        = "confirmed"         // answered by the server: executed (2xx), or answered 3xx/304
-	Accepted         = "accepted"          // accepted by the server, not yet executed (202)
-	RejectedUpstream = "rejected_upstream" // refused by the server (429, 4xx)
-	Failed           = "failed"            // no usable answer: network error, 5xx
-	RejectedLocal    = "rejected_local"    // refused by mcp-quota; nothing was sent
-	Cached           = "cached"            // answered by mcp-quota from its last answer; nothing was sent
-	Interrupted      = "interrupted"       // its process ended before it finished
-	Reserved         = "reserved"          // a slot of a lease: counted and in flight, not yet reported (see Reserve)
-	Released         = "released"          // a slot of a lease that was never reported: counted, nothing known of it
+	Admitted         State = "admitted"          // admitted by the pacer, in flight
+	Confirmed        State = "confirmed"         // answered by the server: executed (2xx), or answered 3xx/304
+	Accepted         State = "accepted"          // accepted by the server, not yet executed (202)
+	RejectedUpstream State = "rejected_upstream" // refused by the server (429, 4xx)
+	Failed           State = "failed"            // no usable answer: network error, 5xx
+	RejectedLocal    State = "rejected_local"    // refused by mcp-quota; nothing was sent
+	Cached           State = "cached"            // answered by mcp-quota from its last answer; nothing was sent
+	Interrupted      State = "interrupted"       // its process ended before it finished
+	Reserved         State = "reserved"          // a slot of a lease: counted and in flight, not yet reported (see Reserve)
+	Released         State = "released"          // a slot of a lease that was never reported: counted, nothing known of it
+)
+
+// A GateSource is what closed a gate; it is stored as its text. It is
+// never a policy's name: a policy named "circuit" is not the circuit
+// breaker.
+type GateSource string
+
+// Sources of a gate.
+const (
+	RetryAfterGate    GateSource = "retry-after"    // the upstream's Retry-After (or a vendor's reset on a refusal)
+	BackoffGate       GateSource = "backoff"        // exponential backoff after a refusal or failure without a signal
+	CircuitGate       GateSource = "circuit"        // the circuit breaker, open after failures in a row
+	AbnormalUsageGate GateSource = "abnormal-usage" // the upstream said the usage looks abnormal
 )
 
 // An Attempt is one try to reach an upstream, or a call refused before
@@ -230,7 +246,7 @@ type Attempt struct {
 	Target     string        // path and query below the key's base URL, credential-free
 	Digest     string        // identifies identical requests, for the loop guard
 	Bytes      int64         // the bytes the request carries (its body's length, known before sending); 0 when none or unknown
-	State      string        // Admitted, Confirmed, … (the constants above)
+	State      State         // Admitted, Confirmed, … (the constants above)
 	Reason     string        // why it waited, was refused or failed, in words
 	Probe      bool          // the one call let through to get a fresh answer
 	At         time.Time     // admitted or refused at
@@ -262,7 +278,7 @@ type Window struct {
 type Send struct {
 	ID         int64     // the attempt's ID
 	At         time.Time // admitted at
-	State      string    // its state now
+	State      State     // its state now
 	Status     int       // the upstream's answer; 0 while in flight or when none came
 	AnsweredAt time.Time // when the answer came; zero while in flight or when none came
 }
@@ -314,12 +330,12 @@ type ObservationRecord struct {
 // A Gate is a time before which nothing of its key (or of one policy of
 // it, Scope) may be sent.
 type Gate struct {
-	Key    string    // the key it closes
-	Scope  string    // "" for the whole key, else one route of it ("route GET /path")
-	Until  time.Time // closed until then
-	Reason string    // why, as a clause a caller is shown
-	Source string    // retry-after, backoff, circuit, abnormal-usage, problem
-	SetAt  time.Time // when it was closed
+	Key    string     // the key it closes
+	Scope  string     // "" for the whole key, else one route of it ("route GET /path")
+	Until  time.Time  // closed until then
+	Reason string     // why, as a clause a caller is shown
+	Source GateSource // what closed it
+	SetAt  time.Time  // when it was closed
 }
 
 // KeyState is the pacing state of one key, shared by every process. The
@@ -392,7 +408,7 @@ type StoredResponse struct {
 // Timeline.
 type Bucket struct {
 	Start time.Time // the step's start
-	State string    // Confirmed, RejectedLocal, … (reserved slots are not attempts yet)
+	State State     // Confirmed, RejectedLocal, … (reserved slots are not attempts yet)
 	// Status is the upstream's answer for RejectedUpstream (a 429 and a
 	// 404 count apart); 0 for every other state.
 	Status int

@@ -332,12 +332,14 @@ func signal(ch chan struct{}) {
 // costs mostly its commit, which writes every page the batch touched (a
 // slot's row and its entries in the attempts' indexes, its observation):
 // one outcome alone cost about 190 µs of CPU, 4 together 70 µs each, 16
-// or more 40 µs each (BenchmarkApplySQLite, on a loaded machine). At
-// 2 ms and going on at once with what came meanwhile, a busy process
-// applied 5 to 9 outcomes a transaction; at 5 ms, about twice as many.
+// or more 40 µs each (BenchmarkApplySQLite, on a loaded machine). A
+// longer linger would batch more, but until an outcome is applied its
+// call stays in flight for every process, and a refusal decided
+// meanwhile is told to wait longer: at 5 ms, rest's TestLocalRefusal got
+// a Retry-After of 61 s on a 60 s window.
 const (
 	journalBatch  = 256
-	journalLinger = 5 * time.Millisecond
+	journalLinger = 2 * time.Millisecond
 )
 
 // apply records the queued outcomes in the state file, many in each

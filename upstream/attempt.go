@@ -76,7 +76,7 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 	// credential either. (The header itself stays as it came until Do
 	// returns: the redirect policy reads its Location.)
 	rr := ratelimit.Response{Status: resp.StatusCode, Header: resp.Header}
-	if s := k.Scrubber(); s != nil {
+	if s := k.Scrubber(); s != nil && holdsSecret(s, resp.Header) {
 		rr.Header = resp.Header.Clone()
 		scrubHeader(s, rr.Header)
 	}
@@ -265,8 +265,11 @@ func wantsBody(resp *http.Response, p ratelimit.Profile) bool {
 	if resp.StatusCode >= 400 {
 		return true
 	}
+	if !p.ReadsSuccessBody() {
+		return false
+	}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	return p.ReadsSuccessBody() && (mt == "application/json" || mt == "application/graphql-response+json")
+	return mt == "application/json" || mt == "application/graphql-response+json"
 }
 
 type readCloser struct {

@@ -423,34 +423,49 @@ func SentHeader(k *keystore.Key, h http.Header) http.Header {
 // field, none named by Connection, no credential of the caller's, none
 // mcp-quota sets itself, and no range field for a key with a credential.
 func copyEndToEnd(dst, src http.Header, k *keystore.Key) {
-	drop := map[string]bool{}
-	for _, h := range hopByHop {
-		drop[http.CanonicalHeaderKey(h)] = true
-	}
-	for _, h := range ownFields {
-		drop[http.CanonicalHeaderKey(h)] = true
-	}
-	if !Ranged(k) {
-		for _, h := range rangeFields {
-			drop[http.CanonicalHeaderKey(h)] = true
-		}
-	}
-	for _, v := range src.Values("Connection") {
-		for _, f := range strings.Split(v, ",") {
-			drop[http.CanonicalHeaderKey(strings.TrimSpace(f))] = true
-		}
-	}
+	ranged := Ranged(k)
+	var authName string
 	if k.Auth.Kind == keystore.AuthHeader {
-		drop[http.CanonicalHeaderKey(k.Auth.Name)] = true
+		authName = http.CanonicalHeaderKey(k.Auth.Name)
 	}
+	connection := src.Values("Connection")
 	for name, vs := range src {
-		if drop[http.CanonicalHeaderKey(name)] {
+		c := http.CanonicalHeaderKey(name)
+		if neverSent[c] || !ranged && rangeSent[c] || c == authName || listedIn(connection, c) {
 			continue
 		}
 		for _, v := range vs {
 			dst.Add(name, v)
 		}
 	}
+}
+
+// neverSent holds the canonical names of hopByHop and ownFields, and
+// rangeSent those of rangeFields: what copyEndToEnd drops, looked up
+// without building a set per call.
+var neverSent, rangeSent = canonicalSet(hopByHop, ownFields), canonicalSet(rangeFields)
+
+func canonicalSet(lists ...[]string) map[string]bool {
+	set := map[string]bool{}
+	for _, l := range lists {
+		for _, name := range l {
+			set[http.CanonicalHeaderKey(name)] = true
+		}
+	}
+	return set
+}
+
+// listedIn reports whether the Connection field values list the field
+// whose canonical name is name.
+func listedIn(values []string, name string) bool {
+	for _, v := range values {
+		for f := range strings.SplitSeq(v, ",") {
+			if http.CanonicalHeaderKey(strings.TrimSpace(f)) == name {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Digest identifies a request (method, target and a []byte body) for the

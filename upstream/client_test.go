@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -301,5 +302,32 @@ func TestBodyIsForwardedWhole(t *testing.T) {
 	resp.Body.Close()
 	if f.bodies[0] != string(big) {
 		t.Errorf("the upstream got %d bytes, want %d", len(f.bodies[0]), len(big))
+	}
+}
+
+// TestHoldsSecret: an answer's header is copied to be scrubbed before its
+// signals are read only when a field's name or value holds a form of the
+// credential; holdsSecret finds every form scrubHeader would change.
+func TestHoldsSecret(t *testing.T) {
+	s := newKey(t, "bearer").Scrubber()
+	for _, tt := range []struct {
+		name string
+		h    http.Header
+		want bool
+	}{
+		{"none", http.Header{"Ratelimit": {`"default";r=5;t=30`}, "Content-Type": {"application/json"}}, false},
+		{"in a value", http.Header{"X-Echo": {"token " + secret}}, true},
+		{"percent-encoded", http.Header{"Location": {"/next?k=" + url.QueryEscape(secret)}}, true},
+		{"in a name", http.Header{"X-" + secret: {"1"}}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := holdsSecret(s, tt.h); got != tt.want {
+				t.Errorf("holdsSecret = %v; want %v", got, tt.want)
+			}
+			changed := len(scrubHeader(s, tt.h.Clone())) > 0
+			if changed != tt.want {
+				t.Errorf("scrubHeader changed it: %v; holdsSecret must say the same", changed)
+			}
+		})
 	}
 }

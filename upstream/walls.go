@@ -155,6 +155,23 @@ func ActivityTarget(k *keystore.Key, u *url.URL) string {
 	return t
 }
 
+// holdsSecret reports whether scrubHeader would change h: whether a
+// field's name or one of its values holds a form of s's secret. Most
+// answers hold none, and need no copy to be read from.
+func holdsSecret(s *keystore.Scrubber, h http.Header) bool {
+	for name, vs := range h {
+		if s.Contains(name) {
+			return true
+		}
+		for _, v := range vs {
+			if s.Contains(v) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // scrubHeader removes the credential from every field of h, in place:
 // values are scrubbed, a field whose name holds it is dropped. It returns
 // the names of the fields it changed.

@@ -53,7 +53,10 @@ func TestKeysShareConnections(t *testing.T) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
-	if n := conns.Load(); n > 2 {
-		t.Errorf("100 keys of one API opened %d connections, want 1 (2 at most)", n)
+	// A connection goes back to the pool in the transport's own goroutine
+	// once its body is read, so on a busy machine the next call may find
+	// none idle yet and open another; one pool per key would open 100.
+	if n := conns.Load(); n > 10 {
+		t.Errorf("100 keys of one API opened %d connections, want about 1 (10 at most)", n)
 	}
 }

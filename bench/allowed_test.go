@@ -82,7 +82,7 @@ func TestSustained(t *testing.T) {
 	}
 }
 
-// ExampleAllowed shows what the seed's upstream allows one key in three
+// ExampleAllowed shows what the reference API's upstream allows one key in three
 // windows: its quota three times over.
 func ExampleAllowed() {
 	b, _ := bench.BehaviourNamed("seed")

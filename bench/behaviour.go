@@ -37,14 +37,14 @@ type Behaviour struct {
 // Behaviours returns every behaviour of the benchmark, in table order.
 func Behaviours() []Behaviour {
 	return []Behaviour{
-		{Name: "seed", Title: "seed: fixed window, RateLimit + X-RateLimit-*", Mode: demo.Seed, Profile: "ietf", Policy: "default"},
+		{Name: "seed", Title: "seed: fixed window, RateLimit + X-RateLimit-*", Mode: demo.FixedWindow, Profile: "ietf", Policy: "default"},
 		{Name: "sliding", Title: "sliding window", Mode: demo.Sliding, Profile: "ietf", Policy: "default"},
 		{Name: "hidden", Title: "tight long policy under a generous short one, only the closest shown", Mode: demo.HiddenLong, Profile: "ietf", Policy: "minute", Hidden: true},
 		{Name: "github", Title: "vendor headers only (GitHub, epoch reset, 403)", Mode: demo.GitHubStyle, Profile: "github", Policy: "default"},
 		{Name: "retry-after", Title: "Retry-After only", Mode: demo.RetryAfterOnly, Profile: "ietf", Policy: "default"},
 		{Name: "silent", Title: "no headers at all", Mode: demo.Silent, Profile: "ietf", Policy: "default"},
 		{Name: "liar", Title: "absurdly generous r/t, real limit enforced", Mode: demo.Liar, Profile: "ietf", Policy: "default"},
-		{Name: "servers", Title: "4 servers, each counting its own window", Mode: demo.Seed, Servers: 4, Profile: "ietf", Policy: "default"},
+		{Name: "servers", Title: "4 servers, each counting its own window", Mode: demo.FixedWindow, Servers: 4, Profile: "ietf", Policy: "default"},
 	}
 }
 

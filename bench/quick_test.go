@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 
 // TestQuick is the benchmark's smoke test: "mcp-quota bench quota
 // -quick", in real time (about 25 s). Its one promise is
-// mcp-quota's: against the seed's upstream, with one caller and with two
+// mcp-quota's: against the reference API's upstream, with one caller and with two
 // in two processes, the upstream never refuses a call.
 func TestQuick(t *testing.T) {
 	if testing.Short() {

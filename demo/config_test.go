@@ -14,7 +14,7 @@ func TestParseMode(t *testing.T) {
 			t.Errorf("ParseMode(%q) = %q, %v; want %q, nil", m, got, err, m)
 		}
 	}
-	if got, err := demo.ParseMode(""); got != demo.Seed || err != nil {
+	if got, err := demo.ParseMode(""); got != demo.FixedWindow || err != nil {
 		t.Errorf(`ParseMode("") = %q, %v; want seed, nil`, got, err)
 	}
 	if _, err := demo.ParseMode("gcra"); err == nil {

@@ -1,18 +1,18 @@
 // Package demo is a simulated upstream API: the participants API whose
-// rate-limit page is the seed contract of mcp-quota (120 calls per minute
+// rate-limit page is the reference contract of mcp-quota (120 calls per minute
 // per key, RateLimit-Policy/RateLimit and X-RateLimit-* on every answer,
 // 429 with Retry-After and a problem+json body with "code": "rateLimited",
 // ETag and If-None-Match → 304 that still counts, pages of up to 500
 // participants, updatedSince). It backs `mcp-quota serve --demo`, the
 // end-to-end tests and the pacer benchmark.
 //
-// Besides the seed's behaviour ([Seed]) it can announce and enforce its
+// Besides the reference API's behaviour ([FixedWindow]) it can announce and enforce its
 // limit the ways other APIs do ([Mode]): a sliding window, a second,
 // tighter long policy that the RateLimit field shows only when it is the
 // closest to exhaustion, GitHub's vendor headers with an epoch reset,
 // Retry-After only, no signal at all, and generous lies over a real limit.
 // With [Config].Servers > 1 the key's requests go round-robin to
-// independent servers that each count their own window, as the seed warns.
+// independent servers that each count their own window, as the reference API warns.
 //
 // Time comes only from [Config].Clock, so tests drive the API with an
 // injected clock and never sleep.
@@ -47,18 +47,18 @@ import (
 )
 
 // Mode selects how the demo API announces and enforces its limit. The
-// zero value "" means [Seed].
+// zero value "" means [FixedWindow].
 type Mode string
 
 // The modes. Every mode enforces its limit per key (and per server, see
 // [Config].Servers); they differ in the window and in what they tell.
 const (
-	// Seed is the seed's API: a fixed window of Quota calls per Window per
+	// FixedWindow is the reference API: a fixed window of Quota calls per Window per
 	// key; RateLimit-Policy/RateLimit and X-RateLimit-Limit/-Remaining/
 	// -Reset (delta seconds) on every answer, including 304 and 429; a
 	// refusal is 429 with Retry-After and a problem+json body with
 	// "code": "rateLimited".
-	Seed Mode = "seed"
+	FixedWindow Mode = "seed"
 	// Sliding is a sliding-window log: no more than Quota accepted calls in
 	// any rolling Window. It tells and refuses like Seed; t and Retry-After
 	// are the seconds until the oldest counted call leaves the window.
@@ -85,21 +85,21 @@ const (
 	// Liar advertises absurdly generous values on every answer, refusals
 	// included — RateLimit-Policy "default";q=1000000;w=1, RateLimit
 	// "default";r=1000000;t=1, X-RateLimit-Limit and -Remaining 1000000,
-	// -Reset 1 — while it enforces Seed's fixed window and refuses with
-	// 429, a truthful Retry-After and Seed's problem body.
+	// -Reset 1 — while it enforces FixedWindow's window and refuses with
+	// 429, a truthful Retry-After and the same problem body.
 	Liar Mode = "liar"
 )
 
 // Modes returns every mode, Seed first.
 func Modes() []Mode {
-	return []Mode{Seed, Sliding, HiddenLong, GitHubStyle, RetryAfterOnly, Silent, Liar}
+	return []Mode{FixedWindow, Sliding, HiddenLong, GitHubStyle, RetryAfterOnly, Silent, Liar}
 }
 
 // ParseMode returns the Mode named s ("" is Seed), or an error naming the
 // modes there are.
 func ParseMode(s string) (Mode, error) {
 	if s == "" {
-		return Seed, nil
+		return FixedWindow, nil
 	}
 	for _, m := range Modes() {
 		if string(m) == s {
@@ -200,7 +200,7 @@ func (c Config) Validate() error {
 // withDefaults returns c with every zero field replaced by its default.
 func (c Config) withDefaults() Config {
 	if c.Mode == "" {
-		c.Mode = Seed
+		c.Mode = FixedWindow
 	}
 	if c.Quota == 0 {
 		c.Quota = 120

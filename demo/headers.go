@@ -32,7 +32,7 @@ const liarValue = 1000000
 // t and delta resets are the seconds until r next grows, rounded up.
 func setLimitHeaders(h http.Header, mode Mode, d decision, now time.Time) {
 	switch mode {
-	case Seed, Sliding:
+	case FixedWindow, Sliding:
 		p := d.policies[0]
 		h.Set("RateLimit-Policy", policyItem(p))
 		h.Set("RateLimit", limitItem(p, now))

@@ -45,7 +45,7 @@ func with(m map[string]string, kv ...string) map[string]string {
 	return out
 }
 
-func seedFields(r, t int) map[string]string {
+func fixedWindowFields(r, t int) map[string]string {
 	return map[string]string{
 		"RateLimit-Policy":      `"default";q=120;w=60`,
 		"RateLimit":             fmt.Sprintf(`"default";r=%d;t=%d`, r, t),
@@ -74,13 +74,13 @@ var liarFields = map[string]string{
 }
 
 const (
-	hiddenPolicy = `"minute";q=120;w=60, "hour";q=180;w=300`
-	seedRefusal  = `{"status":429,"code":"rateLimited","detail":"This key made more than 120 calls in a minute. Try again in 18 seconds; the RateLimit header says what is left."}`
+	hiddenPolicy       = `"minute";q=120;w=60, "hour";q=180;w=300`
+	fixedWindowRefusal = `{"status":429,"code":"rateLimited","detail":"This key made more than 120 calls in a minute. Try again in 18 seconds; the RateLimit header says what is left."}`
 )
 
-// TestSeedPageExample replays the seed's example: calls at 0 s, 10 s and
+// TestFixedWindowPageExample replays the reference API's example: calls at 0 s, 10 s and
 // 18 s leave 117 calls and 42 seconds.
-func TestSeedPageExample(t *testing.T) {
+func TestFixedWindowPageExample(t *testing.T) {
 	c := newClock()
 	api := newAPI(c, demo.Config{})
 	var res response
@@ -91,7 +91,7 @@ func TestSeedPageExample(t *testing.T) {
 	if res.status != http.StatusOK {
 		t.Fatalf("got status %d, want 200", res.status)
 	}
-	if diff := cmp.Diff(seedFields(117, 42), fields(res.header)); diff != "" {
+	if diff := cmp.Diff(fixedWindowFields(117, 42), fields(res.header)); diff != "" {
 		t.Errorf("fields (-want +got):\n%s", diff)
 	}
 }
@@ -110,30 +110,30 @@ func TestLimitAtTheBoundary(t *testing.T) {
 		body        string
 		next        map[string]string // fields of the first call at 60 s
 	}{{
-		mode:        demo.Seed,
-		last:        seedFields(0, 18),
-		refusal:     with(seedFields(0, 18), "Retry-After", "18"),
+		mode:        demo.FixedWindow,
+		last:        fixedWindowFields(0, 18),
+		refusal:     with(fixedWindowFields(0, 18), "Retry-After", "18"),
 		status:      http.StatusTooManyRequests,
 		contentType: "application/problem+json",
-		body:        seedRefusal,
-		next:        seedFields(119, 60),
+		body:        fixedWindowRefusal,
+		next:        fixedWindowFields(119, 60),
 	}, {
 		// The call at 0 s leaves the window at 60 s; the 119 calls at 42 s
 		// are still in it, so the call at 60 s takes the last place.
 		mode:        demo.Sliding,
-		last:        seedFields(0, 18),
-		refusal:     with(seedFields(0, 18), "Retry-After", "18"),
+		last:        fixedWindowFields(0, 18),
+		refusal:     with(fixedWindowFields(0, 18), "Retry-After", "18"),
 		status:      http.StatusTooManyRequests,
 		contentType: "application/problem+json",
-		body:        seedRefusal,
-		next:        seedFields(0, 42),
+		body:        fixedWindowRefusal,
+		next:        fixedWindowFields(0, 42),
 	}, {
 		mode:        demo.HiddenLong,
 		last:        map[string]string{"RateLimit-Policy": hiddenPolicy, "RateLimit": `"minute";r=0;t=18`},
 		refusal:     map[string]string{"RateLimit-Policy": hiddenPolicy, "RateLimit": `"minute";r=0;t=18`, "Retry-After": "18"},
 		status:      http.StatusTooManyRequests,
 		contentType: "application/problem+json",
-		body:        seedRefusal,
+		body:        fixedWindowRefusal,
 		// minute: 119 left for 60 s; hour: 180-121 = 59 left for 240 s.
 		next: map[string]string{"RateLimit-Policy": hiddenPolicy, "RateLimit": `"hour";r=59;t=240`},
 	}, {
@@ -166,7 +166,7 @@ func TestLimitAtTheBoundary(t *testing.T) {
 		refusal:     with(liarFields, "Retry-After", "18"),
 		status:      http.StatusTooManyRequests,
 		contentType: "application/problem+json",
-		body:        seedRefusal,
+		body:        fixedWindowRefusal,
 		next:        liarFields,
 	}}
 	for _, tt := range tests {
@@ -213,7 +213,7 @@ func TestLimitAtTheBoundary(t *testing.T) {
 // that a client which waits exactly as long as it says is admitted, and
 // that the window never lets more through than the mode promises.
 func TestRetryAfterIsEnough(t *testing.T) {
-	for _, mode := range []demo.Mode{demo.Seed, demo.Sliding, demo.HiddenLong, demo.RetryAfterOnly, demo.Liar} {
+	for _, mode := range []demo.Mode{demo.FixedWindow, demo.Sliding, demo.HiddenLong, demo.RetryAfterOnly, demo.Liar} {
 		t.Run(string(mode), func(t *testing.T) {
 			c := newClock()
 			api := newAPI(c, demo.Config{Mode: mode, Quota: 10, Window: 10 * time.Second})
@@ -262,7 +262,7 @@ func TestSlidingKeepsEveryRollingWindow(t *testing.T) {
 		mode demo.Mode
 		want int
 	}{
-		{demo.Seed, 239},
+		{demo.FixedWindow, 239},
 		{demo.Sliding, 120},
 	}
 	for _, tt := range tests {

@@ -112,7 +112,7 @@ func TestBudgetIsReadAtScrapeTime(t *testing.T) {
 	err := db.Update(context.Background(), func(tx ledger.Tx) error {
 		for i := range 3 {
 			if _, err := tx.InsertAttempt(ledger.Attempt{CallID: fmt.Sprint(i), Attempt: 1, Key: "k", Caller: "elsewhere", State: ledger.Admitted,
-				At: now.Add(time.Duration(i) * time.Millisecond), LeaseUntil: now.Add(time.Minute)}); err != nil {
+				At: now.Add(time.Duration(i) * time.Millisecond), InFlightUntil: now.Add(time.Minute)}); err != nil {
 				return err
 			}
 		}

@@ -253,8 +253,8 @@ func TestStatesOfACall(t *testing.T) {
 		e.clk.advance(2 * time.Second) // past any backoff
 		tk := e.mustAdmit(k, "agent", "/items")
 		list := e.activity()
-		if got := list[len(list)-1]; got.State != ledger.Admitted || got.LeaseUntil.IsZero() {
-			t.Errorf("in flight: got %s with lease %v, want admitted with a lease", got.State, got.LeaseUntil)
+		if got := list[len(list)-1]; got.State != ledger.Admitted || got.InFlightUntil.IsZero() {
+			t.Errorf("in flight: got %s with lease %v, want admitted with a lease", got.State, got.InFlightUntil)
 		}
 		sent := e.clk.Now().Add(10 * time.Millisecond)
 		e.clk.advance(50 * time.Millisecond)
@@ -269,9 +269,9 @@ func TestStatesOfACall(t *testing.T) {
 		list = e.activity()
 		got := list[len(list)-1]
 		if got.State != tt.want || res.State != tt.want || got.Status != tt.status || !got.SentAt.Equal(sent) ||
-			!got.AnsweredAt.Equal(o.AnsweredAt) || !got.LeaseUntil.IsZero() {
+			!got.AnsweredAt.Equal(o.AnsweredAt) || !got.InFlightUntil.IsZero() {
 			t.Errorf("status %d: got %s (Done said %s), status %d, sent %v, answered %v, lease %v; want %s",
-				tt.status, got.State, res.State, got.Status, got.SentAt, got.AnsweredAt, got.LeaseUntil, tt.want)
+				tt.status, got.State, res.State, got.Status, got.SentAt, got.AnsweredAt, got.InFlightUntil, tt.want)
 		}
 	}
 }

@@ -59,7 +59,7 @@ func benchAdmit(b *testing.B, procs int, done bool) {
 	var others []*conformance.Helper
 	for i := 1; i < procs; i++ {
 		h := conformance.StartHelper(b, sqlite, conformance.Job{Location: path, Caller: fmt.Sprintf("other%d", i), Quota: quota,
-			Window: window, Lease: lease, AdmitOnly: !done, Quiet: true})
+			Window: window, InFlightTimeout: lease, AdmitOnly: !done, Quiet: true})
 		others = append(others, h)
 	}
 	lat := make([]time.Duration, 0, b.N)

@@ -19,7 +19,7 @@ import (
 // them and every hidden-limit guess included) and MaxRouteBuckets
 // partitions that belong to one route each (Discord's buckets, Slack's
 // per-method tiers). Past a bound, what holds calls back least goes first:
-// a policy that constrains nothing any more (its word expired and was
+// a policy that constrains nothing any more (its observation expired and was
 // answered since, and it has no quota over a window), then one that only
 // spreads calls (a budget in a unit the log does not count, not
 // exhausted), then the one with the most headroom. A policy that still
@@ -55,14 +55,14 @@ func boundName(name string) string {
 const shapeFolded ratelimit.Shape = "folded"
 
 // isFolded reports whether k is one of the key's folded policies.
-func isFolded(k ledger.Known) bool {
+func isFolded(k ledger.SeenPolicy) bool {
 	return k.Policy == EvictedPolicy && k.Shape == shapeFolded && k.Partition == ""
 }
 
 // routeScoped reports whether kn belongs to the calls of one route only:
 // a per-route partition (see routePartition), or a partition of a profile
 // whose partitions are buckets of the route that reported them.
-func routeScoped(k *keystore.Key, kn ledger.Known) bool {
+func routeScoped(k *keystore.Key, kn ledger.SeenPolicy) bool {
 	return strings.HasPrefix(kn.Partition, routePartition("")) || (kn.Partition != "" && k.Profile.PartitionsByRoute())
 }
 
@@ -75,7 +75,7 @@ type restraint struct {
 }
 
 // restraintOf ranks k at now, answered being the key's latest answer.
-func restraintOf(k ledger.Known, now, answered time.Time) restraint {
+func restraintOf(k ledger.SeenPolicy, now, answered time.Time) restraint {
 	r := restraint{headroom: 1, at: k.ReceivedAt}
 	windowed := k.HasQuota && k.Window > 0 && logCounted(k.Unit)
 	concurrent := k.Unit == ratelimit.ConcurrentRequests && k.HasQuota
@@ -118,14 +118,14 @@ func foldUnit(u ratelimit.Unit) ratelimit.Unit {
 }
 
 // evictions returns which of rows go so that at most max stay, the least
-// restrictive at now first (the oldest word among equals), answered being
+// restrictive at now first (the oldest observation among equals), answered being
 // the key's latest answer. Rows must not hold a folded policy.
-func evictions(rows []ledger.Known, max int, now, answered time.Time) []ledger.Known {
+func evictions(rows []ledger.SeenPolicy, max int, now, answered time.Time) []ledger.SeenPolicy {
 	if len(rows) <= max {
 		return nil
 	}
 	type ranked struct {
-		k ledger.Known
+		k ledger.SeenPolicy
 		r restraint
 	}
 	rs := make([]ranked, len(rows))
@@ -135,14 +135,14 @@ func evictions(rows []ledger.Known, max int, now, answered time.Time) []ledger.K
 	slices.SortStableFunc(rs, func(a, b ranked) int {
 		return cmp.Or(cmp.Compare(a.r.class, b.r.class), -cmp.Compare(a.r.headroom, b.r.headroom), a.r.at.Compare(b.r.at))
 	})
-	out := make([]ledger.Known, len(rows)-max)
+	out := make([]ledger.SeenPolicy, len(rows)-max)
 	for i := range out {
 		out[i] = rs[i].k
 	}
 	return out
 }
 
-// fold returns into (a folded policy of v's key, or the zero Known when
+// fold returns into (a folded policy of v's key, or the zero SeenPolicy when
 // there is none yet) made at least as tight at every moment as v too, as
 // of now: count returns how many calls of the key were admitted after a
 // time (in a folded policy of content-bytes, how many bytes they
@@ -152,7 +152,7 @@ func evictions(rows []ledger.Known, max int, now, answered time.Time) []ledger.K
 //     over the longest window: at most min q calls in any max w holds at
 //     most q in any w of each. (A leaky bucket's too: a sliding window of
 //     its size over its drain time admits no more than the bucket.)
-//   - A live word (r, t) folds into the least of what each has left now,
+//   - A live observation (r, t) folds into the least of what each has left now,
 //     its sends subtracted, until the latest of their ends: from now on
 //     every send is subtracted from it, so it admits no more than any of
 //     them would have, until each would have expired — and some while
@@ -163,11 +163,11 @@ func evictions(rows []ledger.Known, max int, now, answered time.Time) []ledger.K
 //     folded policy of their own, their sends counted in bytes.
 //
 // Anything else v says constrains nothing at now, and is dropped.
-func fold(into, v ledger.Known, now time.Time, count func(since time.Time) (int64, error)) (ledger.Known, error) {
+func fold(into, v ledger.SeenPolicy, now time.Time, count func(since time.Time) (int64, error)) (ledger.SeenPolicy, error) {
 	c := into
 	if c.Policy == "" {
 		unit := foldUnit(v.Unit)
-		c = ledger.Known{Key: v.Key, ReceivedAt: now, BasisAt: now,
+		c = ledger.SeenPolicy{Key: v.Key, ReceivedAt: now, BasisAt: now,
 			Observation: ratelimit.Observation{Policy: EvictedPolicy, Unit: unit, Shape: shapeFolded}}
 	}
 	if c.Unit == ratelimit.ConcurrentRequests {
@@ -195,9 +195,9 @@ func fold(into, v ledger.Known, now time.Time, count func(since time.Time) (int6
 	return c, nil
 }
 
-// leftNow is what k's live word has left at now in requests, and when it
-// expires; ok is false when k has no live word that holds calls back.
-func leftNow(k ledger.Known, now time.Time, count func(since time.Time) (int64, error)) (left int64, end time.Time, ok bool, err error) {
+// leftNow is what k's live observation has left at now in requests, and when it
+// expires; ok is false when k has no live observation that holds calls back.
+func leftNow(k ledger.SeenPolicy, now time.Time, count func(since time.Time) (int64, error)) (left int64, end time.Time, ok bool, err error) {
 	if !k.HasRemaining {
 		return 0, end, false, nil
 	}
@@ -221,7 +221,7 @@ func minKnown(a int64, has bool, b int64) int64 {
 
 // full reports whether known, what the state keeps of k, is at one of
 // its bounds: one policy more may call for an eviction (see bound).
-func full(k *keystore.Key, known []ledger.Known) bool {
+func full(k *keystore.Key, known []ledger.SeenPolicy) bool {
 	plain, scoped := 0, 0
 	for _, kn := range known {
 		switch {
@@ -239,11 +239,11 @@ func full(k *keystore.Key, known []ledger.Known) bool {
 // the key's latest answer, and returns the warning to show when it
 // reached a bound for the first time ("" otherwise).
 func bound(tx ledger.Tx, k *keystore.Key, now, answered time.Time) (string, error) {
-	known, err := tx.Known(k.Name)
+	known, err := tx.SeenPolicies(k.Name)
 	if err != nil {
 		return "", err
 	}
-	plain, scoped, folded := groupKnown(k, known)
+	plain, scoped, folded := groupSeen(k, known)
 	victims := append(evictions(plain, MaxPolicies, now, answered), evictions(scoped, MaxRouteBuckets, now, answered)...)
 	if len(victims) == 0 {
 		return "", nil
@@ -266,11 +266,11 @@ func bound(tx ledger.Tx, k *keystore.Key, now, answered time.Time) (string, erro
 	return msg, tx.AddWarning(ledger.Warning{Key: k.Name, At: now, Kind: "policy-bound", Message: msg})
 }
 
-// groupKnown sorts what the state keeps of k into plain policies, the
+// groupSeen sorts what the state keeps of k into plain policies, the
 // partitions that belong to one route each, and the folds of policies
 // evicted before (see fold), by unit.
-func groupKnown(k *keystore.Key, known []ledger.Known) (plain, scoped []ledger.Known, folded map[ratelimit.Unit]ledger.Known) {
-	folded = map[ratelimit.Unit]ledger.Known{}
+func groupSeen(k *keystore.Key, known []ledger.SeenPolicy) (plain, scoped []ledger.SeenPolicy, folded map[ratelimit.Unit]ledger.SeenPolicy) {
+	folded = map[ratelimit.Unit]ledger.SeenPolicy{}
 	for _, kn := range known {
 		switch {
 		case isFolded(kn):
@@ -286,7 +286,7 @@ func groupKnown(k *keystore.Key, known []ledger.Known) (plain, scoped []ledger.K
 
 // evict deletes each of victims from tx, folding it first into folded's
 // policy of its unit, and returns the units whose fold changed.
-func evict(tx ledger.Tx, k *keystore.Key, victims []ledger.Known, folded map[ratelimit.Unit]ledger.Known, now time.Time) (map[ratelimit.Unit]bool, error) {
+func evict(tx ledger.Tx, k *keystore.Key, victims []ledger.SeenPolicy, folded map[ratelimit.Unit]ledger.SeenPolicy, now time.Time) (map[ratelimit.Unit]bool, error) {
 	changed := map[ratelimit.Unit]bool{}
 	for _, v := range victims {
 		unit := foldUnit(v.Unit)
@@ -295,7 +295,7 @@ func evict(tx ledger.Tx, k *keystore.Key, victims []ledger.Known, folded map[rat
 			return nil, err
 		}
 		folded[unit], changed[unit] = f, true
-		if err := tx.DeleteKnown(k.Name, v.Policy, v.Unit, v.Partition); err != nil {
+		if err := tx.DeleteSeenPolicy(k.Name, v.Policy, v.Unit, v.Partition); err != nil {
 			return nil, err
 		}
 	}
@@ -305,16 +305,16 @@ func evict(tx ledger.Tx, k *keystore.Key, victims []ledger.Known, folded map[rat
 // putFolds writes the folds of the changed units to tx, each replacing
 // the one before whole (what that held is in its new values); a unit
 // without one gets an empty fold, at now.
-func putFolds(tx ledger.Tx, k *keystore.Key, folded map[ratelimit.Unit]ledger.Known, changed map[ratelimit.Unit]bool, now time.Time) error {
+func putFolds(tx ledger.Tx, k *keystore.Key, folded map[ratelimit.Unit]ledger.SeenPolicy, changed map[ratelimit.Unit]bool, now time.Time) error {
 	for unit := range changed {
 		f, had := folded[unit]
 		if !had {
-			f, _ = fold(ledger.Known{}, ledger.Known{Key: k.Name, Observation: ratelimit.Observation{Unit: unit}}, now, counter(tx, k.Name, unit))
+			f, _ = fold(ledger.SeenPolicy{}, ledger.SeenPolicy{Key: k.Name, Observation: ratelimit.Observation{Unit: unit}}, now, counter(tx, k.Name, unit))
 		}
-		if err := tx.DeleteKnown(k.Name, EvictedPolicy, unit, ""); err != nil {
+		if err := tx.DeleteSeenPolicy(k.Name, EvictedPolicy, unit, ""); err != nil {
 			return err
 		}
-		if err := tx.PutKnown(f); err != nil {
+		if err := tx.PutSeenPolicy(f); err != nil {
 			return err
 		}
 	}

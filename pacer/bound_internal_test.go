@@ -15,8 +15,8 @@ import (
 var b0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 
 // word is a policy the upstream showed at b0: q per w, r left for t.
-func kept(name string, unit ratelimit.Unit, q int64, w time.Duration, r int64, t time.Duration) ledger.Known {
-	k := ledger.Known{Key: "k", ReceivedAt: b0, BasisAt: b0,
+func kept(name string, unit ratelimit.Unit, q int64, w time.Duration, r int64, t time.Duration) ledger.SeenPolicy {
+	k := ledger.SeenPolicy{Key: "k", ReceivedAt: b0, BasisAt: b0,
 		Observation: ratelimit.Observation{Policy: name, Unit: unit, Quota: q, HasQuota: q > 0, Window: w}}
 	if t > 0 {
 		k.Remaining, k.HasRemaining, k.Reset, k.HasReset = r, true, t, true
@@ -25,8 +25,8 @@ func kept(name string, unit ratelimit.Unit, q int64, w time.Duration, r int64, t
 }
 
 // What goes first past a bound: what constrains nothing, then what only
-// spreads calls, then the most headroom (a quota with no word of what is
-// left counts as all of it), then the oldest word.
+// spreads calls, then the most headroom (a quota with no observation of what is
+// left counts as all of it), then the oldest observation.
 func TestEvictions(t *testing.T) {
 	now := b0.Add(time.Minute)
 	expired := kept("expired", ratelimit.Requests, 0, 0, 0, 10*time.Second)      // r=0 but expired and answered since
@@ -37,7 +37,7 @@ func TestEvictions(t *testing.T) {
 	older := kept("older", ratelimit.Requests, 100, time.Hour, 90, time.Hour)    // as roomy, said earlier
 	older.ReceivedAt, older.BasisAt = b0.Add(-time.Second), b0.Add(-time.Second) //
 	conc := kept("conc", ratelimit.ConcurrentRequests, 4, 0, 0, 0)               // a limit in flight binds
-	rows := []ledger.Known{tight, conc, spent, roomy, tokens, expired, older}
+	rows := []ledger.SeenPolicy{tight, conc, spent, roomy, tokens, expired, older}
 	for _, tt := range []struct {
 		keep int
 		want []string
@@ -72,24 +72,24 @@ func TestFold(t *testing.T) {
 	later.ReceivedAt, later.BasisAt = b0.Add(5*time.Second), b0.Add(5*time.Second)
 	for _, tt := range []struct {
 		name   string
-		into   ledger.Known
-		folded []ledger.Known
+		into   ledger.SeenPolicy
+		folded []ledger.SeenPolicy
 		want   ratelimit.Observation
 	}{
 		{"a window: the least quota over the longest window",
-			ledger.Known{}, []ledger.Known{kept("a", ratelimit.Requests, 100, time.Minute, 0, 0), kept("b", ratelimit.Requests, 5000, time.Hour, 0, 0)},
+			ledger.SeenPolicy{}, []ledger.SeenPolicy{kept("a", ratelimit.Requests, 100, time.Minute, 0, 0), kept("b", ratelimit.Requests, 5000, time.Hour, 0, 0)},
 			ratelimit.Observation{Quota: 100, HasQuota: true, Window: time.Hour}},
 		{"a live word: what is left now, sends subtracted, until the latest end",
-			ledger.Known{}, []ledger.Known{kept("a", ratelimit.Requests, 0, 0, 10, time.Minute), later},
+			ledger.SeenPolicy{}, []ledger.SeenPolicy{kept("a", ratelimit.Requests, 0, 0, 10, time.Minute), later},
 			ratelimit.Observation{Remaining: 1, HasRemaining: true, Reset: 2*time.Minute - 5*time.Second, HasReset: true}},
 		{"an expired word: nothing",
-			ledger.Known{}, []ledger.Known{kept("a", ratelimit.Requests, 0, 0, 0, 5*time.Second)},
+			ledger.SeenPolicy{}, []ledger.SeenPolicy{kept("a", ratelimit.Requests, 0, 0, 0, 5*time.Second)},
 			ratelimit.Observation{}},
 		{"an exhausted word in tokens: nothing left in requests",
-			ledger.Known{}, []ledger.Known{kept("a", ratelimit.Tokens, 0, 0, 0, time.Minute)},
+			ledger.SeenPolicy{}, []ledger.SeenPolicy{kept("a", ratelimit.Tokens, 0, 0, 0, time.Minute)},
 			ratelimit.Observation{Remaining: 0, HasRemaining: true, Reset: 50 * time.Second, HasReset: true}},
 		{"tokens left: nothing held back",
-			ledger.Known{}, []ledger.Known{kept("a", ratelimit.Tokens, 0, 0, 900, time.Minute)},
+			ledger.SeenPolicy{}, []ledger.SeenPolicy{kept("a", ratelimit.Tokens, 0, 0, 900, time.Minute)},
 			ratelimit.Observation{}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -107,15 +107,15 @@ func TestFold(t *testing.T) {
 			}
 		})
 	}
-	// Folding into a fold keeps the earlier fold's word, its own sends
+	// Folding into a fold keeps the earlier fold's observation, its own sends
 	// subtracted.
 	none := func(time.Time) (int64, error) { return 0, nil }
-	first, _ := fold(ledger.Known{}, kept("a", ratelimit.Requests, 0, 0, 4, time.Minute), b0, none) // 4 left at b0, basis b0
+	first, _ := fold(ledger.SeenPolicy{}, kept("a", ratelimit.Requests, 0, 0, 4, time.Minute), b0, none) // 4 left at b0, basis b0
 	got, _ := fold(first, kept("b", ratelimit.Requests, 0, 0, 50, 10*time.Minute), now, count)
 	if got.Remaining != 1 || got.Reset != 10*time.Minute-10*time.Second {
 		t.Errorf("a fold into a fold: r=%d t=%s, want r=1 (4 less 3 sent) t=9m50s", got.Remaining, got.Reset)
 	}
-	conc, _ := fold(ledger.Known{}, kept("c", ratelimit.ConcurrentRequests, 8, 0, 0, 0), now, count)
+	conc, _ := fold(ledger.SeenPolicy{}, kept("c", ratelimit.ConcurrentRequests, 8, 0, 0, 0), now, count)
 	conc, _ = fold(conc, kept("d", ratelimit.ConcurrentRequests, 3, 0, 0, 0), now, count)
 	if conc.Unit != ratelimit.ConcurrentRequests || conc.Quota != 3 {
 		t.Errorf("limits in flight folded: %s q=%d, want concurrent-requests q=3", conc.Unit, conc.Quota)

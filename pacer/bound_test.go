@@ -15,12 +15,12 @@ import (
 )
 
 // known returns every policy the state keeps of k.
-func (e *env) known(k *keystore.Key) []ledger.Known {
+func (e *env) known(k *keystore.Key) []ledger.SeenPolicy {
 	e.t.Helper()
-	var ks []ledger.Known
+	var ks []ledger.SeenPolicy
 	err := e.db.View(context.Background(), func(tx ledger.Tx) error {
 		var err error
-		ks, err = tx.Known(k.Name)
+		ks, err = tx.SeenPolicies(k.Name)
 		return err
 	})
 	if err != nil {

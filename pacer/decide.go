@@ -90,7 +90,7 @@ type snapshot struct {
 	key     *keystore.Key
 	caller  string
 	route   string // method and path of the request, to pick partitions
-	known   []ledger.Known
+	seen    []ledger.SeenPolicy
 	gates   []ledger.Gate
 	fair    *fairView // the key's shares: who spent what, who waits (see fair.go); nil when it has none
 	ks      ledger.KeyState
@@ -310,7 +310,7 @@ func (s snapshot) observedRule(d *decision, windows []windowed) ([]constraint, e
 // last goes a share before the end, not at it. (A share in percent of a
 // quota nobody stated says nothing of how many calls are left: it is not
 // spread.)
-func (s snapshot) spreadRule(d *decision, k ledger.Known, b Budget) constraint {
+func (s snapshot) spreadRule(d *decision, k ledger.SeenPolicy, b Budget) constraint {
 	d.slow = true
 	spacing := max(b.Reset-rounding(k.Reset), 0) / time.Duration(b.Remaining+1)
 	why := reason.Reason{Kind: reason.UpstreamLow, Policy: b.Policy, Unit: b.Unit, Left: b.Remaining, For: b.Reset, Spacing: spacing}
@@ -407,7 +407,7 @@ type policyWindow struct {
 
 // policyWindows returns k's documented policies of requests and those of
 // known that announced q and w in requests.
-func policyWindows(k *keystore.Key, known []ledger.Known) []policyWindow {
+func policyWindows(k *keystore.Key, known []ledger.SeenPolicy) []policyWindow {
 	var ps []policyWindow
 	for _, p := range k.Policies {
 		if requests(p.Unit) {
@@ -498,12 +498,12 @@ func (s snapshot) held(q int64, win ledger.Window) int64 {
 // route, see routePartition) constrains that route alone, and so does a
 // partition of a profile whose partitions are buckets of the routes that
 // reported them (Discord): a route never seen meets none of them.
-func (s snapshot) applicable() []ledger.Known {
-	byPolicy := map[string][]ledger.Known{}
+func (s snapshot) applicable() []ledger.SeenPolicy {
+	byPolicy := map[string][]ledger.SeenPolicy{}
 	var order []string
 	own := routePartition(s.route)
 	byRoute := s.key.Profile.PartitionsByRoute()
-	for _, k := range s.known {
+	for _, k := range s.seen {
 		if strings.HasPrefix(k.Partition, routePartition("")) && k.Partition != own {
 			continue
 		}
@@ -516,10 +516,10 @@ func (s snapshot) applicable() []ledger.Known {
 		}
 		byPolicy[id] = append(byPolicy[id], k)
 	}
-	var out []ledger.Known
+	var out []ledger.SeenPolicy
 	for _, id := range order {
 		group := byPolicy[id]
-		var match []ledger.Known
+		var match []ledger.SeenPolicy
 		for _, k := range group {
 			if k.Partition == "" || k.Route == s.route {
 				match = append(match, k)
@@ -538,7 +538,7 @@ func (s snapshot) applicable() []ledger.Known {
 // after every send since (by every caller and process), and whether its
 // effective window has passed. An expired observation that nothing has
 // answered since asks for one jittered probe; it never refills.
-func (s snapshot) observed(k ledger.Known) (b Budget, c constraint, probe bool, err error) {
+func (s snapshot) observed(k ledger.SeenPolicy) (b Budget, c constraint, probe bool, err error) {
 	b = Budget{Policy: k.Policy, Unit: k.Unit, Partition: k.Partition, Limit: k.Quota, Remaining: -1,
 		Window: k.Window, Source: string(k.Shape), Observed: k.ReceivedAt, Hidden: k.Hidden}
 	if k.Unit == ratelimit.ConcurrentRequests {
@@ -590,11 +590,11 @@ func (s snapshot) observed(k ledger.Known) (b Budget, c constraint, probe bool, 
 }
 
 // expiredRule decides what follows an observation k whose effective
-// window ended at end: nothing when an answer came since (a fresh word
+// window ended at end: nothing when an answer came since (a fresh observation
 // came, or the policy was not shown); else, expired and unanswered since,
 // one jittered probe (probe, once its jitter has passed), then a fresh
 // answer.
-func (s snapshot) expiredRule(k ledger.Known, end time.Time) (c constraint, probe bool) {
+func (s snapshot) expiredRule(k ledger.SeenPolicy, end time.Time) (c constraint, probe bool) {
 	if s.ks.LastResponseAt.After(end) {
 		return c, false
 	}
@@ -628,7 +628,7 @@ func fillFromLog(b Budget, windows []windowed) Budget {
 // probeJitter bounds the jitter of the probe after k expires: ProbeJitter,
 // or less in a short window (a share of it, so that the probe costs the
 // same share of any window).
-func probeJitter(k ledger.Known) time.Duration {
+func probeJitter(k ledger.SeenPolicy) time.Duration {
 	if isLeaky(k) {
 		return time.Microsecond // a bucket leaks whether or not clients probe together
 	}
@@ -642,7 +642,7 @@ func probeJitter(k ledger.Known) time.Duration {
 // rounding is how much sooner than an effective window t of d its window
 // may end: t is sent in whole seconds and rounded up, so a whole number
 // of seconds may be up to a second long (a t that is not, was not read
-// rounded: it was measured, or settled from other evidence).
+// rounded: it was measured, or tightened by other evidence).
 func rounding(d time.Duration) time.Duration {
 	if d > 0 && d%time.Second == 0 {
 		return time.Second
@@ -653,7 +653,7 @@ func rounding(d time.Duration) time.Duration {
 // validity is how long an observation holds: its effective window t, else
 // the policy window w, else DefaultValidity. A leaky bucket's holds while
 // a full bucket would take to drain, w.
-func validity(k ledger.Known) time.Duration {
+func validity(k ledger.SeenPolicy) time.Duration {
 	switch {
 	case isLeaky(k):
 		return k.Window

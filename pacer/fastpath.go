@@ -6,19 +6,19 @@ import (
 
 // An unleased call whose admission found its key far from every limit,
 // with nothing to watch for (no gate, no probe, no failure, no budget
-// near its low-water mark), has its answer foreseen as a lease's are: an
+// near its low-water mark), has its answer judged routine as a lease's are: an
 // ordinary answer about policies the key knows, leaving every budget
 // clear of its low-water mark, is recorded through the process's journal
 // (see learned.go) and advised from the budgets its admission read, with
 // this call spent — no transaction of its own on the key's row. What it
-// teaches (the latest word on each policy, the latency, the last answer)
+// teaches (the latest observation on each policy, the latency, the last answer)
 // is written by the key's next transaction in this process, an admission
 // usually: the key must be called often enough here for one to come
 // soon (quickNext). Any other answer is recorded and advised as before, in a
 // transaction of its own.
 
 // quickBudgets returns the budgets an answer to the call snap's decision
-// d admits is advised from when that answer is foreseen: d's, with the
+// d admits is advised from when that answer is routine: d's, with the
 // call spent; nil when the call's answer is to be recorded in a
 // transaction of its own whatever it says.
 func (p *Pacer) quickBudgets(snap snapshot, d decision) []Budget {
@@ -30,7 +30,7 @@ func (p *Pacer) quickBudgets(snap snapshot, d decision) []Budget {
 		ks.Failures > 0 || ks.Opens > 0 || ks.HalfOpen || ks.ProbeAttempt != 0 {
 		return nil
 	}
-	for _, kn := range snap.known {
+	for _, kn := range snap.seen {
 		// Partitions, other units and leaky buckets: what an answer
 		// teaches of them is read against the log (see record).
 		if kn.Partition != "" || !requests(kn.Unit) || isLeaky(kn) {
@@ -57,15 +57,15 @@ func (p *Pacer) quickBudgets(snap snapshot, d decision) []Budget {
 }
 
 // quickNext is how many admissions of the key this process must be
-// making in LeaseTime, at its pace, for an answer to be foreseen: what
+// making in LeaseTime, at its pace, for an answer to be routine: what
 // the answer teaches is then written by one of them, not by a
 // transaction of its own when LeaseTime runs out (see learned), which
 // would cost what the answer's own transaction costs, and more.
 const quickNext = 4
 
 // quickResult is what Done tells the caller of t, admitted without a
-// lease with budgets to foresee its answer by (see quickBudgets), when the
-// answer o brings nothing they did not foresee; ok is false otherwise.
+// lease with budgets to judge its answer routine by (see quickBudgets), when the
+// answer o is routine by them; ok is false otherwise.
 func (p *Pacer) quickResult(t Ticket, o Outcome) (Result, bool) {
 	if t.quick == nil || t.granted {
 		return Result{}, false
@@ -80,7 +80,7 @@ func (p *Pacer) quickResult(t Ticket, o Outcome) (Result, bool) {
 	res, ok := p.leaseResult(t, o, Result{State: classify(o, rd)}, p.now())
 	for _, b := range res.Budgets {
 		if b.Window > 0 && b.Reset > b.Window {
-			return res, false // a reset the log may end sooner (see settle)
+			return res, false // a reset the log may end sooner (see tightenReset)
 		}
 	}
 	return res, ok

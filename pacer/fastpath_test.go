@@ -29,9 +29,9 @@ func (c *countingPostgres) Update(ctx context.Context, fn func(ledger.Tx) error,
 }
 
 // On PostgreSQL an unleased call of a key this process calls often, whose
-// answer brings nothing its admission did not foresee, costs one
+// answer is routine by its admission's budgets, costs one
 // transaction, its admission: the outcome goes through the journal, and
-// what the answer taught is written by the key's next admission. An answer that was not foreseen (a new
+// what the answer taught is written by the key's next admission. An answer that is not routine (a new
 // policy, a refusal) is recorded in a transaction of its own, as before.
 func TestUnleasedAnswerTakesNoTransaction(t *testing.T) {
 	srv := pgtest.Start(t)
@@ -122,7 +122,7 @@ func TestUnleasedAnswerTakesNoTransaction(t *testing.T) {
 		t.Helper()
 		var got int64
 		if err := pg.View(ctx, func(tx ledger.Tx) error {
-			known, err := tx.Known("k")
+			known, err := tx.SeenPolicies("k")
 			if len(known) == 1 {
 				got = known[0].Remaining
 			}
@@ -162,12 +162,12 @@ func TestUnleasedAnswerTakesNoTransaction(t *testing.T) {
 		if len(obs) != 1 || obs[0].Remaining != r {
 			t.Errorf("the answer's observations: %+v, want its r=%d", obs, r)
 		}
-		known, err := tx.Known("k")
+		known, err := tx.SeenPolicies("k")
 		if err != nil {
 			return err
 		}
 		if len(known) != 1 || known[0].Remaining != r {
-			t.Errorf("the latest word: %+v, want the answer's r=%d", known, r)
+			t.Errorf("the latest observation: %+v, want the answer's r=%d", known, r)
 		}
 		return nil
 	}); err != nil {
@@ -176,7 +176,7 @@ func TestUnleasedAnswerTakesNoTransaction(t *testing.T) {
 	if _, tx := answer(next, 200, r-1); tx != 0 {
 		t.Errorf("the answer to the call admitted before took %d transactions, want 0", tx)
 	}
-	// A refusal was not foreseen: recorded at once, and it holds the
+	// A refusal is not routine: recorded at once, and it holds the
 	// next call (its Retry-After, or the hidden limit it reveals).
 	if _, tx := answer(third, 429, 500); tx != 1 {
 		t.Errorf("a refusal took %d transactions, want 1", tx)

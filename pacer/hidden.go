@@ -110,7 +110,7 @@ func maxBefore(sends []time.Time, w time.Duration) int64 {
 func (p *Pacer) hiddenLimit(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now time.Time) (string, error) {
 	c := t.Call
 	key := c.Key.Name
-	known, err := tx.Known(key)
+	known, err := tx.SeenPolicies(key)
 	if err != nil {
 		return "", err
 	}
@@ -127,7 +127,7 @@ func (p *Pacer) hiddenLimit(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now t
 		// reach the upstream a moment before its own window frees it:
 		// that policy's timing explains the refusal, which reveals no
 		// new limit. Its Retry-After (or backoff) gate is all it sets.
-		edge, err := windowEdge(tx, t, rd, now, known, p.lease())
+		edge, err := windowEdge(tx, t, rd, now, known, p.inFlightTimeout())
 		if err != nil || edge != "" {
 			return edge, err
 		}
@@ -139,15 +139,15 @@ func (p *Pacer) hiddenLimit(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now t
 	inf := inferHidden(name, hidden, latest, sends, rd, now)
 	if inf.renew {
 		// No quota to stretch: the latest discovery is renewed as it is.
-		return "", tx.PutKnown(ledger.Known{Key: key, ReceivedAt: now, BasisAt: latest.BasisAt, Hidden: true,
+		return "", tx.PutSeenPolicy(ledger.SeenPolicy{Key: key, ReceivedAt: now, BasisAt: latest.BasisAt, Hidden: true,
 			Route: latest.Route, Observation: latest.Observation})
 	}
 	// For a hidden limit (which has no r) BasisAt keeps the start of the
 	// window that revealed it.
-	k := ledger.Known{Key: key, ReceivedAt: now, BasisAt: inf.lim.start, Hidden: true, Route: c.route(),
+	k := ledger.SeenPolicy{Key: key, ReceivedAt: now, BasisAt: inf.lim.start, Hidden: true, Route: c.route(),
 		Observation: ratelimit.Observation{Policy: inf.name, Unit: ratelimit.Requests, Quota: inf.lim.quota, HasQuota: inf.lim.quota > 0,
 			Window: inf.lim.window, Shape: ratelimit.ShapeInferred}}
-	if err := tx.PutKnown(k); err != nil {
+	if err := tx.PutSeenPolicy(k); err != nil {
 		return "", err
 	}
 	msg := inf.warning(key)
@@ -158,7 +158,7 @@ func (p *Pacer) hiddenLimit(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now t
 // discovered of them, or during when one was discovered while a call
 // admitted at admitted was in flight (its refusal is part of that
 // discovery).
-func hiddenSoFar(known []ledger.Known, admitted time.Time) (hidden []ledger.Known, latest *ledger.Known, during bool) {
+func hiddenSoFar(known []ledger.SeenPolicy, admitted time.Time) (hidden []ledger.SeenPolicy, latest *ledger.SeenPolicy, during bool) {
 	for i, k := range known {
 		if k.Hidden {
 			if !k.ReceivedAt.Before(admitted) {
@@ -178,12 +178,12 @@ func hiddenSoFar(known []ledger.Known, admitted time.Time) (hidden []ledger.Know
 // configuration (policies) announced, or "" when it names none.
 // explained says it names policies, and none of them is new (an empty
 // name counts as none).
-func unannouncedName(rd *ratelimit.Reading, known []ledger.Known, policies []keystore.Policy) (name string, explained bool) {
+func unannouncedName(rd *ratelimit.Reading, known []ledger.SeenPolicy, policies []keystore.Policy) (name string, explained bool) {
 	if rd.Problem == nil || len(rd.Problem.ViolatedPolicies) == 0 {
 		return "", false
 	}
 	announced := func(v string) bool {
-		return slices.ContainsFunc(known, func(k ledger.Known) bool { return k.Policy == v && !k.Hidden }) ||
+		return slices.ContainsFunc(known, func(k ledger.SeenPolicy) bool { return k.Policy == v && !k.Hidden }) ||
 			slices.ContainsFunc(policies, func(pol keystore.Policy) bool { return pol.Name == v })
 	}
 	for _, v := range rd.Problem.ViolatedPolicies {
@@ -199,7 +199,7 @@ func unannouncedName(rd *ratelimit.Reading, known []ledger.Known, policies []key
 // before t was admitted, oldest first. Sends before the latest discovery
 // belong to windows its Retry-After waited out: a later refusal is
 // inferred from the sends since.
-func acceptedSends(tx ledger.Tx, t Ticket, latest *ledger.Known, now time.Time) ([]time.Time, error) {
+func acceptedSends(tx ledger.Tx, t Ticket, latest *ledger.SeenPolicy, now time.Time) ([]time.Time, error) {
 	since := now.Add(-MaxHiddenWindow)
 	if latest != nil {
 		since = maxTime(since, latest.ReceivedAt)
@@ -239,7 +239,7 @@ type hiddenInference struct {
 // refused again reaches further back than it seemed; with neither, the
 // limit waits out the refusal's Retry-After (at least
 // DefaultHiddenWindow) with no quota known.
-func inferHidden(name string, hidden []ledger.Known, latest *ledger.Known, sends []time.Time, rd *ratelimit.Reading, now time.Time) hiddenInference {
+func inferHidden(name string, hidden []ledger.SeenPolicy, latest *ledger.SeenPolicy, sends []time.Time, rd *ratelimit.Reading, now time.Time) hiddenInference {
 	lim, ok := inferLimit(sends, now, rd.RetryAfter, rd.HasRetryAfter)
 	switch {
 	case ok:
@@ -281,14 +281,14 @@ func (inf hiddenInference) warning(key string) string {
 
 // hiddenName names a newly inferred limit of window w: the hidden limit
 // of about the same window it corrects, else the first free name.
-func hiddenName(hidden []ledger.Known, w time.Duration) string {
+func hiddenName(hidden []ledger.SeenPolicy, w time.Duration) string {
 	for _, k := range hidden {
 		if k.Window > 0 && float64(max(w, k.Window)) <= sameLimit*float64(min(w, k.Window)) {
 			return k.Policy
 		}
 	}
 	name := "hidden"
-	for i := 2; slices.ContainsFunc(hidden, func(k ledger.Known) bool { return k.Policy == name }); i++ {
+	for i := 2; slices.ContainsFunc(hidden, func(k ledger.SeenPolicy) bool { return k.Policy == name }); i++ {
 		name = fmt.Sprintf("hidden-%d", i)
 	}
 	return name
@@ -315,7 +315,7 @@ func maxTime(a, b time.Time) time.Time {
 // the rounding of Retry-After up to the second). A second such refusal
 // within two of the policy's windows is no race at a window's edge: then
 // nothing explains it.
-func windowEdge(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now time.Time, known []ledger.Known, lease time.Duration) (string, error) {
+func windowEdge(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now time.Time, known []ledger.SeenPolicy, inFlightTimeout time.Duration) (string, error) {
 	c := t.Call
 	for _, p := range policyWindows(c.Key, known) {
 		if p.hidden || p.q <= 0 {
@@ -329,7 +329,7 @@ func windowEdge(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now time.Time, kn
 			continue
 		}
 		// A send admitted a lease before the window is answered or given up.
-		sends, err := tx.Sends(c.Key.Name, t.AdmittedAt.Add(-p.w-lease), maxInferSends)
+		sends, err := tx.Sends(c.Key.Name, t.AdmittedAt.Add(-p.w-inFlightTimeout), maxInferSends)
 		if err != nil {
 			return "", err
 		}

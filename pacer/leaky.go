@@ -22,12 +22,12 @@ const (
 // isLeaky reports whether k is a leaky bucket (ratelimit.ShapeLeaky) with
 // what pacing it needs: its size q and drain time w, whose ratio is its
 // leak rate.
-func isLeaky(k ledger.Known) bool {
+func isLeaky(k ledger.SeenPolicy) bool {
 	return k.Shape == ratelimit.ShapeLeaky && k.Unit == ratelimit.Requests && k.HasQuota && k.Quota > 0 && k.Window > 0 && k.HasRemaining
 }
 
 // leakRate is k's leak rate, in calls per second.
-func leakRate(k ledger.Known) float64 {
+func leakRate(k ledger.SeenPolicy) float64 {
 	return float64(k.Quota) / k.Window.Seconds()
 }
 
@@ -39,7 +39,7 @@ func leakRate(k ledger.Known) float64 {
 // When there is no room, the next call waits until one more has leaked
 // out; a bucket that calls since have filled past its size waits for a
 // fresh answer (end, then one probe).
-func (s snapshot) leaky(k ledger.Known, b Budget, end time.Time) (Budget, constraint, error) {
+func (s snapshot) leaky(k ledger.SeenPolicy, b Budget, end time.Time) (Budget, constraint, error) {
 	var c constraint
 	n, err := s.log.Count(k.BasisAt)
 	if err != nil {
@@ -76,7 +76,7 @@ func (s snapshot) leaky(k ledger.Known, b Budget, end time.Time) (Budget, constr
 // one noisy pair of answers moves the pace only halfway. Without an
 // estimate, the rate known so far stays.
 func learnLeak(tx ledger.Tx, key string, ob ratelimit.Observation, receivedAt, basis time.Time, status int,
-	prev *ledger.Known) (ratelimit.Observation, error) {
+	prev *ledger.SeenPolicy) (ratelimit.Observation, error) {
 	if prev == nil || !isLeaky(*prev) || !ob.HasQuota || ob.Quota != prev.Quota || !ob.HasRemaining {
 		return ob, nil
 	}

@@ -9,44 +9,44 @@ import (
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 )
 
-// An answer a lease foresaw (see lease.go), or an unleased call's
-// admission did (see fastpath.go), is recorded at once with what
+// A routine answer of a lease (see lease.go), or an unleased call's
+// admission judged routine (see fastpath.go), is recorded at once with what
 // it said — the call's state and every observation of its answer — before
 // its caller hears it, through the process's journal where it has one
 // (see state.FinishLater). What it teaches the key's pacing state and the
-// latest word on each of its policies waits, in memory, for the key's
-// next transaction in this process — an admission, an answer the lease
-// did not foresee, the lease's end, a status — or LeaseTime at most: on a
+// latest observation on each of its policies waits, in memory, for the key's
+// next transaction in this process — an admission, an answer that
+// is not routine, the lease's end, a status — or LeaseTime at most: on a
 // busy key, many answers are written there as one.
 //
-// Nothing the lease did not foresee waits: a foreseen answer leaves every
+// Only routine answers wait: a routine answer leaves every
 // budget far from its limits, resets no failure count (a key with failures
 // is not leased) and sets no gate. What waits is written in any order:
-// a latest word only replaces an older one, a latency only lengthens the
+// a latest observation only replaces an older one, a latency only lengthens the
 // one kept, an answer's time only moves the last answer's later. Another
 // process meanwhile counts the lease's slots as spent, and reads a latest
 // word up to LeaseTime older, which projects no more than the newer would:
 // every send since its basis is subtracted from it. A process that ends
-// before writing it leaves the same older word.
+// before writing it leaves the same older observation.
 type learned struct {
-	key        *keystore.Key
-	words      []word        // the latest observation of each policy
-	timed      bool          // an answer came with its time: latency is one
-	latency    time.Duration // the longest from an admission to its answer
-	answeredAt time.Time     // the latest answer
-	stop       func() bool   // stops the timer that writes it
-	since      time.Time     // when the first of it was kept (see takeDue)
+	key          *keystore.Key
+	observations []learnedObservation // the latest observation of each policy
+	timed        bool                 // an answer came with its time: latency is one
+	latency      time.Duration        // the longest from an admission to its answer
+	answeredAt   time.Time            // the latest answer
+	stop         func() bool          // stops the timer that writes it
+	since        time.Time            // when the first of it was kept (see takeDue)
 }
 
-// A word is an observation as a latest word: what an answer said of one
+// A learnedObservation is an observation the pacer keeps: what an answer said of one
 // policy, when, and to which call.
-type word struct {
+type learnedObservation struct {
 	ob                          ratelimit.Observation
 	receivedAt, admitted, basis time.Time
 	route                       string
 }
 
-// learn keeps what the foreseen answer o to t teaches, for the key's next
+// learn keeps what the routine answer o to t teaches, for the key's next
 // transaction to write.
 func (p *Pacer) learn(t Ticket, o Outcome) {
 	l := &learned{key: t.Call.Key, answeredAt: o.AnsweredAt}
@@ -66,7 +66,7 @@ func (p *Pacer) learn(t Ticket, o Outcome) {
 	}
 	if rd := o.Reading; rd != nil && !rd.FromCache {
 		for _, ob := range rd.Observations {
-			l.words = append(l.words, word{ob: normalized(ob), receivedAt: rd.ReceivedAt, admitted: t.AdmittedAt,
+			l.observations = append(l.observations, learnedObservation{ob: normalized(ob), receivedAt: rd.ReceivedAt, admitted: t.AdmittedAt,
 				basis: basis, route: t.Call.route()})
 		}
 	}
@@ -90,7 +90,7 @@ func (p *Pacer) keep(l *learned) {
 	kept.merge(l)
 }
 
-// merge adds what l learned to k: the later word of each policy, the
+// merge adds what l learned to k: the later observation of each policy, the
 // longer latency, the later answer.
 func (k *learned) merge(l *learned) {
 	if l.timed {
@@ -98,16 +98,16 @@ func (k *learned) merge(l *learned) {
 		k.timed = true
 	}
 	k.answeredAt = maxTime(k.answeredAt, l.answeredAt)
-	for _, w := range l.words {
+	for _, w := range l.observations {
 		i := 0
-		for i < len(k.words) && !samePolicy(k.words[i].ob, w.ob) {
+		for i < len(k.observations) && !samePolicy(k.observations[i].ob, w.ob) {
 			i++
 		}
 		switch {
-		case i == len(k.words):
-			k.words = append(k.words, w)
-		case !w.receivedAt.Before(k.words[i].receivedAt):
-			k.words[i] = w
+		case i == len(k.observations):
+			k.observations = append(k.observations, w)
+		case !w.receivedAt.Before(k.observations[i].receivedAt):
+			k.observations[i] = w
 		}
 	}
 }
@@ -142,13 +142,13 @@ func writeLearned(tx ledger.Tx, l *learned) error {
 	if err != nil {
 		return err
 	}
-	known, err := tx.Known(key)
+	known, err := tx.SeenPolicies(key)
 	if err != nil {
 		return err
 	}
 	grew := false
-	for _, w := range l.words {
-		var prev *ledger.Known
+	for _, w := range l.observations {
+		var prev *ledger.SeenPolicy
 		for i, k := range known {
 			if k.Policy == w.ob.Policy && k.Unit == w.ob.Unit && k.Partition == w.ob.Partition {
 				prev = &known[i]
@@ -158,11 +158,11 @@ func writeLearned(tx ledger.Tx, l *learned) error {
 			continue // a later answer spoke already
 		}
 		grew = grew || prev == nil
-		ob, err := settle(tx, l.key, w.ob, w.receivedAt, w.admitted, w.basis, prev, ks)
+		ob, err := tightenReset(tx, l.key, w.ob, w.receivedAt, w.admitted, w.basis, prev, ks)
 		if err != nil {
 			return err
 		}
-		if err := tx.PutKnown(ledger.Known{Key: key, Observation: ob, ReceivedAt: w.receivedAt, BasisAt: w.basis,
+		if err := tx.PutSeenPolicy(ledger.SeenPolicy{Key: key, Observation: ob, ReceivedAt: w.receivedAt, BasisAt: w.basis,
 			Route: w.route}); err != nil {
 			return err
 		}

@@ -7,13 +7,13 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
-// An admission writes what foreseen answers taught its key (see learned)
+// An admission writes what routine answers taught its key (see learned)
 // only once it has waited learnedDue: on a key called every millisecond
 // or two, one admission in many writes it, not each one — on PostgreSQL
 // that is the policy's word and the window counts it is settled on, three
 // round trips on the key's locked row. What waits meanwhile is what
 // another process reads of it anyway (up to LeaseTime older, see
-// learned): foreseen answers left every budget far from its limits, and
+// learned): routine answers left every budget far from its limits, and
 // every send since a word's basis is subtracted from it. The timer still
 // writes it within LeaseTime when no admission comes; every other
 // transaction on the key writes it at once.

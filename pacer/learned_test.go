@@ -19,14 +19,14 @@ func upstreamSays(r int64) *ratelimit.Reading {
 	return reading(0, shown("upstream", 100_000, time.Hour, r, time.Hour))
 }
 
-// word returns the latest word on k's policy "upstream" in the file, and
+// seenPolicy returns k's seen policy "upstream" in the file, and
 // the key's pacing state.
-func (e *env) word(k *keystore.Key) (ledger.Known, ledger.KeyState) {
+func (e *env) seenPolicy(k *keystore.Key) (ledger.SeenPolicy, ledger.KeyState) {
 	e.t.Helper()
-	var w ledger.Known
+	var w ledger.SeenPolicy
 	var ks ledger.KeyState
 	err := e.db.View(context.Background(), func(tx ledger.Tx) error {
-		known, err := tx.Known(k.Name)
+		known, err := tx.SeenPolicies(k.Name)
 		if err != nil {
 			return err
 		}
@@ -46,7 +46,7 @@ func (e *env) word(k *keystore.Key) (ledger.Known, ledger.KeyState) {
 
 // answeredFromLease is a busy key whose upstream said r=90000 until the
 // key was leased, and r=80000 to the lease's first call: an answer the
-// lease foresaw, whose word waits to be written.
+// lease took as routine, whose observation waits to be written.
 func answeredFromLease(t *testing.T) (*env, *keystore.Key) {
 	t.Helper()
 	e := newEnv(t)
@@ -56,11 +56,11 @@ func answeredFromLease(t *testing.T) (*env, *keystore.Key) {
 	return e, k
 }
 
-// An answer a lease foresaw is recorded at once — the call's state and
-// the answer's observation — and what it teaches the key's latest word
+// A routine answer of a lease is recorded at once — the call's state and
+// the answer's observation — and what it teaches the key's latest observation
 // and pacing state is written by the key's next transaction, or by a
 // timer, many answers as one.
-func TestForeseenAnswersAreWrittenTogether(t *testing.T) {
+func TestRoutineAnswersAreWrittenTogether(t *testing.T) {
 	e := newEnv(t)
 	k := busyKey(100_000)
 	first := e.warmUp(e.p, k, func() *ratelimit.Reading { return upstreamSays(90_000) })
@@ -68,7 +68,7 @@ func TestForeseenAnswersAreWrittenTogether(t *testing.T) {
 
 	e.clk.advance(5 * time.Millisecond)
 	if res := e.answer(first, 200, upstreamSays(80_000)); res.State != ledger.Confirmed {
-		t.Fatalf("a foreseen answer's state: %s, want confirmed", res.State)
+		t.Fatalf("a routine answer's state: %s, want confirmed", res.State)
 	}
 	for _, a := range e.activity() {
 		if a.ID == first.ID && (a.State != ledger.Confirmed || a.Status != 200) {
@@ -85,8 +85,8 @@ func TestForeseenAnswersAreWrittenTogether(t *testing.T) {
 	if len(obs) != 1 || obs[0].AttemptID != first.ID || obs[0].Remaining != 80_000 {
 		t.Errorf("the latest observation recorded: %+v, want the leased call's r=80000", obs)
 	}
-	if w, _ := e.word(k); w.Remaining != 90_000 {
-		t.Errorf("the latest word before the key's next transaction says r=%d, want the granting call's 90000", w.Remaining)
+	if w, _ := e.seenPolicy(k); w.Remaining != 90_000 {
+		t.Errorf("the latest observation before the key's next transaction says r=%d, want the granting call's 90000", w.Remaining)
 	}
 
 	second := e.mustAdmit(k, "sync", "/items")
@@ -100,9 +100,9 @@ func TestForeseenAnswersAreWrittenTogether(t *testing.T) {
 		t.Fatalf("%d timers set for two answers, want one", n)
 	}
 	e.clk.advance(pacer.LeaseTime) // the timer fires
-	w, ks := e.word(k)
+	w, ks := e.seenPolicy(k)
 	if w.Remaining != 79_990 || !w.ReceivedAt.Equal(answered) {
-		t.Errorf("after the timer the latest word says r=%d received at %s, want the second answer's 79990 at %s",
+		t.Errorf("after the timer the latest observation says r=%d received at %s, want the second answer's 79990 at %s",
 			w.Remaining, w.ReceivedAt.Sub(start), answered.Sub(start))
 	}
 	if want := answered.Sub(first.AdmittedAt); ks.Latency < want {
@@ -119,14 +119,14 @@ func TestForeseenAnswersAreWrittenTogether(t *testing.T) {
 	if err := e.p.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if w, _ := e.word(k); w.Remaining != 79_980 {
-		t.Errorf("after Close the latest word says r=%d, want 79980", w.Remaining)
+	if w, _ := e.seenPolicy(k); w.Remaining != 79_980 {
+		t.Errorf("after Close the latest observation says r=%d, want 79980", w.Remaining)
 	}
 }
 
-// What a foreseen answer taught never replaces a later word another
+// What a routine answer taught never replaces a later observation another
 // process wrote meanwhile.
-func TestLearnedWordNeverReplacesALaterOne(t *testing.T) {
+func TestLearnedObservationNeverReplacesALaterOne(t *testing.T) {
 	e, k := answeredFromLease(t)
 
 	_, other := e.open()
@@ -141,8 +141,8 @@ func TestLearnedWordNeverReplacesALaterOne(t *testing.T) {
 	if _, err := e.p.Status(context.Background(), k, "sync"); err != nil {
 		t.Fatal(err)
 	}
-	if w, _ := e.word(k); w.Remaining != 70_000 {
-		t.Errorf("the latest word says r=%d, want the other process's later 70000", w.Remaining)
+	if w, _ := e.seenPolicy(k); w.Remaining != 70_000 {
+		t.Errorf("the latest observation says r=%d, want the other process's later 70000", w.Remaining)
 	}
 }
 
@@ -167,8 +167,8 @@ func TestLearnedKeptWhenItsTransactionFails(t *testing.T) {
 	if _, err := e.p.Status(context.Background(), k, "sync"); err != nil {
 		t.Fatalf("a status whose write fails: %v, want what the file holds", err)
 	}
-	if w, _ := e.word(k); w.Remaining != 90_000 {
-		t.Fatalf("the latest word says r=%d after a failed write, want 90000 still", w.Remaining)
+	if w, _ := e.seenPolicy(k); w.Remaining != 90_000 {
+		t.Fatalf("the latest observation says r=%d after a failed write, want 90000 still", w.Remaining)
 	}
 	if _, err := raw.Exec(`DROP TRIGGER fail_key_state`); err != nil {
 		t.Fatal(err)
@@ -176,20 +176,20 @@ func TestLearnedKeptWhenItsTransactionFails(t *testing.T) {
 	if _, err := e.p.Status(context.Background(), k, "sync"); err != nil {
 		t.Fatal(err)
 	}
-	if w, _ := e.word(k); w.Remaining != 80_000 {
-		t.Errorf("the latest word says r=%d after the next transaction, want the leased answer's 80000", w.Remaining)
+	if w, _ := e.seenPolicy(k); w.Remaining != 80_000 {
+		t.Errorf("the latest observation says r=%d after the next transaction, want the leased answer's 80000", w.Remaining)
 	}
 }
 
 // The key's next admission that takes a transaction writes what the
-// foreseen answers before it taught.
+// routine answers before it taught.
 func TestAdmissionWritesWhatWasLearned(t *testing.T) {
 	e, k := answeredFromLease(t)
 	e.clk.advance(pacer.LeaseTime) // the lease has run out: the next call takes a transaction
 	if tk := e.mustAdmit(k, "sync", "/items"); tk.Leased() {
 		t.Fatal("a call came from a lease that ran out")
 	}
-	if w, _ := e.word(k); w.Remaining != 80_000 {
-		t.Errorf("after the next admission the latest word says r=%d, want the leased answer's 80000", w.Remaining)
+	if w, _ := e.seenPolicy(k); w.Remaining != 80_000 {
+		t.Errorf("after the next admission the latest observation says r=%d, want the leased answer's 80000", w.Remaining)
 	}
 }

@@ -16,7 +16,7 @@ import (
 // in flight for every process), and the next calls of this process take
 // them in memory, without a transaction of their own, until the batch is
 // spent or the lease runs out. Each call's outcome is still recorded
-// before its caller hears it (an answer the lease foresaw, through the
+// before its caller hears it (a routine answer of the lease, through the
 // process's journal: see learned.go). A lease:
 //
 //   - is granted only when the decision admits at once, with no probe, no
@@ -30,10 +30,10 @@ import (
 //     calls the key may still have in flight, and no more than its
 //     maximum rate allows in the lease's time;
 //   - lasts LeaseTime at most, 1/leaseWindowShare of the shortest window
-//     and a quarter of what the freshest upstream word has left to hold —
+//     and a quarter of what the freshest upstream observation has left to hold —
 //     a slot's send may reach the upstream that long after its recorded
 //     admission, and the latency margin measures it (see margin);
-//   - ends at the first answer it did not foresee, to any call of the key
+//   - ends at the first answer that is not routine, to any call of the key
 //     in this process: a refusal, a failure, a gate, a warning, a policy
 //     it did not know, or a budget with less left than the lease holds or
 //     below its low-water mark. That answer is recorded and advised as
@@ -63,7 +63,7 @@ type lease struct {
 	spacing           time.Duration // the key's least spacing between admissions
 	lastOut           time.Time     // when the last slot was handed out
 	budgets           []Budget      // the key's budgets at the grant, every slot counted as spent
-	broken            bool          // an answer it did not foresee ended it (under Pacer.mu)
+	broken            bool          // an answer that is not routine ended it (under Pacer.mu)
 	stop              func() bool   // stops the timer that gives back the unused slots when the lease runs out
 }
 
@@ -105,7 +105,7 @@ func (p *Pacer) spentLease(key string, now time.Time) *lease {
 	return p.dropLease(l)
 }
 
-// breakLease ends l (when not nil) at an answer it did not foresee: the
+// breakLease ends l (when not nil) at an answer that is not routine: the
 // answers still to come of its slots are advised as any other, and no
 // more of its slots are handed out. It returns l when this call ended it,
 // and the caller then gives its slots back in a transaction (release);
@@ -213,7 +213,7 @@ func (p *Pacer) giveBack(l *lease) {
 }
 
 // Close gives back the unused slots of every lease the Pacer holds, and
-// writes what foreseen answers taught (see learned); it returns once the
+// writes what routine answers taught (see learned); it returns once the
 // functions of the Pacer's timers that started before it have ended (see
 // timerFunc). Call it when
 // the process ends; slots not given back are released by the next sweep
@@ -289,7 +289,7 @@ func (p *Pacer) leaseSize(snap snapshot, d decision) (int, time.Duration) {
 	if !d.admit || d.probe || d.slow || len(k.Reserves) > 0 || k.Fair() || snap.ks.Interval > 0 || snap.ks.HalfOpen || snap.ks.Failures > 0 {
 		return 0, 0
 	}
-	if keyHasBytes(k, snap.known) {
+	if keyHasBytes(k, snap.seen) {
 		return 0, 0 // a slot's bytes are not known when it is reserved
 	}
 	p.mu.Lock()
@@ -321,7 +321,7 @@ func (p *Pacer) leaseSize(snap snapshot, d decision) (int, time.Duration) {
 		n = min(n, (b.Remaining-1-keep)/leaseShare)
 	}
 	maxConc := maxConcurrency(k)
-	for _, kn := range snap.known {
+	for _, kn := range snap.seen {
 		if kn.Partition != "" {
 			return 0, 0 // its budgets depend on the route; a lease serves every route
 		}
@@ -343,9 +343,9 @@ func (p *Pacer) leaseSize(snap snapshot, d decision) (int, time.Duration) {
 	return int(n), life
 }
 
-// unforeseen reports an answer no lease foresees: a refusal, a failure, a
+// bringsNews reports an answer that is never routine: a refusal, a failure, a
 // gate or a warning.
-func unforeseen(o Outcome, res Result) bool {
+func bringsNews(o Outcome, res Result) bool {
 	if o.Err != nil || o.Status == 0 || o.Status == http.StatusTooManyRequests || o.Status >= 500 ||
 		res.State == ledger.RejectedUpstream || len(res.Warnings) > 0 || res.RetryIn > 0 || res.DoNotRetry {
 		return true
@@ -355,7 +355,7 @@ func unforeseen(o Outcome, res Result) bool {
 }
 
 // leaseResult is what Done tells the caller of a call admitted from a
-// lease whose answer res brought nothing the lease did not foresee: the
+// lease whose answer res was routine: the
 // budgets of its grant, aged to now, each tightened by what the answer
 // says of its policy. ok is false when the answer ends the lease.
 func (p *Pacer) leaseResult(t Ticket, o Outcome, res Result, now time.Time) (Result, bool) {
@@ -363,7 +363,7 @@ func (p *Pacer) leaseResult(t Ticket, o Outcome, res Result, now time.Time) (Res
 	p.mu.Lock()
 	broken := l.broken
 	p.mu.Unlock()
-	if broken || unforeseen(o, res) {
+	if broken || bringsNews(o, res) {
 		return res, false
 	}
 	rd := o.Reading
@@ -404,7 +404,7 @@ func (p *Pacer) leaseResult(t Ticket, o Outcome, res Result, now time.Time) (Res
 		}
 	}
 	// The grant left every budget leaseShare-1 leases' worth: an answer
-	// that leaves less than one has news the lease did not foresee.
+	// that leaves less than one is not routine.
 	slots := l.last - l.first + 1
 	for _, b := range budgets {
 		if b.Remaining >= 0 && (b.Remaining < slots || low(b.Remaining, b.Limit, t.Call.Key.LowWater)) {
@@ -432,7 +432,7 @@ func (p *Pacer) grant(tx ledger.Tx, c Call, snap snapshot, d decision, ks *ledge
 	if n == 0 {
 		return nil, nil
 	}
-	first, last, err := tx.Reserve(c.Key.Name, n, now, now.Add(life+p.lease()),
+	first, last, err := tx.Reserve(c.Key.Name, n, now, now.Add(life+p.inFlightTimeout()),
 		"reserved for a batch of calls of one process, taken without a transaction each")
 	if err != nil {
 		return nil, err

@@ -105,7 +105,7 @@ func TestLeaseCountsForEveryProcess(t *testing.T) {
 	for _, a := range e.activity() {
 		if a.ID == first.ID {
 			found = true
-			if a.Caller != "sync" || a.Target != "/items" || a.State != ledger.Confirmed || a.Status != 200 || !a.LeaseUntil.IsZero() {
+			if a.Caller != "sync" || a.Target != "/items" || a.State != ledger.Confirmed || a.Status != 200 || !a.InFlightUntil.IsZero() {
 				t.Errorf("the leased call is recorded as %+v, want caller sync, /items, confirmed 200, out of flight", a)
 			}
 		}
@@ -187,7 +187,7 @@ func TestLeasesNeverOverspend(t *testing.T) {
 	t.Logf("%d admitted (%d from leases), %d slots released unused", admitted, leased, released)
 }
 
-// An answer a lease did not foresee ends it: the answer is advised as any
+// An answer that is not routine ends it: the answer is advised as any
 // other, the next call goes through a transaction of its own and meets
 // the gate, and the slots not handed out are given back.
 func TestLeaseEndsAtARefusal(t *testing.T) {
@@ -334,9 +334,9 @@ func TestNoLeaseForPartitionedPolicies(t *testing.T) {
 // What an upstream says in answer to a leased call, or to the call whose
 // admission granted the lease, is projected with every slot of the lease
 // counted after it: another process never counts on a slot sent after
-// the answer as if the upstream had counted it. The leased answer's word
+// the answer as if the upstream had counted it. The leased answer's observation
 // reaches the file with the holder's next transaction; until then the
-// granting call's word holds.
+// granting call's observation holds.
 func TestLeasedAnswerCountsTheLeasesSlots(t *testing.T) {
 	e := newEnv(t)
 	k := busyKey(100_000)

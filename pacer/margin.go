@@ -78,7 +78,7 @@ func noteLatency(ks *ledger.KeyState, lat time.Duration, now time.Time, period t
 // latencyPeriod is how long a latency must be remembered for the windows
 // of k and of the policies known for it: the longest of them, with its
 // margin.
-func latencyPeriod(k *keystore.Key, known []ledger.Known) time.Duration {
+func latencyPeriod(k *keystore.Key, known []ledger.SeenPolicy) time.Duration {
 	var w time.Duration
 	for _, p := range k.Policies {
 		w = max(w, p.Window)
@@ -249,7 +249,7 @@ func (s snapshot) allowance() sendAllowance {
 		}
 	}
 	if a.allowed > 0 {
-		a.period = latencyPeriod(s.key, s.known) + MaxSendMargin
+		a.period = latencyPeriod(s.key, s.seen) + MaxSendMargin
 	}
 	return a
 }

@@ -70,7 +70,7 @@ type Result struct {
 // end of a probe. It returns the quota that now holds and the advice.
 func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 	defer p.signal(t.Call.Key.Name)
-	if res, ok := p.foreseen(t, o); ok {
+	if res, ok := p.routineResult(t, o); ok {
 		// Only the call and its answer's observations are recorded now,
 		// through the process's journal (see state.FinishLater); what they
 		// teach waits for the key's next transaction (see learned).
@@ -99,8 +99,8 @@ func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 				return r, nil
 			}
 			ended = cmp.Or(ended, p.breakLease(t.lease))
-		} else if unforeseen(o, res) {
-			// Whatever call brought it, the key's lease does not foresee it.
+		} else if bringsNews(o, res) {
+			// Whatever call brought it, it is not routine for the key's lease.
 			ended = cmp.Or(ended, p.breakLease(p.currentLease(t.Call.Key.Name)))
 		}
 		res.Budgets, res.Binding, res.Advice, err = p.advise(tx, t.Call, p.now(), ks)
@@ -123,10 +123,10 @@ func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 	return res, nil
 }
 
-// foreseen returns what Done tells the caller of t when t came from a
-// lease, not broken, that foresaw the answer o (see leaseResult), or was
-// admitted with budgets that foresaw it (see quickResult).
-func (p *Pacer) foreseen(t Ticket, o Outcome) (Result, bool) {
+// routineResult returns what Done tells the caller of t when t came from a
+// lease, not broken, for which the answer o is routine (see leaseResult), or was
+// admitted with budgets by which it is routine (see quickResult).
+func (p *Pacer) routineResult(t Ticket, o Outcome) (Result, bool) {
 	p.mu.Lock()
 	closed := p.closed
 	p.mu.Unlock()
@@ -242,11 +242,11 @@ type recording struct {
 	tx    ledger.Tx
 	t     Ticket
 	o     Outcome
-	rd    *ratelimit.Reading // o's reading; an empty one received at now when it has none
-	now   time.Time          // when o was answered, or (no answer) when it is recorded
-	basis time.Time          // the time later sends are counted from (see recordBasis)
-	ks    ledger.KeyState    // the key's pacing state, as it will be recorded
-	known []ledger.Known     // the policies known before o
+	rd    *ratelimit.Reading  // o's reading; an empty one received at now when it has none
+	now   time.Time           // when o was answered, or (no answer) when it is recorded
+	basis time.Time           // the time later sends are counted from (see recordBasis)
+	ks    ledger.KeyState     // the key's pacing state, as it will be recorded
+	known []ledger.SeenPolicy // the policies known before o
 	res   Result
 
 	exhausted bool // o shows a policy exhausted
@@ -293,7 +293,7 @@ func (p *Pacer) openRecord(tx ledger.Tx, t Ticket, o Outcome) (*recording, error
 		r.rd = &ratelimit.Reading{ReceivedAt: r.now}
 	}
 	r.res = Result{State: classify(o, r.rd)}
-	if r.known, err = tx.Known(c.Key.Name); err != nil {
+	if r.known, err = tx.SeenPolicies(c.Key.Name); err != nil {
 		return r, err
 	}
 	// How long after its admission this call was answered: a send may
@@ -308,7 +308,7 @@ func (p *Pacer) openRecord(tx ledger.Tx, t Ticket, o Outcome) (*recording, error
 }
 
 // keepObservations keeps every observation with its context; fresh ones
-// become the latest word on their policy.
+// become the latest observation on their policy.
 func (r *recording) keepObservations() error {
 	c, tx, rd := r.t.Call, r.tx, r.rd
 	key := c.Key.Name
@@ -323,7 +323,7 @@ func (r *recording) keepObservations() error {
 		if rd.FromCache {
 			continue
 		}
-		var prev *ledger.Known
+		var prev *ledger.SeenPolicy
 		for i, k := range r.known {
 			if k.Policy == ob.Policy && k.Unit == ob.Unit && k.Partition == ob.Partition {
 				prev = &r.known[i]
@@ -334,10 +334,10 @@ func (r *recording) keepObservations() error {
 		if ob, err = learnLeak(tx, key, ob, rd.ReceivedAt, r.basis, r.o.Status, prev); err != nil {
 			return err
 		}
-		if ob, err = settle(tx, c.Key, ob, rd.ReceivedAt, r.t.AdmittedAt, r.basis, prev, r.ks); err != nil {
+		if ob, err = tightenReset(tx, c.Key, ob, rd.ReceivedAt, r.t.AdmittedAt, r.basis, prev, r.ks); err != nil {
 			return err
 		}
-		if err := tx.PutKnown(ledger.Known{Key: key, Observation: ob, ReceivedAt: rd.ReceivedAt, BasisAt: r.basis,
+		if err := tx.PutSeenPolicy(ledger.SeenPolicy{Key: key, Observation: ob, ReceivedAt: rd.ReceivedAt, BasisAt: r.basis,
 			Route: c.route()}); err != nil {
 			return err
 		}

@@ -29,9 +29,9 @@ import (
 
 // Defaults of a Pacer.
 const (
-	// DefaultLease is how long an admitted attempt counts as in flight
+	// DefaultInFlightTimeout is how long an admitted attempt counts as in flight
 	// when its process never reports back (it crashed).
-	DefaultLease = 2 * time.Minute
+	DefaultInFlightTimeout = 2 * time.Minute
 )
 
 // A Pacer admits calls and records their outcomes for every key sharing
@@ -52,7 +52,7 @@ type Pacer struct {
 	leases   map[string]*lease        // the current lease of each key (see lease.go)
 	granting map[string]chan struct{} // keys whose spent lease is being renewed: closed once it is, or is not
 	recent   map[string]*admissions   // each key's latest admissions here
-	learned  map[string]*learned      // what foreseen answers taught each key, not yet written (see learned.go)
+	learned  map[string]*learned      // what routine answers taught each key, not yet written (see learned.go)
 	delays   map[string]*sendDelays   // each key's latest delays from admission to send here (see margin.go)
 	closed   bool                     // Close was called: no lease is held from then on
 	here     waitersHere              // calls of keys with shares waiting in Admit (see fair.go)
@@ -74,7 +74,7 @@ func WithClock(c clock.Clock) Option { return func(p *Pacer) { p.clock = clock.O
 func WithJitter(f func() float64) Option { return func(p *Pacer) { p.random = f } }
 
 // WithLease sets how long an admitted attempt counts as in flight without
-// an answer (its process crashed); zero means DefaultLease.
+// an answer (its process crashed); zero means DefaultInFlightTimeout.
 func WithLease(d time.Duration) Option { return func(p *Pacer) { p.inFlight = d } }
 
 // New returns a Pacer keeping its state in db, with the given options.
@@ -96,11 +96,11 @@ func (p *Pacer) rand() float64 {
 	return rand.Float64()
 }
 
-func (p *Pacer) lease() time.Duration {
+func (p *Pacer) inFlightTimeout() time.Duration {
 	if p.inFlight > 0 {
 		return p.inFlight
 	}
-	return DefaultLease
+	return DefaultInFlightTimeout
 }
 
 // A Call is one attempt a caller wants to make. Key is required; the
@@ -155,7 +155,7 @@ type Ticket struct {
 	lease      *lease        // the lease it was admitted from; nil when none
 	granted    bool          // its admission granted a lease, whose slots are recorded with it
 	send       sendAllowance // how late after AdmittedAt it may leave (see Pacer.Leaving)
-	quick      []Budget      // unleased: the budgets its answer is foreseen by (see quickBudgets); nil when none
+	quick      []Budget      // unleased: the budgets its answer is judged routine by (see quickBudgets); nil when none
 }
 
 // Leased says t was admitted from its process's lease on a batch of
@@ -339,7 +339,7 @@ func (p *Pacer) admitted(tx ledger.Tx, c Call, snap snapshot, waited time.Durati
 	id, err := tx.InsertAttempt(ledger.Attempt{CallID: c.CallID, Attempt: c.Attempt, Key: c.Key.Name,
 		Caller: c.Caller, Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest,
 		Bytes: max(c.Bytes, 0), State: ledger.Admitted, Reason: d.reason.String(), Probe: d.probe, At: now, Wait: waited,
-		LeaseUntil: now.Add(p.lease()), ByCaller: len(c.Key.Reserves) > 0, Principal: fairPrincipal(c)})
+		InFlightUntil: now.Add(p.inFlightTimeout()), ByCaller: len(c.Key.Reserves) > 0, Principal: fairPrincipal(c)})
 	if err != nil {
 		return err
 	}
@@ -351,7 +351,7 @@ func (p *Pacer) admitted(tx ledger.Tx, c Call, snap snapshot, waited time.Durati
 		}
 	}
 	if d.probe {
-		ks.ProbeAttempt, ks.ProbeUntil = id, now.Add(p.lease())
+		ks.ProbeAttempt, ks.ProbeUntil = id, now.Add(p.inFlightTimeout())
 	}
 	run.t = Ticket{ID: id, Call: c, Probe: d.probe, AdmittedAt: now, Waited: waited, SlowDown: d.slow, Reason: d.reason,
 		send: snap.allowance()}
@@ -370,7 +370,7 @@ func (p *Pacer) held(tx ledger.Tx, c Call, snap snapshot, deadline time.Time, wa
 	d, now, ks := run.d, run.now, snap.ks
 	if d.keyWide && d.wait >= time.Second {
 		// After a pause of the key the pace rises gradually.
-		if s := slowStart(c.Key, snap.known); ks.Interval < s {
+		if s := slowStart(c.Key, snap.seen); ks.Interval < s {
 			ks.Interval = s
 			if err := tx.PutKeyState(ks); err != nil {
 				return err
@@ -425,7 +425,7 @@ func hasReserve(k *keystore.Key, caller string) bool {
 
 // slowStart is the spacing calls resume at after a pause: the average pace
 // of the slowest known policy, between the key's maximum rate and 2 s.
-func slowStart(k *keystore.Key, known []ledger.Known) time.Duration {
+func slowStart(k *keystore.Key, known []ledger.SeenPolicy) time.Duration {
 	s := minSpacing(k)
 	consider := func(q int64, w time.Duration) {
 		if q > 0 && w > 0 {
@@ -461,7 +461,7 @@ func (p *Pacer) load(tx ledger.Tx, c Call, now time.Time, ks *ledger.KeyState, i
 	// latest admission holds every call until the clock passes it again.
 	s := snapshot{now: now, key: c.Key, caller: c.Caller, route: c.route(), ks: *ks, log: newTxLog(tx, c.Key),
 		delay: p.sendDelay(key, now), late: c.Late, bytes: max(c.Bytes, 0)}
-	if s.known, err = tx.Known(key); err != nil {
+	if s.seen, err = tx.SeenPolicies(key); err != nil {
 		return s, err
 	}
 	if s.gates, err = tx.Gates(key, now); err != nil {

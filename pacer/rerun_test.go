@@ -68,16 +68,16 @@ func TestAdmitRunTwiceKeepsOnlyItsLastRun(t *testing.T) {
 	}
 }
 
-// What a foreseen answer taught is written by the key's next transaction
+// What a routine answer taught is written by the key's next transaction
 // however often that transaction runs.
 func TestLearnedWrittenWhenItsTransactionRunsTwice(t *testing.T) {
 	e, k := answeredFromLease(t)
 	if _, err := e.p.Status(context.Background(), k, "sync"); err != nil {
 		t.Fatal(err)
 	}
-	w, ks := e.word(k)
+	w, ks := e.seenPolicy(k)
 	if w.Remaining != 80_000 {
-		t.Errorf("after a transaction that ran twice the latest word says r=%d, want the leased answer's 80000", w.Remaining)
+		t.Errorf("after a transaction that ran twice the latest observation says r=%d, want the leased answer's 80000", w.Remaining)
 	}
 	if ks.LastResponseAt.IsZero() {
 		t.Error("after a transaction that ran twice the key's last answer is unknown")

@@ -109,11 +109,11 @@ func TestDecideWorstConstraint(t *testing.T) {
 // has no quota); else a wait of the refusal's Retry-After with no quota.
 func TestInferHiddenRule(t *testing.T) {
 	sends := []time.Time{u0, u0.Add(time.Second), u0.Add(2 * time.Second)}
-	latest := &ledger.Known{BasisAt: u0, Hidden: true, Observation: ratelimit.Observation{Policy: "hidden",
+	latest := &ledger.SeenPolicy{BasisAt: u0, Hidden: true, Observation: ratelimit.Observation{Policy: "hidden",
 		Quota: 3, HasQuota: true, Window: time.Minute}}
-	long := &ledger.Known{BasisAt: u0, Hidden: true, Observation: ratelimit.Observation{Policy: "hidden",
+	long := &ledger.SeenPolicy{BasisAt: u0, Hidden: true, Observation: ratelimit.Observation{Policy: "hidden",
 		Quota: 3, HasQuota: true, Window: 20 * time.Hour}}
-	noQuota := &ledger.Known{BasisAt: u0, Hidden: true, Observation: ratelimit.Observation{Policy: "hidden", Window: time.Minute}}
+	noQuota := &ledger.SeenPolicy{BasisAt: u0, Hidden: true, Observation: ratelimit.Observation{Policy: "hidden", Window: time.Minute}}
 	ra := func(d time.Duration) *ratelimit.Reading {
 		return &ratelimit.Reading{RetryAfter: d, HasRetryAfter: true}
 	}
@@ -121,7 +121,7 @@ func TestInferHiddenRule(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
 		given  string
-		latest *ledger.Known
+		latest *ledger.SeenPolicy
 		sends  []time.Time
 		rd     *ratelimit.Reading
 		now    time.Time
@@ -144,9 +144,9 @@ func TestInferHiddenRule(t *testing.T) {
 		{"first refusal, nothing sent", "", nil, nil, ra(5 * time.Minute), at,
 			hiddenInference{name: "hidden", lim: limit{window: 5 * time.Minute, start: at}}},
 	} {
-		var hidden []ledger.Known
+		var hidden []ledger.SeenPolicy
 		if tt.latest != nil {
-			hidden = []ledger.Known{*tt.latest}
+			hidden = []ledger.SeenPolicy{*tt.latest}
 		}
 		if got := inferHidden(tt.given, hidden, tt.latest, tt.sends, tt.rd, tt.now); got != tt.want {
 			t.Errorf("%s: %+v; want %+v", tt.name, got, tt.want)
@@ -158,7 +158,7 @@ func TestInferHiddenRule(t *testing.T) {
 // upstream nor the key's configuration announced; naming only announced
 // ones, it is explained (the count of them was behind).
 func TestInferHiddenName(t *testing.T) {
-	known := []ledger.Known{
+	known := []ledger.SeenPolicy{
 		{Observation: ratelimit.Observation{Policy: "announced"}},
 		{Hidden: true, Observation: ratelimit.Observation{Policy: "hidden"}},
 	}
@@ -185,7 +185,7 @@ func TestInferHiddenName(t *testing.T) {
 
 	// A hidden limit discovered at or after the call's admission means
 	// the refusal belongs to that discovery.
-	ks := []ledger.Known{{Hidden: true, ReceivedAt: u0}, {Hidden: true, ReceivedAt: u1}, {ReceivedAt: u3}}
+	ks := []ledger.SeenPolicy{{Hidden: true, ReceivedAt: u0}, {Hidden: true, ReceivedAt: u1}, {ReceivedAt: u3}}
 	if hidden, latest, during := hiddenSoFar(ks, u2); during || len(hidden) != 2 || latest == nil || !latest.ReceivedAt.Equal(u1) {
 		t.Errorf("admitted at u2: hidden %d, latest %+v, during %v; want 2, the one of u1, false", len(hidden), latest, during)
 	}
@@ -198,7 +198,7 @@ func TestInferHiddenName(t *testing.T) {
 // jitter every process computes alike; an answer since then asks for
 // nothing.
 func TestDecideExpiredRule(t *testing.T) {
-	k := ledger.Known{ReceivedAt: u0, Observation: ratelimit.Observation{Policy: "p", Remaining: 0, HasRemaining: true,
+	k := ledger.SeenPolicy{ReceivedAt: u0, Observation: ratelimit.Observation{Policy: "p", Remaining: 0, HasRemaining: true,
 		Window: time.Minute}}
 	end := u1
 	at := end.Add(jitter("k\x00p\x00", end, probeJitter(k)))

@@ -19,7 +19,7 @@ func (p *Pacer) advise(tx ledger.Tx, c Call, now time.Time, ks ledger.KeyState) 
 	if err != nil {
 		return nil, nil, Advice{}, err
 	}
-	if countsInFlight(c.Key, snap.known) {
+	if countsInFlight(c.Key, snap.seen) {
 		// A budget in concurrent-requests shows the calls in flight (their
 		// count only: the margin ignores them here, as it did).
 		f, err := tx.Flight(c.Key.Name, now)
@@ -91,12 +91,12 @@ type KeyStatus struct {
 }
 
 // Status reports k's budget as caller would meet it now. It never sends
-// anything upstream; it writes only what this process's foreseen answers
+// anything upstream; it writes only what this process's routine answers
 // taught the key and did not write yet (see learned), so that it reports
 // them too, when it can.
 func (p *Pacer) Status(ctx context.Context, k *keystore.Key, caller string) (KeyStatus, error) {
 	st := KeyStatus{Key: k.Name, Reserves: k.Reserves}
-	// When that write fails, the file's words are older: they project no
+	// When that write fails, the file's observations are older: they project no
 	// more than the newer ones would.
 	_ = p.writeLearnedNow(ctx, k.Name)
 	now := p.now()

@@ -31,7 +31,7 @@ type byteBudget struct {
 
 // byteWindows returns k's documented policies in content-bytes and those
 // of known that announced q and w in content-bytes.
-func byteWindows(k *keystore.Key, known []ledger.Known) []policyWindow {
+func byteWindows(k *keystore.Key, known []ledger.SeenPolicy) []policyWindow {
 	var ps []policyWindow
 	for _, p := range k.Policies {
 		if p.Unit == ratelimit.ContentBytes {
@@ -124,7 +124,7 @@ func (s snapshot) byteConstraint(bb byteBudget) constraint {
 // r an answer said holds: r more could start while the call it answered
 // was still in flight, so at least r+1 may be in flight at once — the
 // most it allows until an answer says more.
-func (s snapshot) concurrency(k ledger.Known) (Budget, constraint) {
+func (s snapshot) concurrency(k ledger.SeenPolicy) (Budget, constraint) {
 	b := Budget{Policy: k.Policy, Unit: ratelimit.ConcurrentRequests, Partition: k.Partition, Limit: k.Quota,
 		Used: int64(s.flight.Count), Remaining: -1, Source: string(k.Shape), Observed: k.ReceivedAt, Hidden: k.Hidden}
 	limit := int64(-1)
@@ -189,7 +189,7 @@ func unitsLeft(b *Budget) (reason.Reason, bool) {
 // keyHasBytes reports whether k or what its upstream announced counts
 // content-bytes: its calls are never leased (a slot's bytes are not
 // known when it is reserved).
-func keyHasBytes(k *keystore.Key, known []ledger.Known) bool {
+func keyHasBytes(k *keystore.Key, known []ledger.SeenPolicy) bool {
 	for _, p := range k.Policies {
 		if p.Unit == ratelimit.ContentBytes {
 			return true
@@ -205,7 +205,7 @@ func keyHasBytes(k *keystore.Key, known []ledger.Known) bool {
 
 // countsInFlight reports whether k or what its upstream announced counts
 // concurrent-requests.
-func countsInFlight(k *keystore.Key, known []ledger.Known) bool {
+func countsInFlight(k *keystore.Key, known []ledger.SeenPolicy) bool {
 	for _, p := range k.Policies {
 		if p.Unit == ratelimit.ConcurrentRequests {
 			return true

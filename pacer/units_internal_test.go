@@ -101,14 +101,14 @@ func TestContentBytesRule(t *testing.T) {
 // its body.
 func TestContentBytesObservation(t *testing.T) {
 	k := unitsKey()
-	kn := ledger.Known{Key: "k", ReceivedAt: u1, BasisAt: u1, Observation: ratelimit.Observation{Policy: "upload",
+	kn := ledger.SeenPolicy{Key: "k", ReceivedAt: u1, BasisAt: u1, Observation: ratelimit.Observation{Policy: "upload",
 		Unit: ratelimit.ContentBytes, Remaining: 500, HasRemaining: true, Reset: time.Minute, HasReset: true, Shape: ratelimit.ShapeDraft}}
 	log := fakeLog{{at: u0, bytes: 10000}, {at: u2, bytes: 200}} // only the send after the observation counts
 	for _, tt := range []struct {
 		bytes int64
 		admit bool
 	}{{0, true}, {300, true}, {301, false}} {
-		d, err := decide(snapshot{now: u3, key: k, known: []ledger.Known{kn}, log: log, bytes: tt.bytes})
+		d, err := decide(snapshot{now: u3, key: k, seen: []ledger.SeenPolicy{kn}, log: log, bytes: tt.bytes})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,8 +132,8 @@ func TestContentBytesObservation(t *testing.T) {
 // a slot when one of them ends: its observation never expires into a
 // probe, and nothing but a call ending lets the next one go.
 func TestConcurrentRequestsRule(t *testing.T) {
-	conc := func(q int64, hasQ bool, r int64) ledger.Known {
-		return ledger.Known{Key: "k", ReceivedAt: u0, BasisAt: u0, Observation: ratelimit.Observation{Policy: "conc",
+	conc := func(q int64, hasQ bool, r int64) ledger.SeenPolicy {
+		return ledger.SeenPolicy{Key: "k", ReceivedAt: u0, BasisAt: u0, Observation: ratelimit.Observation{Policy: "conc",
 			Unit: ratelimit.ConcurrentRequests, Quota: q, HasQuota: hasQ, Remaining: r, HasRemaining: true,
 			Reset: 5 * time.Second, HasReset: true, Shape: ratelimit.ShapeDraft}}
 	}
@@ -145,31 +145,31 @@ func TestConcurrentRequestsRule(t *testing.T) {
 	for _, tt := range []struct {
 		name     string
 		key      *keystore.Key
-		known    []ledger.Known
+		seen     []ledger.SeenPolicy
 		now      time.Time
 		inFlight int
 		admit    bool
 		reason   reason.Reason
 	}{
-		{"q=2, 1 in flight", unitsKey(), []ledger.Known{conc(2, true, 1)}, u0, 1, true, reason.Reason{}},
-		{"q=2, 2 in flight", unitsKey(), []ledger.Known{conc(2, true, 1)}, u0, 2, false, full(2, 2)},
+		{"q=2, 1 in flight", unitsKey(), []ledger.SeenPolicy{conc(2, true, 1)}, u0, 1, true, reason.Reason{}},
+		{"q=2, 2 in flight", unitsKey(), []ledger.SeenPolicy{conc(2, true, 1)}, u0, 2, false, full(2, 2)},
 		// Long after its t, the policy still counts the calls in flight,
 		// and asks for no probe.
-		{"q=2, 2 in flight, expired", unitsKey(), []ledger.Known{conc(2, true, 1)}, u3, 2, false, full(2, 2)},
-		{"q=2, none in flight, expired", unitsKey(), []ledger.Known{conc(2, true, 0)}, u3, 0, true, reason.Reason{}},
+		{"q=2, 2 in flight, expired", unitsKey(), []ledger.SeenPolicy{conc(2, true, 1)}, u3, 2, false, full(2, 2)},
+		{"q=2, none in flight, expired", unitsKey(), []ledger.SeenPolicy{conc(2, true, 0)}, u3, 0, true, reason.Reason{}},
 		// A quota of 0 lets one call at a time go, whose answer may say more.
-		{"q=0, none in flight", unitsKey(), []ledger.Known{conc(0, true, 0)}, u1, 0, true, reason.Reason{}},
-		{"q=0, 1 in flight", unitsKey(), []ledger.Known{conc(0, true, 0)}, u1, 1, false, full(1, 1)},
+		{"q=0, none in flight", unitsKey(), []ledger.SeenPolicy{conc(0, true, 0)}, u1, 0, true, reason.Reason{}},
+		{"q=0, 1 in flight", unitsKey(), []ledger.SeenPolicy{conc(0, true, 0)}, u1, 1, false, full(1, 1)},
 		// Without q, r more could start while the answered call was in
 		// flight: r+1 at once.
-		{"r=0, 1 in flight", unitsKey(), []ledger.Known{conc(0, false, 0)}, u3, 1, false, full(0, 1)},
-		{"r=0, none in flight", unitsKey(), []ledger.Known{conc(0, false, 0)}, u3, 0, true, reason.Reason{}},
-		{"r=2, 2 in flight", unitsKey(), []ledger.Known{conc(0, false, 2)}, u1, 2, true, reason.Reason{}},
+		{"r=0, 1 in flight", unitsKey(), []ledger.SeenPolicy{conc(0, false, 0)}, u3, 1, false, full(0, 1)},
+		{"r=0, none in flight", unitsKey(), []ledger.SeenPolicy{conc(0, false, 0)}, u3, 0, true, reason.Reason{}},
+		{"r=2, 2 in flight", unitsKey(), []ledger.SeenPolicy{conc(0, false, 2)}, u1, 2, true, reason.Reason{}},
 		{"documented, 3 in flight", unitsKey(keystore.Policy{Name: "conc", Unit: ratelimit.ConcurrentRequests, Quota: 3}), nil, u0, 3, false, full(3, 3)},
 		{"documented, 2 in flight", unitsKey(keystore.Policy{Name: "conc", Unit: ratelimit.ConcurrentRequests, Quota: 3}), nil, u0, 2, true, reason.Reason{}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			s := snapshot{now: tt.now, key: tt.key, known: tt.known, log: fakeLog{},
+			s := snapshot{now: tt.now, key: tt.key, seen: tt.seen, log: fakeLog{},
 				ks: ledger.KeyState{Key: "k", LastResponseAt: u0}, flight: ledger.Flight{Count: tt.inFlight, Oldest: u0}}
 			d, err := decide(s)
 			if err != nil {
@@ -220,7 +220,7 @@ func TestFoldContentBytes(t *testing.T) {
 	now := b0.Add(10 * time.Second)
 	bytesSince := map[time.Time]int64{b0: 700}
 	count := func(since time.Time) (int64, error) { return bytesSince[since], nil }
-	c, err := fold(ledger.Known{}, kept("a", ratelimit.ContentBytes, 100000, time.Minute, 0, 0), now, count)
+	c, err := fold(ledger.SeenPolicy{}, kept("a", ratelimit.ContentBytes, 100000, time.Minute, 0, 0), now, count)
 	if err == nil {
 		c, err = fold(c, kept("b", ratelimit.ContentBytes, 5000000, time.Hour, 1000, time.Minute), now, count)
 	}

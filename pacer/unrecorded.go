@@ -80,7 +80,7 @@ func (p *Pacer) takeUnrecorded(keys []string) []unrecordedOutcome {
 	now := p.now()
 	for key, m := range p.unrecorded {
 		for id, u := range m {
-			if !now.Before(u.t.AdmittedAt.Add(p.lease())) {
+			if !now.Before(u.t.AdmittedAt.Add(p.inFlightTimeout())) {
 				delete(m, id)
 			}
 		}

@@ -75,7 +75,7 @@ func probeOut(t *testing.T, e *env) (*pacer.Pacer, *failStore, pacer.Ticket) {
 	return p, fs, probe
 }
 
-// probeAnswer is the probe's answer: a fresh word with room left.
+// probeAnswer is the probe's answer: a fresh observation with room left.
 func probeAnswer(e *env, probe pacer.Ticket) pacer.Outcome {
 	rd := reading(0, shown("default", 120, time.Minute, 90, time.Minute))
 	rd.ReceivedAt = e.clk.Now()

@@ -63,7 +63,7 @@
 // SDKs read: the IETF ones, and the profile's own vendor fields in the
 // vendor's names and formats (the upstream's, tightened, or written from
 // the budget), never more generous than the upstream. SetHeaders and
-// SetRetryAfter write the IETF and seed fields alone; StripHeaders
+// SetRetryAfter write the IETF and the reference API's fields alone; StripHeaders
 // removes an upstream's, so that a more generous upstream value never
 // shows through.
 //

@@ -54,7 +54,7 @@ func ExampleRead_gitHub() {
 	// core: 4997 of 5000 left, resets in 20m1s
 }
 
-// SetHeaders announces quota to a client in both forms the seed API uses.
+// SetHeaders announces quota to a client in both forms the reference API uses.
 func ExampleSetHeaders() {
 	h := http.Header{}
 	ratelimit.SetHeaders(h, []ratelimit.Limit{{

@@ -20,7 +20,7 @@ import (
 // a body that is not valid JSON is ignored, with a warning, and the
 // headers are still read (draft-11 Appendix B.1.4 has an invalid example).
 //
-// On a status of 400 or more, the draft's problem types, the seed API's
+// On a status of 400 or more, the draft's problem types, the reference API's
 // code "rateLimited", and a problem status 429 mark the response
 // Throttled; abnormal-usage-detected also marks it Abnormal. The policies
 // named in violated-policies are recorded as exhausted: an observation of

@@ -19,7 +19,7 @@ const (
 	// Generic reads X-RateLimit-Limit/-Remaining/-Reset and decides whether
 	// Reset is an epoch or a delta by its magnitude, recording the guess.
 	Generic Profile = "generic"
-	// IETF reads the draft fields, and X-RateLimit-* as the seed API sends
+	// IETF reads the draft fields, and X-RateLimit-* as the reference API sends
 	// them: Limit and Remaining in requests, Reset in delta seconds.
 	IETF Profile = "ietf"
 	// GitHub reads x-ratelimit-limit/-remaining/-reset (epoch seconds) with
@@ -213,7 +213,7 @@ type Problem struct {
 	Title            string
 	Status           int
 	Detail           string
-	Code             string   // the seed API's "code", e.g. "rateLimited"
+	Code             string   // the reference API's "code", e.g. "rateLimited"
 	ViolatedPolicies []string // draft problem types' "violated-policies"
 }
 

@@ -69,7 +69,7 @@ func (f fieldSet) names() []string {
 
 // vendorFields holds, per profile, the limits its own fields state, in
 // the order they are written. A profile without a row (Generic, IETF,
-// Google, Slack, Stripe) states its limits in the seed API's
+// Google, Slack, Stripe) states its limits in the reference API's
 // X-RateLimit-* fields.
 var vendorFields = map[Profile][]fieldSet{
 	GitHub: {{limit: "X-Ratelimit-Limit", remaining: "X-Ratelimit-Remaining", reset: "X-Ratelimit-Reset", format: epochSeconds,
@@ -118,7 +118,7 @@ var ownFields = map[Profile]func(name string) bool{
 //     together may still spend, a reset moved later, never the other
 //     way; when the upstream sent none of them, they are written from
 //     a.Limits;
-//   - the seed API's X-RateLimit-Limit/-Remaining/-Reset (delta seconds)
+//   - the reference API's X-RateLimit-Limit/-Remaining/-Reset (delta seconds)
 //     are written only for a profile that has no fields of its own, or
 //     when neither the upstream nor a.Limits gives any.
 //
@@ -184,7 +184,7 @@ func WriteFields(h http.Header, a Announcement) {
 		wrote = tightenKong(h, vendorLimits) || wrote
 	}
 	if !wrote {
-		writeSeed(h, shared)
+		writeXRateLimit(h, shared)
 	}
 }
 
@@ -208,9 +208,9 @@ func writeDraft(h http.Header, limits []Limit) {
 	}
 }
 
-// writeSeed writes the seed API's X-RateLimit-* for the tightest
+// writeXRateLimit writes the reference API's X-RateLimit-* for the tightest
 // request-counting limit.
-func writeSeed(h http.Header, limits []Limit) {
+func writeXRateLimit(h http.Header, limits []Limit) {
 	t, ok := tightest(limits)
 	if !ok {
 		return

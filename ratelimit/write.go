@@ -16,7 +16,7 @@ const maxSFInteger = 999_999_999_999_999
 // SetHeaders replaces the rate-limit fields of h with limits:
 // RateLimit-Policy and RateLimit (draft-11 syntax) list every limit, and
 // X-RateLimit-Limit/-Remaining/-Reset describe the tightest one (Reset in
-// delta seconds, as the seed API sends it). Durations are rounded up to
+// delta seconds, as the reference API sends it). Durations are rounded up to
 // whole seconds. With no limits, it only removes the fields.
 //
 // For example, one limit of 120 requests per minute with 117 left for 42 s:

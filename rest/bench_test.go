@@ -60,7 +60,7 @@ max_concurrency = 100000
 // never binds. Every target answers proxyWarmUp calls first. Two
 // configurations of the key:
 //
-//   - mcp-quota: the seed's upstream (it announces its policy) and a
+//   - mcp-quota: the reference API's upstream (it announces its policy) and a
 //     documented policy of 10⁹ calls a minute, so every admission counts
 //     the calls in a sliding window;
 //   - mcp-quota-no-window: an upstream that announces nothing and no

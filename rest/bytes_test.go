@@ -132,7 +132,7 @@ func bytesStack(t *testing.T, u *bytesUpstream) *stack {
 // TestWallsCompressedAnswers: whatever Accept-Encoding the caller sends,
 // mcp-quota asks the upstream for the codings it decodes, and every
 // answer — gzip, deflate (zlib or raw), stacked codings — reaches REST
-// and MCP callers and the kept copy decoded, with the credential
+// and MCP callers and the stored copy decoded, with the credential
 // removed; an answer in a coding it did not ask for is refused; a
 // compressed body is decoded no further than the body limits.
 func TestWallsCompressedAnswers(t *testing.T) {

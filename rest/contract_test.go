@@ -153,7 +153,7 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
-// TestLocalRefusal is the seed's refusal, given by mcp-quota itself when
+// TestLocalRefusal is the reference API's refusal, given by mcp-quota itself when
 // the shared budget is spent: 429, Retry-After, both header forms, an
 // RFC 9457 problem with "code": "rateLimited" — and nothing sent
 // upstream; the refusal is in the key's activity.

@@ -310,7 +310,7 @@ func (b *blockingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b.next.ServeHTTP(w, r)
 }
 
-// A call refused while a probe is in flight (the upstream's last word
+// A call refused while a probe is in flight (the upstream's last observation
 // has expired, and one call goes to get a fresh one) carries GitHub's
 // fields too: nothing left until its Retry-After.
 func TestProbeRefusalCarriesTheFields(t *testing.T) {
@@ -320,7 +320,7 @@ func TestProbeRefusalCarriesTheFields(t *testing.T) {
 	if resp, body := s.do(t, "GET", "/k/github/user", syncToken, nil); resp.StatusCode != 200 {
 		t.Fatalf("first call: %d %s", resp.StatusCode, body)
 	}
-	// The upstream's word holds until the end of the second its reset
+	// The upstream's observation holds until the end of the second its reset
 	// names: wait for it to expire, as a caller would.
 	k, err := s.Keys.Key("github")
 	if err != nil {

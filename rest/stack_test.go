@@ -37,7 +37,7 @@ const (
 )
 
 // stackConfig describes a stack. Its zero value is the demo upstream in
-// its seed mode behind a key "demo" with the seed's documented policy.
+// its seed mode behind a key "demo" with the reference API's documented policy.
 type stackConfig struct {
 	Demo demo.Config
 	// Upstream, when set, replaces the demo upstream.
@@ -270,5 +270,5 @@ func (s *stack) raw(t testing.TB, method, target string, lines ...string) (*http
 	return resp, body
 }
 
-// demoRecords is the seed's demo upstream with n participants.
+// demoRecords is the reference API's demo upstream with n participants.
 func demoRecords(n int) demo.Config { return demo.Config{Records: n} }

@@ -93,7 +93,7 @@ func fetchOf(t *testing.T, mc *client.Client, args map[string]any) fetched {
 	return f
 }
 
-// TestWallsKeptAnswerHonoursVary: the kept copy is shared by the key's
+// TestWallsStoredAnswerHonoursVary: the stored copy is shared by the key's
 // callers as a shared cache's stored answer is. Caller B's answer to a
 // request with Accept-Language: xx (Vary: Accept-Language) never reaches
 // caller A, who sends none — not through a conditional request's 304,
@@ -101,7 +101,7 @@ func fetchOf(t *testing.T, mc *client.Client, args map[string]any) fetched {
 // each caller's own variant is still revalidated. An answer with Vary: *
 // is never reused; a 304 to a validator the caller sent itself shows no
 // kept body.
-func TestWallsKeptAnswerHonoursVary(t *testing.T) {
+func TestWallsStoredAnswerHonoursVary(t *testing.T) {
 	t.Parallel()
 	u := &varyUpstream{}
 	s := newStack(t, stackConfig{Upstream: u})
@@ -131,13 +131,13 @@ func TestWallsKeptAnswerHonoursVary(t *testing.T) {
 	if got := fetchOf(t, b, xx); !got.NotModified || !strings.Contains(got.Body, poison) {
 		t.Errorf("B again: %+v; want a 304 showing B's kept answer", got)
 	}
-	// A page beyond the first comes from the kept answer only when it is
+	// A page beyond the first comes from the stored answer only when it is
 	// A's variant.
 	page := map[string]any{"key": "demo", "path": "/cond2", "start_index": 3}
 	if got := fetchOf(t, a, page); strings.Contains(got.Body, "IGNORE") || got.FromCache {
 		t.Errorf("A's second page with B's answer kept: %+v; want it from A's own answer", got)
 	}
-	// The loop guard: A repeats until it answers from the kept copy;
+	// The loop guard: A repeats until it answers from the stored copy;
 	// then B's variant is kept (twice, so that it counts as unchanged),
 	// and A's next repeat must not get it.
 	for range 6 {

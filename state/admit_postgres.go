@@ -43,11 +43,11 @@ const pgNow = `nullif(current_setting('mcp_quota.now', true), '')::bigint` // NU
 // The reads of the pipeline: the statements the transaction would run
 // otherwise, with the clock taken from pgNow.
 var (
-	pgReadKeyState = queries[qKeyState].postgres
-	pgReadKnown    = queries[qKnown].postgres
-	pgReadGates    = withNow(queries[qGates].postgres)
-	pgReadFlight   = strings.Replace(withNow(queries[qInFlightExcept].postgres), "$3", "$2", 1) // the IDs the journal holds
-	pgReadLastSend = queries[qLastSend].postgres
+	pgReadKeyState     = queries[qKeyState].postgres
+	pgReadSeenPolicies = queries[qSeenPolicies].postgres
+	pgReadGates        = withNow(queries[qGates].postgres)
+	pgReadFlight       = strings.Replace(withNow(queries[qInFlightExcept].postgres), "$3", "$2", 1) // the IDs the journal holds
+	pgReadLastSend     = queries[qLastSend].postgres
 )
 
 // withNow returns text with its time parameter ($2) read from pgNow.
@@ -67,7 +67,7 @@ type pgRead struct {
 	key    string
 	now    int64 // the transaction's clock, in microseconds
 	ks     ledger.KeyState
-	known  []ledger.Known
+	known  []ledger.SeenPolicy
 	gates  []ledger.Gate
 	ended  []int64 // the attempts the journal held the end of, not counted in flight
 	flight ledger.Flight
@@ -77,7 +77,7 @@ type pgRead struct {
 	hasLast                    bool
 	// Which of them still hold: the transaction wrote nothing that could
 	// change them since.
-	hasKnown, hasGates, hasFlight, hasLastSend bool
+	hasSeenPolicies, hasGates, hasFlight, hasLastSend bool
 }
 
 // holdReading locks key's row, as hold does, and reads what a decision
@@ -120,7 +120,7 @@ func (p *pgTx) holdReading(tx *Tx, key string) error {
 // pipeline sends the lock of key's row and the reads, and reads their
 // answers; found is false when the key has no row.
 func (p *pgTx) pipeline(tx *Tx, key string, ended []int64) (r *pgRead, server time.Time, found bool, err error) {
-	r = &pgRead{key: key, ended: ended, hasKnown: true, hasGates: true, hasFlight: true, hasLastSend: true}
+	r = &pgRead{key: key, ended: ended, hasSeenPolicies: true, hasGates: true, hasFlight: true, hasLastSend: true}
 	err = p.conn.Raw(func(dc any) error {
 		c, ok := dc.(*stdlib.Conn)
 		if !ok {
@@ -129,7 +129,7 @@ func (p *pgTx) pipeline(tx *Tx, key string, ended []int64) (r *pgRead, server ti
 		b := &pgx.Batch{}
 		b.Queue(pgHoldReading, key)
 		b.Queue(pgReadKeyState, key)
-		b.Queue(pgReadKnown, key)
+		b.Queue(pgReadSeenPolicies, key)
 		b.Queue(pgReadGates, key)
 		b.Queue(pgReadFlight, key, ended)
 		b.Queue(pgReadLastSend, key)
@@ -148,7 +148,7 @@ func (p *pgTx) pipeline(tx *Tx, key string, ended []int64) (r *pgRead, server ti
 		if err := r.scanKeyState(br); err != nil {
 			return err
 		}
-		if err := r.scanKnown(br); err != nil {
+		if err := r.scanSeenPolicies(br); err != nil {
 			return err
 		}
 		if err := r.scanGates(br); err != nil {
@@ -190,15 +190,15 @@ func (r *pgRead) scanKeyState(br pgx.BatchResults) error {
 	return nil
 }
 
-// scanKnown reads the key's policies, as Known would.
-func (r *pgRead) scanKnown(br pgx.BatchResults) error {
+// scanSeenPolicies reads the key's policies, as SeenPolicies would.
+func (r *pgRead) scanSeenPolicies(br pgx.BatchResults) error {
 	rows, err := br.Query()
 	if err != nil {
 		return fmt.Errorf("policies: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		k, err := scanKnownRow(rows.Scan, r.key)
+		k, err := scanSeenPolicyRow(rows.Scan, r.key)
 		if err != nil {
 			return fmt.Errorf("policies: %w", err)
 		}
@@ -207,9 +207,9 @@ func (r *pgRead) scanKnown(br pgx.BatchResults) error {
 	return rows.Err()
 }
 
-// scanKnownRow reads one policy of key from a row of qKnown's columns.
-func scanKnownRow(scan func(...any) error, key string) (ledger.Known, error) {
-	k := ledger.Known{Key: key}
+// scanSeenPolicyRow reads one policy of key from a row of qSeenPolicies's columns.
+func scanSeenPolicyRow(scan func(...any) error, key string) (ledger.SeenPolicy, error) {
+	k := ledger.SeenPolicy{Key: key}
 	var q, w, rem, t sql.NullInt64
 	var recv, basis int64
 	var hidden bool
@@ -226,36 +226,36 @@ func scanKnownRow(scan func(...any) error, key string) (ledger.Known, error) {
 	return k, nil
 }
 
-// pgPutKnownReturning is PutKnown's statement giving back the policy as
-// it recorded it, in qKnown's columns.
-var pgPutKnownReturning = queries[qPutKnown].postgres + "\n\tRETURNING " + knownColumns()
+// pgPutSeenPolicyReturning is PutSeenPolicy's statement giving back the policy as
+// it recorded it, in qSeenPolicies's columns.
+var pgPutSeenPolicyReturning = queries[qPutSeenPolicy].postgres + "\n\tRETURNING " + knownColumns()
 
-// knownColumns are the columns qKnown reads.
+// knownColumns are the columns qSeenPolicies reads.
 func knownColumns() string {
-	text := queries[qKnown].postgres
+	text := queries[qSeenPolicies].postgres
 	from := strings.Index(text, " FROM policies")
 	if !strings.HasPrefix(text, "SELECT ") || from < 0 {
-		panic("state: qKnown is not a SELECT … FROM policies: " + text)
+		panic("state: qSeenPolicies is not a SELECT … FROM policies: " + text)
 	}
 	return text[len("SELECT "):from]
 }
 
-// putKnown records k, with args qPutKnown's arguments, when the pipeline
+// putSeenPolicy records k, with args qPutSeenPolicy's arguments, when the pipeline
 // read the key's policies and k's among them: the policy as recorded
 // replaces the one read, which then still holds. It reports whether it
 // did (err is then the statement's); otherwise nothing ran.
-func (p *pgTx) putKnown(tx *Tx, k ledger.Known, args []any) (bool, error) {
+func (p *pgTx) putSeenPolicy(tx *Tx, k ledger.SeenPolicy, args []any) (bool, error) {
 	r := p.readFor(k.Key)
-	if r == nil || !r.hasKnown {
+	if r == nil || !r.hasSeenPolicies {
 		return false, nil
 	}
-	i := slices.IndexFunc(r.known, func(kn ledger.Known) bool {
+	i := slices.IndexFunc(r.known, func(kn ledger.SeenPolicy) bool {
 		return kn.Policy == k.Policy && kn.Unit == k.Unit && kn.Partition == k.Partition
 	})
 	if i < 0 {
 		return false, nil // a new policy: its place among them is the server's order
 	}
-	got, err := scanKnownRow(tx.tx.QueryRowContext(tx.ctx, pgPutKnownReturning, args...).Scan, k.Key)
+	got, err := scanSeenPolicyRow(tx.tx.QueryRowContext(tx.ctx, pgPutSeenPolicyReturning, args...).Scan, k.Key)
 	if err != nil {
 		p.wrote("policies")
 		return true, fmt.Errorf("state: record policy: %w", err)
@@ -303,7 +303,7 @@ func (p *pgTx) wrote(text string) {
 		return
 	}
 	r := p.read
-	r.hasKnown = r.hasKnown && !strings.Contains(text, "policies")
+	r.hasSeenPolicies = r.hasSeenPolicies && !strings.Contains(text, "policies")
 	r.hasGates = r.hasGates && !strings.Contains(text, "gates")
 	if strings.Contains(text, "attempts") {
 		r.hasFlight, r.hasLastSend = false, false
@@ -318,10 +318,10 @@ func (p *pgTx) readFor(key string) *pgRead {
 	return p.read
 }
 
-// readKnown answers Known from the pipeline's read, when it holds.
-func (p *pgTx) readKnown(key string) ([]ledger.Known, bool) {
+// readSeenPolicies answers SeenPolicies from the pipeline's read, when it holds.
+func (p *pgTx) readSeenPolicies(key string) ([]ledger.SeenPolicy, bool) {
 	r := p.readFor(key)
-	if r == nil || !r.hasKnown {
+	if r == nil || !r.hasSeenPolicies {
 		return nil, false
 	}
 	return slices.Clone(r.known), true

@@ -52,10 +52,10 @@ func TestPostgresAdmissionReadsWithTheLock(t *testing.T) {
 	err = pg.Update(ctx, func(tx ledger.Tx) error {
 		now := tx.Clock(time.Now())
 		if first, err = tx.InsertAttempt(ledger.Attempt{CallID: "c0", Attempt: 1, Key: key, State: ledger.Admitted,
-			At: now, LeaseUntil: now.Add(time.Hour)}); err != nil {
+			At: now, InFlightUntil: now.Add(time.Hour)}); err != nil {
 			return err
 		}
-		if err := tx.PutKnown(ledger.Known{Key: key, Observation: ratelimit.Observation{Policy: "p", Unit: ratelimit.Requests,
+		if err := tx.PutSeenPolicy(ledger.SeenPolicy{Key: key, Observation: ratelimit.Observation{Policy: "p", Unit: ratelimit.Requests,
 			Quota: 10, HasQuota: true, Window: time.Minute}, ReceivedAt: now, BasisAt: now}); err != nil {
 			return err
 		}
@@ -64,10 +64,10 @@ func TestPostgresAdmissionReadsWithTheLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admit := func(call string) (ledger.KeyState, []ledger.Known, []ledger.Gate, ledger.Flight, int64) {
+	admit := func(call string) (ledger.KeyState, []ledger.SeenPolicy, []ledger.Gate, ledger.Flight, int64) {
 		t.Helper()
 		var ks ledger.KeyState
-		var known []ledger.Known
+		var known []ledger.SeenPolicy
 		var gates []ledger.Gate
 		var flight ledger.Flight
 		var id int64
@@ -77,7 +77,7 @@ func TestPostgresAdmissionReadsWithTheLock(t *testing.T) {
 			if ks, err = tx.KeyState(key); err != nil {
 				return err
 			}
-			if known, err = tx.Known(key); err != nil {
+			if known, err = tx.SeenPolicies(key); err != nil {
 				return err
 			}
 			if gates, err = tx.Gates(key, now); err != nil {
@@ -87,7 +87,7 @@ func TestPostgresAdmissionReadsWithTheLock(t *testing.T) {
 				return err
 			}
 			if id, err = tx.InsertAttempt(ledger.Attempt{CallID: call, Attempt: 1, Key: key, State: ledger.Admitted,
-				At: now, LeaseUntil: now.Add(time.Hour)}); err != nil {
+				At: now, InFlightUntil: now.Add(time.Hour)}); err != nil {
 				return err
 			}
 			ks.LastAdmitAt = now
@@ -119,7 +119,7 @@ func TestPostgresAdmissionReadsWithTheLock(t *testing.T) {
 	err = pg.Update(ctx, func(tx ledger.Tx) error {
 		now := tx.Clock(time.Now())
 		if _, err := tx.InsertAttempt(ledger.Attempt{CallID: "c3", Attempt: 1, Key: key, State: ledger.Admitted,
-			At: now, LeaseUntil: now.Add(time.Hour)}); err != nil {
+			At: now, InFlightUntil: now.Add(time.Hour)}); err != nil {
 			return err
 		}
 		f, err := tx.Flight(key, now)
@@ -139,11 +139,11 @@ func TestPostgresAdmissionReadsWithTheLock(t *testing.T) {
 		if len(g) != 2 {
 			t.Errorf("after a gate in the transaction: gates %+v, want 2", g)
 		}
-		if err := tx.PutKnown(ledger.Known{Key: key, Observation: ratelimit.Observation{Policy: "p", Unit: ratelimit.Requests,
+		if err := tx.PutSeenPolicy(ledger.SeenPolicy{Key: key, Observation: ratelimit.Observation{Policy: "p", Unit: ratelimit.Requests,
 			Remaining: 3, HasRemaining: true, Reset: time.Second, HasReset: true}, ReceivedAt: now, BasisAt: now}); err != nil {
 			return err
 		}
-		k, err := tx.Known(key)
+		k, err := tx.SeenPolicies(key)
 		if err != nil {
 			return err
 		}

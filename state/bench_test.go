@@ -129,7 +129,7 @@ func BenchmarkUpdate(b *testing.B) {
 			// Admissions are recorded in order of time, as the pacer does.
 			at := t0.Add(time.Duration(n.Add(1)) * time.Microsecond)
 			if _, err := tx.InsertAttempt(ledger.Attempt{CallID: "c", Key: "k", State: ledger.Admitted, At: at,
-				LeaseUntil: at.Add(time.Minute)}); err != nil {
+				InFlightUntil: at.Add(time.Minute)}); err != nil {
 				return err
 			}
 			return tx.PutKeyState(ledger.KeyState{Key: "k", LastAdmitAt: at})

@@ -90,7 +90,7 @@ var qOpenState = newQuery("OpenState")
 // file; a file is removed once all it holds is applied.
 const journalSegment = 4 << 20
 
-// outcomes is a back end's journal of foreseen outcomes: where the
+// outcomes is a back end's journal of routine outcomes: where the
 // journals of its processes live, and how their outcomes are recorded.
 type outcomes struct {
 	dir    string                                       // the journals' directory; "" for none: FinishLater records at once
@@ -386,7 +386,7 @@ func (j *journal) apply() {
 				break
 			}
 			done, err := j.record(batch)
-			j.settle(batch, done)
+			j.dropApplied(batch, done)
 			if err != nil {
 				retry = min(max(2*retry, 10*time.Millisecond), 5*time.Second)
 				j.setFailing(true)
@@ -494,10 +494,10 @@ func (j *journal) changed() {
 	j.progress = make(chan struct{})
 }
 
-// settle takes the outcomes of batch (the queue's first ones) that are
+// dropApplied takes the outcomes of batch (the queue's first ones) that are
 // done with off the queue and out of the journal; the others stay first
 // in the queue, in order.
-func (j *journal) settle(batch []queued, done []bool) {
+func (j *journal) dropApplied(batch []queued, done []bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	var kept []queued

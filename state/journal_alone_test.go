@@ -38,7 +38,7 @@ func journalsAdmittedAlone(t *testing.T, db state.Store) {
 		update(t, db, func(tx ledger.Tx) error {
 			var err error
 			id, err = tx.InsertAttempt(ledger.Attempt{CallID: callID, Attempt: 1, Key: "k", Caller: "sync", Transport: "rest",
-				Method: "GET", Target: "/items", State: ledger.Admitted, At: t0, Wait: 5 * time.Millisecond, LeaseUntil: t0.Add(time.Hour)})
+				Method: "GET", Target: "/items", State: ledger.Admitted, At: t0, Wait: 5 * time.Millisecond, InFlightUntil: t0.Add(time.Hour)})
 			return err
 		}, "k")
 		return id

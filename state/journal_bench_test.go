@@ -15,7 +15,7 @@ import (
 )
 
 // BenchmarkFinishOutcomes measures what the journal's applier costs to
-// record a batch of journalBatch foreseen outcomes (each with one
+// record a batch of journalBatch routine outcomes (each with one
 // observation) on PostgreSQL on loopback: one by one, three statements an
 // outcome, as before, or in two statements for the batch (finishAll).
 // Each first checks that both record the same rows.

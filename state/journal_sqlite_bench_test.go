@@ -13,7 +13,7 @@ import (
 )
 
 // BenchmarkApplySQLite measures what the journal's applier costs on a
-// SQLite state file to record foreseen outcomes (each a leased slot's
+// SQLite state file to record routine outcomes (each a leased slot's
 // call with one observation), by how many share a transaction: the
 // process's CPU time per outcome, the statements and the commit. The
 // slots are reserved first, 64 at a time, as leases reserve them; the

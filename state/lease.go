@@ -38,10 +38,10 @@ var (
 )
 
 // Reserve records n slots of key admitted at at, each in flight until
-// leaseUntil, with reason, and returns the first and last of their IDs
+// inFlightUntil, with reason, and returns the first and last of their IDs
 // (consecutive). They must not be recorded before the key's latest
 // admission: the pacer reserves in order of time.
-func (tx *Tx) Reserve(key string, n int, at, leaseUntil time.Time, reason string) (first, last int64, err error) {
+func (tx *Tx) Reserve(key string, n int, at, inFlightUntil time.Time, reason string) (first, last int64, err error) {
 	if err := tx.admits(key); err != nil {
 		return 0, 0, fmt.Errorf("state: reserve: %w", err)
 	}
@@ -56,7 +56,7 @@ func (tx *Tx) Reserve(key string, n int, at, leaseUntil time.Time, reason string
 	if n < 1 || n > maxReserve {
 		return 0, 0, fmt.Errorf("state: reserve: %d slots: a lease holds 1 to %d", n, maxReserve)
 	}
-	rows, err := tx.query(qReserve, n, key, ledger.Reserved, reason, micros(at), micros(leaseUntil), seq, tx.instance, cbytes)
+	rows, err := tx.query(qReserve, n, key, ledger.Reserved, reason, micros(at), micros(inFlightUntil), seq, tx.instance, cbytes)
 	if err != nil {
 		return 0, 0, fmt.Errorf("state: reserve: %w", err)
 	}
@@ -86,7 +86,7 @@ var qFinishReserved = newQuery("FinishReserved")
 
 // FinishReserved records the call a reserved slot was handed to and how
 // it ended (a's ID, call, state, reason, status and times), and ends its
-// lease.
+// time in flight.
 func (tx *Tx) FinishReserved(a ledger.Attempt) error {
 	res, err := tx.exec(qFinishReserved, a.CallID, a.Attempt, a.Caller, a.Transport, a.Method, a.Target, a.Digest,
 		string(a.State), a.Reason, a.Wait.Microseconds(), nullInt(int64(a.Status)), nullInt(micros(a.SentAt)),

@@ -10,21 +10,21 @@ import (
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 )
 
-var qKnown = newQuery("Known")
+var qSeenPolicies = newQuery("SeenPolicies")
 
-// Known returns every policy ever seen for key.
-func (tx *Tx) Known(key string) ([]ledger.Known, error) {
-	if known, ok := tx.pg.readKnown(key); ok {
+// SeenPolicies returns every policy ever seen for key.
+func (tx *Tx) SeenPolicies(key string) ([]ledger.SeenPolicy, error) {
+	if known, ok := tx.pg.readSeenPolicies(key); ok {
 		return known, nil
 	}
-	rows, err := tx.query(qKnown, key)
+	rows, err := tx.query(qSeenPolicies, key)
 	if err != nil {
 		return nil, fmt.Errorf("state: policies: %w", err)
 	}
 	defer rows.Close()
-	var out []ledger.Known
+	var out []ledger.SeenPolicy
 	for rows.Next() {
-		k := ledger.Known{Key: key}
+		k := ledger.SeenPolicy{Key: key}
 		var q, w, r, t sql.NullInt64
 		var recv, basis int64
 		var unit string
@@ -42,33 +42,33 @@ func (tx *Tx) Known(key string) ([]ledger.Known, error) {
 	return out, rows.Err()
 }
 
-var qPutKnown = newQuery("PutKnown")
+var qPutSeenPolicy = newQuery("PutSeenPolicy")
 
-// PutKnown records k as the latest state of its policy. A field the new
+// PutSeenPolicy records k as the latest state of its policy. A field the new
 // observation does not state keeps its earlier value: a response that
 // states only q and w (a policy listed but not shown) leaves the last r and
 // t (and when they were received) as they were, and one that shows only r
 // does not make q or w unknown. A hidden limit (k.Hidden) is re-inferred
 // whole: its q, w and time replace the earlier ones.
-func (tx *Tx) PutKnown(k ledger.Known) error {
+func (tx *Tx) PutSeenPolicy(k ledger.SeenPolicy) error {
 	args := []any{k.Key, k.Policy, string(k.Unit), k.Partition, nullIf(k.Quota, k.HasQuota), nullIf(k.Window.Microseconds(), k.Window > 0),
 		nullIf(k.Remaining, k.HasRemaining), nullIf(k.Reset.Microseconds(), k.HasReset),
 		micros(k.ReceivedAt), micros(k.BasisAt), string(k.Shape), k.Hidden, k.Route}
-	if kept, err := tx.pg.putKnown(tx, k, args); kept { // on PostgreSQL, see admit_postgres.go
+	if kept, err := tx.pg.putSeenPolicy(tx, k, args); kept { // on PostgreSQL, see admit_postgres.go
 		return err
 	}
-	_, err := tx.exec(qPutKnown, args...)
+	_, err := tx.exec(qPutSeenPolicy, args...)
 	if err != nil {
 		return fmt.Errorf("state: record policy: %w", err)
 	}
 	return nil
 }
 
-var qDeleteKnown = newQuery("DeleteKnown")
+var qDeleteSeenPolicy = newQuery("DeleteSeenPolicy")
 
-// DeleteKnown forgets key's policy of unit in partition, if it is kept.
-func (tx *Tx) DeleteKnown(key, policy string, unit ratelimit.Unit, partition string) error {
-	if _, err := tx.exec(qDeleteKnown, key, policy, string(unit), partition); err != nil {
+// DeleteSeenPolicy forgets key's policy of unit in partition, if it is kept.
+func (tx *Tx) DeleteSeenPolicy(key, policy string, unit ratelimit.Unit, partition string) error {
+	if _, err := tx.exec(qDeleteSeenPolicy, key, policy, string(unit), partition); err != nil {
 		return fmt.Errorf("state: forget policy: %w", err)
 	}
 	return nil

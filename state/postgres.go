@@ -675,12 +675,12 @@ type pgTx struct {
 	// each is read once, and written once, before the commit (flush),
 	// when it was put — an admission that also writes what answers
 	// taught puts it twice.
-	keyStates map[string]*keptKeyState
+	keyStates map[string]*heldKeyState
 	conn      *sql.Conn // the transaction's connection
 	read      *pgRead   // what the pipeline read of the key it holds (see holdReading); nil when none, or no longer valid
 }
 
-type keptKeyState struct {
+type heldKeyState struct {
 	s   ledger.KeyState
 	put bool // to be written
 }
@@ -704,7 +704,7 @@ func (p *pgTx) keepKeyState(s ledger.KeyState, put bool) bool {
 		return false
 	}
 	if p.keyStates == nil {
-		p.keyStates = map[string]*keptKeyState{}
+		p.keyStates = map[string]*heldKeyState{}
 	}
 	// What a read of the row would give back: microseconds.
 	s.LastAdmitAt, s.LastResponseAt = fromMicros(micros(s.LastAdmitAt)), fromMicros(micros(s.LastResponseAt))
@@ -713,7 +713,7 @@ func (p *pgTx) keepKeyState(s ledger.KeyState, put bool) bool {
 	s.Latency, s.PrevLatency = s.Latency.Truncate(time.Microsecond), s.PrevLatency.Truncate(time.Microsecond)
 	k := p.keyStates[s.Key]
 	if k == nil {
-		k = &keptKeyState{}
+		k = &heldKeyState{}
 		p.keyStates[s.Key] = k
 	}
 	k.s, k.put = s, k.put || put

@@ -60,13 +60,13 @@ func (tx *Tx) PutResponse(r ledger.StoredResponse, keep int) error {
 	return nil
 }
 
-var qKeptTargets = newQuery("KeptTargets")
+var qStoredTargets = newQuery("StoredTargets")
 
-// KeptTargets returns the targets of key that have a kept answer (at
+// StoredTargets returns the targets of key that have a stored answer (at
 // most the keep of the last PutResponse for key, and the answers kept
 // beside it since): a walk of the primary key's range for key.
-func (tx *Tx) KeptTargets(key string) ([]string, error) {
-	rows, err := tx.query(qKeptTargets, key)
+func (tx *Tx) StoredTargets(key string) ([]string, error) {
+	rows, err := tx.query(qStoredTargets, key)
 	if err != nil {
 		return nil, fmt.Errorf("state: kept targets: %w", err)
 	}

@@ -369,7 +369,7 @@ func flagsMigrated(t *testing.T, srv *pgtest.Server) {
 		if !maps.Equal(probes, map[string]bool{"c1": false, "c2": true, "c3": false}) {
 			t.Errorf("probes by call: %v, want c2's alone", probes)
 		}
-		known, err := tx.Known("k")
+		known, err := tx.SeenPolicies("k")
 		if err != nil {
 			return err
 		}

@@ -173,8 +173,8 @@ const (
 // log, at a cost that grows with it.
 func (tx *Tx) InsertAttempt(a ledger.Attempt) (int64, error) {
 	var lease, seq, cseq, cbytes any
-	if !a.LeaseUntil.IsZero() {
-		lease = micros(a.LeaseUntil)
+	if !a.InFlightUntil.IsZero() {
+		lease = micros(a.InFlightUntil)
 	}
 	renumber := false
 	if a.State == ledger.Admitted {
@@ -234,7 +234,7 @@ func (tx *Tx) renumber(key string) error {
 
 var qFinishAttempt = newQuery("FinishAttempt")
 
-// FinishAttempt records how attempt id ended and ends its lease.
+// FinishAttempt records how attempt id ended and ends its time in flight.
 func (tx *Tx) FinishAttempt(id int64, state ledger.State, reason string, status int, sentAt, answeredAt time.Time) error {
 	_, err := tx.exec(qFinishAttempt, string(state), reason, nullInt(int64(status)), nullInt(micros(sentAt)), nullInt(micros(answeredAt)), id)
 	if err != nil {
@@ -536,7 +536,7 @@ func scanAttempt(rows *sql.Rows) (ledger.Attempt, error) {
 		&a.Digest, &a.State, &a.Reason, &a.Probe, &at, &wait, &sent, &answered, &a.Status, &lease, &a.Instance); err != nil {
 		return a, err
 	}
-	a.At, a.SentAt, a.AnsweredAt, a.LeaseUntil = fromMicros(at), fromMicros(sent), fromMicros(answered), fromMicros(lease)
+	a.At, a.SentAt, a.AnsweredAt, a.InFlightUntil = fromMicros(at), fromMicros(sent), fromMicros(answered), fromMicros(lease)
 	a.Wait = time.Duration(wait) * time.Microsecond
 	return a, nil
 }

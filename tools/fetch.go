@@ -218,7 +218,7 @@ func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 		f.askedWait = time.Duration(*a.MaxWaitS * float64(time.Second))
 	}
 	if method == http.MethodGet {
-		if res, ok, err := f.fromKept(ctx, header); errors.Is(err, upstream.ErrBodyMemory) {
+		if res, ok, err := f.fromStored(ctx, header); errors.Is(err, upstream.ErrBodyMemory) {
 			return f.namedFailure(err), nil
 		} else if err != nil {
 			return f.namedFailure(stateFailed(err)), nil
@@ -254,11 +254,11 @@ type fetchCall struct {
 	askedLen int
 	// askedWait is the max_wait_s asked for, when one was.
 	askedWait time.Duration
-	kept      ledger.StoredResponse
-	hasKept   bool
+	stored    ledger.StoredResponse
+	hasStored bool
 	repeats   int
 	// sent is what the request goes upstream with (see
-	// upstream.SentHeader): what a kept answer's Vary is matched against.
+	// upstream.SentHeader): what a stored answer's Vary is matched against.
 	sent http.Header
 	// ownConditional is set when the caller sent its own validator: a 304
 	// then answers the caller's question, and no kept body is shown.
@@ -271,25 +271,25 @@ type fetchCall struct {
 // body is cut at MaxBody, with the credential removed up to there.
 const decodeMargin = 64 << 10
 
-// fromKept answers from the kept copy when that is the right thing: a
+// fromStored answers from the stored copy when that is the right thing: a
 // page beyond the first of a body fetched moments ago, or a request
 // repeated past the loop limit whose answer has not been changing. It
 // also arms the conditional request.
-func (f *fetchCall) fromKept(ctx context.Context, header http.Header) (*mcp.CallToolResult, bool, error) {
+func (f *fetchCall) fromStored(ctx context.Context, header http.Header) (*mcp.CallToolResult, bool, error) {
 	now := f.d.now()
-	if f.start == 0 && f.d.kept.absent(f.k.Name, f.target) {
+	if f.start == 0 && f.d.stored.absent(f.k.Name, f.target) {
 		return nil, false, nil // nothing kept to read (see keptIndex)
 	}
 	var targets []string
 	var listed bool
 	err := f.d.DB.View(ctx, func(tx ledger.Tx) error {
 		var err error
-		if !f.d.kept.known(f.k.Name) {
-			if targets, listed, err = readKept(tx, f.k.Name); err != nil {
+		if !f.d.stored.known(f.k.Name) {
+			if targets, listed, err = readStoredTargets(tx, f.k.Name); err != nil {
 				return err
 			}
 		}
-		if f.kept, f.hasKept, err = tx.Response(f.k.Name, f.target); err != nil || !f.hasKept {
+		if f.stored, f.hasStored, err = tx.Response(f.k.Name, f.target); err != nil || !f.hasStored {
 			return err
 		}
 		f.repeats, err = tx.Repeats(f.k.Name, f.caller.Name, f.digest, now.Add(-f.lim.LoopWindow))
@@ -299,40 +299,40 @@ func (f *fetchCall) fromKept(ctx context.Context, header http.Header) (*mcp.Call
 		return nil, false, err
 	}
 	if listed {
-		f.d.kept.set(f.k.Name, targets, 0, "")
+		f.d.stored.set(f.k.Name, targets, 0, "")
 	}
-	if !f.hasKept {
+	if !f.hasStored {
 		return nil, false, nil
 	}
-	if !reusable(f.kept, f.sent) {
+	if !reusable(f.stored, f.sent) {
 		// Another variant's answer (or one that varies on everything):
 		// this request neither sees it nor is made conditional on it.
-		f.hasKept, f.kept = false, ledger.StoredResponse{}
+		f.hasStored, f.stored = false, ledger.StoredResponse{}
 		return nil, false, nil
 	}
-	if err := f.hold.Grow(int64(len(f.kept.Body))); err != nil {
+	if err := f.hold.Grow(int64(len(f.stored.Body))); err != nil {
 		return nil, false, err
 	}
-	f.kept = scrubKept(f.k, f.kept)
+	f.stored = scrubStored(f.k, f.stored)
 	switch {
-	case f.start > 0 && now.Sub(f.kept.StoredAt) < f.lim.PageTTL:
-		res, err := f.keptResult(ctx, now, "", fmt.Sprintf("page read from the answer kept %s ago", ago(now.Sub(f.kept.StoredAt))))
+	case f.start > 0 && now.Sub(f.stored.StoredAt) < f.lim.PageTTL:
+		res, err := f.storedResult(ctx, now, "", fmt.Sprintf("page read from the answer kept %s ago", ago(now.Sub(f.stored.StoredAt))))
 		return res, true, err
-	case f.repeats >= f.lim.LoopLimit && f.kept.Unchanged >= 1:
-		res, err := f.keptResult(ctx, now, f.digest, "loop guard: identical request, unchanged answer")
+	case f.repeats >= f.lim.LoopLimit && f.stored.Unchanged >= 1:
+		res, err := f.storedResult(ctx, now, f.digest, "loop guard: identical request, unchanged answer")
 		return res, true, err
 	}
 	if header.Get("If-None-Match") == "" && header.Get("If-Modified-Since") == "" {
-		if f.kept.ETag != "" {
-			header.Set("If-None-Match", f.kept.ETag)
-		} else if f.kept.LastModified != "" {
-			header.Set("If-Modified-Since", f.kept.LastModified)
+		if f.stored.ETag != "" {
+			header.Set("If-None-Match", f.stored.ETag)
+		} else if f.stored.LastModified != "" {
+			header.Set("If-Modified-Since", f.stored.LastModified)
 		}
 	}
 	return nil, false, nil
 }
 
-// keep stores r as the kept answer of its target, and reads the key's
+// keep stores r as the stored answer of its target, and reads the key's
 // kept targets again in the same transaction (see keptIndex).
 func (f *fetchCall) keep(ctx context.Context, r ledger.StoredResponse) error {
 	var targets []string
@@ -342,24 +342,24 @@ func (f *fetchCall) keep(ctx context.Context, r ledger.StoredResponse) error {
 		if err := tx.PutResponse(r, f.lim.KeepResponses); err != nil {
 			return err
 		}
-		seq = f.d.kept.next()
+		seq = f.d.stored.next()
 		var err error
-		targets, listed, err = readKept(tx, r.Key)
+		targets, listed, err = readStoredTargets(tx, r.Key)
 		return err
 	})
 	if err != nil {
 		return err
 	}
 	if listed {
-		f.d.kept.set(r.Key, targets, seq, r.Target)
+		f.d.stored.set(r.Key, targets, seq, r.Target)
 	}
 	return nil
 }
 
-// keptResult answers from the kept copy, spending nothing, and records
+// storedResult answers from the stored copy, spending nothing, and records
 // that in the activity.
-func (f *fetchCall) keptResult(ctx context.Context, now time.Time, digest, why string) (*mcp.CallToolResult, error) {
-	err := f.d.Client.Kept(ctx, f.k, upstream.Request{Caller: f.caller.Name, Transport: f.d.Transport, Method: f.method, Digest: digest}, f.target, why, now)
+func (f *fetchCall) storedResult(ctx context.Context, now time.Time, digest, why string) (*mcp.CallToolResult, error) {
+	err := f.d.Client.RecordCached(ctx, f.k, upstream.Request{Caller: f.caller.Name, Transport: f.d.Transport, Method: f.method, Digest: digest}, f.target, why, now)
 	if err != nil {
 		return nil, err
 	}
@@ -367,13 +367,13 @@ func (f *fetchCall) keptResult(ctx context.Context, now time.Time, digest, why s
 	if err != nil {
 		return nil, err
 	}
-	r := f.result(f.kept.Status, nil, f.kept.ContentType, f.kept.Body, true)
+	r := f.result(f.stored.Status, nil, f.stored.ContentType, f.stored.Body, true)
 	r.FromCache = true
 	r.Quota, r.Advice = report.NewQuota(f.k.Name, st.Binding), report.WaitInstead(report.NewAdvice(st.Advice), f.lim.MaxMaxWait)
 	if digest != "" {
 		r.Advice = loopAdvice(r.Advice, f.repeats+1, f.lim.LoopWindow, true)
 	}
-	return f.fitted(r, f.kept.Body, true), nil
+	return f.fitted(r, f.stored.Body, true), nil
 }
 
 // answered turns the upstream's answer into the tool result, keeping GET
@@ -392,39 +392,39 @@ func (f *fetchCall) answered(ctx context.Context, resp *upstream.Response) (*mcp
 	// A 304 shows the kept body only when it answers mcp-quota's own
 	// conditional, armed from that very copy, and names it (RFC 9111
 	// §4.3.4).
-	notModified := resp.StatusCode == http.StatusNotModified && f.hasKept && !f.ownConditional && sameValidator(resp.Header, f.kept)
+	notModified := resp.StatusCode == http.StatusNotModified && f.hasStored && !f.ownConditional && sameValidator(resp.Header, f.stored)
 	if notModified {
-		raw, ct, complete, cut = f.kept.Body, f.kept.ContentType, true, ""
+		raw, ct, complete, cut = f.stored.Body, f.stored.ContentType, true, ""
 	}
 	unchanged := false
 	if f.method == http.MethodGet && complete && int64(len(raw)) <= f.lim.KeepBody && (resp.StatusCode == http.StatusOK || notModified) {
 		sum := upstream.Digest("", "", raw)
 		vary := varyOf(resp.Header)
 		if notModified && resp.Header.Get("Vary") == "" {
-			vary = f.kept.Vary
+			vary = f.stored.Vary
 		}
 		kept := ledger.StoredResponse{Key: f.k.Name, Target: f.target, ETag: resp.Header.Get("ETag"),
 			LastModified: resp.Header.Get("Last-Modified"), Status: http.StatusOK, ContentType: ct, Body: raw,
 			Digest: sum, StoredAt: f.d.now(), Vary: vary, Varied: varied(vary, f.sent)}
 		if notModified {
-			kept.ETag, kept.LastModified = f.kept.ETag, f.kept.LastModified
+			kept.ETag, kept.LastModified = f.stored.ETag, f.stored.LastModified
 		}
 		if vary == varyStar {
 			// Never reused: the row only stands in the place of the
 			// answer kept before, which a later request must not get.
 			kept = ledger.StoredResponse{Key: f.k.Name, Target: f.target, Status: http.StatusOK, StoredAt: f.d.now(), Vary: varyStar}
 		}
-		if f.hasKept && f.kept.Digest == sum {
+		if f.hasStored && f.stored.Digest == sum {
 			unchanged = true
-			kept.Unchanged = f.kept.Unchanged + 1
+			kept.Unchanged = f.stored.Unchanged + 1
 		}
 		if err := f.keep(ctx, kept); err != nil {
 			f.d.Log.Error("keeping an answer failed", "key", f.k.Name, "error", err)
 		}
 	}
-	stale := resp.StatusCode == http.StatusNotModified && f.hasKept && !f.ownConditional && !notModified
+	stale := resp.StatusCode == http.StatusNotModified && f.hasStored && !f.ownConditional && !notModified
 	if stale {
-		// A 304 for another version than the kept one: the kept answer
+		// A 304 for another version than the kept one: the stored answer
 		// must not answer the next request either, which then goes
 		// unconditionally.
 		err := f.keep(ctx, ledger.StoredResponse{Key: f.k.Name, Target: f.target, Status: http.StatusOK, StoredAt: f.d.now(), Vary: varyStar})

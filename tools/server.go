@@ -57,8 +57,8 @@ type Deps struct {
 	// result with code stateUnavailable. Nil means the fields are set.
 	Ready func(context.Context) error
 
-	fetchTools fetchTools // the fetch tool as each set of keys shows it (see ownKeysOnly)
-	kept       keptIndex  // which targets have a kept answer (see fromKept)
+	fetchTools fetchTools  // the fetch tool as each set of keys shows it (see ownKeysOnly)
+	stored     storedIndex // which targets have a kept answer (see fromKept)
 }
 
 func (d *Deps) now() time.Time {

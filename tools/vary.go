@@ -8,7 +8,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
-// The kept copy of a URL's answer is shared by every caller of its key,
+// The stored copy of a URL's answer is shared by every caller of its key,
 // as a shared cache's stored response is (RFC 9111 §4.1): it answers a
 // request — a conditional one's 304, a page beyond the first, the loop
 // guard — only when that request sends, for every field the answer's
@@ -72,7 +72,7 @@ func reusable(r ledger.StoredResponse, sent http.Header) bool {
 	return r.Vary != varyStar && varied(r.Vary, sent) == r.Varied
 }
 
-// sameValidator reports whether a 304's validator names the kept answer
+// sameValidator reports whether a 304's validator names the stored answer
 // (RFC 9111 §4.3.4): a 304 whose ETag is not the kept one's answers for
 // another representation.
 func sameValidator(h http.Header, kept ledger.StoredResponse) bool {

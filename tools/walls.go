@@ -102,9 +102,9 @@ func redactionWarnings(resp *upstream.Response) []string {
 	return nil
 }
 
-// scrubKept removes the key's credential from a kept answer (one kept
+// scrubStored removes the key's credential from a stored answer (one kept
 // before answers were scrubbed, or by another version).
-func scrubKept(k *keystore.Key, r ledger.StoredResponse) ledger.StoredResponse {
+func scrubStored(k *keystore.Key, r ledger.StoredResponse) ledger.StoredResponse {
 	s := k.Scrubber()
 	r.Body, _ = s.ScrubBytes(r.Body)
 	r.ContentType, _ = s.Scrub(r.ContentType)

@@ -21,13 +21,13 @@ const (
 	// Attempted: an admitted attempt ended, answered or failed.
 	Attempted
 	// Ended: a call ended, after its last attempt or answered from a
-	// kept copy (ledger.Cached, no attempt at all).
+	// stored copy (ledger.Cached, no attempt at all).
 	Ended
 )
 
 // An Event is one step of a call, as the Client's Observe hook sees it.
 // Every call of every transport passes the Client (the fetch tool's
-// answers from a kept copy through Kept), so a hook sees all of them,
+// answers from a stored copy through RecordCached), so a hook sees all of them,
 // each call ending exactly once. It is a value and carries no credential.
 type Event struct {
 	Kind      EventKind
@@ -72,17 +72,17 @@ func (c *Client) observe(ctx context.Context, e Event) {
 	}
 }
 
-// Kept records that caller's request r through k was answered at at from
-// mcp-quota's kept copy of target's last answer, for the reason why:
+// RecordCached records that caller's request r through k was answered at at from
+// mcp-quota's stored copy of target's last answer, for the reason why:
 // nothing was sent and no quota was spent. It is in the activity as
 // ledger.Cached, and ends a call for the Observe hook.
-func (c *Client) Kept(ctx context.Context, k *keystore.Key, r Request, target, why string, at time.Time) error {
+func (c *Client) RecordCached(ctx context.Context, k *keystore.Key, r Request, target, why string, at time.Time) error {
 	method := r.Method
 	if method == "" {
 		method = "GET"
 	}
 	id := NewCallID()
-	err := c.pacer.Kept(ctx, pacer.Call{Key: k, Caller: r.Caller, Transport: r.Transport, Method: method,
+	err := c.pacer.RecordCached(ctx, pacer.Call{Key: k, Caller: r.Caller, Transport: r.Transport, Method: method,
 		Target: target, Digest: r.Digest, CallID: id, Attempt: 1}, why, at)
 	if err != nil {
 		return err

@@ -40,7 +40,7 @@ func (o *observed) steps() []string {
 
 // The hook sees every attempt and the end of every call, once, in the
 // states the activity records — for calls answered, retried, refused
-// locally and answered from a kept copy.
+// locally and answered from a stored copy.
 func TestObserveSeesEveryStepOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fake{answer: func(n int, r *http.Request) *http.Response {
@@ -74,8 +74,8 @@ func TestObserveSeesEveryStepOnce(t *testing.T) {
 		if !errors.Is(err, pacer.ErrPaused) {
 			t.Fatalf("err = %v, want a pause", err)
 		}
-		// Answered from a kept copy.
-		if err := c.Kept(ctx, k, Request{Caller: "b", Transport: "stdio"}, "/x", "loop guard", time.Now()); err != nil {
+		// Answered from a stored copy.
+		if err := c.RecordCached(ctx, k, Request{Caller: "b", Transport: "stdio"}, "/x", "loop guard", time.Now()); err != nil {
 			t.Fatal(err)
 		}
 

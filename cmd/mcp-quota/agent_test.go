@@ -258,7 +258,7 @@ func TestConditionalRequest(t *testing.T) {
 }
 
 // TestPagingLargeBody reads a 1 MB body in pages with start_index: the
-// first page fetches, the rest page through the kept copy without
+// first page fetches, the rest page through the stored copy without
 // spending quota, and together they are the whole body.
 func TestPagingLargeBody(t *testing.T) {
 	api, url := upstreamAPI(t, demo.Config{})

@@ -353,7 +353,7 @@ func (e environment) demoUpstream(ctx context.Context, args []string) error {
 	var c common
 	fs := e.flags("demo-upstream", &c, "info")
 	listen := fs.String("listen", "127.0.0.1:8788", "address to listen on")
-	mode := fs.String("mode", string(demo.Seed), "how it announces and enforces its limit: seed, sliding, hidden, github, retry-after, silent, liar")
+	mode := fs.String("mode", string(demo.FixedWindow), "how it announces and enforces its limit: seed, sliding, hidden, github, retry-after, silent, liar")
 	quota := fs.Int("quota", 120, "calls per window per key")
 	window := fs.Duration("window", time.Minute, "the window")
 	tokens := fs.String("token", "", "comma-separated accepted bearer tokens (default: any)")

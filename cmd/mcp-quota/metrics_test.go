@@ -67,7 +67,7 @@ func sumBy(scrapes []map[string]*dto.MetricFamily, name string, labels ...string
 
 // TestMetricsCountWhatTheActivityHolds runs a scripted mix of calls —
 // a sync job over REST and an agent over MCP, answered, refused by the
-// upstream, refused locally and answered from the kept copy — through two
+// upstream, refused locally and answered from the stored copy — through two
 // serve processes sharing one state file, and checks that their /metrics
 // together count exactly what the shared activity holds, and that both
 // report the same shared budget.
@@ -81,7 +81,7 @@ func TestMetricsCountWhatTheActivityHolds(t *testing.T) {
 	_, b, _ := s.serveProcess(t)
 
 	// Process b: an agent reads a long report, then its second page from
-	// the kept copy (no quota spent).
+	// the stored copy (no quota spent).
 	agent := httpSession(t, b, agentToken, nil)
 	res, out := call(t, agent, "fetch", map[string]any{"path": "/v1/report", "query": map[string]any{"bytes": "20000"}, "max_length": 1000})
 	if res.IsError || out["status"] != float64(200) {

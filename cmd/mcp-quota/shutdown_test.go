@@ -277,8 +277,8 @@ func drainUnderLoad(t *testing.T, finish bool) {
 		if a.State == ledger.Confirmed && a.Status/100 == 2 {
 			confirmed[a.Target] = true
 		}
-		if a.State == ledger.Admitted || a.State == ledger.Reserved || a.State == ledger.Interrupted || !a.LeaseUntil.IsZero() {
-			t.Errorf("attempt %d (%s) ended %s, lease until %v: want a final state", a.ID, a.Target, a.State, a.LeaseUntil)
+		if a.State == ledger.Admitted || a.State == ledger.Reserved || a.State == ledger.Interrupted || !a.InFlightUntil.IsZero() {
+			t.Errorf("attempt %d (%s) ended %s, lease until %v: want a final state", a.ID, a.Target, a.State, a.InFlightUntil)
 		}
 	}
 	missing := 0

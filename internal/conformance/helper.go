@@ -37,16 +37,16 @@ const helperEnv = "STATE_CONFORMANCE_HELPER"
 // A Job is what a helper process is asked to do: admit calls of key
 // "shared" through a pacer on the store, as fast as it can.
 type Job struct {
-	Location   string        // the store, as state.OpenStore opens it
-	JournalDir string        // the journals' directory (PostgresOptions.JournalDir)
-	Caller     string        // the caller name its calls have
-	Quota      int64         // key "shared"'s documented policy: Quota calls…
-	Window     time.Duration // …per Window
-	Lease      time.Duration // how long an admitted attempt counts as in flight (pacer.WithLease)
-	Run        time.Duration // stop after this long; 0 means once stdin closes
-	Quiet      bool          // do not report each admission
-	Victim     bool          // admit one call first and never finish it, hold slots, and take "finish" orders
-	AdmitOnly  bool          // admit only: never record an outcome
+	Location        string        // the store, as state.OpenStore opens it
+	JournalDir      string        // the journals' directory (PostgresOptions.JournalDir)
+	Caller          string        // the caller name its calls have
+	Quota           int64         // key "shared"'s documented policy: Quota calls…
+	Window          time.Duration // …per Window
+	InFlightTimeout time.Duration // how long an admitted attempt counts as in flight (pacer.WithLease)
+	Run             time.Duration // stop after this long; 0 means once stdin closes
+	Quiet           bool          // do not report each admission
+	Victim          bool          // admit one call first and never finish it, hold slots, and take "finish" orders
+	AdmitOnly       bool          // admit only: never record an outcome
 }
 
 // RunHelper does a helper process's job, and exits, when the test binary
@@ -100,7 +100,7 @@ func (job Job) run(ctx context.Context) error {
 		return err
 	}
 	defer s.Close()
-	p := pacer.New(s, pacer.WithClock(clockOf(s)), pacer.WithLease(job.Lease))
+	p := pacer.New(s, pacer.WithClock(clockOf(s)), pacer.WithLease(job.InFlightTimeout))
 	key := SharedKey(job.Quota, job.Window)
 	var mu sync.Mutex // the lines of stdout
 	out := bufio.NewWriter(os.Stdout)
@@ -123,7 +123,7 @@ func (job Job) run(ctx context.Context) error {
 		var first, last int64
 		err = s.Update(ctx, func(tx ledger.Tx) error {
 			at := tx.Clock(time.Now())
-			first, last, err = tx.Reserve("leased", victimSlots, at, at.Add(job.Lease), "a batch")
+			first, last, err = tx.Reserve("leased", victimSlots, at, at.Add(job.InFlightTimeout), "a batch")
 			return err
 		}, "leased")
 		if err != nil {

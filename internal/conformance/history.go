@@ -276,11 +276,11 @@ func sweepInterruptsAndDrops(t *testing.T, b Backend) {
 	var inFlight, old, recent, slot int64
 	update(t, s, func(tx ledger.Tx) error {
 		a := admission("k", "agent", t0.Add(-30*time.Minute))
-		a.LeaseUntil = t0
+		a.InFlightUntil = t0
 		inFlight = insert(t, tx, a)
 		old = insert(t, tx, ledger.Attempt{CallID: "b", Key: "k", State: ledger.Confirmed, At: t0.Add(-2 * time.Hour)})
 		a = admission("k", "agent", t0)
-		a.LeaseUntil = t0.Add(time.Minute)
+		a.InFlightUntil = t0.Add(time.Minute)
 		recent = insert(t, tx, a)
 		first, _, err := tx.Reserve("k", 1, t0, t0, "a batch") // its lease ran out
 		slot = first

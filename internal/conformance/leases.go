@@ -39,7 +39,7 @@ func reserveAndRelease(t *testing.T, b Backend) {
 	s, _ := b.fresh(t)
 	admit := func(tx ledger.Tx, at time.Time) {
 		a := admission("k", "agent", at)
-		a.LeaseUntil = at.Add(time.Minute)
+		a.InFlightUntil = at.Add(time.Minute)
 		insert(t, tx, a)
 	}
 	update(t, s, func(tx ledger.Tx) error {
@@ -113,7 +113,7 @@ func reserveAndRelease(t *testing.T, b Backend) {
 		states := map[ledger.State]int{}
 		for _, a := range list {
 			states[a.State]++
-			if a.State == ledger.Confirmed && (a.Caller != "sync" || a.Target != "/items" || a.Status != 200 || !a.LeaseUntil.IsZero()) {
+			if a.State == ledger.Confirmed && (a.Caller != "sync" || a.Target != "/items" || a.Status != 200 || !a.InFlightUntil.IsZero()) {
 				t.Errorf("a finished slot reads %+v", a)
 			}
 		}

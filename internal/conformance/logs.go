@@ -30,9 +30,9 @@ func windowCounts(t *testing.T, b Backend) {
 	update(t, s, func(tx ledger.Tx) error {
 		for i, a := range []ledger.Attempt{
 			{Caller: "agent", State: ledger.Admitted, At: t0},
-			{Caller: "sync", State: ledger.Admitted, At: t0.Add(time.Second), LeaseUntil: t0.Add(time.Minute)},
+			{Caller: "sync", State: ledger.Admitted, At: t0.Add(time.Second), InFlightUntil: t0.Add(time.Minute)},
 			{Caller: "sync", State: ledger.RejectedLocal, At: t0.Add(2 * time.Second)}, // not counted
-			{Caller: "sync", State: ledger.Admitted, At: t0.Add(3 * time.Second), LeaseUntil: t0.Add(2 * time.Second)},
+			{Caller: "sync", State: ledger.Admitted, At: t0.Add(3 * time.Second), InFlightUntil: t0.Add(2 * time.Second)},
 			{Key: "other", Caller: "agent", State: ledger.Admitted, At: t0.Add(4 * time.Second)},
 		} {
 			a.CallID, a.Attempt = "c", i+1
@@ -118,7 +118,7 @@ func (m *logModel) record(a ledger.Attempt) { m.attempts = append(m.attempts, a)
 // end; attempts before before go, but for those still in flight.
 func (m *logModel) sweep(now, before time.Time) {
 	m.attempts = slices.DeleteFunc(m.attempts, func(a ledger.Attempt) bool {
-		inFlight := !a.LeaseUntil.IsZero() && a.LeaseUntil.After(now)
+		inFlight := !a.InFlightUntil.IsZero() && a.InFlightUntil.After(now)
 		return a.At.Before(before) && !inFlight
 	})
 }
@@ -251,7 +251,7 @@ func logReadsLikeItsDefinition(t *testing.T, b Backend) {
 				a.At = now.Add(-time.Duration(rng.IntN(5000)) * time.Millisecond) // recorded late
 			}
 			if a.State == ledger.Admitted && rng.IntN(4) == 0 {
-				a.LeaseUntil = now.Add(time.Duration(rng.IntN(20)) * time.Second)
+				a.InFlightUntil = now.Add(time.Duration(rng.IntN(20)) * time.Second)
 			}
 			batch[i] = a
 		}
@@ -324,7 +324,7 @@ func attemptLifecycle(t *testing.T, b Backend) {
 	update(t, s, func(tx ledger.Tx) error {
 		id = insert(t, tx, ledger.Attempt{CallID: "c1", Attempt: 1, Key: "k", Caller: "agent", Transport: "stdio",
 			Method: "GET", Target: "/items?q=1", Digest: "d", State: ledger.Admitted, Probe: true, At: t0,
-			Wait: 1500 * time.Millisecond, LeaseUntil: t0.Add(time.Minute)})
+			Wait: 1500 * time.Millisecond, InFlightUntil: t0.Add(time.Minute)})
 		if f, err := tx.Flight("k", t0); err != nil || f.Count != 1 {
 			t.Errorf("Flight before the attempt finished: got %+v, %v; want 1", f, err)
 		}

@@ -32,7 +32,7 @@ func hammer(t *testing.T, b Backend, quota int64, window, run time.Duration) ([]
 	var hs []*Helper
 	for i := range 3 {
 		hs = append(hs, StartHelper(t, b, Job{Location: loc, Caller: fmt.Sprintf("p%d", i), Quota: quota, Window: window,
-			Run: run, Lease: time.Minute, Quiet: true}))
+			Run: run, InFlightTimeout: time.Minute, Quiet: true}))
 	}
 	made := 0
 	for _, h := range hs {
@@ -123,7 +123,7 @@ var errHeld = errors.New("held, and rolled back")
 // holding a call in flight, slots reserved, and outcomes its journal has
 // not yet recorded: the other keeps serving; every record committed
 // before the kill is still there; its call and slots stay counted and in
-// flight until their lease ends, and a sweep by a live process then marks
+// flight until their in-flight timeout ends, and a sweep by a live process then marks
 // them interrupted and released; Recover records its journal.
 func processKilledMidLoad(t *testing.T, b Backend) {
 	if testing.Short() {
@@ -131,7 +131,7 @@ func processKilledMidLoad(t *testing.T, b Backend) {
 	}
 	const lease = 10 * time.Second
 	s, loc := b.fresh(t)
-	job := Job{Location: loc, Quota: 1 << 30, Window: time.Second, Lease: lease}
+	job := Job{Location: loc, Quota: 1 << 30, Window: time.Second, InFlightTimeout: lease}
 	job.Caller, job.Victim = "victim", true
 	victim := StartHelper(t, b, job)
 	job.Caller, job.Victim = "survivor", false

@@ -29,45 +29,47 @@ func known(t *testing.T, b Backend) {
 		return ratelimit.Observation{Policy: "p", Unit: ratelimit.Requests, Quota: q, HasQuota: q > 0, Window: time.Minute,
 			Remaining: r, HasRemaining: hasR, Reset: 30 * time.Second, HasReset: hasR, Shape: ratelimit.ShapeDraft}
 	}
-	put := func(k ledger.Known) { update(t, s, func(tx ledger.Tx) error { return tx.PutKnown(k) }, k.Key) }
-	get := func(key string) []ledger.Known {
-		var ks []ledger.Known
+	put := func(k ledger.SeenPolicy) {
+		update(t, s, func(tx ledger.Tx) error { return tx.PutSeenPolicy(k) }, k.Key)
+	}
+	get := func(key string) []ledger.SeenPolicy {
+		var ks []ledger.SeenPolicy
 		view(t, s, func(tx ledger.Tx) error {
 			var err error
-			ks, err = tx.Known(key)
+			ks, err = tx.SeenPolicies(key)
 			return err
 		})
 		return ks
 	}
-	put(ledger.Known{Key: "k", Observation: obs(100, 40, true), ReceivedAt: t0, BasisAt: t0, Route: "GET /a"})
+	put(ledger.SeenPolicy{Key: "k", Observation: obs(100, 40, true), ReceivedAt: t0, BasisAt: t0, Route: "GET /a"})
 	// Listed only (q and w): r, t and their times stay.
-	put(ledger.Known{Key: "k", Observation: obs(100, 0, false), ReceivedAt: t0.Add(time.Second), BasisAt: t0.Add(time.Second), Route: "GET /b"})
-	want := ledger.Known{Key: "k", Observation: obs(100, 40, true), ReceivedAt: t0, BasisAt: t0, Route: "GET /a"}
-	if diff := cmp.Diff(get("k"), []ledger.Known{want}); diff != "" {
+	put(ledger.SeenPolicy{Key: "k", Observation: obs(100, 0, false), ReceivedAt: t0.Add(time.Second), BasisAt: t0.Add(time.Second), Route: "GET /b"})
+	want := ledger.SeenPolicy{Key: "k", Observation: obs(100, 40, true), ReceivedAt: t0, BasisAt: t0, Route: "GET /a"}
+	if diff := cmp.Diff(get("k"), []ledger.SeenPolicy{want}); diff != "" {
 		t.Errorf("after a listing (-got +want):\n%s", diff)
 	}
 	// Shown without q: q stays.
-	put(ledger.Known{Key: "k", Observation: obs(0, 10, true), ReceivedAt: t0.Add(2 * time.Second), BasisAt: t0.Add(2 * time.Second), Route: "GET /c"})
-	want = ledger.Known{Key: "k", Observation: obs(100, 10, true), ReceivedAt: t0.Add(2 * time.Second), BasisAt: t0.Add(2 * time.Second), Route: "GET /c"}
-	if diff := cmp.Diff(get("k"), []ledger.Known{want}); diff != "" {
+	put(ledger.SeenPolicy{Key: "k", Observation: obs(0, 10, true), ReceivedAt: t0.Add(2 * time.Second), BasisAt: t0.Add(2 * time.Second), Route: "GET /c"})
+	want = ledger.SeenPolicy{Key: "k", Observation: obs(100, 10, true), ReceivedAt: t0.Add(2 * time.Second), BasisAt: t0.Add(2 * time.Second), Route: "GET /c"}
+	if diff := cmp.Diff(get("k"), []ledger.SeenPolicy{want}); diff != "" {
 		t.Errorf("after an r without q (-got +want):\n%s", diff)
 	}
 	// Another partition of the policy is a policy of its own, listed in
 	// order.
-	other := ledger.Known{Key: "k", Observation: obs(5, 1, true), ReceivedAt: t0, BasisAt: t0}
+	other := ledger.SeenPolicy{Key: "k", Observation: obs(5, 1, true), ReceivedAt: t0, BasisAt: t0}
 	other.Partition = "user-1"
 	put(other)
-	if diff := cmp.Diff(get("k"), []ledger.Known{want, other}); diff != "" {
+	if diff := cmp.Diff(get("k"), []ledger.SeenPolicy{want, other}); diff != "" {
 		t.Errorf("with a second partition (-got +want):\n%s", diff)
 	}
 
-	hidden := func(q int64, w time.Duration, at time.Time) ledger.Known {
-		return ledger.Known{Key: "h", Hidden: true, ReceivedAt: at, BasisAt: at.Add(-w), Route: "GET /x",
+	hidden := func(q int64, w time.Duration, at time.Time) ledger.SeenPolicy {
+		return ledger.SeenPolicy{Key: "h", Hidden: true, ReceivedAt: at, BasisAt: at.Add(-w), Route: "GET /x",
 			Observation: ratelimit.Observation{Policy: "hidden", Unit: ratelimit.Requests, Quota: q, HasQuota: true, Window: w, Shape: ratelimit.ShapeInferred}}
 	}
 	put(hidden(10, time.Minute, t0))
 	put(hidden(8, time.Hour, t0.Add(time.Hour)))
-	if diff := cmp.Diff(get("h"), []ledger.Known{hidden(8, time.Hour, t0.Add(time.Hour))}); diff != "" {
+	if diff := cmp.Diff(get("h"), []ledger.SeenPolicy{hidden(8, time.Hour, t0.Add(time.Hour))}); diff != "" {
 		t.Errorf("a hidden limit inferred again (-got +want):\n%s", diff)
 	}
 	if ks := get("never"); len(ks) != 0 {
@@ -76,12 +78,12 @@ func known(t *testing.T, b Backend) {
 
 	// A policy forgotten is gone, its other partitions and keys stay.
 	update(t, s, func(tx ledger.Tx) error {
-		if err := tx.DeleteKnown("k", "p", ratelimit.Requests, ""); err != nil {
+		if err := tx.DeleteSeenPolicy("k", "p", ratelimit.Requests, ""); err != nil {
 			return err
 		}
-		return tx.DeleteKnown("k", "p", ratelimit.Tokens, "user-1") // another unit: kept
+		return tx.DeleteSeenPolicy("k", "p", ratelimit.Tokens, "user-1") // another unit: kept
 	}, "k")
-	if diff := cmp.Diff(get("k"), []ledger.Known{other}); diff != "" {
+	if diff := cmp.Diff(get("k"), []ledger.SeenPolicy{other}); diff != "" {
 		t.Errorf("after forgetting one partition (-got +want):\n%s", diff)
 	}
 	if got := get("h"); len(got) != 1 {
@@ -194,8 +196,8 @@ func keys(t *testing.T, b Backend) {
 	update(t, s, func(tx ledger.Tx) error {
 		return errors.Join(
 			tx.PutKeyState(ledger.KeyState{Key: "b", LastAdmitAt: t0}),
-			tx.PutKnown(ledger.Known{Key: "a", ReceivedAt: t0, Observation: ratelimit.Observation{Policy: "p", Unit: ratelimit.Requests}}),
-			tx.PutKnown(ledger.Known{Key: "b", ReceivedAt: t0, Observation: ratelimit.Observation{Policy: "p", Unit: ratelimit.Requests}}))
+			tx.PutSeenPolicy(ledger.SeenPolicy{Key: "a", ReceivedAt: t0, Observation: ratelimit.Observation{Policy: "p", Unit: ratelimit.Requests}}),
+			tx.PutSeenPolicy(ledger.SeenPolicy{Key: "b", ReceivedAt: t0, Observation: ratelimit.Observation{Policy: "p", Unit: ratelimit.Requests}}))
 	}, "a", "b")
 	view(t, s, func(tx ledger.Tx) error {
 		got, err := tx.Keys()

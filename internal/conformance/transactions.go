@@ -454,7 +454,7 @@ func commitFailureLeavesNothing(t *testing.T, b Backend) {
 	var first int64
 	write := func(tx ledger.Tx, at time.Time, caller string) error {
 		id, err := tx.InsertAttempt(ledger.Attempt{CallID: "c-" + caller, Attempt: 1, Key: "k", Caller: caller, State: ledger.Admitted,
-			At: at, LeaseUntil: at.Add(time.Minute), ByCaller: true})
+			At: at, InFlightUntil: at.Add(time.Minute), ByCaller: true})
 		if err != nil {
 			return err
 		}
@@ -465,7 +465,7 @@ func commitFailureLeavesNothing(t *testing.T, b Backend) {
 		}
 		_, _, err = tx.Reserve("k", 3, at, at.Add(time.Minute), "a batch")
 		return errors.Join(err,
-			tx.PutKnown(ledger.Known{Key: "k", ReceivedAt: at, Observation: ratelimit.Observation{Policy: caller, Unit: ratelimit.Requests,
+			tx.PutSeenPolicy(ledger.SeenPolicy{Key: "k", ReceivedAt: at, Observation: ratelimit.Observation{Policy: caller, Unit: ratelimit.Requests,
 				Quota: 10, HasQuota: true, Window: time.Minute, Remaining: 5, HasRemaining: true, Shape: ratelimit.ShapeDraft}}),
 			tx.AddObservation(ledger.ObservationRecord{Key: "k", AttemptID: id, Status: 200, ReceivedAt: at, Method: "GET", Target: "/x",
 				Observation: ratelimit.Observation{Policy: caller, Unit: ratelimit.Requests, Remaining: 5, HasRemaining: true, Shape: ratelimit.ShapeDraft}}),
@@ -495,7 +495,7 @@ type stateSnapshot struct {
 	Activity     []ledger.Attempt
 	Sends        []ledger.Send
 	Flight       ledger.Flight
-	Known        []ledger.Known
+	SeenPolicies []ledger.SeenPolicy
 	Observations []ledger.ObservationRecord
 	Gates        []ledger.Gate
 	KeyState     ledger.KeyState
@@ -515,7 +515,7 @@ func snapshot(t *testing.T, s state.Store) stateSnapshot {
 		n.Activity, errs[1] = tx.Activity(ledger.ActivityFilter{})
 		n.Sends, errs[2] = tx.Sends("k", time.Time{}, 100)
 		n.Flight, errs[3] = tx.Flight("k", now)
-		n.Known, errs[4] = tx.Known("k")
+		n.SeenPolicies, errs[4] = tx.SeenPolicies("k")
 		n.Observations, errs[5] = own(tx).Observations("k", 100)
 		n.Gates, errs[6] = tx.Gates("k", now)
 		n.KeyState, errs[7] = tx.KeyState("k")

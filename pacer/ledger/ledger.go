@@ -2,7 +2,7 @@
 // of the storage that keeps it: the attempts (the activity and the
 // sliding-window log), the policies seen with their latest observation,
 // every observation with its provenance, gates, each key's pacing state,
-// warnings, claims and kept answers.
+// warnings, claims and stored answers.
 //
 // The pacer and the other consumers own these types and interfaces; the
 // back ends in package state (SQLite on one host, PostgreSQL across
@@ -73,7 +73,7 @@ type Viewer interface {
 type Tx interface {
 	Log
 	Signals
-	Kept
+	Responses
 	History
 	Fair
 	// Clock returns the instant the transaction takes place at, given the
@@ -91,7 +91,7 @@ type Log interface {
 	// Admitted counts against its key's budget from then on, whatever its
 	// end.
 	InsertAttempt(a Attempt) (int64, error)
-	// FinishAttempt records how attempt id ended, and ends its lease.
+	// FinishAttempt records how attempt id ended, and ends its time in flight.
 	FinishAttempt(id int64, state State, reason string, status int, sentAt, answeredAt time.Time) error
 	// Count returns how many attempts of key were admitted after since.
 	Count(key string, since time.Time) (int, error)
@@ -125,11 +125,11 @@ type Log interface {
 	// Repeats counts caller's attempts of key with digest after since.
 	Repeats(key, caller, digest string, since time.Time) (int, error)
 	// Reserve records n slots of key admitted at at, each in flight until
-	// leaseUntil, and returns the first and last of their IDs
+	// inFlightUntil, and returns the first and last of their IDs
 	// (consecutive). They must not precede the key's latest admission.
-	Reserve(key string, n int, at, leaseUntil time.Time, reason string) (first, last int64, err error)
+	Reserve(key string, n int, at, inFlightUntil time.Time, reason string) (first, last int64, err error)
 	// FinishReserved records the call a reserved slot was handed to and
-	// how it ended, and ends its lease.
+	// how it ended, and ends its time in flight.
 	FinishReserved(a Attempt) error
 	// Release gives back key's reserved slots first…last, none of which
 	// was handed out.
@@ -138,13 +138,13 @@ type Log interface {
 
 // Signals is what the upstream said of a key, and what the pacer made of it.
 type Signals interface {
-	// Known returns every policy ever seen for key.
-	Known(key string) ([]Known, error)
-	// PutKnown records k, the latest fresh observation of its policy.
-	PutKnown(k Known) error
-	// DeleteKnown forgets key's policy of unit in partition, if it is
+	// SeenPolicies returns every policy ever seen for key.
+	SeenPolicies(key string) ([]SeenPolicy, error)
+	// PutSeenPolicy records k, the latest fresh observation of its policy.
+	PutSeenPolicy(k SeenPolicy) error
+	// DeleteSeenPolicy forgets key's policy of unit in partition, if it is
 	// kept.
-	DeleteKnown(key, policy string, unit ratelimit.Unit, partition string) error
+	DeleteSeenPolicy(key, policy string, unit ratelimit.Unit, partition string) error
 	// AddObservation records o.
 	AddObservation(o ObservationRecord) error
 	// Gates returns key's gates still closed at now, the latest to open
@@ -177,9 +177,9 @@ type Signals interface {
 	Claim(key, caller string, until time.Time) error
 }
 
-// Kept is the last answer of each URL of a key.
-type Kept interface {
-	// Response returns the kept answer for key and target, if any.
+// Responses is the last answer of each URL of a key, stored.
+type Responses interface {
+	// Response returns the stored answer for key and target, if any.
 	Response(key, target string) (StoredResponse, bool, error)
 	// PutResponse keeps r, and at most keep answers of its key.
 	PutResponse(r StoredResponse, keep int) error
@@ -232,30 +232,30 @@ const (
 )
 
 // An Attempt is one try to reach an upstream, or a call refused before
-// any try (State RejectedLocal) or answered from a kept copy (Cached). It
+// any try (State RejectedLocal) or answered from a stored copy (Cached). It
 // is a value; times are kept to the microsecond, and zero times and
 // statuses mean "not yet" or "never".
 type Attempt struct {
-	ID         int64         // assigned by InsertAttempt
-	CallID     string        // the call it belongs to; its attempts share it
-	Attempt    int           // 1, 2, … per call
-	Key        string        // the key it spends
-	Caller     string        // who asked
-	Transport  string        // stdio, mcp-http, rest
-	Method     string        // HTTP method
-	Target     string        // path and query below the key's base URL, credential-free
-	Digest     string        // identifies identical requests, for the loop guard
-	Bytes      int64         // the bytes the request carries (its body's length, known before sending); 0 when none or unknown
-	State      State         // Admitted, Confirmed, … (the constants above)
-	Reason     string        // why it waited, was refused or failed, in words
-	Probe      bool          // the one call let through to get a fresh answer
-	At         time.Time     // admitted or refused at
-	Wait       time.Duration // spent waiting for admission
-	SentAt     time.Time     // when the request left
-	AnsweredAt time.Time     // when the answer came
-	Status     int           // the upstream's HTTP status
-	LeaseUntil time.Time     // in flight until then; zero once finished
-	Instance   string        // the process that recorded it (host and process ID), set by the store
+	ID            int64         // assigned by InsertAttempt
+	CallID        string        // the call it belongs to; its attempts share it
+	Attempt       int           // 1, 2, … per call
+	Key           string        // the key it spends
+	Caller        string        // who asked
+	Transport     string        // stdio, mcp-http, rest
+	Method        string        // HTTP method
+	Target        string        // path and query below the key's base URL, credential-free
+	Digest        string        // identifies identical requests, for the loop guard
+	Bytes         int64         // the bytes the request carries (its body's length, known before sending); 0 when none or unknown
+	State         State         // Admitted, Confirmed, … (the constants above)
+	Reason        string        // why it waited, was refused or failed, in words
+	Probe         bool          // the one call let through to get a fresh answer
+	At            time.Time     // admitted or refused at
+	Wait          time.Duration // spent waiting for admission
+	SentAt        time.Time     // when the request left
+	AnsweredAt    time.Time     // when the answer came
+	Status        int           // the upstream's HTTP status
+	InFlightUntil time.Time     `json:"LeaseUntil"` // in flight until then; zero once finished (a journal keeps its former name)
+	Instance      string        // the process that recorded it (host and process ID), set by the store
 	// ByCaller numbers an admission in its caller's own log too, for
 	// WindowOf: set it for keys whose callers have reservations (only
 	// they are counted per caller), and leave the others the cost.
@@ -284,7 +284,7 @@ type Send struct {
 }
 
 // A Flight is what a key has in flight: admitted attempts not yet
-// finished, whose lease has not run out. The zero Flight is nothing.
+// finished, whose in-flight timeout has not run out. The zero Flight is nothing.
 type Flight struct {
 	Count  int       // attempts in flight
 	Oldest time.Time // the earliest admission among them; zero when Count is 0
@@ -298,9 +298,9 @@ type ActivityFilter struct {
 	Limit  int       // at most this many; 0 means 100
 }
 
-// A Known is a policy seen for a key (or inferred from a refusal), with
+// A SeenPolicy is a policy seen for a key (or inferred from a refusal), with
 // its latest fresh observation. It is a value.
-type Known struct {
+type SeenPolicy struct {
 	Key string // the key it limits
 	ratelimit.Observation
 	ReceivedAt time.Time // of the latest observation (for a hidden limit: of its inference)
@@ -349,7 +349,7 @@ type KeyState struct {
 	Opens          int           // times the circuit opened in a row
 	HalfOpen       bool          // the next call is a probe
 	ProbeAttempt   int64         // the probe in flight; 0 when none
-	ProbeUntil     time.Time     // the probe's lease
+	ProbeUntil     time.Time     // the probe's in-flight timeout
 	// Latency is the longest time from admission to answer of the key's
 	// calls answered since LatencySince, and PrevLatency the longest of
 	// the period before: a send may reach the upstream that long after

@@ -44,9 +44,9 @@ var Statements = map[string]string{
 	"ReleaseReserved": `UPDATE attempts SET state = 'released', lease_until = NULL, reason = $1
 	WHERE (key || '') = $2 AND id BETWEEN $3 AND $4 AND state = 'reserved'`,
 	// policies
-	"Known": `SELECT policy, unit, partition, q, w_us, r, t_us,
+	"SeenPolicies": `SELECT policy, unit, partition, q, w_us, r, t_us,
 	received_at, basis_at, source, hidden, route FROM policies WHERE key = $1 ORDER BY policy, unit, partition`,
-	"PutKnown": `INSERT INTO policies
+	"PutSeenPolicy": `INSERT INTO policies
 	(key, policy, unit, partition, q, w_us, r, t_us, received_at, basis_at, source, hidden, route)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 	ON CONFLICT (key, policy, unit, partition) DO UPDATE SET
@@ -57,7 +57,7 @@ var Statements = map[string]string{
 		basis_at    = CASE WHEN excluded.r IS NULL AND NOT excluded.hidden THEN policies.basis_at ELSE excluded.basis_at END,
 		route       = CASE WHEN excluded.r IS NULL AND NOT excluded.hidden THEN policies.route ELSE excluded.route END,
 		source = excluded.source, hidden = excluded.hidden`,
-	"DeleteKnown": `DELETE FROM policies WHERE key = $1 AND policy = $2 AND unit = $3 AND partition = $4`,
+	"DeleteSeenPolicy": `DELETE FROM policies WHERE key = $1 AND policy = $2 AND unit = $3 AND partition = $4`,
 	"AddObservation": `INSERT INTO observations
 	(key, attempt_id, policy, unit, partition, q, w_us, r, t_us, status, received_at, server_date,
 	 shape, profile, guessed, from_cache, method, target)
@@ -107,9 +107,9 @@ var Statements = map[string]string{
 	"CountResponses": `SELECT count(*) FROM responses WHERE key = $1`,
 	"TrimResponses": `DELETE FROM responses WHERE key = $1 AND target NOT IN
 	(SELECT target FROM responses WHERE key = $2 ORDER BY stored_at DESC LIMIT $3)`,
-	"KeptTargets": `SELECT target FROM responses WHERE key = $1`,
-	"Keys":        `SELECT key FROM key_state UNION SELECT key FROM policies ORDER BY 1`,
-	"Claimed":     `SELECT caller FROM claims WHERE key = $1 AND until > $2`,
+	"StoredTargets": `SELECT target FROM responses WHERE key = $1`,
+	"Keys":          `SELECT key FROM key_state UNION SELECT key FROM policies ORDER BY 1`,
+	"Claimed":       `SELECT caller FROM claims WHERE key = $1 AND until > $2`,
 	"Claim": `INSERT INTO claims (key, caller, until) VALUES ($1, $2, $3)
 	ON CONFLICT (key, caller) DO UPDATE SET until = greatest(claims.until, excluded.until)`,
 	// signing

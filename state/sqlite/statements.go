@@ -44,9 +44,9 @@ var Statements = map[string]string{
 	"ReleaseReserved": `UPDATE attempts SET state = 'released', lease_until = NULL, reason = ?
 	WHERE +key = ? AND id BETWEEN ? AND ? AND state = 'reserved'`,
 	// policies
-	"Known": `SELECT policy, unit, partition, q, w_us, r, t_us,
+	"SeenPolicies": `SELECT policy, unit, partition, q, w_us, r, t_us,
 	received_at, basis_at, source, hidden, route FROM policies WHERE key = ? ORDER BY policy, unit, partition`,
-	"PutKnown": `INSERT INTO policies
+	"PutSeenPolicy": `INSERT INTO policies
 	(key, policy, unit, partition, q, w_us, r, t_us, received_at, basis_at, source, hidden, route)
 	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 	ON CONFLICT (key, policy, unit, partition) DO UPDATE SET
@@ -57,7 +57,7 @@ var Statements = map[string]string{
 		basis_at    = CASE WHEN excluded.r IS NULL AND excluded.hidden = 0 THEN policies.basis_at ELSE excluded.basis_at END,
 		route       = CASE WHEN excluded.r IS NULL AND excluded.hidden = 0 THEN policies.route ELSE excluded.route END,
 		source = excluded.source, hidden = excluded.hidden`,
-	"DeleteKnown": `DELETE FROM policies WHERE key = ? AND policy = ? AND unit = ? AND partition = ?`,
+	"DeleteSeenPolicy": `DELETE FROM policies WHERE key = ? AND policy = ? AND unit = ? AND partition = ?`,
 	"AddObservation": `INSERT INTO observations
 	(key, attempt_id, policy, unit, partition, q, w_us, r, t_us, status, received_at, server_date,
 	 shape, profile, guessed, from_cache, method, target)
@@ -106,9 +106,9 @@ var Statements = map[string]string{
 	"CountResponses": `SELECT count(*) FROM responses WHERE key = ?`,
 	"TrimResponses": `DELETE FROM responses WHERE key = ? AND target NOT IN
 	(SELECT target FROM responses WHERE key = ? ORDER BY stored_at DESC LIMIT ?)`,
-	"KeptTargets": `SELECT target FROM responses WHERE key = ?`,
-	"Keys":        `SELECT key FROM key_state UNION SELECT key FROM policies ORDER BY 1`,
-	"Claimed":     `SELECT caller FROM claims WHERE key = ? AND until > ?`,
+	"StoredTargets": `SELECT target FROM responses WHERE key = ?`,
+	"Keys":          `SELECT key FROM key_state UNION SELECT key FROM policies ORDER BY 1`,
+	"Claimed":       `SELECT caller FROM claims WHERE key = ? AND until > ?`,
 	"Claim": `INSERT INTO claims (key, caller, until) VALUES (?, ?, ?)
 	ON CONFLICT (key, caller) DO UPDATE SET until = max(until, excluded.until)`,
 	// signing

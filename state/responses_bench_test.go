@@ -13,7 +13,7 @@ import (
 
 // BenchmarkPutResponse measures keeping one answer (the fetch tool's
 // write after each 200) on an SQLite file, in its own transaction: for a
-// key with a few kept answers, each put replacing one of them, and for a
+// key with a few stored answers, each put replacing one of them, and for a
 // key at its limit of 32, each put a new target that pushes out the
 // oldest (an agent paging through a long list).
 //

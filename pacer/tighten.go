@@ -12,7 +12,7 @@ import (
 // the upstream (and Retry-After-like resets are often measured against a
 // Date floored to the second): read alone, it ends up to a second or two
 // after the upstream's window does, and everything that waits for it
-// waits that much longer. settle ends it as early as what else is known
+// waits that much longer. tightenReset ends it as early as what else is known
 // proves it ends:
 //
 //   - An earlier observation of the same window ends it too: one of the
@@ -28,8 +28,8 @@ import (
 //
 // Neither ever ends an observation later than its own t says. admitted
 // and basis are when the observing request was admitted and sent.
-func settle(tx ledger.Tx, k *keystore.Key, ob ratelimit.Observation, receivedAt, admitted, basis time.Time,
-	prev *ledger.Known, ks ledger.KeyState) (ratelimit.Observation, error) {
+func tightenReset(tx ledger.Tx, k *keystore.Key, ob ratelimit.Observation, receivedAt, admitted, basis time.Time,
+	prev *ledger.SeenPolicy, ks ledger.KeyState) (ratelimit.Observation, error) {
 	if !ob.HasRemaining || !ob.HasReset || ob.Unit != ratelimit.Requests || ob.Shape == ratelimit.ShapeLeaky {
 		return ob, nil // a leaky bucket's t is a leak, not a window's end
 	}

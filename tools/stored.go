@@ -6,13 +6,13 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
-// keptLister is a transaction that lists the targets of a key with a
-// kept answer (*state.Tx, on either back end).
-type keptLister interface {
-	KeptTargets(key string) ([]string, error)
+// storedTargetLister is a transaction that lists the targets of a key with a
+// stored answer (*state.Tx, on either back end).
+type storedTargetLister interface {
+	StoredTargets(key string) ([]string, error)
 }
 
-// keptIndex knows, per key, which targets have a kept answer in the
+// storedIndex knows, per key, which targets have a stored answer in the
 // state, so that a fetch of a target with none — most of an agent's
 // calls — reads nothing before it goes (reading would also wait for the
 // process's journal to be written). A key's set is read from the state
@@ -37,19 +37,19 @@ type keptLister interface {
 // one set per key fetched through (only configured keys are), each as
 // large as the state's: at most the fetch tool's KeepResponses and the
 // answers kept beside them since.
-type keptIndex struct {
+type storedIndex struct {
 	mu   sync.Mutex
-	seq  uint64              // the last sequence taken (see next)
-	keys map[string]*keptSet // nil for a key not read yet
+	seq  uint64                // the last sequence taken (see next)
+	keys map[string]*storedSet // nil for a key not read yet
 }
 
-type keptSet struct {
+type storedSet struct {
 	targets map[string]bool
 	seq     uint64 // the write transaction it was read in; 0 outside one
 }
 
-// absent reports whether target of key is known to have no kept answer.
-func (x *keptIndex) absent(key, target string) bool {
+// absent reports whether target of key is known to have no stored answer.
+func (x *storedIndex) absent(key, target string) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	set, ok := x.keys[key]
@@ -57,7 +57,7 @@ func (x *keptIndex) absent(key, target string) bool {
 }
 
 // known reports whether key's set has been read.
-func (x *keptIndex) known(key string) bool {
+func (x *storedIndex) known(key string) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	_, ok := x.keys[key]
@@ -66,21 +66,21 @@ func (x *keptIndex) known(key string) bool {
 
 // next returns a sequence larger than every one returned before: call it
 // in a write transaction, before reading the set.
-func (x *keptIndex) next() uint64 {
+func (x *storedIndex) next() uint64 {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.seq++
 	return x.seq
 }
 
-// readKept returns key's targets as tx sees them, and whether tx could
+// readStoredTargets returns key's targets as tx sees them, and whether tx could
 // tell. Call it inside the transaction, and set after it committed.
-func readKept(tx ledger.Tx, key string) ([]string, bool, error) {
-	l, ok := tx.(keptLister)
+func readStoredTargets(tx ledger.Tx, key string) ([]string, bool, error) {
+	l, ok := tx.(storedTargetLister)
 	if !ok {
 		return nil, false, nil
 	}
-	targets, err := l.KeptTargets(key)
+	targets, err := l.StoredTargets(key)
 	return targets, err == nil, err
 }
 
@@ -88,15 +88,15 @@ func readKept(tx ledger.Tx, key string) ([]string, bool, error) {
 // transaction of sequence seq (0: outside any), unless a set read later
 // is known; target, when not empty, was kept by this process and is known
 // either way.
-func (x *keptIndex) set(key string, targets []string, seq uint64, target string) {
+func (x *storedIndex) set(key string, targets []string, seq uint64, target string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.keys == nil {
-		x.keys = map[string]*keptSet{}
+		x.keys = map[string]*storedSet{}
 	}
 	cur, ok := x.keys[key]
 	if !ok || (seq > 0 && seq > cur.seq) {
-		cur = &keptSet{targets: make(map[string]bool, len(targets)+1), seq: seq}
+		cur = &storedSet{targets: make(map[string]bool, len(targets)+1), seq: seq}
 		for _, t := range targets {
 			cur.targets[t] = true
 		}

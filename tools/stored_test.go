@@ -33,14 +33,14 @@ func (v *viewCounter) View(ctx context.Context, fn func(ledger.Tx) error) error 
 	return v.Store.View(ctx, fn)
 }
 
-// keptProcess is the fetch tool of one process on a shared state file.
-type keptProcess struct {
+// storingProcess is the fetch tool of one process on a shared state file.
+type storingProcess struct {
 	s     *server.MCPServer
 	store *viewCounter
 	ctx   context.Context
 }
 
-func newKeptProcess(t *testing.T, keys *keystore.Store, path string) *keptProcess {
+func newStoringProcess(t *testing.T, keys *keystore.Store, path string) *storingProcess {
 	t.Helper()
 	db, err := state.Open(t.Context(), path)
 	if err != nil {
@@ -51,11 +51,11 @@ func newKeptProcess(t *testing.T, keys *keystore.Store, path string) *keptProces
 	t.Cleanup(func() { p.Close(context.Background()) })
 	store := &viewCounter{Store: db}
 	d := &Deps{Keys: keys, DB: store, Pacer: p, Client: upstream.New(p, slog.New(slog.DiscardHandler)), Transport: "mcp-http"}
-	return &keptProcess{s: NewServer(d, "test"), store: store, ctx: keystore.WithCaller(context.Background(), keys.Callers()[0])}
+	return &storingProcess{s: NewServer(d, "test"), store: store, ctx: keystore.WithCaller(context.Background(), keys.Callers()[0])}
 }
 
 // fetch calls the fetch tool with args and returns its structured result.
-func (p *keptProcess) fetch(t *testing.T, args map[string]any) map[string]any {
+func (p *storingProcess) fetch(t *testing.T, args map[string]any) map[string]any {
 	t.Helper()
 	params, _ := json.Marshal(map[string]any{"name": "fetch", "arguments": args})
 	msg := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":%s}`, params)
@@ -74,14 +74,14 @@ func (p *keptProcess) fetch(t *testing.T, args map[string]any) map[string]any {
 	return resp.Result.StructuredContent
 }
 
-// TestFetchReadsNothingWhenNothingIsKept fetches, in two processes on one
-// state file, targets with an ETag. A target with no kept answer goes
+// TestFetchReadsNothingWhenNothingIsStored fetches, in two processes on one
+// state file, targets with an ETag. A target with no stored answer goes
 // without a read of the state once the process knows the key's kept
 // targets; a target another process kept since is known after this
 // process next keeps an answer of the key (the request then goes
 // conditional on that copy, and its 304 shows the copy's body), and a
 // page beyond the first always reads the state.
-func TestFetchReadsNothingWhenNothingIsKept(t *testing.T) {
+func TestFetchReadsNothingWhenNothingIsStored(t *testing.T) {
 	var mu sync.Mutex
 	conditional := map[string]string{} // path → the If-None-Match it last came with
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -113,7 +113,7 @@ keys = ["api"]
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "state.db")
-	a, b := newKeptProcess(t, keys, path), newKeptProcess(t, keys, path)
+	a, b := newStoringProcess(t, keys, path), newStoringProcess(t, keys, path)
 
 	b.fetch(t, map[string]any{"path": "/first"}) // b reads the key's kept targets: none
 	views := b.store.views.Load()

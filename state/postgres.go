@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,6 +63,10 @@ type Postgres struct {
 	ready     atomic.Bool // connected once and migrated
 
 	out outcomes // the process's journal (see FinishLater)
+
+	// connecting counts the connections still being taken from the pool
+	// for a transaction that gave up on them (see conn); Close waits.
+	connecting sync.WaitGroup
 }
 
 // PostgresOptions tune a Postgres; the zero value is the default.
@@ -473,7 +478,9 @@ func (pg *Postgres) Close() error {
 	if !first {
 		return nil
 	}
-	return errors.Join(err, pg.db.Close())
+	err = errors.Join(err, pg.db.Close())
+	pg.connecting.Wait()
+	return err
 }
 
 // Recover records what the journals of this host's processes that ended
@@ -564,7 +571,7 @@ func (pg *Postgres) run(ctx context.Context, opts *sql.TxOptions, keys []string,
 }
 
 func (pg *Postgres) once(ctx context.Context, opts *sql.TxOptions, keys []string, fn func(*Tx) error) error {
-	conn, err := pg.db.Conn(ctx)
+	conn, err := pg.conn(ctx)
 	if err != nil {
 		return err
 	}
@@ -595,6 +602,38 @@ func (pg *Postgres) once(ctx context.Context, opts *sql.TxOptions, keys []string
 		return &commitError{err}
 	}
 	return nil
+}
+
+// conn takes a connection from the pool within ctx. Opening a new one
+// runs SCRAM's key derivation, which pgx does not interrupt: on a busy
+// machine several connecting at once take longer than a transaction's
+// bound. A transaction does not wait past its bound for one; the
+// connection, once open, goes back to the pool.
+func (pg *Postgres) conn(ctx context.Context) (*sql.Conn, error) {
+	type taken struct {
+		conn *sql.Conn
+		err  error
+	}
+	got := make(chan taken, 1)
+	pg.connecting.Add(1)
+	go func() {
+		defer pg.connecting.Done()
+		c, err := pg.db.Conn(ctx)
+		got <- taken{c, err}
+	}()
+	select {
+	case t := <-got:
+		return t.conn, t.err
+	case <-ctx.Done():
+		pg.connecting.Add(1)
+		go func() {
+			defer pg.connecting.Done()
+			if t := <-got; t.conn != nil {
+				t.conn.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
 }
 
 // A commitError is the failure of a transaction's COMMIT: the server may

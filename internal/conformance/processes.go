@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // processes: several processes on one store, through the real pacer, and
@@ -149,7 +150,36 @@ func processKilledMidLoad(t *testing.T, b Backend) {
 	// The victim finishes three slots while this process holds them: its
 	// journal has their outcomes, the store does not.
 	finished := reserved[:3]
-	holding, release := make(chan struct{}), make(chan struct{})
+	release := holdWhileFinished(t, s, victim, finished)
+	committed := slices.Concat(victim.ids("admitted"), []int64{stuck}, reserved)
+	before := map[int64]bool{}
+	for _, s := range sends(t, s, "shared") {
+		before[s.ID] = true
+	}
+	victim.Kill(t)
+	release()
+	killedAt := txTime(t, s)
+
+	n := len(survivor.ids("admitted"))
+	survivor.admitted(t, n+50) // the survivor keeps serving
+	survivor.Stop(t)
+
+	checkKilled(t, s, before, committed, stuck, reserved, killedAt)
+	// Its journal is recorded by a live process.
+	if n, err := s.Recover(context.Background()); err != nil || n < len(finished) {
+		t.Errorf("Recover: got %d, %v; want the %d outcomes its journal held at least", n, err, len(finished))
+	}
+	// Once the leases have run out, a sweep ends what the victim left.
+	sweep(t, s, killedAt.Add(lease+time.Minute), time.Time{})
+	checkSwept(t, s, finished, reserved, stuck, killedAt)
+	instancesOfProcesses(t, s, victim, survivor)
+}
+
+// holdWhileFinished holds the victim's slots finished in a transaction
+// of this process while the victim finishes them; the function it
+// returns lets the transaction go, rolled back.
+func holdWhileFinished(t *testing.T, s state.Store, victim *Helper, finished []int64) (release func()) {
+	holding, let := make(chan struct{}), make(chan struct{})
 	held := make(chan error)
 	go func() {
 		held <- s.Update(context.Background(), func(tx ledger.Tx) error {
@@ -159,7 +189,7 @@ func processKilledMidLoad(t *testing.T, b Backend) {
 				}
 			}
 			signal(holding)
-			<-release
+			<-let
 			return errHeld
 		})
 	}()
@@ -174,22 +204,19 @@ func processKilledMidLoad(t *testing.T, b Backend) {
 	for _, id := range finished {
 		victim.Await(t, func(l string) bool { return l == fmt.Sprint("finished ", id) })
 	}
-	committed := slices.Concat(victim.ids("admitted"), []int64{stuck}, reserved)
-	before := map[int64]bool{}
-	for _, s := range sends(t, s, "shared") {
-		before[s.ID] = true
+	return func() {
+		close(let)
+		if err := <-held; !errors.Is(err, errHeld) {
+			t.Fatalf("holding the victim's slots: %v", err)
+		}
 	}
-	victim.Kill(t)
-	close(release)
-	if err := <-held; !errors.Is(err, errHeld) {
-		t.Fatalf("holding the victim's slots: %v", err)
-	}
-	killedAt := txTime(t, s)
+}
 
-	n := len(survivor.ids("admitted"))
-	survivor.admitted(t, n+50) // the survivor keeps serving
-	survivor.Stop(t)
-
+// checkKilled checks the log right after the victim was killed at
+// killedAt: nothing committed is gone, and its stuck call and reserved
+// slots stay in flight until their in-flight timeout ends.
+func checkKilled(t *testing.T, s state.Store, before map[int64]bool, committed []int64, stuck int64, reserved []int64, killedAt time.Time) {
+	t.Helper()
 	after := map[int64]ledger.Send{}
 	for _, key := range []string{"shared", "leased"} {
 		for _, s := range sends(t, s, key) {
@@ -228,13 +255,13 @@ func processKilledMidLoad(t *testing.T, b Backend) {
 	if n := sweep(t, s, killedAt, time.Time{}); n.Interrupted != 0 {
 		t.Errorf("a sweep before the victim's leases ran out interrupted %d attempts, want none", n.Interrupted)
 	}
+}
 
-	// Its journal is recorded by a live process.
-	if n, err := s.Recover(context.Background()); err != nil || n < len(finished) {
-		t.Errorf("Recover: got %d, %v; want the %d outcomes its journal held at least", n, err, len(finished))
-	}
-	// Once the leases have run out, a sweep ends what the victim left.
-	sweep(t, s, killedAt.Add(lease+time.Minute), time.Time{})
+// checkSwept checks what the victim left once a sweep after its leases
+// ran out ended it: its finished slots recovered from its journal, the
+// others released, its stuck call interrupted, nothing in flight.
+func checkSwept(t *testing.T, s state.Store, finished, reserved []int64, stuck int64, killedAt time.Time) {
+	t.Helper()
 	view(t, s, func(tx ledger.Tx) error {
 		for _, id := range finished {
 			obs, err := tx.ObservationsOf("leased", id)
@@ -277,7 +304,6 @@ func processKilledMidLoad(t *testing.T, b Backend) {
 			t.Errorf("attempt %d is still %s after the sweep", id, st)
 		}
 	}
-	instancesOfProcesses(t, s, victim, survivor)
 }
 
 // instancesOfProcesses checks that each helper's admissions record one

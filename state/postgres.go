@@ -64,9 +64,11 @@ type Postgres struct {
 
 	out outcomes // the process's journal (see FinishLater)
 
-	// connecting counts the connections still being taken from the pool
-	// for a transaction that gave up on them (see conn); Close waits.
+	// connecting counts the connections being taken from the pool (see
+	// conn), until closed is set; Close waits for them.
 	connecting sync.WaitGroup
+	connMu     sync.Mutex
+	closed     bool
 }
 
 // PostgresOptions tune a Postgres; the zero value is the default.
@@ -478,6 +480,9 @@ func (pg *Postgres) Close() error {
 	if !first {
 		return nil
 	}
+	pg.connMu.Lock()
+	pg.closed = true
+	pg.connMu.Unlock()
 	err = errors.Join(err, pg.db.Close())
 	pg.connecting.Wait()
 	return err
@@ -614,8 +619,14 @@ func (pg *Postgres) conn(ctx context.Context) (*sql.Conn, error) {
 		conn *sql.Conn
 		err  error
 	}
-	got := make(chan taken, 1)
+	pg.connMu.Lock()
+	if pg.closed {
+		pg.connMu.Unlock()
+		return pg.db.Conn(ctx) // the pool's own error
+	}
 	pg.connecting.Add(1)
+	pg.connMu.Unlock()
+	got := make(chan taken, 1)
 	go func() {
 		defer pg.connecting.Done()
 		c, err := pg.db.Conn(ctx)

@@ -104,14 +104,7 @@ func (p *pgTx) holdReading(tx *Tx, key string) error {
 	if err != nil {
 		return fmt.Errorf("state: hold key %s: %w", key, err)
 	}
-	if p.held == nil {
-		p.held = map[string]bool{}
-	}
-	p.held[key] = true
-	if p.now.IsZero() {
-		p.now = server
-		p.db.noteClock(before, server, p.db.local())
-	}
+	p.noteHeld(key, before, server)
 	p.keepKeyState(r.ks, false)
 	p.read = r
 	return nil

@@ -814,6 +814,14 @@ func (p *pgTx) hold(tx *Tx, key string) error {
 	if err != nil {
 		return fmt.Errorf("state: hold key %s: %w", key, err)
 	}
+	p.noteHeld(key, before, server)
+	return nil
+}
+
+// noteHeld marks key's row as held by the transaction; the first row it
+// locks gives the transaction its instant, the server's clock then (read
+// between before and now on this process's clock).
+func (p *pgTx) noteHeld(key string, before, server time.Time) {
 	if p.held == nil {
 		p.held = map[string]bool{}
 	}
@@ -822,7 +830,6 @@ func (p *pgTx) hold(tx *Tx, key string) error {
 		p.now = server
 		p.db.noteClock(before, server, p.db.local())
 	}
-	return nil
 }
 
 // clock returns the transaction's instant: the server's clock when it

@@ -48,15 +48,7 @@ func BenchmarkFinishOutcomes(b *testing.B) {
 		err := pg.update(ctx, func(tx *Tx) error {
 			first, last, err := tx.Reserve("k", journalBatch, at, at.Add(time.Minute), "a batch")
 			for id := first; err == nil && id <= last; id++ {
-				fs = append(fs, ledger.Finished{
-					Attempt: ledger.Attempt{ID: id, Key: "k", CallID: fmt.Sprint("c", id), Attempt: 1, Caller: "sync",
-						Transport: "rest", Method: "GET", Target: "/v1/items", State: ledger.Confirmed, Reason: "HTTP 200 OK",
-						Status: 200, SentAt: at, AnsweredAt: at.Add(20 * time.Millisecond)},
-					Observations: []ledger.ObservationRecord{{Key: "k", AttemptID: id, Observation: ratelimit.Observation{
-						Policy: "default", Unit: ratelimit.Requests, Quota: 1000, HasQuota: true, Window: time.Minute,
-						Remaining: 900, HasRemaining: true, Reset: 30 * time.Second, HasReset: true, Shape: ratelimit.ShapeDraft},
-						Status: 200, ReceivedAt: at.Add(20 * time.Millisecond), Method: "GET", Target: "/v1/items"}},
-				})
+				fs = append(fs, routineOutcome(id, at))
 			}
 			return err
 		}, "k")

@@ -36,7 +36,7 @@ func BenchmarkApplySQLite(b *testing.B) {
 					at = at.Add(time.Millisecond)
 					first, last, err := tx.Reserve("k", 64, at, at.Add(time.Minute), "a batch")
 					for id := first; err == nil && id <= last; id++ {
-						fs = append(fs, foreseenOutcome(id, at))
+						fs = append(fs, routineOutcome(id, at))
 					}
 					return err
 				})
@@ -81,9 +81,9 @@ func BenchmarkApplySQLite(b *testing.B) {
 	}
 }
 
-// foreseenOutcome is how a leased slot's call, id, ended at at, with the
+// routineOutcome is how a leased slot's call, id, ended at at, with the
 // one observation its answer carried.
-func foreseenOutcome(id int64, at time.Time) ledger.Finished {
+func routineOutcome(id int64, at time.Time) ledger.Finished {
 	return ledger.Finished{
 		Attempt: ledger.Attempt{ID: id, Key: "k", CallID: fmt.Sprint("c", id), Attempt: 1, Caller: "sync",
 			Transport: "rest", Method: "GET", Target: "/v1/items", State: ledger.Confirmed, Reason: "HTTP 200 OK",

@@ -156,7 +156,7 @@ func evictions(rows []ledger.SeenPolicy, max int, now, answered time.Time) []led
 //     its sends subtracted, until the latest of their ends: from now on
 //     every send is subtracted from it, so it admits no more than any of
 //     them would have, until each would have expired — and some while
-//     after. A word in a unit the log does not count holds calls back
+//     after. An observation in a unit the log does not count holds calls back
 //     only when it is exhausted: it folds as nothing left in requests.
 //   - A limit on calls in flight folds into the least of them.
 //   - Policies in content-bytes fold as those in requests do, into a

@@ -25,7 +25,7 @@ import (
 // a latest observation only replaces an older one, a latency only lengthens the
 // one kept, an answer's time only moves the last answer's later. Another
 // process meanwhile counts the lease's slots as spent, and reads a latest
-// word up to LeaseTime older, which projects no more than the newer would:
+// observation up to LeaseTime older, which projects no more than the newer would:
 // every send since its basis is subtracted from it. A process that ends
 // before writing it leaves the same older observation.
 type learned struct {

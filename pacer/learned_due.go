@@ -10,11 +10,11 @@ import (
 // An admission writes what routine answers taught its key (see learned)
 // only once it has waited learnedDue: on a key called every millisecond
 // or two, one admission in many writes it, not each one — on PostgreSQL
-// that is the policy's word and the window counts it is settled on, three
+// that is the policy's latest observation and the window counts it is settled on, three
 // round trips on the key's locked row. What waits meanwhile is what
 // another process reads of it anyway (up to LeaseTime older, see
 // learned): routine answers left every budget far from its limits, and
-// every send since a word's basis is subtracted from it. The timer still
+// every send since an observation's basis is subtracted from it. The timer still
 // writes it within LeaseTime when no admission comes; every other
 // transaction on the key writes it at once.
 const learnedDue = LeaseTime / 2

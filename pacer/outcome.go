@@ -382,7 +382,7 @@ func (r *recording) retryAfter() error {
 }
 
 // abnormal pauses the key when the upstream reported abnormal usage, and
-// passes on an answer's word not to retry.
+// passes on an answer's request not to retry.
 func (r *recording) abnormal() error {
 	rd, now, key := r.rd, r.now, r.t.Call.Key.Name
 	if rd.Abnormal {

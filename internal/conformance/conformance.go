@@ -183,6 +183,19 @@ func insert(t testing.TB, tx ledger.Tx, a ledger.Attempt) int64 {
 	return id
 }
 
+// insertNumbered inserts list as attempts 1, 2, … of call "c", of key
+// "k" where an attempt names none.
+func insertNumbered(t testing.TB, tx ledger.Tx, list []ledger.Attempt) {
+	t.Helper()
+	for i, a := range list {
+		a.CallID, a.Attempt = "c", i+1
+		if a.Key == "" {
+			a.Key = "k"
+		}
+		insert(t, tx, a)
+	}
+}
+
 // ids returns the IDs of list, in order.
 func ids(list []ledger.Attempt) []int64 {
 	out := make([]int64, len(list))

@@ -23,7 +23,7 @@ var fair = []behaviour{
 func principalWindow(t *testing.T, b Backend) {
 	s, _ := b.fresh(t)
 	update(t, s, func(tx ledger.Tx) error {
-		for i, a := range []ledger.Attempt{
+		insertNumbered(t, tx, []ledger.Attempt{
 			{Caller: "alice via Claude.ai", Principal: "alice", State: ledger.Admitted, At: t0},
 			{Caller: "sync", Principal: "sync", State: ledger.Admitted, At: t0.Add(time.Second)},
 			{Caller: "alice via VS Code", Principal: "alice", State: ledger.Admitted, At: t0.Add(2 * time.Second)},
@@ -31,13 +31,7 @@ func principalWindow(t *testing.T, b Backend) {
 			{Caller: "sync", State: ledger.Admitted, At: t0.Add(4 * time.Second)},                           // recorded without a principal
 			{Caller: "sync", Principal: "sync", State: ledger.Admitted, At: t0.Add(5 * time.Second)},
 			{Key: "other", Caller: "alice", Principal: "alice", State: ledger.Admitted, At: t0.Add(6 * time.Second)},
-		} {
-			a.CallID, a.Attempt = "c", i+1
-			if a.Key == "" {
-				a.Key = "k"
-			}
-			insert(t, tx, a)
-		}
+		})
 		return nil
 	}, "k", "other")
 	view(t, s, func(tx ledger.Tx) error {

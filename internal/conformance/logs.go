@@ -28,19 +28,13 @@ var logs = []behaviour{
 func windowCounts(t *testing.T, b Backend) {
 	s, _ := b.fresh(t)
 	update(t, s, func(tx ledger.Tx) error {
-		for i, a := range []ledger.Attempt{
+		insertNumbered(t, tx, []ledger.Attempt{
 			{Caller: "agent", State: ledger.Admitted, At: t0},
 			{Caller: "sync", State: ledger.Admitted, At: t0.Add(time.Second), InFlightUntil: t0.Add(time.Minute)},
 			{Caller: "sync", State: ledger.RejectedLocal, At: t0.Add(2 * time.Second)}, // not counted
 			{Caller: "sync", State: ledger.Admitted, At: t0.Add(3 * time.Second), InFlightUntil: t0.Add(2 * time.Second)},
 			{Key: "other", Caller: "agent", State: ledger.Admitted, At: t0.Add(4 * time.Second)},
-		} {
-			a.CallID, a.Attempt = "c", i+1
-			if a.Key == "" {
-				a.Key = "k"
-			}
-			insert(t, tx, a)
-		}
+		})
 		return nil
 	}, "k", "other")
 	view(t, s, func(tx ledger.Tx) error {

@@ -337,7 +337,9 @@ func TestReadAllocations(t *testing.T) {
 		t.Fatalf("Read: %d observations (warnings %q), want 1", len(r.Observations), r.Warnings)
 	}
 	allocs := testing.AllocsPerRun(100, func() { Read(Generic, resp, defaultNow) })
-	if allocs > 40 {
-		t.Errorf("Read allocates %v times an answer, want at most 40", allocs)
+	// 51 before the field names were canonicalized once; a few more
+	// under the race detector.
+	if allocs > 45 {
+		t.Errorf("Read allocates %v times an answer, want at most 45", allocs)
 	}
 }

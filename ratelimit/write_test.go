@@ -267,8 +267,10 @@ func TestWriteFieldsAllocations(t *testing.T) {
 	// The header map the function is given (its table and six values)
 	// is built in the loop too; WriteFields itself allocates its two
 	// values and their byte slices, the three X- values and their
-	// slices, and its copy of the limits.
-	if allocs > 25 {
-		t.Errorf("WriteFields allocates %v times a call, want at most 25", allocs)
+	// slices, and its copy of the limits: 23 in all (69 when the draft
+	// fields went through httpsfv's List), a few more under the race
+	// detector.
+	if allocs > 35 {
+		t.Errorf("WriteFields allocates %v times a call, want at most 35", allocs)
 	}
 }

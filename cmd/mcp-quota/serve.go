@@ -326,7 +326,7 @@ func (e environment) stdio(ctx context.Context, args []string, stdin io.Reader) 
 	}
 	defer endTracing()
 	// initialize is answered before the state opens (see openLater).
-	deps := &tools.Deps{Keys: keys, Log: log, Transport: "stdio", LocalCaller: *caller, Watch: tr.MCP("pipe")}
+	deps := &tools.Deps{Keys: keys, Log: log, Transport: "stdio", LocalCaller: *caller, Watch: tr.MCP("pipe"), SkipOutputCheck: true}
 	o := e.openLater(ctx, c, keys, log, tr, deps)
 	defer o.close()
 	s := server.NewStdioServer(tools.NewServer(deps, version))

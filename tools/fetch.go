@@ -339,12 +339,9 @@ func (f *fetchCall) keep(ctx context.Context, r ledger.StoredResponse) error {
 	var listed bool
 	var seq uint64
 	err := f.d.DB.Update(ctx, func(tx ledger.Tx) error {
-		if err := tx.PutResponse(r, f.lim.KeepResponses); err != nil {
-			return err
-		}
-		seq = f.d.stored.next()
 		var err error
-		targets, listed, err = readStoredTargets(tx, r.Key)
+		seq = f.d.stored.next()
+		targets, listed, err = keepResponse(tx, r, f.lim.KeepResponses)
 		return err
 	})
 	if err != nil {

@@ -104,10 +104,8 @@ var Statements = map[string]string{
 		status = excluded.status, content_type = excluded.content_type, body = excluded.body,
 		digest = excluded.digest, stored_at = excluded.stored_at, unchanged = excluded.unchanged,
 		vary = excluded.vary, varied = excluded.varied`,
-	"CountResponses": `SELECT count(*) FROM responses WHERE key = $1`,
-	"TrimResponses": `DELETE FROM responses WHERE key = $1 AND target NOT IN
-	(SELECT target FROM responses WHERE key = $2 ORDER BY stored_at DESC LIMIT $3)`,
-	"StoredTargets": `SELECT target FROM responses WHERE key = $1`,
+	"StoredTargets": `SELECT target FROM responses WHERE key = $1 ORDER BY stored_at DESC`,
+	"DropResponse":  `DELETE FROM responses WHERE key = $1 AND target = $2`,
 	"Keys":          `SELECT key FROM key_state UNION SELECT key FROM policies ORDER BY 1`,
 	"Claimed":       `SELECT caller FROM claims WHERE key = $1 AND until > $2`,
 	"Claim": `INSERT INTO claims (key, caller, until) VALUES ($1, $2, $3)

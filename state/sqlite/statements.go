@@ -103,10 +103,8 @@ var Statements = map[string]string{
 		status = excluded.status, content_type = excluded.content_type, body = excluded.body,
 		digest = excluded.digest, stored_at = excluded.stored_at, unchanged = excluded.unchanged,
 		vary = excluded.vary, varied = excluded.varied`,
-	"CountResponses": `SELECT count(*) FROM responses WHERE key = ?`,
-	"TrimResponses": `DELETE FROM responses WHERE key = ? AND target NOT IN
-	(SELECT target FROM responses WHERE key = ? ORDER BY stored_at DESC LIMIT ?)`,
-	"StoredTargets": `SELECT target FROM responses WHERE key = ?`,
+	"StoredTargets": `SELECT target FROM responses WHERE key = ? ORDER BY stored_at DESC`,
+	"DropResponse":  `DELETE FROM responses WHERE key = ? AND target = ?`,
 	"Keys":          `SELECT key FROM key_state UNION SELECT key FROM policies ORDER BY 1`,
 	"Claimed":       `SELECT caller FROM claims WHERE key = ? AND until > ?`,
 	"Claim": `INSERT INTO claims (key, caller, until) VALUES (?, ?, ?)

@@ -501,13 +501,24 @@ func (f *fetchCall) fitted(r fetchResult, raw []byte, complete bool) *mcp.CallTo
 }
 
 // resultChars is the size of res as a client receives it: its JSON, in
-// characters.
+// characters. A structuredContent already encoded (see render) is counted
+// as it is, not encoded again.
 func resultChars(res *mcp.CallToolResult) int {
-	b, err := json.Marshal(res)
+	sc, ok := res.StructuredContent.(json.RawMessage)
+	if !ok {
+		b, err := json.Marshal(res)
+		if err != nil {
+			return 0
+		}
+		return utf8.RuneCount(b)
+	}
+	rest := *res
+	rest.StructuredContent = nil
+	b, err := json.Marshal(rest)
 	if err != nil {
 		return 0
 	}
-	return utf8.RuneCount(b)
+	return utf8.RuneCount(b) + len(`,"structuredContent":`) + utf8.RuneCount(sc)
 }
 
 // waitCapped adds to warnings that max_wait_s was capped, when it was:

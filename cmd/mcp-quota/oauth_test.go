@@ -12,11 +12,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/internal/oidctest"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // oauthSetup is a configuration with key "demo" (whose writes need the
@@ -26,10 +28,7 @@ import (
 // the address mcp-quota must listen on, the resource's.
 func oauthSetup(t *testing.T, upstream, issuer string) (*setup, string) {
 	t.Helper()
-	s := newSetup(t, upstream, `name = "default"
-  quota = 120
-  window = "60s"`, `methods = ["GET", "POST"]
-write_scopes = ["demo:write"]`)
+	s := setupOf(t, oauthConfig(upstream))
 	// The resource names the port clients connect to: take a free one.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -37,7 +36,24 @@ write_scopes = ["demo:write"]`)
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	appendFile(t, s.config, fmt.Sprintf(`
+	appendFile(t, s.config, oauthTables(issuer, addr))
+	s.env = append(s.env, "INTROSPECTION_SECRET=mcp-quota-secret")
+	return s, addr
+}
+
+// oauthConfig is the keys and callers of oauthSetup: key "demo" of the
+// upstream, whose writes need the scope demo:write, and the static
+// callers.
+func oauthConfig(upstream string) testkit.Config {
+	key := demoKey(upstream, 120, time.Minute)
+	key.Methods, key.WriteScopes = []string{"GET", "POST"}, []string{"demo:write"}
+	return demoConfig(key)
+}
+
+// oauthTables is the [oauth] table of oauthSetup, trusting issuer for
+// the resource at addr, and its principals.
+func oauthTables(issuer, addr string) string {
+	return fmt.Sprintf(`
 [oauth]
 issuer = %q
 resource = "http://%s/mcp"
@@ -57,9 +73,7 @@ name = "nightly-sync"
 claim = "client_id"
 values = ["sync-job"]
 keys = ["demo"]
-`, issuer, addr))
-	s.env = append(s.env, "INTROSPECTION_SECRET=mcp-quota-secret")
-	return s, addr
+`, issuer, addr)
 }
 
 // oauthDo sends method to url with token and returns the answer and its body.
@@ -265,9 +279,7 @@ func TestOAuthREST(t *testing.T) {
 // clients that start OAuth on discovery keep using their static header.
 func TestNoOAuthDiscoveryWithoutConfig(t *testing.T) {
 	_, upstream := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, upstream, `name = "default"
-  quota = 120
-  window = "60s"`, "")
+	s := newSetup(t, demoKey(upstream, 120, time.Minute))
 	base, _ := s.serve(t)
 	for _, path := range []string{"/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"} {
 		for _, token := range []string{"", agentToken} {

@@ -5,7 +5,6 @@ package main
 import (
 	"bufio"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/demo"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // written tells of every write to a log.
@@ -52,9 +52,7 @@ func waitFor(t *testing.T, logs *lockedBuffer, wrote written, want string, n int
 // and the running configuration keeps serving.
 func TestReloadOnSIGHUP(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, `name = "default"
-  quota = 120
-  window = "60s"`, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	cmd, logs := s.command(t, "serve", "--listen", "127.0.0.1:0", "--drain-delay", "0", "--log-level", "info")
 	wrote := make(written, 1)
 	cmd.Stderr = io.MultiWriter(logs, wrote)
@@ -96,20 +94,12 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if got := status("/k/second/v1/participants"); got == http.StatusOK {
 		t.Fatalf("GET /k/second before the edit: %d, want a refusal (no such key)", got)
 	}
-	cfg, err := os.ReadFile(s.config)
-	if err != nil {
-		t.Fatal(err)
+	edited := demoConfig(demoKey(url, 120, time.Minute),
+		testkit.Key{Name: "second", BaseURL: url, SecretEnv: "DEMO_SECRET", Profile: "ietf"})
+	for i := range edited.Callers {
+		edited.Callers[i].Keys = []string{"demo", "second"}
 	}
-	edited := strings.ReplaceAll(string(cfg), `keys = ["demo"]`, `keys = ["demo", "second"]`) + `
-[[keys]]
-name = "second"
-base_url = "` + url + `"
-secret_env = "DEMO_SECRET"
-profile = "ietf"
-`
-	if err := os.WriteFile(s.config, []byte(edited), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	s.write(t, edited)
 	cmd.Process.Signal(syscall.SIGHUP)
 	waitFor(t, logs, wrote, "configuration reloaded", 1)
 	if got := status("/k/second/v1/participants"); got != http.StatusOK {
@@ -117,7 +107,7 @@ profile = "ietf"
 	}
 
 	// A bad edit: refused whole, the running configuration stays.
-	bad := strings.ReplaceAll(edited, `name = "second"`, `name = "third"
+	bad := strings.ReplaceAll(edited.TOML(), `name = "second"`, `name = "third"
 window = 5`)
 	if err := os.WriteFile(s.config, []byte(bad), 0o600); err != nil {
 		t.Fatal(err)
@@ -144,9 +134,7 @@ window = 5`)
 	}
 
 	// Fixed again: the detail clears.
-	if err := os.WriteFile(s.config, []byte(edited), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	s.write(t, edited)
 	cmd.Process.Signal(syscall.SIGHUP)
 	waitFor(t, logs, wrote, "configuration reloaded", 2)
 	resp2 := get(t, base+"/healthz", "")
@@ -182,20 +170,10 @@ func TestReloadInFlight(t *testing.T) {
 	}
 	s := &setup{dir: dir, config: filepath.Join(dir, "config.toml"), state: filepath.Join(dir, "state.db"),
 		env: []string{"SYNC_TOKEN=" + syncToken}}
-	cfg := fmt.Sprintf(`[[keys]]
-name = "demo"
-base_url = %q
-secret_file = %q
-profile = "ietf"
-
-[[callers]]
-name = "sync"
-token_env = "SYNC_TOKEN"
-keys = ["demo"]
-`, api.URL, secretFile)
-	if err := os.WriteFile(s.config, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	s.write(t, testkit.Config{
+		Keys:    []testkit.Key{{Name: "demo", BaseURL: api.URL, SecretFile: secretFile, Profile: "ietf"}},
+		Callers: []testkit.Caller{{Name: "sync", TokenEnv: "SYNC_TOKEN", Keys: []string{"demo"}}},
+	})
 	cmd, logs := s.command(t, "serve", "--listen", "127.0.0.1:0", "--drain-delay", "0", "--log-level", "info")
 	wrote := make(written, 1)
 	cmd.Stderr = io.MultiWriter(logs, wrote)

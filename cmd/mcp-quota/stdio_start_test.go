@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"strings"
 	"testing"
+	"time"
 
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -17,7 +18,7 @@ import (
 // waits for the state and is served by it.
 func TestStdioAnswersWhileStateOpens(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, defaultPolicy, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	// An SQLite file with no schema yet, its write lock held here.
 	other, err := sql.Open("sqlite", s.state+"?_pragma=journal_mode(WAL)")
 	if err != nil {

@@ -359,17 +359,15 @@ func TestOAuthTypeScriptClient(t *testing.T) {
 	}
 }
 
-// TestDashboardOAuthSignIn: a person signs in to the dashboard with the
-// authorization server (authorization code + PKCE), beside the token
-// sign-in; a member of the admin group sees every key.
-func TestDashboardOAuthSignIn(t *testing.T) {
-	iss := oidctest.Start(t, 1, "alice")
-	_, upstream := upstreamAPI(t, demo.Config{})
-	s, addr := oauthSetup(t, upstream, iss[0])
+// registerDashboard registers the dashboard of a serve process at addr
+// as a public client of issuer, for the authorization code flow, and
+// returns its client ID.
+func registerDashboard(t *testing.T, issuer, addr string) string {
+	t.Helper()
 	callback := "http://" + addr + "/ui/signin/callback"
 	reg, _ := json.Marshal(map[string]any{"redirect_uris": []string{callback}, "token_endpoint_auth_method": "none",
 		"grant_types": []string{"authorization_code"}, "response_types": []string{"code"}, "client_name": "mcp-quota dashboard"})
-	resp, err := http.Post(iss[0]+"/reg", "application/json", strings.NewReader(string(reg)))
+	resp, err := http.Post(issuer+"/reg", "application/json", strings.NewReader(string(reg)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,12 +379,23 @@ func TestDashboardOAuthSignIn(t *testing.T) {
 	if resp.StatusCode != http.StatusCreated || client.ClientID == "" {
 		t.Fatalf("registering the dashboard: %s", resp.Status)
 	}
+	return client.ClientID
+}
+
+// TestDashboardOAuthSignIn: a person signs in to the dashboard with the
+// authorization server (authorization code + PKCE), beside the token
+// sign-in; a member of the admin group sees every key.
+func TestDashboardOAuthSignIn(t *testing.T) {
+	iss := oidctest.Start(t, 1, "alice")
+	_, upstream := upstreamAPI(t, demo.Config{})
+	s, addr := oauthSetup(t, upstream, iss[0])
+	clientID := registerDashboard(t, iss[0], addr)
 	// Alice's group team-a is the admin group: she may see every key.
 	cfg, err := os.ReadFile(s.config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg = []byte(strings.Replace(string(cfg), "[oauth]\n", fmt.Sprintf("[oauth]\ndashboard_client_id = %q\nadmin_group = \"team-a\"\n", client.ClientID), 1))
+	cfg = []byte(strings.Replace(string(cfg), "[oauth]\n", fmt.Sprintf("[oauth]\ndashboard_client_id = %q\nadmin_group = \"team-a\"\n", clientID), 1))
 	if err := os.WriteFile(s.config, cfg, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +403,7 @@ func TestDashboardOAuthSignIn(t *testing.T) {
 
 	jar, _ := cookiejar.New(nil)
 	browser := &http.Client{Jar: jar, Transport: crossSiteReturn{}}
-	resp, err = browser.Get(base + "/ui/signin/oidc")
+	resp, err := browser.Get(base + "/ui/signin/oidc")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,7 +422,7 @@ func TestDashboardOAuthSignIn(t *testing.T) {
 	}
 	json.NewDecoder(resp.Body).Decode(&who)
 	resp.Body.Close()
-	if !who.SignedIn || who.Caller != "alice@example.com via "+client.ClientID || len(who.Keys) != 1 || who.Keys[0] != "demo" {
+	if !who.SignedIn || who.Caller != "alice@example.com via "+clientID || len(who.Keys) != 1 || who.Keys[0] != "demo" {
 		t.Errorf("signed in as %+v", who)
 	}
 

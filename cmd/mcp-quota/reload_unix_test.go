@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -46,13 +47,12 @@ func waitFor(t *testing.T, logs *lockedBuffer, wrote written, want string, n int
 	}
 }
 
-// TestReloadOnSIGHUP runs the built binary, edits its configuration and
-// sends SIGHUP: a new key and a caller's new access take effect without
-// a restart; a bad edit is refused whole, logged and shown by /healthz,
-// and the running configuration keeps serving.
-func TestReloadOnSIGHUP(t *testing.T) {
-	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, demoKey(url, 120, time.Minute))
+// startReloadable runs the built binary's serve for s, so that the test
+// can send it signals, and returns it, its log, the channel that tells of
+// each write to the log, and its base URL. At the test's end it stops the
+// process and checks that the log holds none of secrets.
+func startReloadable(t *testing.T, s *setup, secrets ...string) (*exec.Cmd, *lockedBuffer, written, string) {
+	t.Helper()
 	cmd, logs := s.command(t, "serve", "--listen", "127.0.0.1:0", "--drain-delay", "0", "--log-level", "info")
 	wrote := make(written, 1)
 	cmd.Stderr = io.MultiWriter(logs, wrote)
@@ -66,7 +66,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
-		for _, secret := range []string{upstreamSecret, agentToken, syncToken} {
+		for _, secret := range secrets {
 			if strings.Contains(logs.String(), secret) {
 				t.Errorf("the log holds a secret")
 			}
@@ -84,6 +84,17 @@ func TestReloadOnSIGHUP(t *testing.T) {
 		t.Fatalf("serve did not start:\n%s", logs.String())
 	}
 	go io.Copy(io.Discard, out)
+	return cmd, logs, wrote, base
+}
+
+// TestReloadOnSIGHUP runs the built binary, edits its configuration and
+// sends SIGHUP: a new key and a caller's new access take effect without
+// a restart; a bad edit is refused whole, logged and shown by /healthz,
+// and the running configuration keeps serving.
+func TestReloadOnSIGHUP(t *testing.T) {
+	_, url := upstreamAPI(t, demo.Config{})
+	s := newSetup(t, demoKey(url, 120, time.Minute))
+	cmd, logs, wrote, base := startReloadable(t, s, upstreamSecret, agentToken, syncToken)
 
 	status := func(path string) int {
 		resp := get(t, base+path, syncToken)
@@ -174,37 +185,7 @@ func TestReloadInFlight(t *testing.T) {
 		Keys:    []testkit.Key{{Name: "demo", BaseURL: api.URL, SecretFile: secretFile, Profile: "ietf"}},
 		Callers: []testkit.Caller{{Name: "sync", TokenEnv: "SYNC_TOKEN", Keys: []string{"demo"}}},
 	})
-	cmd, logs := s.command(t, "serve", "--listen", "127.0.0.1:0", "--drain-delay", "0", "--log-level", "info")
-	wrote := make(written, 1)
-	cmd.Stderr = io.MultiWriter(logs, wrote)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-		for _, secret := range []string{"old-secret-5e1d2c3b4a", "new-secret-6f2e3d4c5b", syncToken} {
-			if strings.Contains(logs.String(), secret) {
-				t.Errorf("the log holds a secret")
-			}
-		}
-	})
-	sc := bufio.NewScanner(out)
-	re := regexp.MustCompile(`(http://127\.0\.0\.1:\d+)/mcp`)
-	base := ""
-	for base == "" && sc.Scan() {
-		if m := re.FindStringSubmatch(sc.Text()); m != nil {
-			base = m[1]
-		}
-	}
-	if base == "" {
-		t.Fatalf("serve did not start:\n%s", logs.String())
-	}
-	go io.Copy(io.Discard, out)
+	cmd, logs, wrote, base := startReloadable(t, s, "old-secret-5e1d2c3b4a", "new-secret-6f2e3d4c5b", syncToken)
 
 	slow := make(chan int, 1)
 	go func() {

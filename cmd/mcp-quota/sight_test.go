@@ -31,25 +31,11 @@ func sightSetup(t *testing.T, user string) (s *setup, base, issuer, client strin
 	iss := oidctest.Start(t, 1, user)
 	_, upstream := upstreamAPI(t, demo.Config{})
 	s, addr := oauthSetup(t, upstream, iss[0])
-	callback := "http://" + addr + "/ui/signin/callback"
-	reg, _ := json.Marshal(map[string]any{"redirect_uris": []string{callback}, "token_endpoint_auth_method": "none",
-		"grant_types": []string{"authorization_code"}, "response_types": []string{"code"}, "client_name": "mcp-quota dashboard"})
-	resp, err := http.Post(iss[0]+"/reg", "application/json", strings.NewReader(string(reg)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var registered struct {
-		ClientID string `json:"client_id"`
-	}
-	json.NewDecoder(resp.Body).Decode(&registered)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated || registered.ClientID == "" {
-		t.Fatalf("registering the dashboard: %s", resp.Status)
-	}
+	clientID := registerDashboard(t, iss[0], addr)
 	keys := oauthConfig(upstream)
 	keys.Keys[0].Reserve = []testkit.Reserve{{Caller: "agent", Share: 0.2}}
 	keys.Keys = append(keys.Keys, testkit.Key{Name: "ops", BaseURL: upstream, Auth: "none"})
-	tables := strings.Replace(oauthTables(iss[0], addr), "[oauth]\n", fmt.Sprintf("[oauth]\ndashboard_client_id = %q\nissuer_name = \"Test IdP\"\nadmin_group = \"team-a\"\n", registered.ClientID), 1)
+	tables := strings.Replace(oauthTables(iss[0], addr), "[oauth]\n", fmt.Sprintf("[oauth]\ndashboard_client_id = %q\nissuer_name = \"Test IdP\"\nadmin_group = \"team-a\"\n", clientID), 1)
 	tables = strings.Replace(tables, "values = [\"sync-job\"]\nkeys = [\"demo\"]\n", "values = [\"sync-job\"]\nkeys = [\"demo\"]\nvisible_to = [\"bob@example.com\"]\n", 1)
 	tables += `
 [[principals]]
@@ -62,7 +48,7 @@ keys = ["demo"]
 		t.Fatal(err)
 	}
 	base, logs = s.serve(t, "--listen", addr)
-	return s, base, iss[0], registered.ClientID, logs
+	return s, base, iss[0], clientID, logs
 }
 
 // spendAsOthers makes calls of key demo as the static caller agent

@@ -122,7 +122,7 @@ func fetchTool(keys *keystore.Store) mcp.Tool {
 		"When advice.action is pause, do not call again before advice.retry_after_s. Long bodies are paged with start_index."
 	return mcp.NewTool("fetch",
 		mcp.WithDescription(desc),
-		mcp.WithInputSchema[fetchArgs](),
+		rawInputSchema(fetchInput),
 		mcp.WithRawOutputSchema(fetchOutputSchema()),
 		mcp.WithTitleAnnotation("Quota-aware HTTP fetch"),
 		mcp.WithReadOnlyHintAnnotation(readOnly),

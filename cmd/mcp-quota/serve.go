@@ -384,12 +384,13 @@ func (e environment) stdio(ctx context.Context, args []string, stdin io.Reader) 
 		return err
 	}
 	defer endTracing()
-	// initialize is answered while the state opens (see openLater).
+	// initialize is answered before the state opens (see openLater).
 	deps := &tools.Deps{Keys: keys, Log: log, Transport: "stdio", LocalCaller: *caller, Watch: tr.MCP("pipe")}
-	defer e.openLater(ctx, c, keys, log, tr, deps).close()
+	o := e.openLater(ctx, c, keys, log, tr, deps)
+	defer o.close()
 	s := server.NewStdioServer(tools.NewServer(deps, version))
 	s.SetErrorLogger(slogLogger(log))
-	err = s.Listen(ctx, stdin, e.stdout)
+	err = s.Listen(ctx, stdin, o.answered(e.stdout))
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
 		return nil
 	}

@@ -78,7 +78,7 @@ func (w *answerWatch) Write(p []byte) (int, error) {
 // call then is served by the state, which it creates.
 func TestStdioOpensStateAfterAnswer(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, defaultPolicy, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	out := &answerWatch{WriteCloser: outW, state: s.state, found: make(chan bool, 1)}

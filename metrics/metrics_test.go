@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/metrics"
 	"github.com/mcp-quota/mcp-quota/pacer"
@@ -23,15 +24,8 @@ import (
 
 func newMetrics(t *testing.T) (*metrics.Metrics, *state.DB) {
 	t.Helper()
-	keys, err := keystore.Parse([]byte(`[[keys]]
-name = "k"
-base_url = "https://api.example.com"
-auth = "none"
-  [[keys.policies]]
-  name = "default"
-  quota = 10
-  window = "60s"
-`), keystore.Env{Getenv: func(string) string { return "" }})
+	keys, err := keystore.Parse([]byte(testkit.Keys(testkit.Key{Name: "k", BaseURL: "https://api.example.com", Auth: "none",
+		Policies: testkit.Window(10, time.Minute)})), keystore.Env{Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -22,7 +23,7 @@ import (
 // waits for the state and is served by it.
 func TestStdioAnswersWhileStateOpens(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, defaultPolicy, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	// An SQLite file with no schema yet, its write lock held here.
 	other, err := sql.Open("sqlite", s.state+"?_pragma=journal_mode(WAL)")
 	if err != nil {
@@ -77,7 +78,7 @@ func (w *answerWatch) Write(p []byte) (int, error) {
 // call then is served by the state, which it creates.
 func TestStdioOpensStateAfterAnswer(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, defaultPolicy, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	out := &answerWatch{WriteCloser: outW, state: s.state, found: make(chan bool, 1)}

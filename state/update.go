@@ -186,14 +186,14 @@ func (db *DB) begin(wake, stop <-chan struct{}) bool {
 			db.failQueue(fmt.Errorf("state: begin: %w", err))
 			return false
 		}
-		if !db.prune(time.Now(), err) {
+		if !db.prune(db.clock.Now(), err) {
 			return false
 		}
 		d := delay/2 + rand.N(delay/2+1)
 		delay = min(2*delay, 2*time.Millisecond)
-		t := time.NewTimer(d)
+		t, fired := db.clock.NewTimer(d)
 		select {
-		case <-t.C:
+		case <-fired:
 		case <-wake:
 			t.Stop()
 		case <-stop:

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/clock"
+	"github.com/mcp-quota/mcp-quota/internal/pgtest"
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
@@ -70,33 +71,63 @@ func openOn(t *testing.T, clk clock.Clock) *DB {
 	return db
 }
 
+// A journaled is a back end with a journal, as a test sees it.
+type journaled struct {
+	store   ledger.Store
+	out     *outcomes
+	stateOf func(t *testing.T, id int64) ledger.State // read from the database, without waiting for the journal
+}
+
+// sqliteOn opens a state file in a test's directory, on clk.
+func sqliteOn(t *testing.T, clk clock.Clock) journaled { return sqliteJournal(openOn(t, clk)) }
+
+// sqliteJournal is db as a back end with a journal.
+func sqliteJournal(db *DB) journaled {
+	return journaled{db, &db.out, func(t *testing.T, id int64) ledger.State {
+		t.Helper()
+		var st ledger.State
+		if err := db.r.QueryRow("SELECT state FROM attempts WHERE id = ?", id).Scan(&st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}}
+}
+
+// postgresOn opens a new PostgreSQL database with a journal, on clk.
+func postgresOn(t *testing.T, clk clock.Clock) journaled {
+	srv := pgtest.Start(t)
+	t.Setenv("PGPASSWORD", srv.Password())
+	pg, err := OpenPostgres(context.Background(), srv.CreateDatabase(t), PostgresOptions{Clock: clk, JournalDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close() })
+	return journaled{pg, &pg.out, func(t *testing.T, id int64) ledger.State {
+		t.Helper()
+		var st ledger.State
+		if err := pg.db.QueryRow("SELECT state FROM attempts WHERE id = $1", id).Scan(&st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}}
+}
+
 // admitted records an attempt admitted alone, in flight, and returns
 // its end, confirmed, for the journal.
-func admitted(t *testing.T, db *DB) ledger.Finished {
+func (b journaled) admitted(t *testing.T) ledger.Finished {
 	t.Helper()
 	a := ledger.Attempt{CallID: "call-1", Attempt: 1, Key: "k", Caller: "sync", Transport: "rest", Method: "GET", Target: "/items",
 		State: ledger.Admitted, At: start, InFlightUntil: start.Add(time.Hour)}
-	err := db.update(context.Background(), func(tx *Tx) error {
+	err := b.store.Update(context.Background(), func(tx ledger.Tx) error {
 		var err error
 		a.ID, err = tx.InsertAttempt(a)
 		return err
-	})
+	}, a.Key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.State, a.Status, a.SentAt, a.AnsweredAt = ledger.Confirmed, 200, start, start.Add(time.Millisecond)
 	return ledger.Finished{Attempt: a}
-}
-
-// stateOf reads the state of the attempt id from the file, without
-// waiting for the journal.
-func stateOf(t *testing.T, db *DB, id int64) ledger.State {
-	t.Helper()
-	var st ledger.State
-	if err := db.r.QueryRow("SELECT state FROM attempts WHERE id = ?", id).Scan(&st); err != nil {
-		t.Fatal(err)
-	}
-	return st
 }
 
 // awaitApplied waits until j has applied n outcomes.
@@ -142,31 +173,38 @@ func holdWriteLock(t *testing.T, db *DB) (release func()) {
 	}
 }
 
-// The journal's applier waits journalLinger on the DB's clock after an
-// outcome comes, and applies it once that clock has moved so far: not
-// before, and without waiting for real time.
+// The journal's applier waits journalLinger on the store's clock after
+// an outcome comes, and applies it once that clock has moved so far: not
+// before, and without waiting for real time. On both back ends.
 func TestJournalLingersOnItsClock(t *testing.T) {
-	clk := newTimerClock()
-	db := openOn(t, clk)
-	f := admitted(t, db)
-	if err := db.FinishLater(context.Background(), f); err != nil {
-		t.Fatal(err)
-	}
-	j := db.out.jr.Load()
-	if d := clk.next(t, j); d != journalLinger {
-		t.Fatalf("the applier set a timer of %v, want its linger, %v", d, journalLinger)
-	}
-	clk.Advance(journalLinger - time.Microsecond)
-	if n := clk.Timers(); n != 1 {
-		t.Fatalf("%d timers wait on the clock a microsecond before the linger ends, want the linger's", n)
-	}
-	if st := stateOf(t, db, f.Attempt.ID); st != ledger.Admitted {
-		t.Fatalf("the attempt is %s before the linger ended, want still %s", st, ledger.Admitted)
-	}
-	clk.Advance(time.Microsecond)
-	awaitApplied(t, j, 1)
-	if st := stateOf(t, db, f.Attempt.ID); st != ledger.Confirmed {
-		t.Errorf("the attempt is %s once the linger ended, want %s", st, ledger.Confirmed)
+	for _, b := range []struct {
+		name string
+		open func(*testing.T, clock.Clock) journaled
+	}{{"sqlite", sqliteOn}, {"postgres", postgresOn}} {
+		t.Run("store="+b.name, func(t *testing.T) {
+			clk := newTimerClock()
+			s := b.open(t, clk)
+			f := s.admitted(t)
+			if err := s.out.finishLater(context.Background(), f); err != nil {
+				t.Fatal(err)
+			}
+			j := s.out.jr.Load()
+			if d := clk.next(t, j); d != journalLinger {
+				t.Fatalf("the applier set a timer of %v, want its linger, %v", d, journalLinger)
+			}
+			clk.Advance(journalLinger - time.Microsecond)
+			if n := clk.Timers(); n != 1 {
+				t.Fatalf("%d timers wait on the clock a microsecond before the linger ends, want the linger's", n)
+			}
+			if st := s.stateOf(t, f.Attempt.ID); st != ledger.Admitted {
+				t.Fatalf("the attempt is %s before the linger ended, want still %s", st, ledger.Admitted)
+			}
+			clk.Advance(time.Microsecond)
+			awaitApplied(t, j, 1)
+			if st := s.stateOf(t, f.Attempt.ID); st != ledger.Confirmed {
+				t.Errorf("the attempt is %s once the linger ended, want %s", st, ledger.Confirmed)
+			}
+		})
 	}
 }
 
@@ -176,7 +214,8 @@ func TestJournalLingersOnItsClock(t *testing.T) {
 func TestJournalRetriesOnItsClock(t *testing.T) {
 	clk := newTimerClock()
 	db := openOn(t, clk)
-	f := admitted(t, db)
+	s := sqliteJournal(db)
+	f := s.admitted(t)
 	release := holdWriteLock(t, db)
 	if err := db.FinishLater(context.Background(), f); err != nil {
 		t.Fatal(err)
@@ -213,7 +252,7 @@ func TestJournalRetriesOnItsClock(t *testing.T) {
 	}
 	clk.Advance(time.Microsecond)
 	awaitApplied(t, j, 1)
-	if st := stateOf(t, db, f.Attempt.ID); st != ledger.Confirmed {
+	if st := s.stateOf(t, f.Attempt.ID); st != ledger.Confirmed {
 		t.Errorf("the attempt is %s once the lock was free, want %s", st, ledger.Confirmed)
 	}
 }

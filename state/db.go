@@ -95,7 +95,7 @@ type Option func(*DB)
 func WithClock(c clock.Clock) Option { return func(db *DB) { db.clock = clock.Or(c) } }
 
 // Open opens (creating if needed) the state file at path and brings its
-// schema up to date.
+// schema up to date; opts tune the DB (WithClock).
 func Open(ctx context.Context, path string, opts ...Option) (*DB, error) {
 	if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o700); err != nil {

@@ -58,9 +58,9 @@ func (w *write) outcome() error {
 // it; none returns before its writes are committed.
 //
 // While another process writes, Update retries every few hundred
-// microseconds, for at most BusyTimeout or until ctx ends. Once fn has
-// started it runs to its end: ctx bounds the wait for the transaction, not
-// fn's statements.
+// microseconds of the DB's clock (see WithClock), for at most BusyTimeout
+// of it or until ctx ends. Once fn has started it runs to its end: ctx
+// bounds the wait for the transaction, not fn's statements.
 //
 // Every write transaction on the file holds every key: keys says nothing
 // more to it.

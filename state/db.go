@@ -29,6 +29,7 @@ import (
 
 	_ "modernc.org/sqlite" // the "sqlite" driver
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/state/postgres"
 	"github.com/mcp-quota/mcp-quota/state/sqlite"
@@ -80,11 +81,22 @@ type DB struct {
 
 	wh writeHealth    // how the last writes ended (see Check)
 	bg sync.WaitGroup // the background checks (see watch)
+
+	clock clock.Clock // the process's clock: health's times, the waits between tries, the journal's timers
 }
 
+// An Option tunes a DB at Open.
+type Option func(*DB)
+
+// WithClock makes c the DB's clock: what its health checks are dated by
+// (Check), and what the waits between two tries of a write lock another
+// process holds, and the journal's linger and backoff, run on. Nil means
+// real time. Admission times are not the DB's: they are the pacer's.
+func WithClock(c clock.Clock) Option { return func(db *DB) { db.clock = clock.Or(c) } }
+
 // Open opens (creating if needed) the state file at path and brings its
-// schema up to date.
-func Open(ctx context.Context, path string) (*DB, error) {
+// schema up to date; opts tune the DB (WithClock).
+func Open(ctx context.Context, path string, opts ...Option) (*DB, error) {
 	if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("state: %w", err)
@@ -94,8 +106,11 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := &DB{w: w, r: r, path: path, instance: Instance()}
-	db.out.dir, db.out.update = journalDir(path), db.update
+	db := &DB{w: w, r: r, path: path, instance: Instance(), clock: clock.Real}
+	for _, o := range opts {
+		o(db)
+	}
+	db.out.dir, db.out.update, db.out.clock = journalDir(path), db.update, db.clock
 	if err := db.prepare(ctx, creating); err != nil {
 		db.Close()
 		return nil, err

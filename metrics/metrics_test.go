@@ -78,19 +78,24 @@ func TestLabelValuesStayBounded(t *testing.T) {
 func TestRefusalReasons(t *testing.T) {
 	for _, tt := range []struct {
 		gate      ledger.GateSource
+		limit     pacer.OwnLimit
 		src, want string
 	}{
-		{ledger.RetryAfterGate, "retry-after", "retry-after"},
-		{ledger.CircuitGate, "circuit", "circuit"},
-		{"", "pace", "pace"},
-		{"", "default", "budget"},
-		{"", "hourly-core", "budget"},
-		{"", "circuit", "budget"}, // a policy named circuit is not the circuit breaker
-		{"", "retry-after", "budget"},
-		{"", "", "other"},
+		{ledger.RetryAfterGate, "", "retry-after", "retry-after"},
+		{ledger.CircuitGate, "", "circuit", "circuit"},
+		{"", pacer.PaceLimit, "pace", "pace"},
+		{"", pacer.ConcurrencyLimit, "concurrency", "concurrency"},
+		{"", pacer.ShareLimit, "share", "share"},
+		{"", "", "default", "budget"},
+		{"", "", "hourly-core", "budget"},
+		{"", "", "circuit", "budget"}, // a policy named circuit is not the circuit breaker
+		{"", "", "retry-after", "budget"},
+		{"", "", "pace", "budget"},        // a policy named pace is not the pacer's pace
+		{"", "", "concurrency", "budget"}, // nor one named concurrency its most calls at once
+		{"", "", "", "other"},
 	} {
-		if got := metrics.Reason(tt.gate, tt.src); got != tt.want {
-			t.Errorf("Reason(%q, %q) = %q, want %q", tt.gate, tt.src, got, tt.want)
+		if got := metrics.Reason(tt.gate, tt.limit, tt.src); got != tt.want {
+			t.Errorf("Reason(%q, %q, %q) = %q, want %q", tt.gate, tt.limit, tt.src, got, tt.want)
 		}
 	}
 	for status, want := range map[int]string{0: "none", 200: "2xx", 304: "3xx", 429: "4xx", 503: "5xx", 999: "none"} {

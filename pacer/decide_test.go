@@ -435,6 +435,43 @@ func TestPolicyNamedLikeAGateIsNotOne(t *testing.T) {
 	}
 }
 
+// What holds a call is one of the pacer's own limits only when that limit
+// binds: a policy named "pace" or "concurrency" is a budget, and the
+// key's pace and its most calls at once are the pacer's.
+func TestPolicyNamedLikeALimitIsNotOne(t *testing.T) {
+	for _, name := range []string{"pace", "concurrency"} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			k := newKey(policy(name, 1, time.Minute))
+			e.mustAdmit(k, "agent", "/items")
+			if pe := e.mustPause(k, "agent", "/items"); pe.Source != name || pe.Limit != "" || pe.Binding == nil {
+				t.Errorf("the policy %s spent: source %q, limit %q, binding %v; want source %s, no limit, its budget",
+					name, pe.Source, pe.Limit, pe.Binding, name)
+			}
+		})
+	}
+	t.Run("the pacer's pace", func(t *testing.T) {
+		e := newEnv(t)
+		k := newKey()
+		k.MaxRate = 2
+		e.mustAdmit(k, "agent", "/items")
+		if pe := e.mustPause(k, "agent", "/items"); pe.Limit != pacer.PaceLimit {
+			t.Errorf("got limit %q, want %q", pe.Limit, pacer.PaceLimit)
+		}
+	})
+	t.Run("the pacer's concurrency", func(t *testing.T) {
+		e := newEnv(t)
+		k := newKey()
+		k.MaxConcurrency = 1
+		e.mustAdmit(k, "agent", "/a")
+		e.clk.advance(time.Second)
+		_, other := e.open()
+		if pe := mustPause(t, e.clk, other, e.call(k, "sync", "/b")); pe.Limit != pacer.ConcurrencyLimit {
+			t.Errorf("got limit %q, want %q", pe.Limit, pacer.ConcurrencyLimit)
+		}
+	})
+}
+
 // The errors Admit returns.
 func TestPauseError(t *testing.T) {
 	e := newEnv(t)

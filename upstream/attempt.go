@@ -134,7 +134,7 @@ func (a *attempts) admit(req *http.Request, cs *call) (pacer.Ticket, string, *ht
 			if errors.As(err, &pe) { // recorded in the activity
 				cs.lastState = string(ledger.RejectedLocal)
 				c.observe(req.Context(), Event{Kind: Refused, Key: k.Name, Caller: cs.req.Caller, Transport: cs.req.Transport,
-					CallID: cs.id, Attempt: cs.attempts, State: string(ledger.RejectedLocal), Source: pe.Source, Gate: pe.Gate,
+					CallID: cs.id, Attempt: cs.attempts, State: string(ledger.RejectedLocal), Source: pe.Source, Gate: pe.Gate, Limit: pe.Limit,
 					Wait: c.now().Sub(admitStart), Method: cs.method, Target: target})
 			} else if req.Context().Err() == nil {
 				// Not a refusal and not the caller leaving: the state file

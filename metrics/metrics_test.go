@@ -17,6 +17,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/metrics"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/state"
 	"github.com/mcp-quota/mcp-quota/upstream"
 )
@@ -121,7 +122,7 @@ func TestBudgetIsReadAtScrapeTime(t *testing.T) {
 				return err
 			}
 		}
-		return tx.PutGate(ledger.Gate{Key: "k", Until: now.Add(time.Minute), Source: "circuit", SetAt: now, Reason: "test"})
+		return tx.PutGate(ledger.Gate{Key: "k", Until: now.Add(time.Minute), Source: "circuit", SetAt: now, Reason: reason.Reason{Kind: reason.Said, Said: "test"}})
 	})
 	if err != nil {
 		t.Fatal(err)

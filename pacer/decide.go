@@ -367,7 +367,11 @@ func (d *decision) spreadBy(why reason.Reason) {
 
 // gateReason is why a closed gate holds calls back: what it says.
 func gateReason(g ledger.Gate) reason.Reason {
-	return reason.Reason{Kind: reason.Said, Source: string(g.Source), Said: g.Reason}
+	why := g.Reason
+	if why.Kind == reason.Said {
+		why.Source = string(g.Source) // kept as words only: what closed it says more
+	}
+	return why
 }
 
 // maxConcurrency is k's limit on calls in flight; zero means the default.

@@ -375,7 +375,7 @@ func TestBackoffAndCircuitBreaker(t *testing.T) {
 		e.clk.advance(want)
 	}
 	res := lost()
-	if res.RetryIn != pacer.BreakerCooldown || len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "circuit") {
+	if res.RetryIn != pacer.BreakerCooldown || len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0].String(), "circuit") {
 		t.Fatalf("fifth failure: got RetryIn %v and warnings %q, want the circuit open for %v", res.RetryIn, res.Warnings, pacer.BreakerCooldown)
 	}
 	if pe := e.mustPause(k, "agent", "/items"); pe.Source != "circuit" {
@@ -407,7 +407,7 @@ func TestBackoffAndCircuitBreaker(t *testing.T) {
 	e.clk.advance(time.Second)
 	for range pacer.BreakerThreshold + 1 {
 		res := e.send(k, "agent", 429, reading(time.Second, shown("default", 10, time.Second, 0, time.Second)))
-		if len(res.Warnings) > 1 || (len(res.Warnings) == 1 && strings.Contains(res.Warnings[0], "circuit")) {
+		if len(res.Warnings) > 1 || (len(res.Warnings) == 1 && strings.Contains(res.Warnings[0].String(), "circuit")) {
 			t.Fatalf("guided refusal: got warnings %q, want no circuit", res.Warnings)
 		}
 		e.clk.advance(2 * time.Second)
@@ -426,7 +426,7 @@ func TestPolicyNamedLikeAGateIsNotOne(t *testing.T) {
 	e.clk.advance(time.Minute)
 	if err := e.db.Update(context.Background(), func(tx ledger.Tx) error {
 		return tx.PutGate(ledger.Gate{Key: k.Name, Until: e.clk.Now().Add(time.Hour), Source: ledger.CircuitGate,
-			Reason: "the circuit is open", SetAt: e.clk.Now()})
+			Reason: reason.Reason{Kind: reason.CircuitOpen, Key: k.Name, Failures: 5, For: time.Hour}, SetAt: e.clk.Now()})
 	}, k.Name); err != nil {
 		t.Fatal(err)
 	}

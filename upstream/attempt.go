@@ -184,9 +184,10 @@ func (c *Client) done(ctx context.Context, cs *call, t pacer.Ticket, o pacer.Out
 		c.log.Error("recording an attempt failed", "key", cs.key.Name, "call", cs.id, "error", err)
 	}
 	s := cs.key.Scrubber()
-	res.Advice.Why = res.Advice.Why.Map(func(t string) string { t, _ = s.Scrub(t); return t })
+	scrub := func(t string) string { t, _ = s.Scrub(t); return t }
+	res.Advice.Why = res.Advice.Why.Map(scrub)
 	for i, w := range res.Warnings {
-		res.Warnings[i], _ = s.Scrub(w)
+		res.Warnings[i] = w.Map(scrub)
 	}
 	cs.lastState = string(res.State)
 	e := Event{Kind: Attempted, Key: cs.key.Name, Caller: cs.req.Caller, Transport: cs.req.Transport, CallID: cs.id,
@@ -207,7 +208,7 @@ func (c *Client) done(ctx context.Context, cs *call, t pacer.Ticket, o pacer.Out
 	cs.last = a
 	cs.warnings = append(cs.warnings, res.Warnings...)
 	for _, w := range res.Warnings {
-		c.log.Warn(w, "key", cs.key.Name)
+		c.log.Warn(w.String(), "key", cs.key.Name)
 	}
 	return err
 }

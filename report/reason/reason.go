@@ -22,8 +22,9 @@ type Kind string
 
 // The kinds of reasons, and the fields each one fills.
 const (
-	// Said is a reason given in words before, as they were kept: a
-	// closed gate's reason as the state holds it (Source, Said).
+	// Said is a reason kept as words only (Said): a gate or a warning
+	// the state held before reasons were stored as data (for a gate,
+	// Source names what closed it).
 	Said Kind = "said"
 	// WindowSpent: every call of a windowed policy is used (Policy,
 	// Limit, Window; Held of them are kept for others' reservations).

@@ -20,6 +20,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -83,6 +84,7 @@ func TestPostgres(t *testing.T) {
 	t.Run("a state that fails to open leaves no journal directory", func(t *testing.T) { noJournalDirLeft(t, srv) })
 	t.Run("both back ends' schemas hold the same things", func(t *testing.T) { schemasHoldTheSame(t, srv) })
 	t.Run("flags written by the previous schema are migrated in place", func(t *testing.T) { flagsMigrated(t, srv) })
+	t.Run("reasons written before they were data read back as their words", func(t *testing.T) { reasonsMigrated(t, srv) })
 }
 
 // A keyword/value connection string (libpq's other form) opens the same
@@ -539,9 +541,9 @@ func passwordInNoTable(t *testing.T, srv *pgtest.Server) {
 	}
 	noPasswordOnServer(t, srv)
 	update(t, pg, func(tx ledger.Tx) error {
-		return tx.AddWarning(ledger.Warning{Key: "k", At: t0, Kind: "x", Message: "planted: " + srv.Password()})
+		return tx.AddWarning(ledger.Warning{Key: "k", At: t0, Kind: "x", Reason: reason.Reason{Kind: reason.Said, Said: "planted: " + srv.Password()}})
 	})
-	if found := passwordIn(t, srv, url); len(found) != 1 || !strings.HasPrefix(found[0], "warnings.message") {
-		t.Errorf("a password planted in a warning: found in %v, want warnings.message", found)
+	if found := passwordIn(t, srv, url); len(found) != 1 || !strings.HasPrefix(found[0], "warnings.why") {
+		t.Errorf("a password planted in a warning: found in %v, want warnings.why", found)
 	}
 }

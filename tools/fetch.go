@@ -444,10 +444,11 @@ func (f *fetchCall) answered(ctx context.Context, resp *upstream.Response) (*mcp
 	if f.repeats > 0 && unchanged {
 		r.Advice = loopAdvice(r.Advice, f.repeats+1, f.lim.LoopWindow, false)
 	}
-	r.Warnings = append(append(r.Warnings, resp.Result.Warnings...), redactionWarnings(resp)...)
 	for _, w := range resp.Result.Warnings {
-		f.d.warn(ctx, w)
+		r.Warnings = append(r.Warnings, w.String())
+		f.d.warn(ctx, w.String())
 	}
+	r.Warnings = append(r.Warnings, redactionWarnings(resp)...)
 	r.Next = nextPage(resp.Header, f.k)
 	return f.fitted(r, raw, complete), nil
 }

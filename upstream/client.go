@@ -28,6 +28,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // Errors of the upstream side; check them with errors.Is.
@@ -363,10 +364,10 @@ type call struct {
 	attempts   int
 	waited     time.Duration
 	last       *answer
-	lastErr    error       // the last attempt's transport error, if it had one
-	lastState  string      // the state the last recorded attempt ended in
-	warnings   []string    // raised by any attempt
-	body       *callerBody // a streamed body; nil otherwise
+	lastErr    error           // the last attempt's transport error, if it had one
+	lastState  string          // the state the last recorded attempt ended in
+	warnings   []reason.Reason // raised by any attempt
+	body       *callerBody     // a streamed body; nil otherwise
 }
 
 // answer is what one attempt brought back.

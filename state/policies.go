@@ -169,7 +169,7 @@ func (tx *Tx) PutGate(g ledger.Gate) error {
 	if err != nil {
 		return err
 	}
-	_, err = tx.exec(qPutGate, g.Key, g.Scope, micros(g.Until), why, string(g.Source), micros(g.SetAt))
+	_, err = tx.exec(qPutGate, g.Key, g.Scope, micros(g.Until), why, string(g.Source), micros(g.SetAt), olderWords(g.Reason))
 	if err != nil {
 		return fmt.Errorf("state: record gate: %w", err)
 	}
@@ -295,7 +295,7 @@ func (tx *Tx) AddWarning(w ledger.Warning) error {
 	if err != nil {
 		return err
 	}
-	_, err = tx.exec(qAddWarning, w.Key, micros(w.At), w.Kind, why)
+	_, err = tx.exec(qAddWarning, w.Key, micros(w.At), w.Kind, why, olderWords(w.Reason))
 	if err != nil {
 		return fmt.Errorf("state: record warning: %w", err)
 	}

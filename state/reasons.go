@@ -12,8 +12,10 @@ import (
 // why: the JSON form of reason.Reason, its kind and the fields that are
 // not zero. Nothing in SQL looks inside it, so both back ends keep it as
 // text. The column of words beside it (a gate's reason, a warning's
-// message) holds what a row written before reasons were data said; a row
-// written now leaves it empty, and its words are made where they are
+// message) holds what a row written before reasons were data said. A row
+// written now fills it too (olderWords), for the processes of the
+// previous version that share the store while hosts are upgraded one at
+// a time; this version reads only why, and words a reason where it is
 // shown.
 
 // storedWhy is r as the state keeps it: its JSON form, or NULL for the
@@ -44,4 +46,13 @@ func readWhy(why sql.NullString, said string) (reason.Reason, error) {
 		return reason.Reason{}, fmt.Errorf("state: a kept reason does not read: %w", err)
 	}
 	return r, nil
+}
+
+// olderWords is r in words, for the column that processes of the
+// previous version read (they know nothing of why).
+func olderWords(r reason.Reason) string {
+	if r.IsZero() {
+		return ""
+	}
+	return r.String()
 }

@@ -123,6 +123,11 @@ func TestReasonsOfAnOlderFile(t *testing.T) {
 	}
 	db := open(t, path)
 	checkReasonsMigrated(t, db)
+	var words string
+	if err := raw.QueryRow(`SELECT reason FROM gates WHERE key = 'k'`).Scan(&words); err != nil {
+		t.Fatal(err)
+	}
+	checkOlderWords(t, words)
 }
 
 // The PostgreSQL schema before reasons were data (version 6), with a gate
@@ -147,7 +152,16 @@ func reasonsMigrated(t *testing.T, srv *pgtest.Server) {
 	if err := conn.QueryRow(ctx, `SELECT reason FROM mcp_quota.gates WHERE key = 'k'`).Scan(&words); err != nil && err != pgx.ErrNoRows {
 		t.Fatal(err)
 	}
-	if words != "" {
-		t.Errorf("a gate written as data keeps the words %q beside it, want none: they are made where they are shown", words)
+	checkOlderWords(t, words)
+}
+
+// checkOlderWords checks the words kept beside the gate checkReasonsMigrated
+// wrote as data: what a process of the previous version, which reads only
+// the words, shows while hosts are upgraded one at a time.
+func checkOlderWords(t *testing.T, words string) {
+	t.Helper()
+	want := reason.Reason{Kind: reason.CircuitOpen, Key: "k", Failures: 5, For: 2 * time.Hour}.String()
+	if words != want {
+		t.Errorf("a gate written as data keeps the words %q beside it, want %q for processes of the previous version", words, want)
 	}
 }

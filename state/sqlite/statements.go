@@ -68,7 +68,7 @@ var Statements = map[string]string{
 	"Gates": `SELECT scope, until, reason, why, source, set_at FROM gates
 	WHERE key = ? AND until > ? ORDER BY until DESC`,
 	"PutGate": `INSERT INTO gates (key, scope, until, reason, why, source, set_at)
-	VALUES (?1, ?2, ?3, '', ?4, ?5, ?6)
+	VALUES (?1, ?2, ?3, ?7, ?4, ?5, ?6)
 	ON CONFLICT (key, scope) DO UPDATE SET until = excluded.until, reason = excluded.reason, why = excluded.why,
 		source = excluded.source, set_at = excluded.set_at
 	WHERE excluded.until > gates.until`,
@@ -90,7 +90,7 @@ var Statements = map[string]string{
 	"FailingPaths":    `SELECT count(*) FROM path_failures WHERE key = ? AND last_at > ?`,
 	"ForgetPaths":     `DELETE FROM path_failures WHERE key = ? AND last_at < ?`,
 	"ForgetPathGates": `DELETE FROM gates WHERE key = ? AND scope != '' AND until < ?`,
-	"AddWarning":      `INSERT INTO warnings (key, at, kind, message, why) VALUES (?, ?, ?, '', ?)`,
+	"AddWarning":      `INSERT INTO warnings (key, at, kind, message, why) VALUES (?1, ?2, ?3, ?5, ?4)`,
 	"Warnings": `SELECT id, at, kind, message, why FROM warnings
 	WHERE key = ? AND at > ? AND at <= ? ORDER BY id DESC LIMIT 20`,
 	// responses

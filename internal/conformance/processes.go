@@ -54,11 +54,14 @@ func times(list []ledger.Send) []time.Time {
 
 // Three processes hammering one key share its budget exactly: no rolling
 // window of the log ever holds more than the quota, and the quota is
-// used.
+// used. The quota asks for 10 admissions a second in all: three
+// processes under -race on a busy 2-core machine make 27 or more (25 a
+// window of 300 ms failed there, at 8 to 19), so the quota binds however
+// loaded the machine, and the checks are about sharing, not speed.
 func processesShareOneBudget(t *testing.T, b Backend) {
 	const (
-		quota  = 25
-		window = 300 * time.Millisecond
+		quota  = 5
+		window = 500 * time.Millisecond
 		run    = 1500 * time.Millisecond
 	)
 	list, made := hammer(t, b, quota, window, run)

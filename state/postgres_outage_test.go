@@ -27,6 +27,13 @@ import (
 // opened with, short so that a failure shows quickly.
 const outageTimeout = 300 * time.Millisecond
 
+// promptly is how long a failure "within about the Timeout" may take in
+// these tests: it tells a bounded wait from a hung one (which lasts until
+// the kernel's TCP timeout, minutes) with room for a busy 2-core machine,
+// where a goroutine can wait 700 ms for a core. How close to the Timeout
+// a failure comes on a quiet machine is not a test's claim.
+const promptly = 10 * outageTimeout
+
 func TestPostgresServerGoesAway(t *testing.T) {
 	srv := startPostgres(t)
 	restart := func() { srv.Restart(t) }
@@ -295,7 +302,7 @@ func outage(t *testing.T, url string, down, up func(), extra func() int64) {
 			t.Errorf("a %s while the server was down failed with %v, want ErrUnavailable", f.what, f.err)
 		}
 	}
-	if slowest > 3*outageTimeout {
+	if slowest > promptly {
 		t.Errorf("the slowest failure took %v, want within about the Timeout (%v)", slowest, outageTimeout)
 	}
 	t.Logf("the slowest of %d failures took %v", len(l.failures), slowest)
@@ -352,7 +359,7 @@ func waitForServer(t *testing.T, srv *pgtest.Server) {
 		t.Fatalf("OpenPostgres with WaitForServer while the server is down: %v", err)
 	}
 	t.Cleanup(func() { pg.Close() })
-	if took := time.Since(start); took > 6*outageTimeout {
+	if took := time.Since(start); took > 2*promptly {
 		t.Errorf("opening twice while the server is down took %v, want within about the Timeout (%v) each", took, outageTimeout)
 	}
 	admit := func(tx ledger.Tx) error {
@@ -370,7 +377,7 @@ func waitForServer(t *testing.T, srv *pgtest.Server) {
 		if !errors.Is(err, state.ErrUnavailable) || !state.Storage(err) {
 			t.Errorf("%s before the server is up: got %v, want ErrUnavailable", name, err)
 		}
-		if took := time.Since(start); took > 3*outageTimeout {
+		if took := time.Since(start); took > promptly {
 			t.Errorf("%s before the server is up failed after %v, want within about the Timeout (%v)", name, took, outageTimeout)
 		}
 	}
@@ -434,7 +441,7 @@ func TestPostgresServerNeverAnswers(t *testing.T) {
 
 	start := time.Now()
 	_, err = state.OpenPostgres(context.Background(), url, state.PostgresOptions{Timeout: outageTimeout})
-	if took := time.Since(start); !errors.Is(err, state.ErrUnavailable) || took > 3*outageTimeout {
+	if took := time.Since(start); !errors.Is(err, state.ErrUnavailable) || took > promptly {
 		t.Errorf("OpenPostgres of a server that never answers: got %v after %v, want ErrUnavailable within about %v", err, took, outageTimeout)
 	}
 	pg, err := state.OpenPostgres(context.Background(), url, state.PostgresOptions{Timeout: outageTimeout, WaitForServer: true})
@@ -457,7 +464,7 @@ func TestPostgresServerNeverAnswers(t *testing.T) {
 	}
 	wg.Wait()
 	for i := range calls {
-		if !errors.Is(errs[i], state.ErrUnavailable) || !state.Storage(errs[i]) || took[i] > 3*outageTimeout {
+		if !errors.Is(errs[i], state.ErrUnavailable) || !state.Storage(errs[i]) || took[i] > promptly {
 			t.Errorf("call %d of %d at once: got %v after %v, want ErrUnavailable within about %v", i, calls, errs[i], took[i], outageTimeout)
 		}
 	}

@@ -181,7 +181,7 @@ func keysDoNotWaitForEachOther(t *testing.T, srv *pgtest.Server) {
 	if !errors.Is(err, state.ErrUnavailable) || !state.Storage(err) {
 		t.Errorf("an Update of key A, held past its Timeout: got %v, want ErrUnavailable", err)
 	}
-	if took < timeout || took > 3*timeout {
+	if took < timeout || took > 10*timeout { // bounded, not hung (see promptly)
 		t.Errorf("an Update of key A with a Timeout of %v failed after %v", timeout, took)
 	}
 	if ran {

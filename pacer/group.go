@@ -9,15 +9,14 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
-// The transactions of one key that come at the same time in one process
-// — admissions, and outcomes recorded in a transaction of their own — run
-// together, in one: the first becomes the leader and runs it, the others
-// queue behind it, and when it is done the first of those queued leads
-// the next one with every one queued by then. Inside the transaction,
-// which holds the key (its row on PostgreSQL, the file's write lock on
-// SQLite), each does its part in turn, in the order they came: a call is
-// decided by the same rules as alone, against what the parts before it
-// recorded. The key is held once for many calls, and on PostgreSQL the
+// The unleased admissions of one key that come at the same time in one
+// process run together, in one transaction: the first becomes the leader
+// and runs it, the others queue behind it, and when it is done the first
+// of those queued leads the next one with every one queued by then.
+// Inside the transaction, which holds the key (its row on PostgreSQL, the
+// file's write lock on SQLite), each call is decided in turn, in the
+// order they came, by the same rules as alone, against what the ones
+// before it recorded. The key is held once for many calls, and on PostgreSQL the
 // locked row's round trips are shared by them. Each admitted call gets
 // its own attempt; a call held back gets its own wait or refusal.
 //
@@ -39,22 +38,16 @@ type admitGroup struct {
 	queue []*groupCall // in the order they came
 }
 
-// A groupCall is one transaction's work on a key waiting to run with
-// others: an admission's decision, or an outcome's record.
+// A groupCall is one admission's decision waiting to run with others.
 type groupCall struct {
 	ctx context.Context
 	key string
 	// fn is its part of the transaction; it may run more than once (see
 	// ledger.Store), keeping only its last run's results.
 	fn func(tx ledger.Tx) error
-	// admission says fn decides an admission, which does not run after
-	// another granted a lease in the transaction; granted says whether
-	// fn's last run did.
-	admission bool
-	granted   func() bool
-	// learned says the transaction must write everything the Pacer
-	// learned of the key (see Pacer.update), not only what is due.
-	learned bool
+	// granted says whether fn's last run granted a lease: the
+	// admissions after it in the transaction do not run.
+	granted func() bool
 	// committed, when set, runs once the transaction has committed, before
 	// the next one of the key starts.
 	committed func()
@@ -125,7 +118,7 @@ func (a *admitGroups) next(key string) []*groupCall {
 // holding no decision and no wait: Admit's loop tries it again.
 func (p *Pacer) admitTogether(ctx context.Context, c Call, start, deadline time.Time) (admitRun, error) {
 	var run admitRun
-	g := &groupCall{ctx: ctx, key: c.Key.Name, admission: true,
+	g := &groupCall{ctx: ctx, key: c.Key.Name,
 		fn: func(tx ledger.Tx) error {
 			run = admitRun{}
 			return p.admitStep(tx, c, start, deadline, nil, &run)
@@ -143,12 +136,6 @@ func (p *Pacer) admitTogether(ctx context.Context, c Call, start, deadline time.
 		return admitRun{now: p.now()}, nil // no decision, no wait: tried again
 	}
 	return run, nil
-}
-
-// updateTogether is update of key, run with the other transactions of
-// the key that come at the same time (see admitGroups).
-func (p *Pacer) updateTogether(ctx context.Context, key string, fn func(ledger.Tx) error) error {
-	return p.together(&groupCall{ctx: ctx, key: key, fn: fn, learned: true})
 }
 
 // together runs g's part in a transaction of its key with the others
@@ -186,10 +173,6 @@ func (p *Pacer) runTogether(batch []*groupCall) {
 		// transaction is bounded by the store.
 		ctx = context.WithoutCancel(ctx)
 	}
-	learnAll := false
-	for _, g := range batch {
-		learnAll = learnAll || g.learned
-	}
 	fn := func(tx ledger.Tx) error {
 		// The function may run more than once (see ledger.Store): only
 		// the last run's parts count, and nothing in memory changes
@@ -199,23 +182,18 @@ func (p *Pacer) runTogether(batch []*groupCall) {
 		}
 		granted := false
 		for _, g := range batch {
-			if g.admission && granted {
+			if granted {
 				continue // the key's one lease: this call tries again
 			}
 			if err := g.fn(tx); err != nil {
 				return err
 			}
 			g.ran = true
-			granted = granted || (g.admission && g.granted())
+			granted = g.granted()
 		}
 		return nil
 	}
-	var err error
-	if learnAll {
-		err = p.update(ctx, fn, leader.key)
-	} else {
-		err = p.admitUpdate(ctx, fn, leader.key)
-	}
+	err := p.admitUpdate(ctx, fn, leader.key)
 	for _, g := range batch {
 		g.err = err
 		if err == nil && g.ran && g.committed != nil {

@@ -106,7 +106,7 @@ func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 		res.Budgets, res.Binding, res.Advice, err = p.advise(tx, t.Call, p.now(), ks)
 		return res, err
 	}
-	err := p.updateTogether(ctx, t.Call.Key.Name, func(tx ledger.Tx) error { // with the key's other transactions here (see group.go)
+	err := p.update(ctx, func(tx ledger.Tx) error {
 		var err error
 		if res, err = record(tx); err != nil {
 			return err
@@ -115,7 +115,7 @@ func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 			return ended.release(tx)
 		}
 		return nil
-	})
+	}, t.Call.Key.Name)
 	if err != nil {
 		p.keepUnrecorded(t, o, err)
 		return res, fmt.Errorf("pacer: record %s: %w", t.Call.Key.Name, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/dashboard"
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/gateway"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
@@ -51,18 +52,8 @@ func BenchmarkOpenPage(b *testing.B) {
 	api := demo.New(demo.Config{Quota: quota, Window: window, Tokens: []string{secret}})
 	up := httptest.NewServer(api)
 	defer up.Close()
-	keys, err := keystore.Parse([]byte(fmt.Sprintf(`[[keys]]
-name = "k"
-base_url = %q
-secret_env = "S"
-auth = "bearer"
-profile = "ietf"
-max_rate = 1000
-  [[keys.policies]]
-  name = "default"
-  quota = %d
-  window = "60s"
-`, up.URL, quota)), keystore.Env{Getenv: func(string) string { return secret }})
+	keys, err := keystore.Parse([]byte(testkit.Keys(testkit.Key{Name: "k", BaseURL: up.URL, SecretEnv: "S", Auth: "bearer", Profile: "ietf",
+		MaxRate: 1000, Policies: testkit.Window(quota, window)})), keystore.Env{Getenv: func(string) string { return secret }})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/dashboard"
 	"github.com/mcp-quota/mcp-quota/gateway"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/metrics"
 	"github.com/mcp-quota/mcp-quota/pacer"
@@ -41,41 +42,15 @@ func server(t *testing.T, callers bool) (string, *state.DB) {
 // serverWith is server with the reverse proxies it trusts.
 func serverWith(t *testing.T, callers bool, proxies []netip.Prefix) (string, *state.DB) {
 	t.Helper()
-	cfg := `[[keys]]
-name = "other"
-base_url = "https://other.example.com"
-secret_env = "S"
-auth = "bearer"
-  [[keys.policies]]
-  name = "default"
-  quota = 100
-  window = "60s"
-
-[[keys]]
-name = "k"
-base_url = "https://api.example.com"
-secret_env = "S"
-auth = "bearer"
-  [[keys.policies]]
-  name = "default"
-  quota = 10
-  window = "60s"
-`
+	cfg := testkit.Config{Keys: []testkit.Key{
+		{Name: "other", BaseURL: "https://other.example.com", SecretEnv: "S", Auth: "bearer", Policies: testkit.Window(100, time.Minute)},
+		{Name: "k", BaseURL: "https://api.example.com", SecretEnv: "S", Auth: "bearer", Policies: testkit.Window(10, time.Minute)},
+	}}
 	if callers {
-		cfg += `
-[[callers]]
-name = "a"
-token_env = "A"
-keys = ["k"]
-
-[[callers]]
-name = "b"
-token_env = "B"
-keys = ["*"]
-`
+		cfg.Callers = []testkit.Caller{{Name: "a", TokenEnv: "A", Keys: []string{"k"}}, {Name: "b", TokenEnv: "B", Keys: []string{"*"}}}
 	}
 	env := map[string]string{"S": secret, "A": tokenA, "B": tokenB}
-	keys, err := keystore.Parse([]byte(cfg), keystore.Env{Getenv: func(k string) string { return env[k] }})
+	keys, err := keystore.Parse([]byte(cfg.TOML()), keystore.Env{Getenv: func(k string) string { return env[k] }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -212,14 +212,14 @@ func (d *detail) mark(tx ledger.Tx, key string, ks report.KeyStatus, since, now 
 		return err
 	}
 	for _, g := range gates {
-		d.Gates = append(d.Gates, mark{At: stamp(g.SetAt), Until: stamp(g.Until), Kind: string(g.Source), Reason: g.Reason})
+		d.Gates = append(d.Gates, mark{At: stamp(g.SetAt), Until: stamp(g.Until), Kind: string(g.Source), Reason: g.Reason.String()})
 	}
 	warnings, err := tx.Warnings(key, since)
 	if err != nil {
 		return err
 	}
 	for _, wa := range warnings {
-		d.Warnings = append(d.Warnings, mark{At: stamp(wa.At), Kind: wa.Kind, Reason: wa.Message})
+		d.Warnings = append(d.Warnings, mark{At: stamp(wa.At), Kind: wa.Kind, Reason: wa.Reason.String()})
 	}
 	return nil
 }

@@ -21,12 +21,12 @@ const (
 
 func testStore(t *testing.T, withCallers bool) *keystore.Store {
 	t.Helper()
-	cfg := "[[keys]]\nname = \"k\"\nbase_url = \"https://api.example.com\"\nauth = \"none\"\n"
+	cfg := testkit.Config{Keys: []testkit.Key{{Name: "k", BaseURL: "https://api.example.com", Auth: "none"}}}
 	if withCallers {
-		cfg += "[[callers]]\nname = \"a\"\ntoken_env = \"A\"\nkeys = [\"k\"]\n[[callers]]\nname = \"b\"\ntoken_env = \"B\"\nkeys = [\"*\"]\n"
+		cfg.Callers = []testkit.Caller{{Name: "a", TokenEnv: "A", Keys: []string{"k"}}, {Name: "b", TokenEnv: "B", Keys: []string{"*"}}}
 	}
 	env := map[string]string{"A": tokenA, "B": tokenB}
-	s, err := keystore.Parse([]byte(cfg), keystore.Env{Getenv: func(k string) string { return env[k] }})
+	s, err := keystore.Parse([]byte(cfg.TOML()), keystore.Env{Getenv: func(k string) string { return env[k] }})
 	if err != nil {
 		t.Fatal(err)
 	}

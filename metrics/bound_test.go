@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/metrics"
 	"github.com/mcp-quota/mcp-quota/pacer"
@@ -22,18 +23,18 @@ import (
 // origin, the others summed under policy="other". Nothing is dropped:
 // the "other" series hold the sums of what they stand for.
 func TestSeriesBoundedWithManyKeys(t *testing.T) {
-	var cfg strings.Builder
+	var cfg testkit.Config
 	wantOtherKeys := 0 // the limits of keys 100…999 summed
 	wantOtherPolicies := 0
 	for i := range 1000 {
-		fmt.Fprintf(&cfg, "[[keys]]\nname = \"k%04d\"\nbase_url = \"https://api%d.example.com\"\nauth = \"none\"\n", i, i)
+		k := testkit.Key{Name: fmt.Sprintf("k%04d", i), BaseURL: fmt.Sprintf("https://api%d.example.com", i), Auth: "none"}
 		n := 2
 		if i == 0 {
 			n = 40
 		}
 		for p := range n {
 			q := 10 + i + p
-			fmt.Fprintf(&cfg, "  [[keys.policies]]\n  name = \"p%02d\"\n  quota = %d\n  window = \"%ds\"\n", p, q, 60+p)
+			k.Policies = append(k.Policies, testkit.Policy{Name: fmt.Sprintf("p%02d", p), Quota: int64(q), Window: time.Duration(60+p) * time.Second})
 			if i >= 100 {
 				wantOtherKeys += q
 			}
@@ -41,8 +42,9 @@ func TestSeriesBoundedWithManyKeys(t *testing.T) {
 				wantOtherPolicies += q
 			}
 		}
+		cfg.Keys = append(cfg.Keys, k)
 	}
-	keys, err := keystore.Parse([]byte(cfg.String()), keystore.Env{Getenv: func(string) string { return "" }})
+	keys, err := keystore.Parse([]byte(cfg.TOML()), keystore.Env{Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,7 +107,7 @@ func (m *Metrics) Observe(e upstream.Event) {
 	key := m.bound("key", e.Key)
 	switch e.Kind {
 	case upstream.Refused:
-		m.refusals.WithLabelValues(key, Reason(e.Gate, e.Source)).Inc()
+		m.refusals.WithLabelValues(key, Reason(e.Gate, e.Limit, e.Source)).Inc()
 	case upstream.Attempted:
 		m.attempts.WithLabelValues(key, StatusClass(e.Status)).Inc()
 		m.wait.WithLabelValues(key).Observe(e.Wait.Seconds())
@@ -144,19 +144,17 @@ func StatusClass(status int) string {
 	return fmt.Sprintf("%dxx", status/100)
 }
 
-// limits are the pacer's own limits a refusal's source names, kept as
-// they are.
-var limits = map[string]bool{"pace": true, "concurrency": true, "probe": true}
-
 // Reason is the reason label of a refusal: the gate's source when a gate
-// bound; else the local limit or, for any other source, "budget" (a
-// policy's name, whose budget is spent — even one named like a gate).
-func Reason(gate ledger.GateSource, src string) string {
+// bound; the pacer's own limit when one bound ("pace", "concurrency",
+// "probe", "share", "turn"); else, for any other source, "budget" (a
+// policy's name, whose budget is spent — even one named like a gate or
+// like one of the pacer's limits).
+func Reason(gate ledger.GateSource, limit pacer.OwnLimit, src string) string {
 	switch {
 	case gate != "":
 		return string(gate)
-	case limits[src]:
-		return src
+	case limit != "":
+		return string(limit)
 	case src == "":
 		return "other"
 	}

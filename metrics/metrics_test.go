@@ -13,25 +13,20 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/metrics"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/state"
 	"github.com/mcp-quota/mcp-quota/upstream"
 )
 
 func newMetrics(t *testing.T) (*metrics.Metrics, *state.DB) {
 	t.Helper()
-	keys, err := keystore.Parse([]byte(`[[keys]]
-name = "k"
-base_url = "https://api.example.com"
-auth = "none"
-  [[keys.policies]]
-  name = "default"
-  quota = 10
-  window = "60s"
-`), keystore.Env{Getenv: func(string) string { return "" }})
+	keys, err := keystore.Parse([]byte(testkit.Keys(testkit.Key{Name: "k", BaseURL: "https://api.example.com", Auth: "none",
+		Policies: testkit.Window(10, time.Minute)})), keystore.Env{Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,19 +73,24 @@ func TestLabelValuesStayBounded(t *testing.T) {
 func TestRefusalReasons(t *testing.T) {
 	for _, tt := range []struct {
 		gate      ledger.GateSource
+		limit     pacer.OwnLimit
 		src, want string
 	}{
-		{ledger.RetryAfterGate, "retry-after", "retry-after"},
-		{ledger.CircuitGate, "circuit", "circuit"},
-		{"", "pace", "pace"},
-		{"", "default", "budget"},
-		{"", "hourly-core", "budget"},
-		{"", "circuit", "budget"}, // a policy named circuit is not the circuit breaker
-		{"", "retry-after", "budget"},
-		{"", "", "other"},
+		{ledger.RetryAfterGate, "", "retry-after", "retry-after"},
+		{ledger.CircuitGate, "", "circuit", "circuit"},
+		{"", pacer.PaceLimit, "pace", "pace"},
+		{"", pacer.ConcurrencyLimit, "concurrency", "concurrency"},
+		{"", pacer.ShareLimit, "share", "share"},
+		{"", "", "default", "budget"},
+		{"", "", "hourly-core", "budget"},
+		{"", "", "circuit", "budget"}, // a policy named circuit is not the circuit breaker
+		{"", "", "retry-after", "budget"},
+		{"", "", "pace", "budget"},        // a policy named pace is not the pacer's pace
+		{"", "", "concurrency", "budget"}, // nor one named concurrency its most calls at once
+		{"", "", "", "other"},
 	} {
-		if got := metrics.Reason(tt.gate, tt.src); got != tt.want {
-			t.Errorf("Reason(%q, %q) = %q, want %q", tt.gate, tt.src, got, tt.want)
+		if got := metrics.Reason(tt.gate, tt.limit, tt.src); got != tt.want {
+			t.Errorf("Reason(%q, %q, %q) = %q, want %q", tt.gate, tt.limit, tt.src, got, tt.want)
 		}
 	}
 	for status, want := range map[int]string{0: "none", 200: "2xx", 304: "3xx", 429: "4xx", 503: "5xx", 999: "none"} {
@@ -116,7 +116,7 @@ func TestBudgetIsReadAtScrapeTime(t *testing.T) {
 				return err
 			}
 		}
-		return tx.PutGate(ledger.Gate{Key: "k", Until: now.Add(time.Minute), Source: "circuit", SetAt: now, Reason: "test"})
+		return tx.PutGate(ledger.Gate{Key: "k", Until: now.Add(time.Minute), Source: "circuit", SetAt: now, Reason: reason.Reason{Kind: reason.Said, Said: "test"}})
 	})
 	if err != nil {
 		t.Fatal(err)

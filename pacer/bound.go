@@ -237,33 +237,33 @@ func full(k *keystore.Key, known []ledger.SeenPolicy) bool {
 
 // bound keeps what tx holds of k within the bounds at now, answered being
 // the key's latest answer, and returns the warning to show when it
-// reached a bound for the first time ("" otherwise).
-func bound(tx ledger.Tx, k *keystore.Key, now, answered time.Time) (string, error) {
+// reached a bound for the first time (the zero Reason otherwise).
+func bound(tx ledger.Tx, k *keystore.Key, now, answered time.Time) (reason.Reason, error) {
 	known, err := tx.SeenPolicies(k.Name)
 	if err != nil {
-		return "", err
+		return reason.Reason{}, err
 	}
 	plain, scoped, folded := groupSeen(k, known)
 	victims := append(evictions(plain, MaxPolicies, now, answered), evictions(scoped, MaxRouteBuckets, now, answered)...)
 	if len(victims) == 0 {
-		return "", nil
+		return reason.Reason{}, nil
 	}
 	first := len(folded) == 0
 	changed, err := evict(tx, k, victims, folded, now)
 	if err != nil {
-		return "", err
+		return reason.Reason{}, err
 	}
 	if first {
 		changed[ratelimit.Requests] = true // the first fold marks that the bound was reached
 	}
 	if err := putFolds(tx, k, folded, changed, now); err != nil {
-		return "", err
+		return reason.Reason{}, err
 	}
 	if !first {
-		return "", nil
+		return reason.Reason{}, nil
 	}
-	msg := reason.Reason{Kind: reason.PolicyBound, Key: k.Name, Limit: MaxPolicies, Buckets: MaxRouteBuckets, Policy: EvictedPolicy}.String()
-	return msg, tx.AddWarning(ledger.Warning{Key: k.Name, At: now, Kind: "policy-bound", Message: msg})
+	msg := reason.Reason{Kind: reason.PolicyBound, Key: k.Name, Limit: MaxPolicies, Buckets: MaxRouteBuckets, Policy: EvictedPolicy}
+	return msg, tx.AddWarning(ledger.Warning{Key: k.Name, At: now, Kind: "policy-bound", Reason: msg})
 }
 
 // groupSeen sorts what the state keeps of k into plain policies, the

@@ -57,7 +57,7 @@ func TestPolicyFloodIsBounded(t *testing.T) {
 		}
 		res := e.answer(tk, http.StatusOK, rd)
 		for _, w := range res.Warnings {
-			if strings.Contains(w, "more than mcp-quota keeps") {
+			if strings.Contains(w.String(), "more than mcp-quota keeps") {
 				warned++
 			}
 		}

@@ -114,6 +114,7 @@ type decision struct {
 	reason  reason.Reason     // why it waits or slows down
 	source  string            // what binds: a policy name, "retry-after", "circuit"…
 	gate    ledger.GateSource // what closed the gate that binds; "" when no gate binds (a policy named "circuit" is not one)
+	limit   OwnLimit          // the pacer's own limit that binds; "" when a policy or a gate binds (a policy named "pace" is not one)
 	poll    bool              // wait is a re-check interval, not a known end
 	exhaust bool              // the wait is for quota or a gate, not for spacing
 	keyWide bool              // the key itself is paused (not this caller alone): slow start follows
@@ -131,6 +132,7 @@ type constraint struct {
 	reason  reason.Reason
 	source  string
 	gate    ledger.GateSource // the gate's source, for a gate; "" otherwise
+	limit   OwnLimit          // the pacer's own limit, for one; "" otherwise
 	poll    bool
 	exhaust bool
 	keyWide bool
@@ -212,7 +214,7 @@ func (cs constraints) worst() constraint {
 func (d *decision) waitFor(c constraint) {
 	d.probe = false
 	d.wait, d.reason, d.source, d.poll, d.exhaust, d.keyWide = c.wait, c.reason, c.source, c.poll, c.exhaust, c.keyWide
-	d.never, d.gate = c.never, c.gate
+	d.never, d.gate, d.limit = c.never, c.gate, c.limit
 }
 
 // 1. Gates: Retry-After, backoff, an open circuit, abnormal usage.
@@ -325,7 +327,7 @@ func (s snapshot) probeRule(d *decision) []constraint {
 		d.probe = true
 	}
 	if d.probe && s.ks.ProbeUntil.After(s.now) {
-		return []constraint{{wait: Poll, poll: true, source: "probe",
+		return []constraint{{wait: Poll, poll: true, source: string(ProbeLimit), limit: ProbeLimit,
 			reason: reason.Reason{Kind: reason.ProbeAsking}}}
 	}
 	return nil
@@ -337,12 +339,12 @@ func (s snapshot) probeRule(d *decision) []constraint {
 func (s snapshot) safetyRule() []constraint {
 	var cs []constraint
 	if s.flight.Count >= maxConcurrency(s.key) && !s.noFlightWait {
-		cs = append(cs, constraint{wait: Poll, poll: true, source: "concurrency",
+		cs = append(cs, constraint{wait: Poll, poll: true, source: string(ConcurrencyLimit), limit: ConcurrencyLimit,
 			reason: reason.Reason{Kind: reason.InFlight, InFlight: int64(s.flight.Count)}})
 	}
 	spacing := max(minSpacing(s.key), s.ks.Interval)
 	if !s.ks.LastAdmitAt.IsZero() {
-		cs = append(cs, constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: "pace",
+		cs = append(cs, constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: string(PaceLimit), limit: PaceLimit,
 			reason: reason.Reason{Kind: reason.Spaced, Spacing: spacing}})
 	}
 	return cs
@@ -365,7 +367,11 @@ func (d *decision) spreadBy(why reason.Reason) {
 
 // gateReason is why a closed gate holds calls back: what it says.
 func gateReason(g ledger.Gate) reason.Reason {
-	return reason.Reason{Kind: reason.Said, Source: string(g.Source), Said: g.Reason}
+	why := g.Reason
+	if why.Kind == reason.Said {
+		why.Source = string(g.Source) // kept as words only: what closed it says more
+	}
+	return why
 }
 
 // maxConcurrency is k's limit on calls in flight; zero means the default.

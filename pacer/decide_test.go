@@ -375,7 +375,7 @@ func TestBackoffAndCircuitBreaker(t *testing.T) {
 		e.clk.advance(want)
 	}
 	res := lost()
-	if res.RetryIn != pacer.BreakerCooldown || len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "circuit") {
+	if res.RetryIn != pacer.BreakerCooldown || len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0].String(), "circuit") {
 		t.Fatalf("fifth failure: got RetryIn %v and warnings %q, want the circuit open for %v", res.RetryIn, res.Warnings, pacer.BreakerCooldown)
 	}
 	if pe := e.mustPause(k, "agent", "/items"); pe.Source != "circuit" {
@@ -407,7 +407,7 @@ func TestBackoffAndCircuitBreaker(t *testing.T) {
 	e.clk.advance(time.Second)
 	for range pacer.BreakerThreshold + 1 {
 		res := e.send(k, "agent", 429, reading(time.Second, shown("default", 10, time.Second, 0, time.Second)))
-		if len(res.Warnings) > 1 || (len(res.Warnings) == 1 && strings.Contains(res.Warnings[0], "circuit")) {
+		if len(res.Warnings) > 1 || (len(res.Warnings) == 1 && strings.Contains(res.Warnings[0].String(), "circuit")) {
 			t.Fatalf("guided refusal: got warnings %q, want no circuit", res.Warnings)
 		}
 		e.clk.advance(2 * time.Second)
@@ -426,13 +426,50 @@ func TestPolicyNamedLikeAGateIsNotOne(t *testing.T) {
 	e.clk.advance(time.Minute)
 	if err := e.db.Update(context.Background(), func(tx ledger.Tx) error {
 		return tx.PutGate(ledger.Gate{Key: k.Name, Until: e.clk.Now().Add(time.Hour), Source: ledger.CircuitGate,
-			Reason: "the circuit is open", SetAt: e.clk.Now()})
+			Reason: reason.Reason{Kind: reason.CircuitOpen, Key: k.Name, Failures: 5, For: time.Hour}, SetAt: e.clk.Now()})
 	}, k.Name); err != nil {
 		t.Fatal(err)
 	}
 	if pe := e.mustPause(k, "agent", "/items"); pe.Source != "circuit" || pe.Gate != ledger.CircuitGate {
 		t.Errorf("the circuit breaker open: source %q, gate %q; want circuit, the circuit breaker's gate", pe.Source, pe.Gate)
 	}
+}
+
+// What holds a call is one of the pacer's own limits only when that limit
+// binds: a policy named "pace" or "concurrency" is a budget, and the
+// key's pace and its most calls at once are the pacer's.
+func TestPolicyNamedLikeALimitIsNotOne(t *testing.T) {
+	for _, name := range []string{"pace", "concurrency"} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			k := newKey(policy(name, 1, time.Minute))
+			e.mustAdmit(k, "agent", "/items")
+			if pe := e.mustPause(k, "agent", "/items"); pe.Source != name || pe.Limit != "" || pe.Binding == nil {
+				t.Errorf("the policy %s spent: source %q, limit %q, binding %v; want source %s, no limit, its budget",
+					name, pe.Source, pe.Limit, pe.Binding, name)
+			}
+		})
+	}
+	t.Run("the pacer's pace", func(t *testing.T) {
+		e := newEnv(t)
+		k := newKey()
+		k.MaxRate = 2
+		e.mustAdmit(k, "agent", "/items")
+		if pe := e.mustPause(k, "agent", "/items"); pe.Limit != pacer.PaceLimit {
+			t.Errorf("got limit %q, want %q", pe.Limit, pacer.PaceLimit)
+		}
+	})
+	t.Run("the pacer's concurrency", func(t *testing.T) {
+		e := newEnv(t)
+		k := newKey()
+		k.MaxConcurrency = 1
+		e.mustAdmit(k, "agent", "/a")
+		e.clk.advance(time.Second)
+		_, other := e.open()
+		if pe := mustPause(t, e.clk, other, e.call(k, "sync", "/b")); pe.Limit != pacer.ConcurrencyLimit {
+			t.Errorf("got limit %q, want %q", pe.Limit, pacer.ConcurrencyLimit)
+		}
+	})
 }
 
 // The errors Admit returns.

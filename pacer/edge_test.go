@@ -11,6 +11,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // drive makes one caller call k as fast as it is let through, until the
@@ -18,9 +19,9 @@ import (
 // after its admission (i counts the calls sent) and is answered 200 µs
 // later. A pause is waited out on the clock. It returns the warnings the
 // answers raised.
-func drive(t *testing.T, e *env, k *keystore.Key, up *simUpstream, end time.Time, lat func(i int) time.Duration) []string {
+func drive(t *testing.T, e *env, k *keystore.Key, up *simUpstream, end time.Time, lat func(i int) time.Duration) []reason.Reason {
 	t.Helper()
-	var warnings []string
+	var warnings []reason.Reason
 	for i := 0; e.clk.Now().Before(end); {
 		tk, err := e.p.Admit(context.Background(), e.call(k, "agent", "/items"))
 		var pe *pacer.PauseError
@@ -152,7 +153,7 @@ func TestRefusalAtAWindowEdge(t *testing.T) {
 	// At 10.5 s the upstream still counts both (until 12 s): 429, come back
 	// in 2 s.
 	res := e.send(k, "agent", 429, refusedFor(2*time.Second))
-	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "policy 'default' (2 calls per 10 s) freed a slot") {
+	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0].String(), "policy 'default' (2 calls per 10 s) freed a slot") {
 		t.Errorf("the refusal: got warnings %q, want one about the edge of policy 'default'", res.Warnings)
 	}
 	st := e.status(k, "agent")
@@ -180,7 +181,7 @@ func TestRefusalAtAWindowEdge(t *testing.T) {
 		}
 		res = e.send(k, "agent", 429, refusedFor(2*time.Second))
 	}
-	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "never announced") {
+	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0].String(), "never announced") {
 		t.Errorf("a second refusal at an edge: got warnings %q, want a hidden limit", res.Warnings)
 	}
 }
@@ -196,7 +197,7 @@ func TestRefusalAfterTheEdgeRevealsALimit(t *testing.T) {
 	pe := e.mustPause(k, "agent", "/items")
 	e.clk.advance(pe.RetryAfter)
 	res := e.send(k, "agent", 429, refusedFor(2*time.Second))
-	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "never announced") {
+	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0].String(), "never announced") {
 		t.Errorf("got warnings %q, want a hidden limit", res.Warnings)
 	}
 }

@@ -50,10 +50,10 @@ const (
 const (
 	// SourceShare is a PauseError.Source: the principal has spent its
 	// share of a policy's window.
-	SourceShare = "share"
+	SourceShare = string(ShareLimit)
 	// SourceTurn is a PauseError.Source: principals further behind wait
 	// for the key, and the next calls go to them.
-	SourceTurn = "turn"
+	SourceTurn = string(TurnLimit)
 )
 
 // fairLog reads what principals spent of a key's window.
@@ -172,7 +172,7 @@ func fairRule(now time.Time, k *keystore.Key, principal string, waiting []string
 	if capped {
 		if n := shareCap(share, w.limit); int64(mine.Count) >= n {
 			back := mine.Oldest.Add(w.window + w.margin).Sub(now)
-			return constraint{wait: back, source: SourceShare, exhaust: true,
+			return constraint{wait: back, source: SourceShare, limit: ShareLimit, exhaust: true,
 				reason: reason.Reason{Kind: reason.ShareSpent, Principal: principal, Share: share, Used: n, Limit: w.limit,
 					Window: w.window, Policy: w.policy, Left: max(w.avail, 0)}}, 0, true
 		}
@@ -219,7 +219,7 @@ func fairRule(now time.Time, k *keystore.Key, principal string, waiting []string
 	if ahead == nil || w.avail > owed {
 		return c, 0, false // its turn, or enough is left for every turn before it
 	}
-	return constraint{wait: Poll, poll: true, source: SourceTurn,
+	return constraint{wait: Poll, poll: true, source: SourceTurn, limit: TurnLimit,
 		reason: reason.Reason{Kind: reason.Turn, Other: ahead.name, Behind: int64(ahead.used), Principal: principal,
 			Used: int64(mine.Count), Left: w.avail}}, owed - w.avail + 1, true
 }

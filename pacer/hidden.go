@@ -107,20 +107,20 @@ func maxBefore(sends []time.Time, w time.Duration) int64 {
 // since means the latest limit's window is longer than it seemed: it is
 // stretched to reach past the refusal (by Retry-After, or, without one,
 // to at least twice its length).
-func (p *Pacer) hiddenLimit(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now time.Time) (string, error) {
+func (p *Pacer) hiddenLimit(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now time.Time) (reason.Reason, error) {
 	c := t.Call
 	key := c.Key.Name
 	known, err := tx.SeenPolicies(key)
 	if err != nil {
-		return "", err
+		return reason.Reason{}, err
 	}
 	hidden, latest, during := hiddenSoFar(known, t.AdmittedAt)
 	if during {
-		return "", nil // discovered while this call was in flight
+		return reason.Reason{}, nil // discovered while this call was in flight
 	}
 	name, explained := unannouncedName(rd, known, c.Key.Policies)
 	if explained {
-		return "", nil // it names limits we know: our count of them was behind
+		return reason.Reason{}, nil // it names limits we know: our count of them was behind
 	}
 	if name == "" {
 		// A call admitted as a known policy's window freed a slot can
@@ -128,18 +128,18 @@ func (p *Pacer) hiddenLimit(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now t
 		// that policy's timing explains the refusal, which reveals no
 		// new limit. Its Retry-After (or backoff) gate is all it sets.
 		edge, err := windowEdge(tx, t, rd, now, known, p.inFlightTimeout())
-		if err != nil || edge != "" {
+		if err != nil || !edge.IsZero() {
 			return edge, err
 		}
 	}
 	sends, err := acceptedSends(tx, t, latest, now)
 	if err != nil {
-		return "", err
+		return reason.Reason{}, err
 	}
 	inf := inferHidden(name, hidden, latest, sends, rd, now)
 	if inf.renew {
 		// No quota to stretch: the latest discovery is renewed as it is.
-		return "", tx.PutSeenPolicy(ledger.SeenPolicy{Key: key, ReceivedAt: now, BasisAt: latest.BasisAt, Hidden: true,
+		return reason.Reason{}, tx.PutSeenPolicy(ledger.SeenPolicy{Key: key, ReceivedAt: now, BasisAt: latest.BasisAt, Hidden: true,
 			Route: latest.Route, Observation: latest.Observation})
 	}
 	// For a hidden limit (which has no r) BasisAt keeps the start of the
@@ -148,10 +148,10 @@ func (p *Pacer) hiddenLimit(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now t
 		Observation: ratelimit.Observation{Policy: inf.name, Unit: ratelimit.Requests, Quota: inf.lim.quota, HasQuota: inf.lim.quota > 0,
 			Window: inf.lim.window, Shape: ratelimit.ShapeInferred}}
 	if err := tx.PutSeenPolicy(k); err != nil {
-		return "", err
+		return reason.Reason{}, err
 	}
 	msg := inf.warning(key)
-	return msg, tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "hidden-limit", Message: msg})
+	return msg, tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "hidden-limit", Reason: msg})
 }
 
 // hiddenSoFar returns the hidden limits among known and the latest
@@ -268,7 +268,7 @@ func inferHidden(name string, hidden []ledger.SeenPolicy, latest *ledger.SeenPol
 }
 
 // warning is the warning about key that an inference raises.
-func (inf hiddenInference) warning(key string) string {
+func (inf hiddenInference) warning(key string) reason.Reason {
 	why := reason.Reason{Kind: reason.HiddenUnaccepted, Key: key, Policy: inf.name, Limit: inf.lim.quota, Window: inf.lim.window}
 	switch {
 	case inf.stretched:
@@ -276,7 +276,7 @@ func (inf hiddenInference) warning(key string) string {
 	case inf.inferred:
 		why.Kind = reason.HiddenLimit
 	}
-	return why.String()
+	return why
 }
 
 // hiddenName names a newly inferred limit of window w: the hidden limit
@@ -315,7 +315,7 @@ func maxTime(a, b time.Time) time.Time {
 // the rounding of Retry-After up to the second). A second such refusal
 // within two of the policy's windows is no race at a window's edge: then
 // nothing explains it.
-func windowEdge(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now time.Time, known []ledger.SeenPolicy, inFlightTimeout time.Duration) (string, error) {
+func windowEdge(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now time.Time, known []ledger.SeenPolicy, inFlightTimeout time.Duration) (reason.Reason, error) {
 	c := t.Call
 	for _, p := range policyWindows(c.Key, known) {
 		if p.hidden || p.q <= 0 {
@@ -323,7 +323,7 @@ func windowEdge(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now time.Time, kn
 		}
 		ws, err := tx.Warnings(c.Key.Name, now.Add(-2*p.w))
 		if err != nil {
-			return "", err
+			return reason.Reason{}, err
 		}
 		if slices.ContainsFunc(ws, func(w ledger.Warning) bool { return w.Kind == windowEdgeKind }) {
 			continue
@@ -331,7 +331,7 @@ func windowEdge(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now time.Time, kn
 		// A send admitted a lease before the window is answered or given up.
 		sends, err := tx.Sends(c.Key.Name, t.AdmittedAt.Add(-p.w-inFlightTimeout), maxInferSends)
 		if err != nil {
-			return "", err
+			return reason.Reason{}, err
 		}
 		if len(sends) == maxInferSends {
 			continue // too many to tell
@@ -358,10 +358,10 @@ func windowEdge(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now time.Time, kn
 		if rd.HasRetryAfter && now.Add(rd.RetryAfter).After(oldest.Add(p.w+time.Second)) {
 			continue
 		}
-		msg := reason.Reason{Kind: reason.WindowEdge, Key: c.Key.Name, Policy: p.name, Limit: p.q, Window: p.w}.String()
-		return msg, tx.AddWarning(ledger.Warning{Key: c.Key.Name, At: now, Kind: windowEdgeKind, Message: msg})
+		msg := reason.Reason{Kind: reason.WindowEdge, Key: c.Key.Name, Policy: p.name, Limit: p.q, Window: p.w}
+		return msg, tx.AddWarning(ledger.Warning{Key: c.Key.Name, At: now, Kind: windowEdgeKind, Reason: msg})
 	}
-	return "", nil
+	return reason.Reason{}, nil
 }
 
 // windowEdgeKind is the kind of warning a refusal at a window's edge

@@ -12,6 +12,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // simPolicy is one limit the simulated upstream enforces: a sliding window,
@@ -198,7 +199,7 @@ func TestHiddenLimitCostsOneRefusal(t *testing.T) {
 				up.accepted = nil
 			}
 			end := start.Add(hours * time.Hour)
-			var warnings []string
+			var warnings []reason.Reason
 			for i := 0; e.clk.Now().Before(end); i++ {
 				p, caller := e.p, "agent"
 				if i%2 == 1 {
@@ -230,8 +231,8 @@ func TestHiddenLimitCostsOneRefusal(t *testing.T) {
 			}
 			var hiddenWarnings []string
 			for _, w := range warnings {
-				if strings.Contains(w, "never announced") {
-					hiddenWarnings = append(hiddenWarnings, w)
+				if strings.Contains(w.String(), "never announced") {
+					hiddenWarnings = append(hiddenWarnings, w.String())
 				}
 			}
 			if tt.wantRefusals > 0 && (len(hiddenWarnings) != tt.wantRefusals || !strings.Contains(hiddenWarnings[len(hiddenWarnings)-1], "60 calls per")) {
@@ -270,8 +271,8 @@ func TestHiddenLimitIsRecordedAndShown(t *testing.T) {
 	refusal.Throttled = true
 	res := e.answer(late1, 429, refusal)
 	// The window: from the first call to the end of Retry-After.
-	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "never announced ('hidden')") ||
-		!strings.Contains(res.Warnings[0], "10 calls per 61 s") {
+	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0].String(), "never announced ('hidden')") ||
+		!strings.Contains(res.Warnings[0].String(), "10 calls per 61 s") {
 		t.Errorf("first refusal: got warnings %q, want a hidden limit of 10 calls per 61 s", res.Warnings)
 	}
 	if res.State != "rejected_upstream" {
@@ -312,7 +313,7 @@ func TestViolatedPolicies(t *testing.T) {
 		e.send(k, "agent", 200, nil)
 		e.clk.advance(time.Second)
 		res := e.send(k, "agent", 429, refused("daily"))
-		if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "('daily')") {
+		if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0].String(), "('daily')") {
 			t.Errorf("got warnings %q, want the hidden limit named 'daily'", res.Warnings)
 		}
 		if b := upstreamBudget(t, e.status(k, "agent"), "daily"); !b.Hidden || b.Limit != 1 {
@@ -338,7 +339,7 @@ func TestHiddenLimitWithNothingAccepted(t *testing.T) {
 	rd := reading(30 * time.Second)
 	rd.Throttled = true
 	res := e.send(k, "agent", 429, rd)
-	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "before any call of it was accepted") {
+	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0].String(), "before any call of it was accepted") {
 		t.Errorf("got warnings %q", res.Warnings)
 	}
 	b := upstreamBudget(t, e.status(k, "agent"), "hidden")

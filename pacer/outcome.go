@@ -55,13 +55,13 @@ type Advice struct {
 // A Result is what Done learned: the key's budgets after the answer, the
 // tightest of them, what to do next, and warnings raised by the answer.
 type Result struct {
-	State      ledger.State  // the attempt's final state
-	Budgets    []Budget      // every budget of the key, as the caller would meet it next
-	Binding    *Budget       // the tightest of them; nil when none is known
-	Advice     Advice        // what the caller should do next
-	Warnings   []string      // new: hidden limit, abnormal usage, circuit open
-	DoNotRetry bool          // the answer says not to retry, or retrying cannot help
-	RetryIn    time.Duration // the least wait before a retry the answer set (Retry-After, backoff, circuit)
+	State      ledger.State    // the attempt's final state
+	Budgets    []Budget        // every budget of the key, as the caller would meet it next
+	Binding    *Budget         // the tightest of them; nil when none is known
+	Advice     Advice          // what the caller should do next
+	Warnings   []reason.Reason // new: hidden limit, abnormal usage, circuit open
+	DoNotRetry bool            // the answer says not to retry, or retrying cannot help
+	RetryIn    time.Duration   // the least wait before a retry the answer set (Retry-After, backoff, circuit)
 }
 
 // Done records how t's attempt ended: its state, every observation its
@@ -373,7 +373,7 @@ func (r *recording) retryAfter() error {
 	until = until.Add(time.Duration(r.p.rand() * 0.1 * float64(min(rd.RetryAfter, 10*time.Second))))
 	if !rd.RetryAfterPerRoute {
 		if err := r.tx.PutGate(ledger.Gate{Key: r.t.Call.Key.Name, Until: until, Source: ledger.RetryAfterGate, SetAt: now,
-			Reason: reason.Reason{Kind: reason.RetryAfterAsked, Status: r.o.Status, For: rd.RetryAfter}.String()}); err != nil {
+			Reason: reason.Reason{Kind: reason.RetryAfterAsked, Status: r.o.Status, For: rd.RetryAfter}}); err != nil {
 			return err
 		}
 	}
@@ -387,11 +387,11 @@ func (r *recording) abnormal() error {
 	rd, now, key := r.rd, r.now, r.t.Call.Key.Name
 	if rd.Abnormal {
 		until := now.Add(max(rd.RetryAfter, AbnormalPause))
-		msg := reason.Reason{Kind: reason.Abnormal, Key: key, Violated: violated(rd.Problem), Until: until}.String()
+		msg := reason.Reason{Kind: reason.Abnormal, Key: key, Violated: violated(rd.Problem), Until: until}
 		if err := r.tx.PutGate(ledger.Gate{Key: key, Until: until, Source: ledger.AbnormalUsageGate, SetAt: now, Reason: msg}); err != nil {
 			return err
 		}
-		if err := r.tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "abnormal-usage", Message: msg}); err != nil {
+		if err := r.tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "abnormal-usage", Reason: msg}); err != nil {
 			return err
 		}
 		r.res.Warnings = append(r.res.Warnings, msg)
@@ -414,7 +414,7 @@ func (r *recording) newLimits() error {
 		if err != nil {
 			return err
 		}
-		if msg != "" {
+		if !msg.IsZero() {
 			r.res.Warnings = append(r.res.Warnings, msg)
 			r.grew = true
 		}
@@ -422,7 +422,7 @@ func (r *recording) newLimits() error {
 	if k := r.t.Call.Key; r.grew && full(k, r.known) {
 		if msg, err := bound(r.tx, k, r.now, maxTime(r.ks.LastResponseAt, r.now)); err != nil {
 			return err
-		} else if msg != "" {
+		} else if !msg.IsZero() {
 			r.res.Warnings = append(r.res.Warnings, msg)
 		}
 	}
@@ -440,7 +440,7 @@ func (r *recording) routeFailure() (routeOnly bool, err error) {
 		return routeOnly, err
 	}
 	r.res.RetryIn = max(r.res.RetryIn, wait)
-	if msg != "" {
+	if !msg.IsZero() {
 		r.res.Warnings = append(r.res.Warnings, msg)
 	}
 	return routeOnly, nil
@@ -487,11 +487,11 @@ func (r *recording) openCircuit(reopen bool) error {
 	if reopen {
 		why.Kind = reason.CircuitReopen
 	}
-	msg := why.String()
+	msg := why
 	if err := r.tx.PutGate(ledger.Gate{Key: key, Until: now.Add(cool), Source: ledger.CircuitGate, SetAt: now, Reason: msg}); err != nil {
 		return err
 	}
-	if err := r.tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "circuit-open", Message: msg}); err != nil {
+	if err := r.tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "circuit-open", Reason: msg}); err != nil {
 		return err
 	}
 	r.res.Warnings = append(r.res.Warnings, msg)
@@ -507,7 +507,7 @@ func (r *recording) backOff() error {
 		why.For = serverWait(r.rd)
 	}
 	if err := r.tx.PutGate(ledger.Gate{Key: r.t.Call.Key.Name, Until: r.now.Add(d), Source: ledger.BackoffGate, SetAt: r.now,
-		Reason: why.String()}); err != nil {
+		Reason: why}); err != nil {
 		return err
 	}
 	r.res.RetryIn = max(r.res.RetryIn, d)

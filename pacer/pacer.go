@@ -174,7 +174,11 @@ type PauseError struct {
 	// Gate is what closed the gate that binds; "" when a policy or a
 	// local limit binds. Source can name a policy "circuit"; Gate
 	// CircuitGate is the circuit breaker alone.
-	Gate    ledger.GateSource
+	Gate ledger.GateSource
+	// Limit is the pacer's own limit that binds; "" when a policy or a
+	// gate binds. Source can name a policy "pace"; Limit PaceLimit is
+	// the pacer's pace alone.
+	Limit   OwnLimit
 	Binding *Budget // the tightest budget, when one binds
 }
 
@@ -386,7 +390,7 @@ func (p *Pacer) held(tx ledger.Tx, c Call, snap snapshot, deadline time.Time, wa
 		if d.poll {
 			retry = time.Second
 		}
-		run.pause = &PauseError{Key: c.Key.Name, RetryAfter: retry, Reason: d.reason, Source: d.source, Gate: d.gate, Binding: d.binding}
+		run.pause = &PauseError{Key: c.Key.Name, RetryAfter: retry, Reason: d.reason, Source: d.source, Gate: d.gate, Limit: d.limit, Binding: d.binding}
 		_, err := tx.InsertAttempt(ledger.Attempt{CallID: c.CallID, Attempt: c.Attempt, Key: c.Key.Name,
 			Caller: c.Caller, Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest,
 			State: ledger.RejectedLocal, Reason: pauseReason(run.pause), At: now, Wait: waited})

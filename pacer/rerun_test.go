@@ -9,6 +9,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // An admission whose transaction runs twice grants only what its last
@@ -42,7 +43,7 @@ func TestAdmitRunTwiceKeepsOnlyItsLastRun(t *testing.T) {
 			e.rerun.Once(func(ctx context.Context) error {
 				return e.db.Update(ctx, func(tx ledger.Tx) error {
 					return tx.PutGate(ledger.Gate{Key: k.Name, Until: e.clk.Now().Add(time.Minute), Source: "retry-after",
-						Reason: "another host was told to wait 60 s"})
+						Reason: reason.Reason{Kind: reason.RetryAfterAsked, Status: 429, For: time.Minute}})
 				}, k.Name)
 			})
 		}

@@ -82,20 +82,20 @@ func routeFailure(ps ledger.PathState, now time.Time, r float64) (ledger.PathSta
 // is evidence about that route alone, and returns whether it stays the
 // route's (else it is the key's: its failures spread), with the wait it
 // sets and the warning it raises.
-func (p *Pacer) failRoute(tx ledger.Tx, t Ticket, o Outcome, rd *ratelimit.Reading, now time.Time) (bool, time.Duration, string, error) {
+func (p *Pacer) failRoute(tx ledger.Tx, t Ticket, o Outcome, rd *ratelimit.Reading, now time.Time) (bool, time.Duration, reason.Reason, error) {
 	c := t.Call
 	key, route := c.Key.Name, c.route()
 	scope := routePartition(route)
 	if err := tx.ForgetPaths(key, now.Add(-pathMemory)); err != nil {
-		return false, 0, "", err
+		return false, 0, reason.Reason{}, err
 	}
 	failing, err := tx.FailingPaths(key, now.Add(-PathWindow))
 	if err != nil {
-		return false, 0, "", err
+		return false, 0, reason.Reason{}, err
 	}
 	ps, err := tx.PathState(key, scope)
 	if err != nil {
-		return false, 0, "", err
+		return false, 0, reason.Reason{}, err
 	}
 	if ps.LastAt.IsZero() || now.Sub(ps.LastAt) > PathWindow {
 		failing++ // this route is one more
@@ -103,21 +103,21 @@ func (p *Pacer) failRoute(tx ledger.Tx, t Ticket, o Outcome, rd *ratelimit.Readi
 	if widens(failing) {
 		// The key's failure: it is not kept per route, so that the routes
 		// kept stay a few, whatever fails.
-		return false, 0, "", nil
+		return false, 0, reason.Reason{}, nil
 	}
 	ps, wait, opened := routeFailure(ps, now, p.rand())
 	if err := tx.PutPathState(ps); err != nil {
-		return false, 0, "", err
+		return false, 0, reason.Reason{}, err
 	}
 	g := ledger.Gate{Key: key, Scope: scope, Until: now.Add(wait), Source: ledger.BackoffGate, SetAt: now,
-		Reason: reason.Reason{Kind: reason.RouteBackOff, Status: o.Status, Route: route, Failures: int64(ps.Failures), Window: PathWindow}.String()}
-	msg := ""
+		Reason: reason.Reason{Kind: reason.RouteBackOff, Status: o.Status, Route: route, Failures: int64(ps.Failures), Window: PathWindow}}
+	var msg reason.Reason
 	if opened {
 		g.Source = ledger.CircuitGate
-		g.Reason = reason.Reason{Kind: reason.RouteCircuit, Route: route, Key: key, For: wait}.String()
+		g.Reason = reason.Reason{Kind: reason.RouteCircuit, Route: route, Key: key, For: wait}
 		msg = g.Reason
-		if err := tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "circuit-open", Message: msg}); err != nil {
-			return false, 0, "", err
+		if err := tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "circuit-open", Reason: msg}); err != nil {
+			return false, 0, reason.Reason{}, err
 		}
 	}
 	return true, wait, msg, tx.PutGate(g)

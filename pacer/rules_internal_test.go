@@ -16,10 +16,10 @@ import (
 // bind it; a gate already past is dropped when the constraints are kept.
 func TestDecideGateRule(t *testing.T) {
 	s := snapshot{now: u1, route: "GET /a", gates: []ledger.Gate{
-		{Until: u2, Reason: "key", Source: "retry-after"},
-		{Scope: routePartition("GET /a"), Until: u3, Reason: "own route", Source: "backoff"},
-		{Scope: routePartition("GET /b"), Until: u3, Reason: "other route", Source: "backoff"},
-		{Until: u0, Reason: "past", Source: "circuit"},
+		{Until: u2, Reason: reason.Reason{Kind: reason.Said, Said: "key"}, Source: "retry-after"},
+		{Scope: routePartition("GET /a"), Until: u3, Reason: reason.Reason{Kind: reason.Said, Said: "own route"}, Source: "backoff"},
+		{Scope: routePartition("GET /b"), Until: u3, Reason: reason.Reason{Kind: reason.Said, Said: "other route"}, Source: "backoff"},
+		{Until: u0, Reason: reason.Reason{Kind: reason.Said, Said: "past"}, Source: "circuit"},
 	}}
 	var cs constraints
 	cs.add(s.gateRule()...)

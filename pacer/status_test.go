@@ -81,7 +81,7 @@ func TestAdvice(t *testing.T) {
 				return e.send(newKey(), "agent", 503, reading(18*time.Second))
 			},
 			want: pacer.Advice{Action: pacer.Pause, RetryAfter: 18*time.Second + 900*time.Millisecond,
-				Why: reason.Reason{Kind: reason.Said, Source: "retry-after", Said: "the upstream answered 503 and asked to wait 18 s (Retry-After)"}},
+				Why: reason.Reason{Kind: reason.RetryAfterAsked, Status: 503, For: 18 * time.Second}}, // the gate read back as data
 		},
 		{
 			name: "pause, documented policy spent",

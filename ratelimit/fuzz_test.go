@@ -228,8 +228,12 @@ func FuzzSetHeaders(f *testing.F) {
 	f.Add("f\u00fc\u00fc\"\\", "content-bytes", int64(0), int64(1), int64(0), int64(1))
 	f.Fuzz(func(t *testing.T, policy, unit string, q, w, r, reset int64) {
 		h := http.Header{}
-		SetHeaders(h, []Limit{{Policy: policy, Unit: Unit(unit), Quota: q, Window: time.Duration(w),
-			Remaining: r, Reset: time.Duration(reset)}})
+		limits := []Limit{{Policy: policy, Unit: Unit(unit), Quota: q, Window: time.Duration(w),
+			Remaining: r, Reset: time.Duration(reset)}}
+		SetHeaders(h, limits)
+		if wantP, wantC := sfvDraft(t, limits); h.Get("RateLimit-Policy") != wantP || h.Get("RateLimit") != wantC {
+			t.Errorf("SetHeaders wrote %q, %q; httpsfv writes %q, %q", h.Get("RateLimit-Policy"), h.Get("RateLimit"), wantP, wantC)
+		}
 		got := read(IETF, Response{Status: 200, Header: h}, defaultNow)
 		if len(got.Observations) != 1 {
 			t.Fatalf("read back %d observations from %v, want 1 (warnings %q)", len(got.Observations), h, got.Warnings)

@@ -139,6 +139,9 @@ func isProblemType(ct string) bool {
 	if ct == "" || len(ct) > maxFieldLen {
 		return false
 	}
+	if base, _, _ := strings.Cut(ct, ";"); !strings.EqualFold(strings.TrimSpace(base), "application/problem+json") {
+		return false // most answers' type, told without parsing it
+	}
 	mt, _, err := mime.ParseMediaType(ct)
 	return err == nil && strings.EqualFold(mt, "application/problem+json")
 }

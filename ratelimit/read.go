@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -133,7 +134,25 @@ func (rd *reader) warnf(format string, args ...any) {
 
 // lines returns the field lines of name, in any spelling.
 func (rd *reader) lines(name string) []string {
-	return rd.h[http.CanonicalHeaderKey(name)]
+	return rd.h[canonicalName(name)]
+}
+
+// canonicalNames maps the field names the readers ask for in another
+// spelling than the canonical one ("X-RateLimit-Limit") to it: a fixed
+// set, canonicalized once each rather than on every answer.
+var canonicalNames sync.Map
+
+// canonicalName returns name's canonical form (see
+// http.CanonicalHeaderKey).
+func canonicalName(name string) string {
+	if c, ok := canonicalNames.Load(name); ok {
+		return c.(string)
+	}
+	c := http.CanonicalHeaderKey(name)
+	if c != name {
+		canonicalNames.Store(name, c)
+	}
+	return c
 }
 
 // scalar returns the value of a single-valued field. A field sent on

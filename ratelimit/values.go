@@ -228,7 +228,10 @@ func canonicalDateCase(s string) string {
 // (yyyy-MM-ddTHH:mmZ, e.g. 2026-03-26T16:00Z).
 func parseTimestamp(s string) (time.Time, bool) {
 	s = strings.TrimSpace(s)
-	if s == "" || len(s) > maxScalarLen {
+	if len(s) < 5 || len(s) > maxScalarLen || !isDigits(s[:4]) || s[4] != '-' {
+		// Both layouts begin with a four-digit year and a dash: a
+		// number is not one, and failing two layouts to learn it is
+		// not free.
 		return time.Time{}, false
 	}
 	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04Z07:00"} {
@@ -286,3 +289,13 @@ func quote(s string) string {
 }
 
 func isLetter(c byte) bool { return 'a' <= c|0x20 && c|0x20 <= 'z' }
+
+// isDigits reports whether s is all ASCII digits.
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}

@@ -57,16 +57,6 @@ type fieldSet struct {
 	resource   string // the partition, written from Limit.Partition (GitHub)
 }
 
-func (f fieldSet) names() []string {
-	var out []string
-	for _, n := range []string{f.limit, f.remaining, f.reset, f.used, f.resetAfter, f.resetTime, f.resource} {
-		if n != "" {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
 // vendorFields holds, per profile, the limits its own fields state, in
 // the order they are written. A profile without a row (Generic, IETF,
 // Google, Slack, Stripe) states its limits in the reference API's
@@ -128,21 +118,12 @@ var ownFields = map[Profile]func(name string) bool{
 // limits do). Limits are read as the caller meets them at a.Now.
 func WriteFields(h http.Header, a Announcement) {
 	sets := vendorFields[a.Profile]
-	own := map[string]bool{}
-	for _, s := range sets {
-		for _, n := range s.names() {
-			own[strings.ToLower(n)] = true
-		}
-	}
 	keep := ownFields[a.Profile]
 	for k := range h {
-		lk := strings.ToLower(k)
-		if own[lk] || (keep != nil && keep(k)) {
+		if !isLimitName(k) || owns(sets, k) || (keep != nil && keep(k)) {
 			continue
 		}
-		if lk == "ratelimit" || strings.HasPrefix(lk, "ratelimit-") || strings.HasPrefix(lk, "x-ratelimit-") {
-			delete(h, k)
-		}
+		delete(h, k)
 	}
 	shared := make([]Limit, len(a.Limits))
 	for i, l := range a.Limits {
@@ -199,13 +180,22 @@ func writeDraft(h http.Header, limits []Limit) {
 	if len(limits) == 0 {
 		return
 	}
-	tmp := http.Header{}
-	SetHeaders(tmp, limits)
-	for _, n := range []string{"RateLimit-Policy", "RateLimit"} {
-		if v := tmp.Get(n); v != "" {
-			h.Set(n, v)
+	policy, current := draftValues(limits)
+	h.Set("RateLimit-Policy", policy)
+	h.Set("RateLimit", current)
+}
+
+// owns reports whether the field name k is one of sets' fields, in any
+// case.
+func owns(sets []fieldSet, k string) bool {
+	for _, s := range sets {
+		for _, n := range [...]string{s.limit, s.remaining, s.reset, s.used, s.resetAfter, s.resetTime, s.resource} {
+			if n != "" && strings.EqualFold(n, k) {
+				return true
+			}
 		}
 	}
+	return false
 }
 
 // writeXRateLimit writes the reference API's X-RateLimit-* for the tightest

@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/dunglas/httpsfv"
 )
 
 // maxSFInteger is the largest Integer a Structured Field can carry.
@@ -40,31 +38,9 @@ func SetHeaders(h http.Header, limits []Limit) {
 	if len(limits) == 0 {
 		return
 	}
-	policies := make(httpsfv.List, 0, len(limits))
-	current := make(httpsfv.List, 0, len(limits))
-	for _, l := range limits {
-		name := sfString(l.Policy)
-		p := httpsfv.NewItem(name)
-		p.Params.Add("q", sfInt(l.Quota))
-		if l.Unit != "" && l.Unit != Requests {
-			p.Params.Add("qu", sfString(string(l.Unit)))
-		}
-		if w := ceilSeconds(l.Window); w > 0 {
-			p.Params.Add("w", w)
-		}
-		policies = append(policies, p)
-
-		c := httpsfv.NewItem(name)
-		c.Params.Add("r", sfInt(l.Remaining))
-		c.Params.Add("t", ceilSeconds(l.Reset))
-		current = append(current, c)
-	}
-	if v, err := httpsfv.Marshal(policies); err == nil {
-		h.Set("RateLimit-Policy", v)
-	}
-	if v, err := httpsfv.Marshal(current); err == nil {
-		h.Set("RateLimit", v)
-	}
+	policy, current := draftValues(limits)
+	h.Set("RateLimit-Policy", policy)
+	h.Set("RateLimit", current)
 	if t, ok := tightest(limits); ok {
 		h.Set("X-RateLimit-Limit", strconv.FormatInt(sfInt(t.Quota), 10))
 		h.Set("X-RateLimit-Remaining", strconv.FormatInt(sfInt(t.Remaining), 10))
@@ -95,11 +71,59 @@ func tightest(limits []Limit) (best Limit, ok bool) {
 // Retry-After are left alone.
 func StripHeaders(h http.Header) {
 	for k := range h {
-		lk := strings.ToLower(k)
-		if lk == "ratelimit" || strings.HasPrefix(lk, "ratelimit-") || strings.HasPrefix(lk, "x-ratelimit-") {
+		if isLimitName(k) {
 			delete(h, k)
 		}
 	}
+}
+
+// isLimitName reports whether the field name k is one StripHeaders
+// removes, in any case.
+func isLimitName(k string) bool {
+	return strings.EqualFold(k, "RateLimit") || hasPrefixFold(k, "RateLimit-") || hasPrefixFold(k, "X-RateLimit-")
+}
+
+// draftValues returns the values of RateLimit-Policy and RateLimit for
+// limits (at least one), serialized as RFC 9651 §4.1 serializes a List of
+// Items with Parameters: Items separated by ", ", each a String (every
+// byte printable ASCII, see sfString; `"` and `\` escaped) followed by
+// ";key=value" for each parameter, an Integer's value in decimal. Built
+// by hand rather than through httpsfv's List (TestDraftValuesSerialize
+// holds the two to the same text): one answer goes out with these two on
+// every call, and the List costs a dozen allocations a limit.
+func draftValues(limits []Limit) (policy, current string) {
+	var p, c []byte
+	for i, l := range limits {
+		if i > 0 {
+			p, c = append(p, ", "...), append(c, ", "...)
+		}
+		name := sfString(l.Policy)
+		p = appendSFString(p, name)
+		p = strconv.AppendInt(append(p, ";q="...), sfInt(l.Quota), 10)
+		if l.Unit != "" && l.Unit != Requests {
+			p = appendSFString(append(p, ";qu="...), sfString(string(l.Unit)))
+		}
+		if w := ceilSeconds(l.Window); w > 0 {
+			p = strconv.AppendInt(append(p, ";w="...), w, 10)
+		}
+		c = appendSFString(c, name)
+		c = strconv.AppendInt(append(c, ";r="...), sfInt(l.Remaining), 10)
+		c = strconv.AppendInt(append(c, ";t="...), ceilSeconds(l.Reset), 10)
+	}
+	return string(p), string(c)
+}
+
+// appendSFString appends s, all of it printable ASCII (see sfString), as
+// a Structured Field String (RFC 9651 §4.1.6).
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '"' || s[i] == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
+	}
+	return append(b, '"')
 }
 
 // SetRetryAfter sets Retry-After to d in delay-seconds, rounded up, at

@@ -281,13 +281,13 @@ func newKeyStatus(k *keystore.Key, st pacer.KeyStatus, now time.Time) KeyStatus 
 	if len(st.Gates) > 0 {
 		g := st.Gates[0] // the latest to open
 		ks.RetryAfter = &Gate{Until: g.Until.UTC().Format(time.RFC3339), RetryAfterS: Seconds(g.Until.Sub(now)),
-			Source: string(g.Source), Reason: g.Reason}
+			Source: string(g.Source), Reason: g.Reason.String()}
 	}
 	for _, r := range st.Reserves {
 		ks.Reservations = append(ks.Reservations, Reservation{Caller: r.Caller, Share: r.Share})
 	}
 	for _, w := range st.Warnings {
-		ks.Warnings = append(ks.Warnings, w.Message)
+		ks.Warnings = append(ks.Warnings, w.Reason.String())
 	}
 	return ks
 }

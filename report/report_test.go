@@ -38,7 +38,7 @@ func TestBuild(t *testing.T) {
 		"calm": {Key: "calm", Local: []pacer.Budget{local}, Upstream: []pacer.Budget{generous}, Binding: &local,
 			Advice: pacer.Advice{Action: pacer.Continue, Why: reason.Reason{Kind: reason.CallsLeft, Left: 117, For: 41500 * time.Millisecond}}},
 		"spent": {Key: "spent", Upstream: []pacer.Budget{up}, Binding: &up,
-			Gates:  []ledger.Gate{{Scope: "", Until: now.Add(90 * time.Second), Source: "retry-after", Reason: "the upstream asked to wait"}},
+			Gates:  []ledger.Gate{{Scope: "", Until: now.Add(90 * time.Second), Source: "retry-after", Reason: reason.Reason{Kind: reason.Said, Said: "the upstream asked to wait"}}},
 			Advice: pacer.Advice{Action: pacer.Pause, RetryAfter: 90 * time.Second, Why: reason.Reason{Kind: reason.Said, Said: "the upstream asked to wait"}}},
 	}
 	got, err := Build(context.Background(), st, []*keystore.Key{key("calm"), key("spent")}, "agent", now)

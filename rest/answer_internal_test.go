@@ -55,3 +55,29 @@ func TestSendSaysWhichSideBroke(t *testing.T) {
 		t.Errorf("an upstream that broke off: %v; want errAnswerBroken after 100000 bytes", err)
 	}
 }
+
+func TestFlushEach(t *testing.T) {
+	for _, tt := range []struct {
+		contentType string
+		length      int64
+		want        bool
+	}{
+		{"application/json", 300, false},
+		{"text/event-stream", 300, true},
+		{"Text/Event-Stream; charset=utf-8", 300, true},
+		{" text/event-stream ;charset=utf-8", 0, true},
+		{"text/event-streams", 300, false},
+		{"", 300, false},
+		{"application/json", -1, true},
+	} {
+		resp := &http.Response{Header: http.Header{"Content-Type": {tt.contentType}}, ContentLength: tt.length}
+		if got := flushEach(resp); got != tt.want {
+			t.Errorf("flushEach(%q, length %d) = %v, want %v", tt.contentType, tt.length, got, tt.want)
+		}
+	}
+	// Asked twice of every answer the REST side passes on.
+	resp := &http.Response{Header: http.Header{"Content-Type": {"application/json; charset=utf-8"}}, ContentLength: 300}
+	if n := testing.AllocsPerRun(100, func() { flushEach(resp) }); n != 0 {
+		t.Errorf("flushEach allocates %v times, want none", n)
+	}
+}

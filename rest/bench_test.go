@@ -330,3 +330,66 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkProxyAlone runs one of BenchmarkProxy's targets on its own
+// (the bare proxy, or the REST side with a window, on SQLite), 8
+// callers, b.N calls after proxyWarmUp, and reports the process's CPU
+// time a call: a CPU profile of one target alone says where its time
+// goes, call by call, which the three targets' shared profile cannot.
+//
+//	go test -c -o rest.test ./rest/
+//	./rest.test -test.run '^$' -test.bench 'ProxyAlone/target=mcp-quota$' -test.benchtime 8000x -test.cpuprofile cpu.out
+func BenchmarkProxyAlone(b *testing.B) {
+	for _, target := range []string{"bare", "mcp-quota"} {
+		b.Run("target="+target, func(b *testing.B) {
+			gw := func(c *gateway.Config) { c.MaxConcurrent = 100000 }
+			s := newStack(b, stackConfig{Demo: demo.Config{Quota: 1 << 30, Window: time.Hour}, Keys: benchKeys(true), Gateway: gw, QuietLog: true})
+			u := s.URL + "/k/demo/v1/participants/p-000001"
+			if target == "bare" {
+				upURL, _ := url.Parse(s.UpstreamURL)
+				bt := http.DefaultTransport.(*http.Transport).Clone()
+				bt.MaxIdleConnsPerHost = 16 // as upstream's transports
+				bare := httptest.NewServer(&httputil.ReverseProxy{Transport: bt, Rewrite: func(r *httputil.ProxyRequest) {
+					r.SetURL(upURL)
+					r.Out.Header.Set("Authorization", "Bearer "+upstreamSecret)
+				}})
+				b.Cleanup(bt.CloseIdleConnections)
+				b.Cleanup(bare.Close)
+				u = bare.URL + "/v1/participants/p-000001"
+			}
+			client := &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256}}
+			b.Cleanup(client.CloseIdleConnections)
+			run := func(n int) time.Duration {
+				var left atomic.Int64
+				left.Store(int64(n))
+				var wg sync.WaitGroup
+				start := cpuTime()
+				for range 8 {
+					wg.Go(func() {
+						for left.Add(-1) >= 0 {
+							req, _ := http.NewRequest("GET", u, nil)
+							req.Header.Set("Authorization", "Bearer "+syncToken)
+							resp, err := client.Do(req)
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							io.Copy(io.Discard, resp.Body)
+							resp.Body.Close()
+							if resp.StatusCode != 200 {
+								b.Errorf("%s: %d", u, resp.StatusCode)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				return cpuTime() - start
+			}
+			run(proxyWarmUp)
+			b.ResetTimer()
+			cpu := run(b.N)
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/call")
+		})
+	}
+}

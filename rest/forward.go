@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"mime"
 	"net/http"
 	"net/url"
 	"slices"
@@ -342,8 +341,14 @@ func limits(bs []pacer.Budget, refused bool) []ratelimit.Limit {
 // httputil.ReverseProxy does); other bodies go through the server's
 // buffer, which still passes them on as it fills.
 func flushEach(resp *http.Response) bool {
-	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	return resp.ContentLength < 0 || mt == "text/event-stream"
+	if resp.ContentLength < 0 {
+		return true
+	}
+	// The media type is the field's value before any parameter, in any
+	// case (what mime.ParseMediaType returns for it, without building
+	// the parameters' map on every answer).
+	base, _, _ := strings.Cut(resp.Header.Get("Content-Type"), ";")
+	return strings.EqualFold(strings.TrimSpace(base), "text/event-stream")
 }
 
 var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}

@@ -155,9 +155,10 @@ func writeRefusal(w http.ResponseWriter, p ratelimit.Profile, r refusal, ext map
 }
 
 // refusalCode is the problem code of a pause: CodeShareSpent when it
-// concerns the caller's principal alone (see pacer.SourceShare).
+// concerns the caller's principal alone (pacer.ShareLimit or TurnLimit;
+// never a policy, whatever its name).
 func refusalCode(pe *pacer.PauseError) string {
-	if pe.Source == pacer.SourceShare || pe.Source == pacer.SourceTurn {
+	if pe.Limit == pacer.ShareLimit || pe.Limit == pacer.TurnLimit {
 		return CodeShareSpent
 	}
 	return CodeRateLimited

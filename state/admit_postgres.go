@@ -280,8 +280,13 @@ func (r *pgRead) scanGates(br pgx.BatchResults) error {
 	for rows.Next() {
 		g := ledger.Gate{Key: r.key}
 		var until, set int64
-		if err := rows.Scan(&g.Scope, &until, &g.Reason, &g.Source, &set); err != nil {
+		var said string
+		var why sql.NullString
+		if err := rows.Scan(&g.Scope, &until, &said, &why, &g.Source, &set); err != nil {
 			return fmt.Errorf("gates: %w", err)
+		}
+		if g.Reason, err = readWhy(why, said); err != nil {
+			return err
 		}
 		g.Until, g.SetAt = fromMicros(until), fromMicros(set)
 		r.gates = append(r.gates, g)

@@ -11,6 +11,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/internal/pgtest"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // roundTrips counts the exchanges a connection has with the server: a
@@ -59,7 +60,7 @@ func TestPostgresAdmissionReadsWithTheLock(t *testing.T) {
 			Quota: 10, HasQuota: true, Window: time.Minute}, ReceivedAt: now, BasisAt: now}); err != nil {
 			return err
 		}
-		return tx.PutGate(ledger.Gate{Key: key, Scope: "", Until: now.Add(time.Hour), Reason: "r", Source: "retry-after", SetAt: now})
+		return tx.PutGate(ledger.Gate{Key: key, Scope: "", Until: now.Add(time.Hour), Reason: reason.Reason{Kind: reason.Said, Said: "r"}, Source: "retry-after", SetAt: now})
 	}, key)
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +130,7 @@ func TestPostgresAdmissionReadsWithTheLock(t *testing.T) {
 		if f.Count != 4 {
 			t.Errorf("after an attempt in the transaction: %d calls in flight, want 4", f.Count)
 		}
-		if err := tx.PutGate(ledger.Gate{Key: key, Scope: "route x", Until: now.Add(2 * time.Hour), Reason: "r2", Source: "circuit", SetAt: now}); err != nil {
+		if err := tx.PutGate(ledger.Gate{Key: key, Scope: "route x", Until: now.Add(2 * time.Hour), Reason: reason.Reason{Kind: reason.Said, Said: "r2"}, Source: "circuit", SetAt: now}); err != nil {
 			return err
 		}
 		g, err := tx.Gates(key, now)

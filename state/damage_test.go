@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/state"
 )
@@ -43,10 +44,15 @@ func damageWAL(t *testing.T, path string) int {
 	return n
 }
 
-// withHistory opens a state file at path and records n attempts of key k.
-func withHistory(t *testing.T, path string, n int) *state.DB {
+// withHistory opens a state file at path on clk, checks it, and records
+// n attempts of key k: the check that passed stands for the writes, which
+// run none in the background.
+func withHistory(t *testing.T, path string, clk *testkit.Clock, n int) *state.DB {
 	t.Helper()
-	db := open(t, path)
+	db := open(t, path, state.WithClock(clk))
+	if err := db.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	for i := range n {
 		update(t, db, func(tx ledger.Tx) error {
 			_, err := tx.InsertAttempt(ledger.Attempt{CallID: fmt.Sprint("c", i), Attempt: 1, Key: "k", State: ledger.Admitted,
@@ -71,26 +77,27 @@ func TestDamagedFileFailsClosed(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name  string
-		finds func(*state.DB) error // what finds the damage
+		finds func(*state.DB, *testkit.Clock) error // what finds the damage
 	}{
-		{"a read", func(db *state.DB) error {
+		{"a read", func(db *state.DB, _ *testkit.Clock) error {
 			return db.View(context.Background(), func(tx ledger.Tx) error {
 				_, err := tx.Activity(ledger.ActivityFilter{Key: "k", Limit: 1000})
 				return err
 			})
 		}},
-		{"a check", func(db *state.DB) error {
-			// The writes above ran a quick_check in the background, before
-			// the damage; a check that stood for checkEvery would trust it.
-			state.StaleCheck(db)
+		{"a check", func(db *state.DB, clk *testkit.Clock) error {
+			// The check before the writes stands for 30 s of the DB's
+			// clock: the check after them runs quick_check again.
+			clk.Advance(30 * time.Second)
 			return db.Check(context.Background())
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "state.db")
-			db := withHistory(t, path, 200)
+			clk := testkit.NewClock(t0)
+			db := withHistory(t, path, clk, 200)
 			frames := damageWAL(t, path)
-			if err := tt.finds(db); err == nil {
+			if err := tt.finds(db, clk); err == nil {
 				t.Fatalf("%s of the file with %d log frames overwritten succeeded; want it to find the damage", tt.name, frames)
 			}
 			for i := range 3 {

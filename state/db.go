@@ -29,6 +29,7 @@ import (
 
 	_ "modernc.org/sqlite" // the "sqlite" driver
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/state/postgres"
 	"github.com/mcp-quota/mcp-quota/state/sqlite"
@@ -80,16 +81,55 @@ type DB struct {
 
 	wh writeHealth    // how the last writes ended (see Check)
 	bg sync.WaitGroup // the background checks (see watch)
+
+	clock clock.Clock // the process's clock: health's times, the waits between tries, the journal's timers
 }
 
+// An Option tunes a DB at Open.
+type Option func(*DB)
+
+// WithClock makes c the DB's clock: what its health checks are dated by
+// (Check), and what the waits between two tries of a write lock another
+// process holds, and the journal's linger and backoff, run on. Nil means
+// real time. Admission times are not the DB's: they are the pacer's.
+func WithClock(c clock.Clock) Option { return func(db *DB) { db.clock = clock.Or(c) } }
+
 // Open opens (creating if needed) the state file at path and brings its
-// schema up to date.
-func Open(ctx context.Context, path string) (*DB, error) {
+// schema up to date; opts tune the DB (WithClock).
+func Open(ctx context.Context, path string, opts ...Option) (*DB, error) {
 	if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("state: %w", err)
 		}
 	}
+	w, r, creating, err := openPools(path)
+	if err != nil {
+		return nil, err
+	}
+	db := &DB{w: w, r: r, path: path, instance: Instance(), clock: clock.Real}
+	for _, o := range opts {
+		o(db)
+	}
+	db.out.dir, db.out.update, db.out.clock = journalDir(path), db.update, db.clock
+	if err := db.prepare(ctx, creating); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := restrictFiles(path); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if _, err := db.Recover(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// openPools opens the state file at path twice: the writer's pool of one
+// connection and the readers' pool. creating reports that the file did
+// not exist.
+func openPools(path string) (w, r *sql.DB, creating bool, err error) {
 	// Pragmas go in the DSN: database/sql opens several connections and
 	// each must carry them (modernc.org/sqlite has no default busy timeout).
 	// The writer waits for other processes' write locks in Update's own
@@ -110,8 +150,8 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	// The DSN holds one busy_timeout: the driver runs its pragmas sorted,
 	// busy_timeout first, in no set order between two of them. Once the
 	// connection is open, the writer of a new file waits for no lock in
-	// SQLite's busy handler either (see below).
-	first, creating := "_pragma=busy_timeout(0)&", false
+	// SQLite's busy handler either (see prepare).
+	first := "_pragma=busy_timeout(0)&"
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		first, creating = "_pragma=busy_timeout(10000)&_pragma=auto_vacuum(2)&", true
 		// Made empty (SQLite reads it as a new database) and readable by
@@ -122,52 +162,55 @@ func Open(ctx context.Context, path string) (*DB, error) {
 			f.Close()
 		}
 	}
-	w, err := sql.Open("sqlite", file+"?"+first+fmt.Sprintf("_pragma=wal_autocheckpoint(%d)", MinCheckpointPages)+pragmas)
+	w, err = sql.Open("sqlite", file+"?"+first+fmt.Sprintf("_pragma=wal_autocheckpoint(%d)", MinCheckpointPages)+pragmas)
 	if err != nil {
-		return nil, fmt.Errorf("state: open %s: %w", path, err)
+		return nil, nil, false, fmt.Errorf("state: open %s: %w", path, err)
 	}
 	w.SetMaxOpenConns(1)
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
-	r, err := sql.Open("sqlite", file+"?_pragma=busy_timeout(10000)"+pragmas+"&_pragma=query_only(1)")
+	r, err = sql.Open("sqlite", file+"?_pragma=busy_timeout(10000)"+pragmas+"&_pragma=query_only(1)")
 	if err != nil {
 		w.Close()
-		return nil, fmt.Errorf("state: open %s: %w", path, err)
+		return nil, nil, false, fmt.Errorf("state: open %s: %w", path, err)
 	}
 	r.SetMaxOpenConns(4)
-	db := &DB{w: w, r: r, path: path, instance: Instance()}
-	db.out.dir, db.out.update = journalDir(path), db.update
+	return w, r, creating, nil
+}
+
+// prepare readies a newly opened db: the writer's connection and its
+// statements, no busy handler on a file it is creating, the schema up to
+// date, and the readers' statements.
+func (db *DB) prepare(ctx context.Context, creating bool) error {
 	if err := db.prepareControl(ctx); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("state: open %s: %w", path, err)
+		return fmt.Errorf("state: open %s: %w", db.path, err)
 	}
 	if creating {
 		if _, err := db.wc.ExecContext(ctx, "PRAGMA busy_timeout = 0"); err != nil {
-			db.Close()
-			return nil, fmt.Errorf("state: open %s: %w", path, err)
+			return fmt.Errorf("state: open %s: %w", db.path, err)
 		}
 	}
 	if err := db.migrate(ctx); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("state: %s: %w", path, err)
+		return fmt.Errorf("state: %s: %w", db.path, err)
 	}
-	if db.rs, err = prepareAll(ctx, r); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("state: %s: %w", path, err)
+	var err error
+	if db.rs, err = prepareAll(ctx, db.r); err != nil {
+		return fmt.Errorf("state: %s: %w", db.path, err)
 	}
+	return nil
+}
+
+// restrictFiles makes the state file at path, and the -wal and -shm
+// files beside it, readable by this user alone.
+func restrictFiles(path string) error {
 	if err := os.Chmod(path, 0o600); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		db.Close()
-		return nil, fmt.Errorf("state: %w", err)
+		return fmt.Errorf("state: %w", err)
 	}
 	// The -wal and -shm files an earlier version made readable by others;
 	// those another user's process made stay as they are.
 	os.Chmod(path+"-wal", 0o600)
 	os.Chmod(path+"-shm", 0o600)
-	if _, err := db.Recover(ctx); err != nil {
-		db.Close()
-		return nil, err
-	}
-	return db, nil
+	return nil
 }
 
 // Path returns the file the DB was opened from.

@@ -109,7 +109,7 @@ func (db *DB) damaged() error {
 // reader, and stops the writes that follow.
 func (db *DB) watch() {
 	db.wh.mu.Lock()
-	if db.wh.checking || time.Since(db.wh.checked) < checkEvery || db.wh.damaged != nil {
+	if db.wh.checking || db.clock.Now().Sub(db.wh.checked) < checkEvery || db.wh.damaged != nil {
 		db.wh.mu.Unlock()
 		return
 	}
@@ -134,7 +134,7 @@ func (db *DB) checkNow(ctx context.Context) error {
 	db.wh.mu.Lock()
 	defer db.wh.mu.Unlock()
 	if err == nil {
-		db.wh.checked = time.Now()
+		db.wh.checked = db.clock.Now()
 	}
 	return err
 }
@@ -154,7 +154,7 @@ func (db *DB) noteWrite(err error) {
 	defer h.mu.Unlock()
 	if err == nil {
 		h.err = nil
-		if h.lowSpace && time.Since(h.at) > lowSpaceFor {
+		if h.lowSpace && db.clock.Now().Sub(h.at) > lowSpaceFor {
 			h.lowSpace = false
 			h.ckpt = 0 // set again below
 		}
@@ -169,7 +169,7 @@ func (db *DB) noteWrite(err error) {
 	if corrupt(err) && h.damaged == nil {
 		h.damaged = err
 	}
-	h.err, h.at = err, time.Now()
+	h.err, h.at = err, db.clock.Now()
 	if full(err) {
 		h.held = true
 		if !h.lowSpace {
@@ -273,10 +273,11 @@ func (db *DB) Check(ctx context.Context) error {
 	db.wh.mu.Lock()
 	werr, at, checked := db.wh.err, db.wh.at, db.wh.checked
 	db.wh.mu.Unlock()
+	now := db.clock.Now()
 	if werr != nil {
-		return fmt.Errorf("state: the last write, %s ago, failed: %w", time.Since(at).Round(time.Second), werr)
+		return fmt.Errorf("state: the last write, %s ago, failed: %w", now.Sub(at).Round(time.Second), werr)
 	}
-	if time.Since(checked) >= checkEvery {
+	if now.Sub(checked) >= checkEvery {
 		if err := db.checkNow(ctx); err != nil {
 			if derr := db.damaged(); derr != nil {
 				return derr

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -73,7 +74,7 @@ func history(b *testing.B, n int) string {
 						return err
 					}
 					if err := tx.AddWarning(ledger.Warning{Key: key, At: at, Kind: "hidden-limit",
-						Message: "a limit the upstream did not document: 100 calls per 10 s"}); err != nil {
+						Reason: reason.Reason{Kind: reason.HiddenLimit, Key: key, Policy: "hidden", Limit: 100, Window: 10 * time.Second}}); err != nil {
 						return err
 					}
 				}

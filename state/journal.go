@@ -22,6 +22,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
@@ -95,6 +96,7 @@ const journalSegment = 4 << 20
 type outcomes struct {
 	dir    string                                       // the journals' directory; "" for none: FinishLater records at once
 	update func(context.Context, func(*Tx) error) error // the back end's write transaction
+	clock  clock.Clock                                  // what the applier's linger and backoff run on; nil means real time
 
 	mu     sync.Mutex              // held while the journal is opened, and while the store closes
 	jr     atomic.Pointer[journal] // the process's journal, once opened
@@ -350,12 +352,13 @@ const (
 // in the journal, and are tried again after a backoff.
 func (j *journal) apply() {
 	defer close(j.done)
+	clk := clock.Or(j.out.clock)
 	retry := time.Duration(0)
 	for {
 		if retry > 0 {
-			t := time.NewTimer(retry)
+			t, fired := clk.NewTimer(retry)
 			select {
-			case <-t.C:
+			case <-fired:
 			case <-j.stop:
 				t.Stop()
 				return
@@ -363,17 +366,17 @@ func (j *journal) apply() {
 		} else {
 			select {
 			case <-j.wake:
-			case <-j.hurry:
+				t, fired := clk.NewTimer(journalLinger)
+				select {
+				case <-fired:
+				case <-j.hurry:
+					t.Stop()
+				case <-j.stop:
+					t.Stop()
+					return
+				}
+			case <-j.hurry: // a whole batch, or a flush: no linger
 			case <-j.stop:
-				return
-			}
-			t := time.NewTimer(journalLinger)
-			select {
-			case <-t.C:
-			case <-j.hurry:
-				t.Stop()
-			case <-j.stop:
-				t.Stop()
 				return
 			}
 		}

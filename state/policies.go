@@ -146,7 +146,12 @@ func (tx *Tx) Gates(key string, now time.Time) ([]ledger.Gate, error) {
 	for rows.Next() {
 		g := ledger.Gate{Key: key}
 		var until, set int64
-		if err := rows.Scan(&g.Scope, &until, &g.Reason, &g.Source, &set); err != nil {
+		var said string
+		var why sql.NullString
+		if err := rows.Scan(&g.Scope, &until, &said, &why, &g.Source, &set); err != nil {
+			return nil, err
+		}
+		if g.Reason, err = readWhy(why, said); err != nil {
 			return nil, err
 		}
 		g.Until, g.SetAt = fromMicros(until), fromMicros(set)
@@ -160,7 +165,11 @@ var qPutGate = newQuery("PutGate")
 // PutGate closes g's scope until g.Until. An existing gate of the same
 // scope that stays closed longer is kept: a gate is never shortened.
 func (tx *Tx) PutGate(g ledger.Gate) error {
-	_, err := tx.exec(qPutGate, g.Key, g.Scope, micros(g.Until), g.Reason, string(g.Source), micros(g.SetAt))
+	why, err := storedWhy(g.Reason)
+	if err != nil {
+		return err
+	}
+	_, err = tx.exec(qPutGate, g.Key, g.Scope, micros(g.Until), why, string(g.Source), micros(g.SetAt))
 	if err != nil {
 		return fmt.Errorf("state: record gate: %w", err)
 	}
@@ -282,7 +291,11 @@ var qAddWarning = newQuery("AddWarning")
 
 // AddWarning records w.
 func (tx *Tx) AddWarning(w ledger.Warning) error {
-	_, err := tx.exec(qAddWarning, w.Key, micros(w.At), w.Kind, w.Message)
+	why, err := storedWhy(w.Reason)
+	if err != nil {
+		return err
+	}
+	_, err = tx.exec(qAddWarning, w.Key, micros(w.At), w.Kind, why)
 	if err != nil {
 		return fmt.Errorf("state: record warning: %w", err)
 	}
@@ -304,7 +317,12 @@ func (tx *Tx) Warnings(key string, since time.Time) ([]ledger.Warning, error) {
 	for rows.Next() {
 		w := ledger.Warning{Key: key}
 		var at int64
-		if err := rows.Scan(&w.ID, &at, &w.Kind, &w.Message); err != nil {
+		var said string
+		var why sql.NullString
+		if err := rows.Scan(&w.ID, &at, &w.Kind, &said, &why); err != nil {
+			return nil, err
+		}
+		if w.Reason, err = readWhy(why, said); err != nil {
 			return nil, err
 		}
 		w.At = fromMicros(at)

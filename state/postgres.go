@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/state/postgres"
 )
@@ -52,7 +53,7 @@ type Postgres struct {
 	where    string // user@host:port/database, for errors: never a credential
 	tls      bool   // the location asks for TLS, with no fallback without it
 	timeout  time.Duration
-	local    func() time.Time
+	clock    clock.Clock // the process's own clock (see PostgresOptions.Clock)
 	instance string
 	maxConns int          // the most connections the pool holds
 	offset   atomic.Int64 // nanoseconds from the process's clock to the server's, as last measured
@@ -84,9 +85,10 @@ type PostgresOptions struct {
 	Instance string
 	// MaxConns caps the process's connections; zero means 16.
 	MaxConns int
-	// Local is the process's own clock, which the server's is measured
-	// against (see Now); nil means time.Now.
-	Local func() time.Time
+	// Clock is the process's own clock, which the server's is measured
+	// against (see Now), and the one the journal's linger and backoff run
+	// on; nil means real time.
+	Clock clock.Clock
 	// JournalDir is where this host keeps the journals of its processes
 	// (see FinishLater): a local directory of this database's own. Empty
 	// means none: outcomes are recorded at once.
@@ -144,9 +146,6 @@ func OpenPostgres(ctx context.Context, rawURL string, o PostgresOptions) (*Postg
 	if o.MaxConns <= 0 {
 		o.MaxConns = 16
 	}
-	if o.Local == nil {
-		o.Local = time.Now
-	}
 	if cfg.ConnectTimeout == 0 || cfg.ConnectTimeout > o.Timeout {
 		cfg.ConnectTimeout = o.Timeout
 	}
@@ -162,9 +161,10 @@ func OpenPostgres(ctx context.Context, rawURL string, o PostgresOptions) (*Postg
 	db.SetMaxOpenConns(o.MaxConns)
 	db.SetMaxIdleConns(o.MaxConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	pg := &Postgres{db: db, where: where, tls: requiresTLS(cfg), timeout: o.Timeout, local: o.Local, instance: o.Instance,
+	pg := &Postgres{db: db, where: where, tls: requiresTLS(cfg), timeout: o.Timeout, clock: clock.Or(o.Clock), instance: o.Instance,
 		maxConns: o.MaxConns, preparing: make(chan struct{}, 1)}
 	pg.out.dir, pg.out.update = o.JournalDir, func(ctx context.Context, fn func(*Tx) error) error { return pg.update(ctx, fn) }
+	pg.out.clock = pg.clock
 	// The journal's directory is made by the first outcome it keeps (and
 	// removed by the last process to close it): a state that fails to
 	// open leaves nothing behind.
@@ -468,6 +468,9 @@ func (pg *Postgres) noteClock(before, server, after time.Time) {
 func (pg *Postgres) Now() time.Time {
 	return pg.local().Add(time.Duration(pg.offset.Load()))
 }
+
+// local returns the process's own clock's time.
+func (pg *Postgres) local() time.Time { return pg.clock.Now() }
 
 // Instance returns the name of this process in the attempts it records.
 func (pg *Postgres) Instance() string { return pg.instance }
@@ -869,10 +872,10 @@ type Store interface {
 
 // OpenStore opens the state at location: a PostgreSQL database for a
 // PostgreSQL location (a URL or a keyword/value string; see IsPostgres),
-// with o; else a SQLite file.
+// with o; else a SQLite file, on o's Clock.
 func OpenStore(ctx context.Context, location string, o PostgresOptions) (Store, error) {
 	if IsPostgres(location) {
 		return OpenPostgres(ctx, location, o)
 	}
-	return Open(ctx, location)
+	return Open(ctx, location, WithClock(o.Clock))
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -83,6 +84,7 @@ func TestPostgres(t *testing.T) {
 	t.Run("a state that fails to open leaves no journal directory", func(t *testing.T) { noJournalDirLeft(t, srv) })
 	t.Run("both back ends' schemas hold the same things", func(t *testing.T) { schemasHoldTheSame(t, srv) })
 	t.Run("flags written by the previous schema are migrated in place", func(t *testing.T) { flagsMigrated(t, srv) })
+	t.Run("reasons written before they were data read back as their words", func(t *testing.T) { reasonsMigrated(t, srv) })
 }
 
 // A keyword/value connection string (libpq's other form) opens the same
@@ -240,17 +242,19 @@ func admissionNeedsItsKey(t *testing.T, srv *pgtest.Server) {
 }
 
 // skewed returns a clock d ahead of this one.
-func skewed(d time.Duration) func() time.Time { return func() time.Time { return time.Now().Add(d) } }
+func skewed(d time.Duration) clock.Clock {
+	return clock.Source(func() time.Time { return time.Now().Add(d) })
+}
 
-// Two hosts whose clocks differ by seconds (PostgresOptions.Local) record
+// Two hosts whose clocks differ by seconds (PostgresOptions.Clock) record
 // admissions at the server's clock (Tx.Clock), one after another, and a
 // window counted by either holds what the other admitted.
 func oneClock(t *testing.T, srv *pgtest.Server) {
 	url := srv.CreateDatabase(t)
-	locals := []func() time.Time{skewed(7 * time.Second), skewed(-7 * time.Second)}
+	locals := []clock.Clock{skewed(7 * time.Second), skewed(-7 * time.Second)}
 	hosts := []*state.Postgres{
-		openPostgres(t, url, state.PostgresOptions{Local: locals[0], Instance: "ahead"}),
-		openPostgres(t, url, state.PostgresOptions{Local: locals[1], Instance: "behind"}),
+		openPostgres(t, url, state.PostgresOptions{Clock: locals[0], Instance: "ahead"}),
+		openPostgres(t, url, state.PostgresOptions{Clock: locals[1], Instance: "behind"}),
 	}
 	for _, h := range hosts {
 		if d := time.Until(h.Now()); d.Abs() > time.Second {
@@ -261,7 +265,7 @@ func oneClock(t *testing.T, srv *pgtest.Server) {
 	for i := range 20 {
 		h, local := hosts[i%2], locals[i%2]
 		update(t, h, func(tx ledger.Tx) error {
-			at := tx.Clock(local()) // the host's own clock, which the server's overrides
+			at := tx.Clock(local.Now()) // the host's own clock, which the server's overrides
 			if again := tx.Clock(time.Time{}); !again.Equal(at) {
 				t.Errorf("Clock twice in one transaction: %v, then %v", at, again)
 			}
@@ -303,7 +307,7 @@ func pacersShareOneClock(t *testing.T, srv *pgtest.Server) {
 	var pacers []*pacer.Pacer
 	var clocks []clock.Clock // each pacer's: its server's, as its host reckons it
 	for _, d := range []time.Duration{5 * time.Second, -5 * time.Second} {
-		pg := openPostgres(t, url, state.PostgresOptions{Local: skewed(d)})
+		pg := openPostgres(t, url, state.PostgresOptions{Clock: skewed(d)})
 		clocks = append(clocks, clock.Source(pg.Now))
 		pacers = append(pacers, pacer.New(pg, pacer.WithClock(clocks[len(clocks)-1])))
 	}
@@ -537,9 +541,9 @@ func passwordInNoTable(t *testing.T, srv *pgtest.Server) {
 	}
 	noPasswordOnServer(t, srv)
 	update(t, pg, func(tx ledger.Tx) error {
-		return tx.AddWarning(ledger.Warning{Key: "k", At: t0, Kind: "x", Message: "planted: " + srv.Password()})
+		return tx.AddWarning(ledger.Warning{Key: "k", At: t0, Kind: "x", Reason: reason.Reason{Kind: reason.Said, Said: "planted: " + srv.Password()}})
 	})
-	if found := passwordIn(t, srv, url); len(found) != 1 || !strings.HasPrefix(found[0], "warnings.message") {
-		t.Errorf("a password planted in a warning: found in %v, want warnings.message", found)
+	if found := passwordIn(t, srv, url); len(found) != 1 || !strings.HasPrefix(found[0], "warnings.why") {
+		t.Errorf("a password planted in a warning: found in %v, want warnings.why", found)
 	}
 }

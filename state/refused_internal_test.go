@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // refused tells a refusal of what a statement writes from a file that is
@@ -29,7 +30,7 @@ func TestRefusedIsOnlyARefusal(t *testing.T) {
 		t.Fatal(err)
 	}
 	constraint := db.Update(context.Background(), func(tx ledger.Tx) error {
-		return tx.AddWarning(ledger.Warning{Key: "k", At: time.Now(), Kind: "x", Message: "m"})
+		return tx.AddWarning(ledger.Warning{Key: "k", At: time.Now(), Kind: "x", Reason: reason.Reason{Kind: reason.Said, Said: "m"}})
 	})
 
 	// Another connection holds the write lock: an Update whose context

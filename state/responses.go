@@ -28,16 +28,24 @@ func (tx *Tx) Response(key, target string) (ledger.StoredResponse, bool, error) 
 }
 
 var (
-	qPutResponse    = newQuery("PutResponse")
-	qCountResponses = newQuery("CountResponses")
-	qTrimResponses  = newQuery("TrimResponses")
+	qPutResponse  = newQuery("PutResponse")
+	qDropResponse = newQuery("DropResponse")
 )
 
 // PutResponse stores r, keeping at most keep answers per key (the oldest
-// go first). The trim runs only when the key holds more than keep: it
-// sorts the key's answers, and was most of a put's cost when run every
-// time.
+// go first).
 func (tx *Tx) PutResponse(r ledger.StoredResponse, keep int) error {
+	_, err := tx.KeepResponse(r, keep)
+	return err
+}
+
+// KeepResponse is PutResponse that also returns the targets of r's key
+// with a stored answer after it, newest first, as StoredTargets would: the
+// put, one read of the key's targets by age, and a delete by primary key
+// for each past keep (one, for a key at its limit). Counting the key's
+// answers, then trimming them with a statement that sorts them, cost
+// twice as much.
+func (tx *Tx) KeepResponse(r ledger.StoredResponse, keep int) ([]string, error) {
 	body := r.Body
 	if body == nil {
 		body = []byte{} // no body is an empty one: a nil slice would be NULL, which the column refuses
@@ -45,26 +53,30 @@ func (tx *Tx) PutResponse(r ledger.StoredResponse, keep int) error {
 	_, err := tx.exec(qPutResponse,
 		r.Key, r.Target, r.ETag, r.LastModified, r.Status, r.ContentType, body, r.Digest, micros(r.StoredAt), r.Unchanged, r.Vary, r.Varied)
 	if err != nil {
-		return fmt.Errorf("state: store response: %w", err)
+		return nil, fmt.Errorf("state: store response: %w", err)
 	}
-	var n int
-	if err := tx.queryRow(qCountResponses, r.Key).Scan(&n); err != nil {
-		return fmt.Errorf("state: store response: %w", err)
+	targets, err := tx.StoredTargets(r.Key)
+	if err != nil {
+		return nil, err
 	}
-	if n <= keep {
-		return nil
+	keep = max(keep, 0)
+	if len(targets) <= keep {
+		return targets, nil
 	}
-	if _, err = tx.exec(qTrimResponses, r.Key, r.Key, keep); err != nil {
-		return fmt.Errorf("state: store response: %w", err)
+	for _, t := range targets[keep:] {
+		if _, err := tx.exec(qDropResponse, r.Key, t); err != nil {
+			return nil, fmt.Errorf("state: store response: %w", err)
+		}
 	}
-	return nil
+	return targets[:keep:keep], nil
 }
 
 var qStoredTargets = newQuery("StoredTargets")
 
-// StoredTargets returns the targets of key that have a stored answer (at
-// most the keep of the last PutResponse for key, and the answers kept
-// beside it since): a walk of the primary key's range for key.
+// StoredTargets returns the targets of key that have a stored answer,
+// newest first (at most the keep of the last PutResponse for key, and the
+// answers kept beside them since): the primary key's range for key,
+// sorted by age.
 func (tx *Tx) StoredTargets(key string) ([]string, error) {
 	rows, err := tx.query(qStoredTargets, key)
 	if err != nil {

@@ -262,12 +262,16 @@ func schemasHoldTheSame(t *testing.T, srv *pgtest.Server) {
 // previousSchema makes mcp-quota's schema in the database at url as the
 // version before the flags became booleans (PostgreSQL migration 0006)
 // left it: migrations 0001 to 0005, version 5.
-func previousSchema(t *testing.T, conn *pgx.Conn) {
+func previousSchema(t *testing.T, conn *pgx.Conn) { schemaAt(t, conn, 5) }
+
+// schemaAt makes the schema of version last on conn's database, as
+// mcp-quota's migrations up to it made it.
+func schemaAt(t *testing.T, conn *pgx.Conn, last int) {
 	t.Helper()
 	ctx := context.Background()
 	steps := []string{"CREATE SCHEMA mcp_quota", "CREATE TABLE mcp_quota.schema_version (version INTEGER NOT NULL)",
 		"SET search_path TO mcp_quota"}
-	for v := 1; v <= 5; v++ {
+	for v := 1; v <= last; v++ {
 		names, err := fs.Glob(postgres.Migrations, fmt.Sprintf("%04d_*.sql", v))
 		if err != nil || len(names) != 1 {
 			t.Fatalf("migration %d: %v %v", v, names, err)
@@ -278,7 +282,7 @@ func previousSchema(t *testing.T, conn *pgx.Conn) {
 		}
 		steps = append(steps, string(body))
 	}
-	steps = append(steps, "INSERT INTO schema_version VALUES (5)")
+	steps = append(steps, fmt.Sprintf("INSERT INTO schema_version VALUES (%d)", last))
 	for _, s := range steps {
 		if _, err := conn.Exec(ctx, s); err != nil {
 			t.Fatalf("%v\n%s", err, s)

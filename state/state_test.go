@@ -15,9 +15,9 @@ import (
 
 var t0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 
-func open(t *testing.T, path string) *state.DB {
+func open(t *testing.T, path string, opts ...state.Option) *state.DB {
 	t.Helper()
-	db, err := state.Open(context.Background(), path)
+	db, err := state.Open(context.Background(), path, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,9 +58,9 @@ func (w *write) outcome() error {
 // it; none returns before its writes are committed.
 //
 // While another process writes, Update retries every few hundred
-// microseconds, for at most BusyTimeout or until ctx ends. Once fn has
-// started it runs to its end: ctx bounds the wait for the transaction, not
-// fn's statements.
+// microseconds of the DB's clock (see WithClock), for at most BusyTimeout
+// of it or until ctx ends. Once fn has started it runs to its end: ctx
+// bounds the wait for the transaction, not fn's statements.
 //
 // Every write transaction on the file holds every key: keys says nothing
 // more to it.
@@ -186,14 +186,14 @@ func (db *DB) begin(wake, stop <-chan struct{}) bool {
 			db.failQueue(fmt.Errorf("state: begin: %w", err))
 			return false
 		}
-		if !db.prune(time.Now(), err) {
+		if !db.prune(db.clock.Now(), err) {
 			return false
 		}
 		d := delay/2 + rand.N(delay/2+1)
 		delay = min(2*delay, 2*time.Millisecond)
-		t := time.NewTimer(d)
+		t, fired := db.clock.NewTimer(d)
 		select {
-		case <-t.C:
+		case <-fired:
 		case <-wake:
 			t.Stop()
 		case <-stop:

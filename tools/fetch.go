@@ -122,7 +122,7 @@ func fetchTool(keys *keystore.Store) mcp.Tool {
 		"When advice.action is pause, do not call again before advice.retry_after_s. Long bodies are paged with start_index."
 	return mcp.NewTool("fetch",
 		mcp.WithDescription(desc),
-		mcp.WithInputSchema[fetchArgs](),
+		rawInputSchema(fetchInput),
 		mcp.WithRawOutputSchema(fetchOutputSchema()),
 		mcp.WithTitleAnnotation("Quota-aware HTTP fetch"),
 		mcp.WithReadOnlyHintAnnotation(readOnly),
@@ -339,12 +339,9 @@ func (f *fetchCall) keep(ctx context.Context, r ledger.StoredResponse) error {
 	var listed bool
 	var seq uint64
 	err := f.d.DB.Update(ctx, func(tx ledger.Tx) error {
-		if err := tx.PutResponse(r, f.lim.KeepResponses); err != nil {
-			return err
-		}
-		seq = f.d.stored.next()
 		var err error
-		targets, listed, err = readStoredTargets(tx, r.Key)
+		seq = f.d.stored.next()
+		targets, listed, err = keepResponse(tx, r, f.lim.KeepResponses)
 		return err
 	})
 	if err != nil {
@@ -447,10 +444,11 @@ func (f *fetchCall) answered(ctx context.Context, resp *upstream.Response) (*mcp
 	if f.repeats > 0 && unchanged {
 		r.Advice = loopAdvice(r.Advice, f.repeats+1, f.lim.LoopWindow, false)
 	}
-	r.Warnings = append(append(r.Warnings, resp.Result.Warnings...), redactionWarnings(resp)...)
 	for _, w := range resp.Result.Warnings {
-		f.d.warn(ctx, w)
+		r.Warnings = append(r.Warnings, w.String())
+		f.d.warn(ctx, w.String())
 	}
+	r.Warnings = append(r.Warnings, redactionWarnings(resp)...)
 	r.Next = nextPage(resp.Header, f.k)
 	return f.fitted(r, raw, complete), nil
 }
@@ -504,13 +502,24 @@ func (f *fetchCall) fitted(r fetchResult, raw []byte, complete bool) *mcp.CallTo
 }
 
 // resultChars is the size of res as a client receives it: its JSON, in
-// characters.
+// characters. A structuredContent already encoded (see render) is counted
+// as it is, not encoded again.
 func resultChars(res *mcp.CallToolResult) int {
-	b, err := json.Marshal(res)
+	sc, ok := res.StructuredContent.(json.RawMessage)
+	if !ok {
+		b, err := json.Marshal(res)
+		if err != nil {
+			return 0
+		}
+		return utf8.RuneCount(b)
+	}
+	rest := *res
+	rest.StructuredContent = nil
+	b, err := json.Marshal(rest)
 	if err != nil {
 		return 0
 	}
-	return utf8.RuneCount(b)
+	return utf8.RuneCount(b) + len(`,"structuredContent":`) + utf8.RuneCount(sc)
 }
 
 // waitCapped adds to warnings that max_wait_s was capped, when it was:

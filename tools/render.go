@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"encoding/json"
 	"fmt"
 	"mime"
 	"net/http"
@@ -136,7 +137,14 @@ func render(r fetchResult, isError bool) *mcp.CallToolResult {
 		}
 		b.WriteString(r.Body)
 	}
-	res := mcp.NewToolResultStructured(r, strings.TrimRight(b.String(), "\n"))
+	// The structured form is encoded here, once: measuring the result
+	// (see resultChars) and sending it then copy these bytes instead of
+	// encoding r again each.
+	sc, err := json.Marshal(r)
+	if err != nil {
+		panic("tools: a fetch result does not marshal: " + err.Error()) // only strings, numbers and maps of strings
+	}
+	res := mcp.NewToolResultStructured(json.RawMessage(sc), strings.TrimRight(b.String(), "\n"))
 	res.IsError = isError
 	return res
 }

@@ -2,10 +2,12 @@ package tools
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -119,5 +121,38 @@ func TestExplainArguments(t *testing.T) {
 	explainArguments(context.Background(), 1, &req, own)
 	if own.Content[0].(mcp.TextContent).Text != "Path is refused." {
 		t.Errorf("a tool's own error was rewritten: %v", own.Content)
+	}
+}
+
+// TestResultCharsCountsWhatIsSent: the size fitted measures a result by
+// (its structured form encoded once, at render) is the size of the JSON
+// a client receives, in characters, whatever the body holds: quotes,
+// markup and control characters JSON escapes, characters beyond ASCII.
+func TestResultCharsCountsWhatIsSent(t *testing.T) {
+	bodies := []string{"", `{"a":"b"}`, "<a href=\"x\">&amp;</a>\n\t\x01", "äöü € 𝄞 \u2028", strings.Repeat(`"\`, 500)}
+	for _, body := range bodies {
+		for _, isError := range []bool{false, true} {
+			r := fetchResult{Key: "k", Method: "GET", Path: "/p?q=<1>", Sent: true, Status: 200,
+				Headers: map[string]string{"ETag": `"e&1"`}, ContentType: "text/html", Body: body, TotalLength: len(body),
+				Warnings: []string{"a <warning> & more"}}
+			res := render(r, isError)
+			b, err := json.Marshal(res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := resultChars(res), utf8.RuneCount(b); got != want {
+				t.Errorf("body %q, isError %v: resultChars %d, want %d, the characters of %s", body, isError, got, want, b)
+			}
+			var sent fetchResult
+			var wire struct {
+				StructuredContent json.RawMessage `json:"structuredContent"`
+			}
+			if err := json.Unmarshal(b, &wire); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(wire.StructuredContent, &sent); err != nil || sent.Body != body || sent.Path != r.Path {
+				t.Errorf("body %q: structuredContent %s reads back as %+v, %v", body, wire.StructuredContent, sent, err)
+			}
+		}
 	}
 }

@@ -33,7 +33,7 @@ func statusTool() mcp.Tool {
 		mcp.WithDescription("What is left of each key's budget, per policy, and when to come back. "+
 			"Shows the shared local budget, every policy the upstream announced (q, w, r, t, age), hidden limits, "+
 			"any active Retry-After, reservations, and one line of advice. Reads mcp-quota's state only: it never spends quota."),
-		mcp.WithInputSchema[statusArgs](),
+		rawInputSchema(statusInput),
 		mcp.WithRawOutputSchema(statusOutputSchema()),
 		mcp.WithTitleAnnotation("Quota status"),
 		mcp.WithReadOnlyHintAnnotation(true),

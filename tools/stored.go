@@ -73,6 +73,25 @@ func (x *storedIndex) next() uint64 {
 	return x.seq
 }
 
+// responseKeeper is a transaction that keeps an answer and lists its
+// key's kept targets in one step (*state.Tx, on either back end).
+type responseKeeper interface {
+	KeepResponse(r ledger.StoredResponse, keep int) ([]string, error)
+}
+
+// keepResponse keeps r in tx, at most keep answers of its key, and
+// returns the key's kept targets after it as readStoredTargets does.
+func keepResponse(tx ledger.Tx, r ledger.StoredResponse, keep int) ([]string, bool, error) {
+	if k, ok := tx.(responseKeeper); ok {
+		targets, err := k.KeepResponse(r, keep)
+		return targets, err == nil, err
+	}
+	if err := tx.PutResponse(r, keep); err != nil {
+		return nil, false, err
+	}
+	return readStoredTargets(tx, r.Key)
+}
+
 // readStoredTargets returns key's targets as tx sees them, and whether tx could
 // tell. Call it inside the transaction, and set after it committed.
 func readStoredTargets(tx ledger.Tx, key string) ([]string, bool, error) {

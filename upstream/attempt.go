@@ -134,7 +134,7 @@ func (a *attempts) admit(req *http.Request, cs *call) (pacer.Ticket, string, *ht
 			if errors.As(err, &pe) { // recorded in the activity
 				cs.lastState = string(ledger.RejectedLocal)
 				c.observe(req.Context(), Event{Kind: Refused, Key: k.Name, Caller: cs.req.Caller, Transport: cs.req.Transport,
-					CallID: cs.id, Attempt: cs.attempts, State: string(ledger.RejectedLocal), Source: pe.Source, Gate: pe.Gate,
+					CallID: cs.id, Attempt: cs.attempts, State: string(ledger.RejectedLocal), Source: pe.Source, Gate: pe.Gate, Limit: pe.Limit,
 					Wait: c.now().Sub(admitStart), Method: cs.method, Target: target})
 			} else if req.Context().Err() == nil {
 				// Not a refusal and not the caller leaving: the state file
@@ -184,9 +184,10 @@ func (c *Client) done(ctx context.Context, cs *call, t pacer.Ticket, o pacer.Out
 		c.log.Error("recording an attempt failed", "key", cs.key.Name, "call", cs.id, "error", err)
 	}
 	s := cs.key.Scrubber()
-	res.Advice.Why = res.Advice.Why.Map(func(t string) string { t, _ = s.Scrub(t); return t })
+	scrub := func(t string) string { t, _ = s.Scrub(t); return t }
+	res.Advice.Why = res.Advice.Why.Map(scrub)
 	for i, w := range res.Warnings {
-		res.Warnings[i], _ = s.Scrub(w)
+		res.Warnings[i] = w.Map(scrub)
 	}
 	cs.lastState = string(res.State)
 	e := Event{Kind: Attempted, Key: cs.key.Name, Caller: cs.req.Caller, Transport: cs.req.Transport, CallID: cs.id,
@@ -207,7 +208,7 @@ func (c *Client) done(ctx context.Context, cs *call, t pacer.Ticket, o pacer.Out
 	cs.last = a
 	cs.warnings = append(cs.warnings, res.Warnings...)
 	for _, w := range res.Warnings {
-		c.log.Warn(w, "key", cs.key.Name)
+		c.log.Warn(w.String(), "key", cs.key.Name)
 	}
 	return err
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // Errors of the upstream side; check them with errors.Is.
@@ -197,24 +198,52 @@ func (c *Client) bodies() *BodyMemory {
 }
 
 func (c *Client) do(ctx context.Context, k *keystore.Key, r Request) (*Response, error) {
+	method, u, err := checkCall(k, r)
+	if err != nil {
+		return nil, err
+	}
+	cs := &call{client: c, key: k, req: r, method: method, id: NewCallID(), start: c.now(), target: ActivityTarget(k, u)}
+	req, err := cs.newRequest(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.retryClient(k, cs).Do(req)
+	cs.ended(ctx)
+	if err != nil {
+		return nil, cs.failed(ctx, err)
+	}
+	return cs.response(resp), nil
+}
+
+// checkCall checks what r asks of k before anything is admitted: a
+// well-formed request, a method the key allows, a credential, and a path
+// below the key's base URL. It returns the method and the URL to send to.
+func checkCall(k *keystore.Key, r Request) (string, *url.URL, error) {
 	method := strings.ToUpper(r.Method)
 	if method == "" {
 		method = http.MethodGet
 	}
 	if err := checkRequest(method, r.Header); err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	if !r.AllMethods && !k.AllowsMethod(method) {
-		return nil, fmt.Errorf("%w: key '%s' allows %s through MCP", ErrMethod, k.Name, strings.Join(k.Methods, ", "))
+		return "", nil, fmt.Errorf("%w: key '%s' allows %s through MCP", ErrMethod, k.Name, strings.Join(k.Methods, ", "))
 	}
 	if _, err := k.Credential(); err != nil {
-		return nil, fmt.Errorf("key '%s': %w", k.Name, err)
+		return "", nil, fmt.Errorf("key '%s': %w", k.Name, err)
 	}
 	u, err := Resolve(k.BaseURL, r.Path, r.Query)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	cs := &call{client: c, key: k, req: r, method: method, id: NewCallID(), start: c.now(), target: ActivityTarget(k, u)}
+	return method, u, nil
+}
+
+// newRequest builds the call's request to u, its body and the header it
+// goes upstream with (before the credential goes on), and notes whether
+// the body can be sent again.
+func (cs *call) newRequest(ctx context.Context, u *url.URL) (*retryablehttp.Request, error) {
+	r := cs.req
 	var body any
 	var stream io.Reader
 	switch b := r.Body.(type) {
@@ -231,7 +260,7 @@ func (c *Client) do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 		return nil, fmt.Errorf("upstream: unsupported body type %T", r.Body)
 	}
 	cs.digest = r.Digest
-	req, err := retryablehttp.NewRequestWithContext(context.WithValue(ctx, callKey{}, cs), method, u.String(), body)
+	req, err := retryablehttp.NewRequestWithContext(context.WithValue(ctx, callKey{}, cs), cs.method, u.String(), body)
 	if err != nil {
 		return nil, fmt.Errorf("upstream: %w", err)
 	}
@@ -243,10 +272,16 @@ func (c *Client) do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 		cs.body = &callerBody{r: rc}
 		req.Body, req.ContentLength = cs.body, r.ContentLength
 	}
-	for name, vs := range SentHeader(k, r.Header) {
+	for name, vs := range SentHeader(cs.key, r.Header) {
 		req.Header[name] = vs
 	}
-	rc := &retryablehttp.Client{
+	return req, nil
+}
+
+// retryClient returns the retry loop one call through k runs in: its
+// attempts go through the pacer (attempts), and cs decides each retry.
+func (c *Client) retryClient(k *keystore.Key, cs *call) *retryablehttp.Client {
+	return &retryablehttp.Client{
 		HTTPClient: &http.Client{Transport: &attempts{client: c}, CheckRedirect: redirectPolicy(k)},
 		RetryMax:   MaxRetries,
 		CheckRetry: cs.checkRetry,
@@ -256,53 +291,62 @@ func (c *Client) do(ctx context.Context, k *keystore.Key, r Request) (*Response,
 		ErrorHandler: func(resp *http.Response, err error, _ int) (*http.Response, error) { return resp, err },
 		Logger:       retryLog{c.log, k.Scrubber()},
 	}
-	resp, err := rc.Do(req)
-	cs.ended(ctx)
-	if err != nil {
-		var pe *pacer.PauseError
-		var reqErr *RequestError
-		var pathErr *PathError
-		switch {
-		case errors.As(err, &pe) && cs.last != nil:
-			// A retry was refused after an attempt went out: that attempt's
-			// answer was spent on the retry loop, so say what it was.
-			what := fmt.Sprintf("HTTP %d", cs.last.status)
-			if cs.lastErr != nil {
-				what = unwrapURL(cs.lastErr).Error()
-			}
-			return nil, fmt.Errorf("%w: key '%s': the last attempt got %s and a retry was not admitted in time (%s)",
-				ErrUnreachable, k.Name, what, pe.Reason)
-		case errors.As(err, &pe):
-			return nil, pe
-		case errors.As(err, &pathErr):
-			return nil, pathErr
-		case errors.As(err, &reqErr):
-			return nil, reqErr
-		case errors.Is(err, ErrStateUnavailable):
-			return nil, fmt.Errorf("key '%s': %w", k.Name, err)
-		case ctx.Err() != nil:
-			return nil, ctx.Err()
-		case errors.Is(err, ErrAnswerTimeout):
-			return nil, fmt.Errorf("key '%s': %w", k.Name, unwrapURL(err))
-		case errors.Is(err, ErrForbiddenAddress), errors.Is(err, ErrRefusedAnswer):
-			return nil, fmt.Errorf("key '%s': %w", k.Name, unwrapURL(err))
+}
+
+// failed returns the error the caller gets for a call whose retry loop
+// ended in err: the pacer's, the caller's or the key's own error as it
+// came, and anything else as ErrUnreachable.
+func (cs *call) failed(ctx context.Context, err error) error {
+	k := cs.key
+	var pe *pacer.PauseError
+	var reqErr *RequestError
+	var pathErr *PathError
+	switch {
+	case errors.As(err, &pe) && cs.last != nil:
+		// A retry was refused after an attempt went out: that attempt's
+		// answer was spent on the retry loop, so say what it was.
+		what := fmt.Sprintf("HTTP %d", cs.last.status)
+		if cs.lastErr != nil {
+			what = unwrapURL(cs.lastErr).Error()
 		}
-		return nil, fmt.Errorf("%w: key '%s': %w", ErrUnreachable, k.Name, unwrapURL(err))
+		return fmt.Errorf("%w: key '%s': the last attempt got %s and a retry was not admitted in time (%s)",
+			ErrUnreachable, k.Name, what, pe.Reason)
+	case errors.As(err, &pe):
+		return pe
+	case errors.As(err, &pathErr):
+		return pathErr
+	case errors.As(err, &reqErr):
+		return reqErr
+	case errors.Is(err, ErrStateUnavailable):
+		return fmt.Errorf("key '%s': %w", k.Name, err)
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, ErrAnswerTimeout):
+		return fmt.Errorf("key '%s': %w", k.Name, unwrapURL(err))
+	case errors.Is(err, ErrForbiddenAddress), errors.Is(err, ErrRefusedAnswer):
+		return fmt.Errorf("key '%s': %w", k.Name, unwrapURL(err))
 	}
-	out := &Response{Response: resp, CallID: cs.id, Attempts: cs.attempts, Waited: cs.waited, Target: cs.target, Hold: r.Hold}
-	s := k.Scrubber()
+	return fmt.Errorf("%w: key '%s': %w", ErrUnreachable, k.Name, unwrapURL(err))
+}
+
+// response wraps the upstream's answer for the caller: the key's
+// credential scrubbed from its header, status line and body, the body's
+// memory released when it is closed, and what the last attempt learned.
+func (cs *call) response(resp *http.Response) *Response {
+	out := &Response{Response: resp, CallID: cs.id, Attempts: cs.attempts, Waited: cs.waited, Target: cs.target, Hold: cs.req.Hold}
+	s := cs.key.Scrubber()
 	out.redacted = scrubHeader(s, resp.Header)
 	if st, hit := s.Scrub(resp.Status); hit {
 		resp.Status = st
 		out.redacted = append(out.redacted, "the status line")
 	}
 	out.body = s.Reader(resp.Body)
-	resp.Body = readCloser{out.body, releasing{resp.Body, r.Hold}}
+	resp.Body = readCloser{out.body, releasing{resp.Body, cs.req.Hold}}
 	if cs.last != nil {
 		out.Reading, out.Result = cs.last.reading, cs.last.result
 		out.Result.Warnings = cs.warnings // every attempt's
 	}
-	return out, nil
+	return out
 }
 
 // call is the state of one call across its attempts. Its attempts run
@@ -320,10 +364,10 @@ type call struct {
 	attempts   int
 	waited     time.Duration
 	last       *answer
-	lastErr    error       // the last attempt's transport error, if it had one
-	lastState  string      // the state the last recorded attempt ended in
-	warnings   []string    // raised by any attempt
-	body       *callerBody // a streamed body; nil otherwise
+	lastErr    error           // the last attempt's transport error, if it had one
+	lastState  string          // the state the last recorded attempt ended in
+	warnings   []reason.Reason // raised by any attempt
+	body       *callerBody     // a streamed body; nil otherwise
 }
 
 // answer is what one attempt brought back.

@@ -14,6 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
@@ -66,13 +67,8 @@ func respond(status int, header ...string) *http.Response {
 
 func newKey(t *testing.T, auth string) *keystore.Key {
 	t.Helper()
-	s, err := keystore.Parse([]byte(`[[keys]]
-name = "k"
-base_url = "https://api.example/base"
-secret_env = "S"
-auth = "`+auth+`"
-max_rate = 1000
-`), keystore.Env{Getenv: func(string) string { return secret }})
+	s, err := keystore.Parse([]byte(testkit.Keys(testkit.Key{Name: "k", BaseURL: "https://api.example/base", SecretEnv: "S", Auth: auth, MaxRate: 1000})),
+		keystore.Env{Getenv: func(string) string { return secret }})
 	if err != nil {
 		t.Fatal(err)
 	}

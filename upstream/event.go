@@ -44,7 +44,10 @@ type Event struct {
 	Source string // Refused: what bound (a policy, "retry-after", "circuit", "pace", …)
 	// Gate is, for Refused, what closed the gate that bound; "" when a
 	// policy (whatever its name) or a local limit bound.
-	Gate    ledger.GateSource
+	Gate ledger.GateSource
+	// Limit is, for Refused, the pacer's own limit that bound (its pace,
+	// its most calls at once, …); "" when a policy or a gate bound.
+	Limit   pacer.OwnLimit
 	Wait    time.Duration // Attempted and Refused: how long the attempt waited for admission
 	Latency time.Duration // Attempted: from the send to the answer, or to the failure
 	// HeldBy is, for Attempted, what held the attempt while it waited

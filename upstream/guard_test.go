@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/demo"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/state"
@@ -182,7 +182,7 @@ const guardSecret = "guard-test-secret-5e1f2a"
 
 func guardKey(t *testing.T, base string) *keystore.Key {
 	t.Helper()
-	cfg := fmt.Sprintf("[[keys]]\nname = \"k\"\nbase_url = %q\nsecret_env = \"S\"\nmax_rate = 1000.0\n", base)
+	cfg := testkit.Keys(testkit.Key{Name: "k", BaseURL: base, SecretEnv: "S", MaxRate: 1000})
 	s, err := keystore.Parse([]byte(cfg), keystore.Env{Getenv: func(string) string { return guardSecret }})
 	if err != nil {
 		t.Fatal(err)

@@ -53,17 +53,8 @@ func TestLateSendIsAdmittedAgainBeforeItGoes(t *testing.T) {
 	store := &stalling{Store: db, clk: clk, stall: 700 * time.Millisecond}
 	c := New(pacer.New(store, pacer.WithClock(clk)), nil)
 	c.Clock, c.Transport = clk, f
-	s, err := keystore.Parse([]byte(`[[keys]]
-name = "k"
-base_url = "https://api.example/base"
-secret_env = "S"
-auth = "bearer"
-max_rate = 1000
-  [[keys.policies]]
-  name = "p"
-  quota = 1
-  window = "4s"
-`), keystore.Env{Getenv: func(string) string { return secret }})
+	s, err := keystore.Parse([]byte(testkit.Keys(testkit.Key{Name: "k", BaseURL: "https://api.example/base", SecretEnv: "S", Auth: "bearer", MaxRate: 1000,
+		Policies: []testkit.Policy{{Name: "p", Quota: 1, Window: 4 * time.Second}}})), keystore.Env{Getenv: func(string) string { return secret }})
 	if err != nil {
 		t.Fatal(err)
 	}

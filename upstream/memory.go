@@ -141,16 +141,16 @@ func (h *BodyHold) markSent() {
 // ReadBody reads r to its end, or to max bytes and one more (so that a
 // longer body is told from one of exactly max), growing h by what it
 // reads before it reads it. It returns what it read and the first error:
-// a *BodyMemoryError when h could not grow, or r's own.
+// a *BodyMemoryError when h could not grow, or r's own. Its buffer starts
+// small and doubles as the body fills it, so that a short body holds
+// (and allocates) little more than itself.
 func ReadBody(r io.Reader, limit int64, h *BodyHold) ([]byte, error) {
-	const step = 64 << 10
+	const first, step = 512, 64 << 10
 	var buf []byte
 	for int64(len(buf)) <= limit {
-		want := min(step, limit+1-int64(len(buf)))
-		if int64(cap(buf)-len(buf)) < want {
-			// The buffer doubles as it grows, up to the limit; hold what
-			// it will take first.
-			next := min(max(2*int64(cap(buf)), int64(len(buf))+want), limit+1)
+		if len(buf) == cap(buf) {
+			// Hold what the grown buffer will take first.
+			next := min(max(2*int64(cap(buf)), first), limit+1)
 			if err := h.Grow(next - int64(cap(buf))); err != nil {
 				return buf, err
 			}
@@ -158,7 +158,8 @@ func ReadBody(r io.Reader, limit int64, h *BodyHold) ([]byte, error) {
 			copy(nb, buf)
 			buf = nb
 		}
-		n, err := r.Read(buf[len(buf) : int64(len(buf))+want])
+		want := min(step, cap(buf)-len(buf))
+		n, err := r.Read(buf[len(buf) : len(buf)+want])
 		buf = buf[:len(buf)+n]
 		if errors.Is(err, io.EOF) {
 			return buf, nil

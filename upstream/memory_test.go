@@ -7,7 +7,8 @@ import (
 )
 
 // TestReadBodyHolds: ReadBody holds what it buffers before it buffers
-// it, stops at the limit and one byte more, and fails with a
+// it, at most twice the body however short, stops at the limit and one
+// byte more, and fails with a
 // *BodyMemoryError when the bound has no room — and a hold's release
 // gives everything back.
 func TestReadBodyHolds(t *testing.T) {
@@ -21,6 +22,18 @@ func TestReadBodyHolds(t *testing.T) {
 	if held := h.Held(); held < int64(len(body)) || held > 2*int64(len(body)) {
 		t.Errorf("held %d for a body of %d; want at least the body, at most twice it", held, len(body))
 	}
+	// A short body holds little more than itself, not a read step of
+	// 64 KiB: most answers are a few hundred bytes.
+	short := m.Hold()
+	small := bytes.Repeat([]byte("s"), 300)
+	got, err = ReadBody(bytes.NewReader(small), 1<<20, short)
+	if err != nil || !bytes.Equal(got, small) {
+		t.Fatalf("read %d bytes, %v; want all %d", len(got), err, len(small))
+	}
+	if held := short.Held(); held < int64(len(small)) || held > 2*int64(len(small)) {
+		t.Errorf("held %d for a body of %d; want at least the body, at most twice it", held, len(small))
+	}
+	short.Release()
 	got, err = ReadBody(bytes.NewReader(body), 1000, nil)
 	if err != nil || len(got) != 1001 {
 		t.Errorf("to a limit of 1000: %d bytes, %v; want 1001 (the limit and one more)", len(got), err)

@@ -8,10 +8,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/state"
@@ -31,11 +31,11 @@ func TestKeysShareConnections(t *testing.T) {
 	}
 	srv.Start()
 	t.Cleanup(srv.Close)
-	var cfg strings.Builder
+	var cfg testkit.Config
 	for i := range 100 {
-		fmt.Fprintf(&cfg, "[[keys]]\nname = \"k%d\"\nbase_url = %q\nsecret_env = \"S\"\nmax_rate = 1000\n\n", i, srv.URL)
+		cfg.Keys = append(cfg.Keys, testkit.Key{Name: fmt.Sprintf("k%d", i), BaseURL: srv.URL, SecretEnv: "S", MaxRate: 1000})
 	}
-	keys, err := keystore.Parse([]byte(cfg.String()), keystore.Env{Getenv: func(string) string { return secret }})
+	keys, err := keystore.Parse([]byte(cfg.TOML()), keystore.Env{Getenv: func(string) string { return secret }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,25 +18,13 @@ import (
 	"github.com/mcp-quota/mcp-quota/demo"
 )
 
-const defaultPolicy = `name = "default"
-  quota = 120
-  window = "60s"`
-
 // TestToolBadInput: every mistake an agent can make gets an isError result
 // with a stable code and a sentence it can act on; nothing crashes and no
 // secret shows.
 func TestToolBadInput(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, defaultPolicy, "")
 	// A second key whose credential's variable is not set.
-	cfg := `
-
-[[keys]]
-name = "nosecret"
-base_url = "` + url + `"
-secret_env = "UNSET_VARIABLE_FOR_TEST"
-`
-	appendFile(t, s.config, cfg)
+	s := newSetup(t, demoKey(url, 120, time.Minute), noSecretKey(url))
 	sess := s.stdioSession(t, nil)
 	tests := []struct {
 		name string
@@ -90,9 +78,7 @@ secret_env = "UNSET_VARIABLE_FOR_TEST"
 // then succeeds.
 func TestWaitWithProgress(t *testing.T) {
 	api, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, `name = "default"
-  quota = 2
-  window = "3s"`, "")
+	s := newSetup(t, demoKey(url, 2, 3*time.Second))
 	progress := make(chan string, 100)
 	opts := &gomcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *gomcp.ProgressNotificationClientRequest) {
 		select {
@@ -140,9 +126,7 @@ func TestWaitWithProgress(t *testing.T) {
 // answer is a pause (isError, nothing sent), with the seconds to wait.
 func TestPauseSendsNothing(t *testing.T) {
 	api, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, `name = "default"
-  quota = 2
-  window = "60s"`, "")
+	s := newSetup(t, demoKey(url, 2, time.Minute))
 	sess := s.stdioSession(t, nil)
 	for i := range 2 {
 		call(t, sess, "fetch", map[string]any{"path": fmt.Sprintf("/v1/participants/p-%06d", i+1)})
@@ -168,7 +152,7 @@ func TestPauseSendsNothing(t *testing.T) {
 // quota, and the results say why and what to do instead.
 func TestLoopGuard(t *testing.T) {
 	api, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, defaultPolicy, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	sess := s.stdioSession(t, nil)
 	var fromCache, notModified int
 	var last map[string]any
@@ -211,7 +195,7 @@ func TestLoopGuard(t *testing.T) {
 // counts its own repeats only.
 func TestLoopGuardIsPerCaller(t *testing.T) {
 	api, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, defaultPolicy, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	base, _ := s.serve(t)
 	for range 10 {
 		resp := get(t, base+"/k/demo/v1/participants?limit=10", syncToken)
@@ -239,7 +223,7 @@ func TestLoopGuardIsPerCaller(t *testing.T) {
 // gets a 304 (which counts), and shows the kept body.
 func TestConditionalRequest(t *testing.T) {
 	api, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, defaultPolicy, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	sess := s.stdioSession(t, nil)
 	_, first := call(t, sess, "fetch", map[string]any{"path": "/v1/participants/p-000042"})
 	res, second := call(t, sess, "fetch", map[string]any{"path": "/v1/participants/p-000042"})
@@ -262,7 +246,7 @@ func TestConditionalRequest(t *testing.T) {
 // spending quota, and together they are the whole body.
 func TestPagingLargeBody(t *testing.T) {
 	api, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, defaultPolicy, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	sess := s.stdioSession(t, nil)
 	const size = 1 << 20
 	var whole strings.Builder
@@ -305,7 +289,7 @@ func TestPagingLargeBody(t *testing.T) {
 // foreign Origin, on every method.
 func TestHTTPWalls(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, defaultPolicy, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	base, _ := s.serve(t)
 	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
 	tests := []struct {
@@ -349,7 +333,7 @@ func TestHTTPWalls(t *testing.T) {
 // (it asked for warnings) and in the result.
 func TestWarningsReachTheAgent(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{Mode: demo.Silent, Quota: 1, Window: time.Minute})
-	s := newSetup(t, url, defaultPolicy, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	cmd, stderr := s.command(t, "stdio")
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
@@ -421,7 +405,7 @@ func TestWarningsReachTheAgent(t *testing.T) {
 // TestActivityResource reads the key's activity as an MCP resource.
 func TestActivityResource(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, defaultPolicy, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	sess := s.stdioSession(t, nil, "--caller", "resource-test")
 	call(t, sess, "fetch", map[string]any{"path": "/v1/participants/p-000007"})
 	res, err := sess.ReadResource(t.Context(), &gomcp.ReadResourceParams{URI: "quota://activity/demo"})
@@ -457,7 +441,7 @@ func TestActivityResource(t *testing.T) {
 // TestStatusCommand prints the table and the JSON of the state file.
 func TestStatusCommand(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, defaultPolicy, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	sess := s.stdioSession(t, nil)
 	for i := range 3 {
 		call(t, sess, "fetch", map[string]any{"path": fmt.Sprintf("/v1/participants/p-%06d", i+1)})
@@ -490,7 +474,7 @@ func TestStatusCommand(t *testing.T) {
 // next to the stateless 2026-07-28 protocol the go-sdk client uses.
 func TestLegacyHandshakeOverHTTP(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, defaultPolicy, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	base, _ := s.serve(t)
 	post := func(session, body string) (*http.Response, string) {
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/mcp", strings.NewReader(body))

@@ -113,26 +113,13 @@ func TestDashboardInBrowser(t *testing.T) {
 	exe := chromium(t)
 	const quota = 20
 	_, url := upstreamAPI(t, demo.Config{Quota: 120, Window: time.Minute})
-	s := newSetup(t, url, fmt.Sprintf(`name = "default"
-  quota = %d
-  window = "600s"`, quota), "max_rate = 1000")
-	appendFile(t, s.config, fmt.Sprintf(`
-[[keys]]
-name = "ops"
-base_url = %q
-secret_env = "DEMO_SECRET"
-auth = "bearer"
-profile = "ietf"
-  [[keys.policies]]
-  name = "default"
-  quota = 50
-  window = "60s"
-
-[[callers]]
-name = "admin"
-token_env = "ADMIN_TOKEN"
-keys = ["*"]
-`, url))
+	key := demoKey(url, quota, 10*time.Minute)
+	key.MaxRate = 1000
+	ops := demoKey(url, 50, time.Minute)
+	ops.Name = "ops"
+	cfg := demoConfig(key, ops)
+	cfg.Callers = append(cfg.Callers, testkit.Caller{Name: "admin", TokenEnv: "ADMIN_TOKEN", Keys: []string{"*"}})
+	s := setupOf(t, cfg)
 	s.env = append(s.env, "ADMIN_TOKEN="+adminToken)
 	_, base, stderr := s.serveProcess(t)
 

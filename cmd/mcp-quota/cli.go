@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"text/tabwriter"
 	"time"
 
@@ -30,13 +31,9 @@ func (e environment) status(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	list := keys.Keys()
-	if *only != "" {
-		k, err := keys.Key(*only)
-		if err != nil {
-			return err
-		}
-		list = []*keystore.Key{k}
+	list, err := statusKeys(keys, *only)
+	if err != nil {
+		return err
 	}
 	a, err := e.open(ctx, c, keys, log, false)
 	if err != nil {
@@ -57,47 +54,83 @@ func (e environment) status(ctx context.Context, args []string) error {
 		fmt.Fprintf(e.stdout, "no keys are configured (%s)\n", e.configPath(c))
 		return nil
 	}
-	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+	printStatusTable(e.stdout, st)
+	printStatusNotes(e.stdout, st)
+	return nil
+}
+
+// statusKeys is the keys status shows: every key, or only the one named.
+func statusKeys(keys *keystore.Store, only string) ([]*keystore.Key, error) {
+	if only == "" {
+		return keys.Keys(), nil
+	}
+	k, err := keys.Key(only)
+	if err != nil {
+		return nil, err
+	}
+	return []*keystore.Key{k}, nil
+}
+
+// printStatusTable writes a row to w for each policy of each key of st,
+// its own (local) and those the upstream announced, and a row of dashes
+// for a key that has none.
+func printStatusTable(w io.Writer, st report.Status) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tPOLICY\tSOURCE\tLIMIT\tREMAINING\tRESET\tWINDOW\tAGE\tBINDS\t")
 	for _, k := range st.Keys {
 		for _, l := range k.Local {
 			fmt.Fprintf(tw, "%s\t%s\tlocal\t%d\t%d\t%ds\t%ds\t-\t%s\t\n", k.Key, l.Policy, l.Limit, l.Remaining, l.ResetS, l.WindowS, yes(l.Binds))
 		}
 		for _, u := range k.Upstream {
-			remaining := fmt.Sprint(u.R)
-			switch {
-			case u.Expired:
-				remaining = "expired"
-			case u.R < 0:
-				remaining = "?"
-			}
-			name := u.Policy
-			if u.Partition != "" {
-				name += "/" + u.Partition
-			}
-			if u.Hidden {
-				name += " (hidden)"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%ds\t%ds\t%ds\t%s\t\n", k.Key, name, u.Source, u.Q, remaining, u.T, u.W, u.AgeS, yes(u.Binds))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%ds\t%ds\t%ds\t%s\t\n", k.Key, upstreamName(u), u.Source, u.Q, upstreamRemaining(u), u.T, u.W, u.AgeS, yes(u.Binds))
 		}
 		if len(k.Local) == 0 && len(k.Upstream) == 0 {
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t\n", k.Key)
 		}
 	}
 	tw.Flush()
+}
+
+// upstreamName is how the table names a policy the upstream announced:
+// with its partition, and marked when it was hidden.
+func upstreamName(u report.Upstream) string {
+	name := u.Policy
+	if u.Partition != "" {
+		name += "/" + u.Partition
+	}
+	if u.Hidden {
+		name += " (hidden)"
+	}
+	return name
+}
+
+// upstreamRemaining is the table's REMAINING of a policy the upstream
+// announced: "expired" once its reading is too old, "?" when unknown.
+func upstreamRemaining(u report.Upstream) string {
+	switch {
+	case u.Expired:
+		return "expired"
+	case u.R < 0:
+		return "?"
+	}
+	return fmt.Sprint(u.R)
+}
+
+// printStatusNotes writes to w, for each key of st, its advice, the gate
+// that closes it, a credential that is not ok and its warnings.
+func printStatusNotes(w io.Writer, st report.Status) {
 	for _, k := range st.Keys {
-		fmt.Fprintf(e.stdout, "%s: %s: %s\n", k.Key, k.Advice.Action, k.Advice.Reason)
+		fmt.Fprintf(w, "%s: %s: %s\n", k.Key, k.Advice.Action, k.Advice.Reason)
 		if g := k.RetryAfter; g != nil {
-			fmt.Fprintf(e.stdout, "%s: closed for %ds (%s): %s\n", k.Key, g.RetryAfterS, g.Source, g.Reason)
+			fmt.Fprintf(w, "%s: closed for %ds (%s): %s\n", k.Key, g.RetryAfterS, g.Source, g.Reason)
 		}
 		if k.Credential != "ok" {
-			fmt.Fprintf(e.stdout, "%s: credential: %s\n", k.Key, k.Credential)
+			fmt.Fprintf(w, "%s: credential: %s\n", k.Key, k.Credential)
 		}
-		for _, w := range k.Warnings {
-			fmt.Fprintf(e.stdout, "%s: warning: %s\n", k.Key, w)
+		for _, warning := range k.Warnings {
+			fmt.Fprintf(w, "%s: warning: %s\n", k.Key, warning)
 		}
 	}
-	return nil
 }
 
 // yes marks the budget that binds in the status table.

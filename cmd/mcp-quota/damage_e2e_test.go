@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestDamagedStateFailsClosed: serve runs on a state file whose
@@ -25,7 +26,7 @@ func TestDamagedStateFailsClosed(t *testing.T) {
 		io.WriteString(w, `{"ok":true}`)
 	}))
 	t.Cleanup(up.Close)
-	s := newSetup(t, up.URL, defaultPolicy, "")
+	s := newSetup(t, demoKey(up.URL, 120, time.Minute))
 	base, _ := s.serve(t)
 	for i := range 40 {
 		resp := get(t, base+"/k/demo/items?i="+strings.Repeat("x", i), syncToken)

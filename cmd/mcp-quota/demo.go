@@ -55,16 +55,9 @@ func (d *demoSetup) close() {
 // what is missing of the folder's files. listenSet says listen was given
 // with --demo-listen.
 func (e environment) startDemo(ctx context.Context, c common, listen string, listenSet bool, log *slog.Logger) (*demoSetup, error) {
-	near := e.statePath(c, nil)
-	if state.IsPostgres(near) {
-		near = e.statePath(common{}, nil) // the demo's files stay on this host
-	}
-	dir, err := filepath.Abs(filepath.Join(filepath.Dir(near), "demo"))
+	dir, err := e.demoDir(c)
 	if err != nil {
 		return nil, err
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("demo: cannot create its folder: %w", err)
 	}
 	lock, err := lockDemo(ctx, dir)
 	if err != nil {
@@ -73,17 +66,68 @@ func (e environment) startDemo(ctx context.Context, c common, listen string, lis
 	d := &demoSetup{lock: lock, dir: dir, configPath: filepath.Join(dir, "config.toml"),
 		agentToken: filepath.Join(dir, "agent.token"), syncToken: filepath.Join(dir, "sync.token")}
 	secretPath := filepath.Join(dir, "upstream.secret")
-	secret, err := keepToken(secretPath)
+	secret, err := d.keepTokens(secretPath)
 	if err != nil {
 		d.close()
 		return nil, err
 	}
-	for _, p := range []string{d.agentToken, d.syncToken} {
-		if _, err := keepToken(p); err != nil {
+	ln, err := d.listen(listen, listenSet)
+	if err != nil {
+		d.close()
+		return nil, err
+	}
+	api := demo.New(demo.Config{Tokens: []string{secret}})
+	d.upstream = &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slogLogger(log)}
+	go d.upstream.Serve(ln)
+	d.baseURL = "http://" + ln.Addr().String()
+	cfg := d.configText(secretPath, stateShown(e.statePath(c, nil)))
+	if old, err := os.ReadFile(d.configPath); err != nil || string(old) != cfg {
+		if err := writeFileAtomic(d.configPath, []byte(cfg)); err != nil {
 			d.close()
 			return nil, err
 		}
 	}
+	return d, nil
+}
+
+// demoDir makes the demo's folder, beside the state file (or, for a
+// PostgreSQL state, beside the default one: the demo's files stay on this
+// host), and returns its absolute path.
+func (e environment) demoDir(c common) (string, error) {
+	near := e.statePath(c, nil)
+	if state.IsPostgres(near) {
+		near = e.statePath(common{}, nil) // the demo's files stay on this host
+	}
+	dir, err := filepath.Abs(filepath.Join(filepath.Dir(near), "demo"))
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("demo: cannot create its folder: %w", err)
+	}
+	return dir, nil
+}
+
+// keepTokens makes the demo upstream's secret (at secretPath) and the
+// callers' tokens, keeping those an earlier demo wrote, and returns the
+// secret.
+func (d *demoSetup) keepTokens(secretPath string) (string, error) {
+	secret, err := keepToken(secretPath)
+	if err != nil {
+		return "", err
+	}
+	for _, p := range []string{d.agentToken, d.syncToken} {
+		if _, err := keepToken(p); err != nil {
+			return "", err
+		}
+	}
+	return secret, nil
+}
+
+// listen binds the demo upstream's address: the one its configuration
+// names when it is free and --demo-listen was not given (listenSet),
+// listen otherwise.
+func (d *demoSetup) listen(listen string, listenSet bool) (net.Listener, error) {
 	var ln net.Listener
 	if prev := previousUpstream(d.configPath); !listenSet && prev != "" {
 		// The address the configuration names, when it is free; another
@@ -91,16 +135,19 @@ func (e environment) startDemo(ctx context.Context, c common, listen string, lis
 		ln, _ = net.Listen("tcp", prev)
 	}
 	if ln == nil {
+		var err error
 		if ln, err = net.Listen("tcp", listen); err != nil {
-			d.close()
 			return nil, listenError("the demo upstream", listen, "--demo-listen", err)
 		}
 	}
-	api := demo.New(demo.Config{Tokens: []string{secret}})
-	d.upstream = &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slogLogger(log)}
-	go d.upstream.Serve(ln)
-	d.baseURL = "http://" + ln.Addr().String()
-	cfg := fmt.Sprintf(`# Written by "mcp-quota serve --demo" for its built-in demo upstream; later demos reuse
+	return ln, nil
+}
+
+// configText is the demo's configuration: its key for the demo upstream,
+// whose secret is at secretPath, and the callers agent and sync; stateNamed is
+// the state the comment tells another process to share.
+func (d *demoSetup) configText(secretPath, stateNamed string) string {
+	return fmt.Sprintf(`# Written by "mcp-quota serve --demo" for its built-in demo upstream; later demos reuse
 # this folder's files (the tokens stay the same) and rewrite this file only when the
 # demo upstream's address changes.
 # Another process shares the demo key's budget with: mcp-quota stdio --config %[1]q --state %[6]q
@@ -126,14 +173,7 @@ keys = ["demo"]
 name = "sync"
 token_file = %[5]q
 keys = ["demo"]
-`, d.configPath, d.baseURL, secretPath, d.agentToken, d.syncToken, stateShown(e.statePath(c, nil)))
-	if old, err := os.ReadFile(d.configPath); err != nil || string(old) != cfg {
-		if err := writeFileAtomic(d.configPath, []byte(cfg)); err != nil {
-			d.close()
-			return nil, err
-		}
-	}
-	return d, nil
+`, d.configPath, d.baseURL, secretPath, d.agentToken, d.syncToken, stateNamed)
 }
 
 // previousUpstream returns the demo upstream address the configuration

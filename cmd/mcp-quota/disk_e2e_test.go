@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"testing"
+	"time"
 
 	_ "modernc.org/sqlite"
 
@@ -27,7 +28,9 @@ func TestStateDiskBounded(t *testing.T) {
 		io.WriteString(w, `{"ok":true}`)
 	}))
 	t.Cleanup(up.Close)
-	s := newSetup(t, up.URL, "quota = 100000\n  window = \"60s\"", "max_rate = 100000\nmax_concurrency = 8")
+	key := demoKey(up.URL, 100000, time.Minute)
+	key.MaxRate, key.MaxConcurrency = 100000, 8
+	s := newSetup(t, key)
 	base, _ := s.serve(t)
 	size := func(p string) int64 {
 		fi, err := os.Stat(p)

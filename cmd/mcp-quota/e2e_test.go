@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -101,9 +102,7 @@ func checkFetchAndStatus(t *testing.T, sess *gomcp.ClientSession, api *demo.API)
 
 func TestStdioEndToEnd(t *testing.T) {
 	api, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, `name = "default"
-  quota = 120
-  window = "60s"`, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	sess := s.stdioSession(t, nil)
 	checkTools(t, sess)
 	checkFetchAndStatus(t, sess, api)
@@ -111,9 +110,7 @@ func TestStdioEndToEnd(t *testing.T) {
 
 func TestHTTPEndToEnd(t *testing.T) {
 	api, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, `name = "default"
-  quota = 120
-  window = "60s"`, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	base, logs := s.serve(t)
 	sess := httpSession(t, base, agentToken, nil)
 	checkTools(t, sess)
@@ -144,9 +141,7 @@ func TestHTTPEndToEnd(t *testing.T) {
 // with debug logging on and a call that fails.
 func TestStdoutIsProtocolOnly(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, `name = "default"
-  quota = 120
-  window = "60s"`, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	cmd, stderr := s.command(t, "stdio", "--log-level", "debug")
 	requests := []string{
 		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`,

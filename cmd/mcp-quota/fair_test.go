@@ -18,6 +18,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/internal/pgtest"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
@@ -45,46 +46,18 @@ const (
 // fairConfig is the configuration of the fair-shares test: its state
 // (a file, or a PostgreSQL URL; "" for the command line's), the demo key
 // at upstream with its shares, and the callers alice, bob and sync.
-func fairConfig(state, upstream string) string {
-	cfg := ""
+func fairConfig(state, upstream string) testkit.Config {
+	key := demoKey(upstream, fairQuota, fairWindow)
+	key.MaxRate, key.MaxConcurrency = 1000, 64
+	key.Shares = []testkit.Share{{Principal: "*", Share: 0.4}, {Principal: "sync", Share: 0.8}}
+	cfg := testkit.Config{State: state, Keys: []testkit.Key{key}}
 	if state != "" {
-		cfg = fmt.Sprintf("state = %q\nstate_timeout = \"10s\"\n", state)
+		cfg.StateTimeout = 10 * time.Second
 	}
-	return cfg + fmt.Sprintf(`
-[[keys]]
-name = "demo"
-base_url = %q
-secret_env = "DEMO_SECRET"
-auth = "bearer"
-profile = "ietf"
-max_rate = 1000
-max_concurrency = 64
-  [[keys.policies]]
-  name = "default"
-  quota = %d
-  window = %q
-  [[keys.share]]
-  principal = "*"
-  share = 0.4
-  [[keys.share]]
-  principal = "sync"
-  share = 0.8
-
-[[callers]]
-name = "alice"
-token_env = "ALICE_TOKEN"
-keys = ["demo"]
-
-[[callers]]
-name = "bob"
-token_env = "BOB_TOKEN"
-keys = ["demo"]
-
-[[callers]]
-name = "sync"
-token_env = "SYNC_TOKEN"
-keys = ["demo"]
-`, upstream, fairQuota, fairWindow.String())
+	for _, name := range []string{"alice", "bob", "sync"} {
+		cfg.Callers = append(cfg.Callers, testkit.Caller{Name: name, TokenEnv: strings.ToUpper(name) + "_TOKEN", Keys: []string{"demo"}})
+	}
+	return cfg
 }
 
 // Two agents over MCP (alice and bob) and a greedy sync job over REST
@@ -97,7 +70,7 @@ func TestFairSharesOneHost(t *testing.T) {
 	up := newUpstreamLog(t, demo.Config{Quota: fairQuota, Window: fairWindow})
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(cfg, []byte(fairConfig("", up.url)), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(fairConfig("", up.url).TOML()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	env := map[string]string{"DEMO_SECRET": upstreamSecret, "SYNC_TOKEN": syncToken, "ALICE_TOKEN": aliceToken, "BOB_TOKEN": bobToken}
@@ -116,7 +89,7 @@ func TestFairSharesThreeHosts(t *testing.T) {
 	pg := pgtest.Start(t)
 	db := pg.CreateDatabase(t)
 	up := newUpstreamLog(t, demo.Config{Quota: fairQuota, Window: fairWindow})
-	cfg := fairConfig(db, up.url)
+	cfg := fairConfig(db, up.url).TOML()
 	var bases []string
 	for _, name := range []string{"host-a", "host-b", "host-c"} {
 		h := newHost(t, name, cfg, pg.Password(), "ALICE_TOKEN="+aliceToken, "BOB_TOKEN="+bobToken)
@@ -341,8 +314,9 @@ func TestShareAdviceOverMCP(t *testing.T) {
 	_, upstream := upstreamAPI(t, demo.Config{Quota: 100, Window: time.Minute})
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.toml")
-	config := strings.Replace(fairConfig("", upstream), "quota = 30\n  window = \"4s\"", "quota = 5\n  window = \"1m0s\"", 1)
-	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
+	config := fairConfig("", upstream)
+	config.Keys[0].Policies = testkit.Window(5, time.Minute)
+	if err := os.WriteFile(cfg, []byte(config.TOML()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	env := map[string]string{"DEMO_SECRET": upstreamSecret, "SYNC_TOKEN": syncToken, "ALICE_TOKEN": aliceToken, "BOB_TOKEN": bobToken}

@@ -39,7 +39,9 @@ import (
 //	go test ./cmd/mcp-quota -run '^$' -bench BenchmarkFetch -benchtime 4000x -v
 func BenchmarkFetch(b *testing.B) {
 	_, upURL := upstreamAPI(b, demo.Config{Quota: 1 << 30, Window: time.Hour})
-	s := newSetup(b, upURL, "quota = 1000000000\n  window = \"60s\"", "max_rate = 1000000000.0\nmax_concurrency = 100000")
+	key := demoKey(upURL, 1000000000, time.Minute)
+	key.MaxRate, key.MaxConcurrency = 1000000000, 100000
+	s := newSetup(b, key)
 	base, _ := s.serve(b, "--log-level", "warn")
 	const clients = 4
 	sessions := make([]*gomcp.ClientSession, clients)

@@ -14,6 +14,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -85,7 +86,7 @@ func TestVersion(t *testing.T) {
 		}
 	}
 	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, defaultPolicy, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	base, _ := s.serve(t)
 	resp := get(t, base+"/healthz", "")
 	var health struct{ Status, Version string }
@@ -291,7 +292,7 @@ func userVersion(t *testing.T, path string) int {
 // stateUnavailable and no structuredContent.
 func TestStdioWithoutState(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, defaultPolicy, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	if err := os.WriteFile(s.state, []byte(strings.Repeat("garbage!", 512)), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -366,7 +367,7 @@ func TestListenErrors(t *testing.T) {
 	}
 	defer busy.Close()
 	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, defaultPolicy, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	_, _, err = runCmd(t, s.getenv, "serve", "--listen", busy.Addr().String(), "--config", s.config, "--state", s.state)
 	if err == nil || !strings.Contains(err.Error(), "cannot listen on "+busy.Addr().String()+": the address is already in use") ||
 		!strings.Contains(err.Error(), "--listen HOST:PORT") {
@@ -412,7 +413,7 @@ func decode(t *testing.T, resp *http.Response, v any) {
 // shows a key without a credential in its table).
 func TestOneShotCommandsNeedNoCallerTokens(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, defaultPolicy, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	onlyKeySecret := func(name string) string { // the callers' token variables are unset
 		if name == "DEMO_SECRET" {
 			return upstreamSecret

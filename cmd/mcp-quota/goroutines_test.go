@@ -19,7 +19,7 @@ import (
 // state's work) is left, after calls over MCP and REST and a reload.
 func TestServeLeavesNoGoroutine(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, defaultPolicy, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	base, logs, stop := startServe(t, s.getenv, "--config", s.config, "--state", s.state)
 	sess := httpSession(t, base, agentToken, nil)
 	res, err := sess.CallTool(context.Background(), &gomcp.CallToolParams{Name: "fetch", Arguments: map[string]any{"key": "demo", "path": "/items"}})

@@ -94,37 +94,49 @@ func tinyKey(url string) testkit.Key {
 		Policies: []testkit.Policy{{Name: "default", Quota: 1, Window: time.Minute}}}
 }
 
-// keyConfig writes a configuration with key "demo" for baseURL and the
-// callers "agent" and "sync". extra is appended to the key's table.
-func newSetup(t testing.TB, baseURL string, policy string, extra string) *setup {
+// demoKey is key "demo" of the upstream at baseURL: the demo's credential
+// as a bearer token, the ietf profile, and quota calls per window.
+func demoKey(baseURL string, quota int64, window time.Duration) testkit.Key {
+	return testkit.Key{Name: "demo", BaseURL: baseURL, SecretEnv: "DEMO_SECRET", Auth: "bearer", Profile: "ietf",
+		Policies: testkit.Window(quota, window)}
+}
+
+// demoConfig is the configuration newSetup writes: the keys, demo first,
+// and the callers "agent" and "sync", who may use demo.
+func demoConfig(demo testkit.Key, others ...testkit.Key) testkit.Config {
+	return testkit.Config{
+		Keys: append([]testkit.Key{demo}, others...),
+		Callers: []testkit.Caller{
+			{Name: "agent", TokenEnv: "AGENT_TOKEN", Keys: []string{demo.Name}},
+			{Name: "sync", TokenEnv: "SYNC_TOKEN", Keys: []string{demo.Name}},
+		},
+	}
+}
+
+// newSetup is setupOf(demoConfig(demo, others...)).
+func newSetup(t testing.TB, demo testkit.Key, others ...testkit.Key) *setup {
+	t.Helper()
+	return setupOf(t, demoConfig(demo, others...))
+}
+
+// setupOf writes cfg, with the environment that holds the demo's
+// credential (DEMO_SECRET) and the callers' tokens (AGENT_TOKEN,
+// SYNC_TOKEN).
+func setupOf(t testing.TB, cfg testkit.Config) *setup {
 	t.Helper()
 	dir := t.TempDir()
 	s := &setup{dir: dir, config: filepath.Join(dir, "config.toml"), state: filepath.Join(dir, "state.db"),
 		env: []string{"DEMO_SECRET=" + upstreamSecret, "AGENT_TOKEN=" + agentToken, "SYNC_TOKEN=" + syncToken}}
-	cfg := fmt.Sprintf(`[[keys]]
-name = "demo"
-base_url = %q
-secret_env = "DEMO_SECRET"
-auth = "bearer"
-profile = "ietf"
-%s
-  [[keys.policies]]
-  %s
+	s.write(t, cfg)
+	return s
+}
 
-[[callers]]
-name = "agent"
-token_env = "AGENT_TOKEN"
-keys = ["demo"]
-
-[[callers]]
-name = "sync"
-token_env = "SYNC_TOKEN"
-keys = ["demo"]
-`, baseURL, extra, policy)
-	if err := os.WriteFile(s.config, []byte(cfg), 0o600); err != nil {
+// write replaces the setup's configuration with cfg.
+func (s *setup) write(t testing.TB, cfg testkit.Config) {
+	t.Helper()
+	if err := os.WriteFile(s.config, []byte(cfg.TOML()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return s
 }
 
 func (s *setup) getenv(name string) string {

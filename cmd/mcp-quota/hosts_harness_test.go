@@ -39,32 +39,11 @@ import (
 // state in db, state_timeout, the demo key at upstream with its
 // documented policy, and the callers agent and sync.
 func hostsConfig(db, upstream string, quota int, window, stateTimeout time.Duration) string {
-	return fmt.Sprintf(`state = %q
-state_timeout = %q
-
-[[keys]]
-name = "demo"
-base_url = %q
-secret_env = "DEMO_SECRET"
-auth = "bearer"
-profile = "ietf"
-max_rate = 1000
-max_concurrency = 16
-  [[keys.policies]]
-  name = "default"
-  quota = %d
-  window = %q
-
-[[callers]]
-name = "agent"
-token_env = "AGENT_TOKEN"
-keys = ["demo"]
-
-[[callers]]
-name = "sync"
-token_env = "SYNC_TOKEN"
-keys = ["demo"]
-`, db, stateTimeout.String(), upstream, quota, window.String())
+	key := demoKey(upstream, int64(quota), window)
+	key.MaxRate, key.MaxConcurrency = 1000, 16
+	cfg := demoConfig(key)
+	cfg.State, cfg.StateTimeout = db, stateTimeout
+	return cfg.TOML()
 }
 
 // A host is one machine of the test: a directory of its own holding its

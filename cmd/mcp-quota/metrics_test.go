@@ -74,9 +74,9 @@ func sumBy(scrapes []map[string]*dto.MetricFamily, name string, labels ...string
 func TestMetricsCountWhatTheActivityHolds(t *testing.T) {
 	const quota = 8
 	_, url := upstreamAPI(t, demo.Config{Quota: 100, Window: time.Minute})
-	s := newSetup(t, url, fmt.Sprintf(`name = "default"
-  quota = %d
-  window = "60s"`, quota), "max_rate = 1000")
+	key := demoKey(url, quota, time.Minute)
+	key.MaxRate = 1000
+	s := newSetup(t, key)
 	_, a, _ := s.serveProcess(t)
 	_, b, _ := s.serveProcess(t)
 

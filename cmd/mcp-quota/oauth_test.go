@@ -12,11 +12,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/internal/oidctest"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // oauthSetup is a configuration with key "demo" (whose writes need the
@@ -26,10 +28,7 @@ import (
 // the address mcp-quota must listen on, the resource's.
 func oauthSetup(t *testing.T, upstream, issuer string) (*setup, string) {
 	t.Helper()
-	s := newSetup(t, upstream, `name = "default"
-  quota = 120
-  window = "60s"`, `methods = ["GET", "POST"]
-write_scopes = ["demo:write"]`)
+	s := setupOf(t, oauthConfig(upstream))
 	// The resource names the port clients connect to: take a free one.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -37,7 +36,24 @@ write_scopes = ["demo:write"]`)
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	appendFile(t, s.config, fmt.Sprintf(`
+	appendFile(t, s.config, oauthTables(issuer, addr))
+	s.env = append(s.env, "INTROSPECTION_SECRET=mcp-quota-secret")
+	return s, addr
+}
+
+// oauthConfig is the keys and callers of oauthSetup: key "demo" of the
+// upstream, whose writes need the scope demo:write, and the static
+// callers.
+func oauthConfig(upstream string) testkit.Config {
+	key := demoKey(upstream, 120, time.Minute)
+	key.Methods, key.WriteScopes = []string{"GET", "POST"}, []string{"demo:write"}
+	return demoConfig(key)
+}
+
+// oauthTables is the [oauth] table of oauthSetup, trusting issuer for
+// the resource at addr, and its principals.
+func oauthTables(issuer, addr string) string {
+	return fmt.Sprintf(`
 [oauth]
 issuer = %q
 resource = "http://%s/mcp"
@@ -57,9 +73,7 @@ name = "nightly-sync"
 claim = "client_id"
 values = ["sync-job"]
 keys = ["demo"]
-`, issuer, addr))
-	s.env = append(s.env, "INTROSPECTION_SECRET=mcp-quota-secret")
-	return s, addr
+`, issuer, addr)
 }
 
 // oauthDo sends method to url with token and returns the answer and its body.
@@ -265,9 +279,7 @@ func TestOAuthREST(t *testing.T) {
 // clients that start OAuth on discovery keep using their static header.
 func TestNoOAuthDiscoveryWithoutConfig(t *testing.T) {
 	_, upstream := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, upstream, `name = "default"
-  quota = 120
-  window = "60s"`, "")
+	s := newSetup(t, demoKey(upstream, 120, time.Minute))
 	base, _ := s.serve(t)
 	for _, path := range []string{"/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"} {
 		for _, token := range []string{"", agentToken} {
@@ -347,17 +359,15 @@ func TestOAuthTypeScriptClient(t *testing.T) {
 	}
 }
 
-// TestDashboardOAuthSignIn: a person signs in to the dashboard with the
-// authorization server (authorization code + PKCE), beside the token
-// sign-in; a member of the admin group sees every key.
-func TestDashboardOAuthSignIn(t *testing.T) {
-	iss := oidctest.Start(t, 1, "alice")
-	_, upstream := upstreamAPI(t, demo.Config{})
-	s, addr := oauthSetup(t, upstream, iss[0])
+// registerDashboard registers the dashboard of a serve process at addr
+// as a public client of issuer, for the authorization code flow, and
+// returns its client ID.
+func registerDashboard(t *testing.T, issuer, addr string) string {
+	t.Helper()
 	callback := "http://" + addr + "/ui/signin/callback"
 	reg, _ := json.Marshal(map[string]any{"redirect_uris": []string{callback}, "token_endpoint_auth_method": "none",
 		"grant_types": []string{"authorization_code"}, "response_types": []string{"code"}, "client_name": "mcp-quota dashboard"})
-	resp, err := http.Post(iss[0]+"/reg", "application/json", strings.NewReader(string(reg)))
+	resp, err := http.Post(issuer+"/reg", "application/json", strings.NewReader(string(reg)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,12 +379,23 @@ func TestDashboardOAuthSignIn(t *testing.T) {
 	if resp.StatusCode != http.StatusCreated || client.ClientID == "" {
 		t.Fatalf("registering the dashboard: %s", resp.Status)
 	}
+	return client.ClientID
+}
+
+// TestDashboardOAuthSignIn: a person signs in to the dashboard with the
+// authorization server (authorization code + PKCE), beside the token
+// sign-in; a member of the admin group sees every key.
+func TestDashboardOAuthSignIn(t *testing.T) {
+	iss := oidctest.Start(t, 1, "alice")
+	_, upstream := upstreamAPI(t, demo.Config{})
+	s, addr := oauthSetup(t, upstream, iss[0])
+	clientID := registerDashboard(t, iss[0], addr)
 	// Alice's group team-a is the admin group: she may see every key.
 	cfg, err := os.ReadFile(s.config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg = []byte(strings.Replace(string(cfg), "[oauth]\n", fmt.Sprintf("[oauth]\ndashboard_client_id = %q\nadmin_group = \"team-a\"\n", client.ClientID), 1))
+	cfg = []byte(strings.Replace(string(cfg), "[oauth]\n", fmt.Sprintf("[oauth]\ndashboard_client_id = %q\nadmin_group = \"team-a\"\n", clientID), 1))
 	if err := os.WriteFile(s.config, cfg, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +403,7 @@ func TestDashboardOAuthSignIn(t *testing.T) {
 
 	jar, _ := cookiejar.New(nil)
 	browser := &http.Client{Jar: jar, Transport: crossSiteReturn{}}
-	resp, err = browser.Get(base + "/ui/signin/oidc")
+	resp, err := browser.Get(base + "/ui/signin/oidc")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,7 +422,7 @@ func TestDashboardOAuthSignIn(t *testing.T) {
 	}
 	json.NewDecoder(resp.Body).Decode(&who)
 	resp.Body.Close()
-	if !who.SignedIn || who.Caller != "alice@example.com via "+client.ClientID || len(who.Keys) != 1 || who.Keys[0] != "demo" {
+	if !who.SignedIn || who.Caller != "alice@example.com via "+clientID || len(who.Keys) != 1 || who.Keys[0] != "demo" {
 		t.Errorf("signed in as %+v", who)
 	}
 

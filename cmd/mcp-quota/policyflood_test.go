@@ -8,6 +8,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // TestStatusFitsWhateverTheUpstreamAnnounces: an upstream that announces
@@ -30,12 +33,11 @@ func TestStatusFitsWhateverTheUpstreamAnnounces(t *testing.T) {
 		fmt.Fprint(w, `{"ok":true}`)
 	}))
 	t.Cleanup(flood.Close)
-	s := newSetup(t, flood.URL, defaultPolicy, "")
-	var cfg strings.Builder
+	var floods []testkit.Key
 	for i := range 20 {
-		fmt.Fprintf(&cfg, "\n[[keys]]\nname = \"flood-%02d\"\nbase_url = %q\nsecret_env = \"DEMO_SECRET\"\nprofile = \"ietf\"\n", i, flood.URL)
+		floods = append(floods, testkit.Key{Name: fmt.Sprintf("flood-%02d", i), BaseURL: flood.URL, SecretEnv: "DEMO_SECRET", Profile: "ietf"})
 	}
-	appendFile(t, s.config, cfg.String())
+	s := newSetup(t, demoKey(flood.URL, 120, time.Minute), floods...)
 	sess := s.stdioSession(t, nil)
 	for i := range 20 {
 		for j := range 2 {

@@ -35,9 +35,9 @@ func TestTwoProcessesShareOneBudget(t *testing.T) {
 		calls  = 300
 	)
 	api, url := upstreamAPI(t, demo.Config{Quota: quota, Window: window})
-	s := newSetup(t, url, `name = "default"
-  quota = 120
-  window = "4s"`, "max_rate = 1000\nmax_concurrency = 8")
+	key := demoKey(url, 120, 4*time.Second)
+	key.MaxRate, key.MaxConcurrency = 1000, 8
+	s := newSetup(t, key)
 
 	// The serve process.
 	_, rest, _ := s.serveProcess(t)
@@ -259,9 +259,9 @@ func TestServeKilledLosesNoOutcome(t *testing.T) {
 func busySyncJob(t *testing.T, calls int) (*setup, *exec.Cmd, *lockedBuffer) {
 	t.Helper()
 	_, url := upstreamAPI(t, demo.Config{Quota: 1_000_000, Window: time.Hour})
-	s := newSetup(t, url, `name = "default"
-  quota = 1000000
-  window = "1h"`, "max_rate = 1000000\nmax_concurrency = 1000")
+	key := demoKey(url, 1000000, time.Hour)
+	key.MaxRate, key.MaxConcurrency = 1000000, 1000
+	s := newSetup(t, key)
 	cmd, rest, stderr := s.serveProcess(t)
 	for n := range calls {
 		resp := get(t, fmt.Sprintf("%s/k/demo/v1/participants/p-%06d", rest, n+1), syncToken)

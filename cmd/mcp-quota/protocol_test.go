@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcp-quota/mcp-quota/demo"
 )
@@ -16,7 +17,7 @@ import (
 // answers 404.
 func TestStreamableHTTPDetails(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, defaultPolicy, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	base, _ := s.serve(t, "--session-idle", "10m")
 	do := func(method, session, body string) (*http.Response, string) {
 		t.Helper()

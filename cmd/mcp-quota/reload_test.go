@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 )
 
@@ -32,12 +33,8 @@ func TestWithDetailKeepsWhere(t *testing.T) {
 // refused, saying which.
 func TestRestartOnly(t *testing.T) {
 	parse := func(extra string) *keystore.Store {
-		s, err := keystore.Parse([]byte(extra+`
-[[keys]]
-name = "a"
-base_url = "https://api.example.com"
-auth = "none"
-`), keystore.Env{Getenv: func(string) string { return "" }})
+		key := testkit.Keys(testkit.Key{Name: "a", BaseURL: "https://api.example.com", Auth: "none"})
+		s, err := keystore.Parse([]byte(extra+"\n"+key), keystore.Env{Getenv: func(string) string { return "" }})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,11 +5,11 @@ package main
 import (
 	"bufio"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/demo"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // written tells of every write to a log.
@@ -46,15 +47,12 @@ func waitFor(t *testing.T, logs *lockedBuffer, wrote written, want string, n int
 	}
 }
 
-// TestReloadOnSIGHUP runs the built binary, edits its configuration and
-// sends SIGHUP: a new key and a caller's new access take effect without
-// a restart; a bad edit is refused whole, logged and shown by /healthz,
-// and the running configuration keeps serving.
-func TestReloadOnSIGHUP(t *testing.T) {
-	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, `name = "default"
-  quota = 120
-  window = "60s"`, "")
+// startReloadable runs the built binary's serve for s, so that the test
+// can send it signals, and returns it, its log, the channel that tells of
+// each write to the log, and its base URL. At the test's end it stops the
+// process and checks that the log holds none of secrets.
+func startReloadable(t *testing.T, s *setup, secrets ...string) (*exec.Cmd, *lockedBuffer, written, string) {
+	t.Helper()
 	cmd, logs := s.command(t, "serve", "--listen", "127.0.0.1:0", "--drain-delay", "0", "--log-level", "info")
 	wrote := make(written, 1)
 	cmd.Stderr = io.MultiWriter(logs, wrote)
@@ -68,7 +66,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
-		for _, secret := range []string{upstreamSecret, agentToken, syncToken} {
+		for _, secret := range secrets {
 			if strings.Contains(logs.String(), secret) {
 				t.Errorf("the log holds a secret")
 			}
@@ -86,6 +84,17 @@ func TestReloadOnSIGHUP(t *testing.T) {
 		t.Fatalf("serve did not start:\n%s", logs.String())
 	}
 	go io.Copy(io.Discard, out)
+	return cmd, logs, wrote, base
+}
+
+// TestReloadOnSIGHUP runs the built binary, edits its configuration and
+// sends SIGHUP: a new key and a caller's new access take effect without
+// a restart; a bad edit is refused whole, logged and shown by /healthz,
+// and the running configuration keeps serving.
+func TestReloadOnSIGHUP(t *testing.T) {
+	_, url := upstreamAPI(t, demo.Config{})
+	s := newSetup(t, demoKey(url, 120, time.Minute))
+	cmd, logs, wrote, base := startReloadable(t, s, upstreamSecret, agentToken, syncToken)
 
 	status := func(path string) int {
 		resp := get(t, base+path, syncToken)
@@ -96,20 +105,12 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if got := status("/k/second/v1/participants"); got == http.StatusOK {
 		t.Fatalf("GET /k/second before the edit: %d, want a refusal (no such key)", got)
 	}
-	cfg, err := os.ReadFile(s.config)
-	if err != nil {
-		t.Fatal(err)
+	edited := demoConfig(demoKey(url, 120, time.Minute),
+		testkit.Key{Name: "second", BaseURL: url, SecretEnv: "DEMO_SECRET", Profile: "ietf"})
+	for i := range edited.Callers {
+		edited.Callers[i].Keys = []string{"demo", "second"}
 	}
-	edited := strings.ReplaceAll(string(cfg), `keys = ["demo"]`, `keys = ["demo", "second"]`) + `
-[[keys]]
-name = "second"
-base_url = "` + url + `"
-secret_env = "DEMO_SECRET"
-profile = "ietf"
-`
-	if err := os.WriteFile(s.config, []byte(edited), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	s.write(t, edited)
 	cmd.Process.Signal(syscall.SIGHUP)
 	waitFor(t, logs, wrote, "configuration reloaded", 1)
 	if got := status("/k/second/v1/participants"); got != http.StatusOK {
@@ -117,7 +118,7 @@ profile = "ietf"
 	}
 
 	// A bad edit: refused whole, the running configuration stays.
-	bad := strings.ReplaceAll(edited, `name = "second"`, `name = "third"
+	bad := strings.ReplaceAll(edited.TOML(), `name = "second"`, `name = "third"
 window = 5`)
 	if err := os.WriteFile(s.config, []byte(bad), 0o600); err != nil {
 		t.Fatal(err)
@@ -144,9 +145,7 @@ window = 5`)
 	}
 
 	// Fixed again: the detail clears.
-	if err := os.WriteFile(s.config, []byte(edited), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	s.write(t, edited)
 	cmd.Process.Signal(syscall.SIGHUP)
 	waitFor(t, logs, wrote, "configuration reloaded", 2)
 	resp2 := get(t, base+"/healthz", "")
@@ -182,51 +181,11 @@ func TestReloadInFlight(t *testing.T) {
 	}
 	s := &setup{dir: dir, config: filepath.Join(dir, "config.toml"), state: filepath.Join(dir, "state.db"),
 		env: []string{"SYNC_TOKEN=" + syncToken}}
-	cfg := fmt.Sprintf(`[[keys]]
-name = "demo"
-base_url = %q
-secret_file = %q
-profile = "ietf"
-
-[[callers]]
-name = "sync"
-token_env = "SYNC_TOKEN"
-keys = ["demo"]
-`, api.URL, secretFile)
-	if err := os.WriteFile(s.config, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd, logs := s.command(t, "serve", "--listen", "127.0.0.1:0", "--drain-delay", "0", "--log-level", "info")
-	wrote := make(written, 1)
-	cmd.Stderr = io.MultiWriter(logs, wrote)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-		for _, secret := range []string{"old-secret-5e1d2c3b4a", "new-secret-6f2e3d4c5b", syncToken} {
-			if strings.Contains(logs.String(), secret) {
-				t.Errorf("the log holds a secret")
-			}
-		}
+	s.write(t, testkit.Config{
+		Keys:    []testkit.Key{{Name: "demo", BaseURL: api.URL, SecretFile: secretFile, Profile: "ietf"}},
+		Callers: []testkit.Caller{{Name: "sync", TokenEnv: "SYNC_TOKEN", Keys: []string{"demo"}}},
 	})
-	sc := bufio.NewScanner(out)
-	re := regexp.MustCompile(`(http://127\.0\.0\.1:\d+)/mcp`)
-	base := ""
-	for base == "" && sc.Scan() {
-		if m := re.FindStringSubmatch(sc.Text()); m != nil {
-			base = m[1]
-		}
-	}
-	if base == "" {
-		t.Fatalf("serve did not start:\n%s", logs.String())
-	}
-	go io.Copy(io.Discard, out)
+	cmd, logs, wrote, base := startReloadable(t, s, "old-secret-5e1d2c3b4a", "new-secret-6f2e3d4c5b", syncToken)
 
 	slow := make(chan int, 1)
 	go func() {

@@ -2,12 +2,10 @@ package main
 
 import (
 	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -18,18 +16,15 @@ import (
 // agent's own keys and the one a misspelling meant, and never a key of
 // another caller's.
 func TestActivityOfAnUnknownKey(t *testing.T) {
-	dir := t.TempDir()
-	s := &setup{dir: dir, config: filepath.Join(dir, "config.toml"), state: filepath.Join(dir, "state.db"),
-		env: []string{"DEMO_SECRET=" + upstreamSecret, "AGENT_TOKEN=" + agentToken, "SYNC_TOKEN=" + syncToken}}
-	var cfg strings.Builder
+	var cfg testkit.Config
 	for _, name := range []string{"github", "openai", "billing"} {
-		fmt.Fprintf(&cfg, "[[keys]]\nname = %q\nbase_url = \"https://api.example.com/\"\nsecret_env = \"DEMO_SECRET\"\n\n", name)
+		cfg.Keys = append(cfg.Keys, testkit.Key{Name: name, BaseURL: "https://api.example.com/", SecretEnv: "DEMO_SECRET"})
 	}
-	cfg.WriteString("[[callers]]\nname = \"agent\"\ntoken_env = \"AGENT_TOKEN\"\nkeys = [\"github\", \"openai\"]\n\n")
-	cfg.WriteString("[[callers]]\nname = \"sync\"\ntoken_env = \"SYNC_TOKEN\"\nkeys = [\"billing\"]\n")
-	if err := os.WriteFile(s.config, []byte(cfg.String()), 0o600); err != nil {
-		t.Fatal(err)
+	cfg.Callers = []testkit.Caller{
+		{Name: "agent", TokenEnv: "AGENT_TOKEN", Keys: []string{"github", "openai"}},
+		{Name: "sync", TokenEnv: "SYNC_TOKEN", Keys: []string{"billing"}},
 	}
+	s := setupOf(t, cfg)
 	base, _ := s.serve(t)
 	agent := httpSession(t, base, agentToken, nil)
 

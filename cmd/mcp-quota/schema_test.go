@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -47,12 +48,9 @@ func odd(t *testing.T) string {
 // every error result without structured content carries a stable code.
 func TestEveryResultMatchesItsSchema(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, `name = "default"
-  quota = 20
-  window = "60s"`, "")
-	appendFile(t, s.config, testkit.Keys(
+	s := newSetup(t, demoKey(url, 20, time.Minute),
 		testkit.Key{Name: "odd", BaseURL: odd(t), SecretEnv: "DEMO_SECRET", Methods: []string{"GET", "POST"}},
-		noSecretKey(url), tinyKey(url)))
+		noSecretKey(url), tinyKey(url))
 	sess := s.stdioSession(t, nil)
 	schemas := outputSchemas(t, sess)
 

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/gateway"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/metrics"
+	"github.com/mcp-quota/mcp-quota/telemetry"
 	"github.com/mcp-quota/mcp-quota/tools"
 )
 
@@ -25,34 +27,9 @@ import (
 // listener until ctx ends.
 func (e environment) serve(ctx context.Context, args []string) error {
 	var c common
-	fs := e.flags("serve", &c, "info")
-	listen := fs.String("listen", "127.0.0.1:8787", "address to listen on; non-loopback addresses need [[callers]] tokens")
-	demoMode := fs.Bool("demo", false, "start the built-in demo upstream on loopback and a demo key for it")
-	demoListen := fs.String("demo-listen", "127.0.0.1:0", "with --demo: the demo upstream's address")
-	origins := fs.String("allow-origin", "", "comma-separated browser origins allowed to call (scheme://host:port)")
-	sessionIdle := fs.Duration("session-idle", gateway.DefaultSessionIdle, "end an MCP session after this long without a request (its client then starts a new one)")
-	proxies := fs.String("trusted-proxy", "", "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto and X-Forwarded-For are believed")
-	maxSessions := fs.Int("max-sessions", gateway.DefaultMaxSessions, "the most MCP sessions live at once on this host; past it, initialize is refused")
-	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate (PEM, its chain after it); read again when the file changes")
-	tlsKey := fs.String("tls-key", "", "with --tls-cert: its private key (PEM)")
-	drainDelay := fs.Duration("drain-delay", 5*time.Second, "on SIGTERM, how long /readyz answers 503 while calls are still taken, so that a load balancer stops sending before the listener closes (unless set, 0 on a loopback address)")
-	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM, how long calls in flight may take to finish after the listener closes; past it they are cancelled")
-	maxSessionsPerCaller := fs.Int("max-sessions-per-caller", gateway.DefaultMaxSessionsPerCaller, "the most MCP sessions one caller may have live at once on this host")
-	if err := e.parse(fs, args); err != nil {
-		return err
-	}
-	if *maxSessions < 1 || *maxSessionsPerCaller < 1 {
-		return fmt.Errorf("--max-sessions and --max-sessions-per-caller must be at least 1")
-	}
-	if *drainDelay < 0 || *shutdownTimeout <= 0 {
-		return fmt.Errorf("--drain-delay must not be negative and --shutdown-timeout must be positive (such as --drain-delay 5s --shutdown-timeout 30s)")
-	}
-	if (*tlsCert == "") != (*tlsKey == "") {
-		return fmt.Errorf("--tls-cert and --tls-key go together: give both (the certificate and its private key, PEM), or neither")
-	}
-	trusted, err := gateway.ParseProxies(*proxies)
+	o, err := e.serveFlags(&c, args)
 	if err != nil {
-		return fmt.Errorf("--trusted-proxy: %w", err)
+		return err
 	}
 	log, err := e.logger(c)
 	if err != nil {
@@ -62,38 +39,24 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	// the listener comes first, so that an address in use stops serve
 	// before the demo writes any file.
 	var keys *keystore.Store
-	if !*demoMode {
-		if keys, err = e.serveKeys(c, *listen, log); err != nil {
+	if !o.demo {
+		if keys, err = e.serveKeys(c, o.listen, log); err != nil {
 			return err
 		}
 	}
-	certPath, keyPath := *tlsCert, *tlsKey
-	if certPath == "" && keys != nil {
-		certPath, keyPath = keys.TLS() // tls_cert and tls_key in the configuration
-	}
-	var certs *certFiles
-	if certPath != "" {
-		if certs, err = newCertFiles(certPath, keyPath, time.Now, log); err != nil {
-			return err
-		}
-	}
-	ln, err := net.Listen("tcp", *listen)
+	ln, scheme, err := o.listener(keys, log)
 	if err != nil {
-		return listenError("serve", *listen, "--listen", err)
+		return err
 	}
 	defer ln.Close()
-	scheme := "http"
-	if certs != nil {
-		ln, scheme = tls.NewListener(ln, certs.tlsConfig()), "https"
-	}
 	var d *demoSetup
-	if *demoMode {
-		if d, err = e.startDemo(ctx, c, *demoListen, flagSet(fs, "demo-listen"), log); err != nil {
+	if o.demo {
+		if d, err = e.startDemo(ctx, c, o.demoListen, o.demoListenSet, log); err != nil {
 			return err
 		}
 		defer d.close()
 		c.config = d.configPath
-		if keys, err = e.serveKeys(c, *listen, log); err != nil {
+		if keys, err = e.serveKeys(c, o.listen, log); err != nil {
 			return err
 		}
 	}
@@ -115,37 +78,133 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	defer endTracing()
 
 	drain := &gateway.Drain{}
+	mcpServer, m := servedParts(a, keys, tr)
+	reload := &reloader{e: e, c: c, listen: o.listen, keys: keys, log: log, loaded: time.Now()}
+	defer reload.start(ctx)() // a reload under way ends before what it replaces stops
+	h := gateway.New(gateway.Config{Keys: keys, REST: a.rest(), MCP: mcpServer, DB: withDetail(a.db, reload), Log: log,
+		Drain: drain, Loopback: loopback, AllowOrigins: splitList(o.origins), Version: version, SessionIdle: o.sessionIdle,
+		MaxSessions: o.maxSessions, MaxSessionsPerCaller: o.maxSessionsPerCaller, TrustedProxies: o.trusted,
+		SessionSecret: a.sessionSecret(ctx), Metrics: m, OAuth: oauthSrv,
+		Dashboard: dashboard.New(dashboard.Config{Keys: keys, Pacer: a.pacer, DB: a.db, Log: log, Clock: a.clock, Secure: gateway.Secure, OIDC: dashboardOIDC(keys, oauthSrv)})})
+	srv := gateway.NewServer(ln.Addr().String(), tr.REST(h, isKey(keys)), log)
+
+	e.announceServe(c, keys, scheme+"://"+ln.Addr().String(), d)
+	log.Info("serving", "addr", ln.Addr().String(), "keys", keys.KeyNames(), "state", stateShown(e.statePath(c, keys)))
+	return stopping{drain: drain, delay: o.drainDelayFor(), timeout: o.shutdownTimeout, log: log}.serve(ctx, srv, ln)
+}
+
+// servedParts returns the MCP server serve answers at /mcp and the
+// metrics that count every call a's client makes, which tr traces.
+func servedParts(a *app, keys *keystore.Store, tr *telemetry.Tracing) (*server.MCPServer, *metrics.Metrics) {
 	deps := a.tools("mcp-http", "")
 	deps.Watch = tr.MCP("tcp")
 	mcpServer := tools.NewServer(deps, version)
 	m := metrics.New(keys, a.pacer, a.db)
 	a.client.Observe = m.Observe // before the first call: every call through this process is counted
 	a.client.Watch = tr.Watch()
-	reload := &reloader{e: e, c: c, listen: *listen, keys: keys, log: log, loaded: time.Now()}
-	defer reload.start(ctx)() // a reload under way ends before what it replaces stops
-	h := gateway.New(gateway.Config{Keys: keys, REST: a.rest(), MCP: mcpServer, DB: withDetail(a.db, reload), Log: log,
-		Drain: drain, Loopback: loopback, AllowOrigins: splitList(*origins), Version: version, SessionIdle: *sessionIdle,
-		MaxSessions: *maxSessions, MaxSessionsPerCaller: *maxSessionsPerCaller, TrustedProxies: trusted,
-		SessionSecret: a.sessionSecret(ctx), Metrics: m, OAuth: oauthSrv,
-		Dashboard: dashboard.New(dashboard.Config{Keys: keys, Pacer: a.pacer, DB: a.db, Log: log, Clock: a.clock, Secure: gateway.Secure, OIDC: dashboardOIDC(keys, oauthSrv)})})
-	srv := gateway.NewServer(ln.Addr().String(), tr.REST(h, isKey(keys)), log)
+	return mcpServer, m
+}
 
-	base := scheme + "://" + ln.Addr().String()
-	if d != nil {
-		d.announce(e.stdout, base, stateShown(e.statePath(c, keys)), demoExecutable())
-	} else {
-		fmt.Fprintf(e.stdout, "mcp-quota %s\n  MCP (Streamable HTTP): %s/mcp\n  REST:                  %s/k/{key}/\n  keys: %v\n  state: %s\n",
-			version, base, base, keys.KeyNames(), stateShown(e.statePath(c, keys)))
-		if len(keys.Keys()) == 0 {
-			fmt.Fprintf(e.stdout, "  no keys are configured: write %s (see README), or try --demo\n", e.configPath(c))
+// serveOptions are serve's flags, checked.
+type serveOptions struct {
+	listen               string
+	demo                 bool
+	demoListen           string
+	demoListenSet        bool // --demo-listen was given
+	origins              string
+	sessionIdle          time.Duration
+	trusted              []netip.Prefix
+	maxSessions          int
+	maxSessionsPerCaller int
+	tlsCert, tlsKey      string
+	drainDelay           time.Duration
+	drainDelaySet        bool // --drain-delay was given
+	shutdownTimeout      time.Duration
+}
+
+// serveFlags parses serve's arguments into c and the options it returns,
+// refusing values that cannot work together.
+func (e environment) serveFlags(c *common, args []string) (serveOptions, error) {
+	fs := e.flags("serve", c, "info")
+	listen := fs.String("listen", "127.0.0.1:8787", "address to listen on; non-loopback addresses need [[callers]] tokens")
+	demoMode := fs.Bool("demo", false, "start the built-in demo upstream on loopback and a demo key for it")
+	demoListen := fs.String("demo-listen", "127.0.0.1:0", "with --demo: the demo upstream's address")
+	origins := fs.String("allow-origin", "", "comma-separated browser origins allowed to call (scheme://host:port)")
+	sessionIdle := fs.Duration("session-idle", gateway.DefaultSessionIdle, "end an MCP session after this long without a request (its client then starts a new one)")
+	proxies := fs.String("trusted-proxy", "", "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto and X-Forwarded-For are believed")
+	maxSessions := fs.Int("max-sessions", gateway.DefaultMaxSessions, "the most MCP sessions live at once on this host; past it, initialize is refused")
+	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate (PEM, its chain after it); read again when the file changes")
+	tlsKey := fs.String("tls-key", "", "with --tls-cert: its private key (PEM)")
+	drainDelay := fs.Duration("drain-delay", 5*time.Second, "on SIGTERM, how long /readyz answers 503 while calls are still taken, so that a load balancer stops sending before the listener closes (unless set, 0 on a loopback address)")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM, how long calls in flight may take to finish after the listener closes; past it they are cancelled")
+	maxSessionsPerCaller := fs.Int("max-sessions-per-caller", gateway.DefaultMaxSessionsPerCaller, "the most MCP sessions one caller may have live at once on this host")
+	if err := e.parse(fs, args); err != nil {
+		return serveOptions{}, err
+	}
+	if *maxSessions < 1 || *maxSessionsPerCaller < 1 {
+		return serveOptions{}, fmt.Errorf("--max-sessions and --max-sessions-per-caller must be at least 1")
+	}
+	if *drainDelay < 0 || *shutdownTimeout <= 0 {
+		return serveOptions{}, fmt.Errorf("--drain-delay must not be negative and --shutdown-timeout must be positive (such as --drain-delay 5s --shutdown-timeout 30s)")
+	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return serveOptions{}, fmt.Errorf("--tls-cert and --tls-key go together: give both (the certificate and its private key, PEM), or neither")
+	}
+	trusted, err := gateway.ParseProxies(*proxies)
+	if err != nil {
+		return serveOptions{}, fmt.Errorf("--trusted-proxy: %w", err)
+	}
+	return serveOptions{listen: *listen, demo: *demoMode, demoListen: *demoListen, demoListenSet: flagSet(fs, "demo-listen"),
+		origins: *origins, sessionIdle: *sessionIdle, trusted: trusted, maxSessions: *maxSessions, maxSessionsPerCaller: *maxSessionsPerCaller,
+		tlsCert: *tlsCert, tlsKey: *tlsKey, drainDelay: *drainDelay, drainDelaySet: flagSet(fs, "drain-delay"), shutdownTimeout: *shutdownTimeout}, nil
+}
+
+// listener binds serve's address, with TLS when the flags or, failing
+// them, the configuration of keys (nil before it is loaded) name a
+// certificate; it returns the listener and its scheme.
+func (o serveOptions) listener(keys *keystore.Store, log *slog.Logger) (net.Listener, string, error) {
+	certPath, keyPath := o.tlsCert, o.tlsKey
+	if certPath == "" && keys != nil {
+		certPath, keyPath = keys.TLS() // tls_cert and tls_key in the configuration
+	}
+	var certs *certFiles
+	if certPath != "" {
+		var err error
+		if certs, err = newCertFiles(certPath, keyPath, time.Now, log); err != nil {
+			return nil, "", err
 		}
 	}
-	log.Info("serving", "addr", ln.Addr().String(), "keys", keys.KeyNames(), "state", stateShown(e.statePath(c, keys)))
-	delay := *drainDelay
-	if !flagSet(fs, "drain-delay") && loopbackAddress(*listen) {
-		delay = 0 // no load balancer reaches a loopback listener: Ctrl-C stops at once
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return nil, "", listenError("serve", o.listen, "--listen", err)
 	}
-	return stopping{drain: drain, delay: delay, timeout: *shutdownTimeout, log: log}.serve(ctx, srv, ln)
+	if certs != nil {
+		return tls.NewListener(ln, certs.tlsConfig()), "https", nil
+	}
+	return ln, "http", nil
+}
+
+// drainDelayFor is how long a stop drains: --drain-delay, whose default
+// is 0 on a loopback address.
+func (o serveOptions) drainDelayFor() time.Duration {
+	if !o.drainDelaySet && loopbackAddress(o.listen) {
+		return 0 // no load balancer reaches a loopback listener: Ctrl-C stops at once
+	}
+	return o.drainDelay
+}
+
+// announceServe tells stdout where serve answers (at base), with which
+// keys and state; the demo (d, nil without --demo) announces itself.
+func (e environment) announceServe(c common, keys *keystore.Store, base string, d *demoSetup) {
+	if d != nil {
+		d.announce(e.stdout, base, stateShown(e.statePath(c, keys)), demoExecutable())
+		return
+	}
+	fmt.Fprintf(e.stdout, "mcp-quota %s\n  MCP (Streamable HTTP): %s/mcp\n  REST:                  %s/k/{key}/\n  keys: %v\n  state: %s\n",
+		version, base, base, keys.KeyNames(), stateShown(e.statePath(c, keys)))
+	if len(keys.Keys()) == 0 {
+		fmt.Fprintf(e.stdout, "  no keys are configured: write %s (see README), or try --demo\n", e.configPath(c))
+	}
 }
 
 // serveKeys loads the configuration serve runs with, refusing a
@@ -325,12 +384,13 @@ func (e environment) stdio(ctx context.Context, args []string, stdin io.Reader) 
 		return err
 	}
 	defer endTracing()
-	// initialize is answered while the state opens (see openLater).
-	deps := &tools.Deps{Keys: keys, Log: log, Transport: "stdio", LocalCaller: *caller, Watch: tr.MCP("pipe")}
-	defer e.openLater(ctx, c, keys, log, tr, deps).close()
+	// initialize is answered before the state opens (see openLater).
+	deps := &tools.Deps{Keys: keys, Log: log, Transport: "stdio", LocalCaller: *caller, Watch: tr.MCP("pipe"), SkipOutputCheck: true}
+	o := e.openLater(ctx, c, keys, log, tr, deps)
+	defer o.close()
 	s := server.NewStdioServer(tools.NewServer(deps, version))
 	s.SetErrorLogger(slogLogger(log))
-	err = s.Listen(ctx, stdin, e.stdout)
+	err = s.Listen(ctx, stdin, o.answered(e.stdout))
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -23,7 +24,7 @@ import (
 func TestLegacySessionAcrossHosts(t *testing.T) {
 	srv := pgtest.Start(t)
 	_, upstreamURL := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, upstreamURL, defaultPolicy, "")
+	s := newSetup(t, demoKey(upstreamURL, 120, time.Minute))
 	s.state = srv.CreateDatabase(t)
 	s.env = append(s.env, "PGPASSWORD="+srv.Password(), "XDG_STATE_HOME="+t.TempDir())
 	var hosts []string

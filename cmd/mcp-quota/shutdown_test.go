@@ -118,9 +118,9 @@ func drainUnderLoad(t *testing.T, finish bool) {
 	t.Cleanup(srv.Close)
 	released := sync.OnceFunc(func() { close(up.release) })
 	t.Cleanup(released)
-	s := newSetup(t, srv.URL, `name = "default"
-  quota = 1000000
-  window = "1h"`, "max_rate = 1000000\nmax_concurrency = 1000")
+	key := demoKey(srv.URL, 1000000, time.Hour)
+	key.MaxRate, key.MaxConcurrency = 1000000, 1000
+	s := newSetup(t, key)
 	timeout := "60s"
 	if !finish {
 		timeout = "1s"
@@ -303,7 +303,7 @@ func drainUnderLoad(t *testing.T, finish bool) {
 // given.
 func TestLoopbackServeHasNoDrainDelay(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, defaultPolicy, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	for _, tt := range []struct {
 		args []string
 		want string

@@ -9,11 +9,13 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/internal/oidctest"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/report"
 )
 
@@ -29,45 +31,24 @@ func sightSetup(t *testing.T, user string) (s *setup, base, issuer, client strin
 	iss := oidctest.Start(t, 1, user)
 	_, upstream := upstreamAPI(t, demo.Config{})
 	s, addr := oauthSetup(t, upstream, iss[0])
-	callback := "http://" + addr + "/ui/signin/callback"
-	reg, _ := json.Marshal(map[string]any{"redirect_uris": []string{callback}, "token_endpoint_auth_method": "none",
-		"grant_types": []string{"authorization_code"}, "response_types": []string{"code"}, "client_name": "mcp-quota dashboard"})
-	resp, err := http.Post(iss[0]+"/reg", "application/json", strings.NewReader(string(reg)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var registered struct {
-		ClientID string `json:"client_id"`
-	}
-	json.NewDecoder(resp.Body).Decode(&registered)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated || registered.ClientID == "" {
-		t.Fatalf("registering the dashboard: %s", resp.Status)
-	}
-	raw, err := os.ReadFile(s.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := strings.Replace(string(raw), "[oauth]\n", fmt.Sprintf("[oauth]\ndashboard_client_id = %q\nissuer_name = \"Test IdP\"\nadmin_group = \"team-a\"\n", registered.ClientID), 1)
-	cfg = strings.Replace(cfg, "write_scopes = [\"demo:write\"]\n", "write_scopes = [\"demo:write\"]\nreserve = [{ caller = \"agent\", share = 0.2 }]\n", 1)
-	cfg = strings.Replace(cfg, "values = [\"sync-job\"]\nkeys = [\"demo\"]\n", "values = [\"sync-job\"]\nkeys = [\"demo\"]\nvisible_to = [\"bob@example.com\"]\n", 1)
-	cfg += fmt.Sprintf(`
+	clientID := registerDashboard(t, iss[0], addr)
+	keys := oauthConfig(upstream)
+	keys.Keys[0].Reserve = []testkit.Reserve{{Caller: "agent", Share: 0.2}}
+	keys.Keys = append(keys.Keys, testkit.Key{Name: "ops", BaseURL: upstream, Auth: "none"})
+	tables := strings.Replace(oauthTables(iss[0], addr), "[oauth]\n", fmt.Sprintf("[oauth]\ndashboard_client_id = %q\nissuer_name = \"Test IdP\"\nadmin_group = \"team-a\"\n", clientID), 1)
+	tables = strings.Replace(tables, "values = [\"sync-job\"]\nkeys = [\"demo\"]\n", "values = [\"sync-job\"]\nkeys = [\"demo\"]\nvisible_to = [\"bob@example.com\"]\n", 1)
+	tables += `
 [[principals]]
 name = "bob@example.com"
 claim = "email"
 values = ["bob@example.com"]
 keys = ["demo"]
-
-[[keys]]
-name = "ops"
-base_url = %q
-auth = "none"
-`, upstream)
-	if err := os.WriteFile(s.config, []byte(cfg), 0o600); err != nil {
+`
+	if err := os.WriteFile(s.config, []byte(keys.TOML()+tables), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	base, logs = s.serve(t, "--listen", addr)
-	return s, base, iss[0], registered.ClientID, logs
+	return s, base, iss[0], clientID, logs
 }
 
 // spendAsOthers makes calls of key demo as the static caller agent
@@ -312,9 +293,7 @@ func TestDashboardSignInButton(t *testing.T) {
 		t.Errorf("signed in as %+v, want alice through the client the dashboard registered", who)
 	}
 
-	plain := newSetup(t, upstream, `name = "default"
-  quota = 120
-  window = "60s"`, "")
+	plain := newSetup(t, demoKey(upstream, 120, time.Minute))
 	plainBase, _ := plain.serve(t)
 	choices.OIDC = nil
 	if code, body := getJSON(t, http.DefaultClient, plainBase+"/ui/api/signin", &choices); code != http.StatusOK || choices.OIDC != nil {

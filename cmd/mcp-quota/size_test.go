@@ -8,11 +8,13 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-quota/mcp-quota/demo"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // maxResult is the README's bound on a whole fetch result: the text block
@@ -40,13 +42,7 @@ func TestResultsFitInContext(t *testing.T) {
 		io.WriteString(w, markup)
 	}))
 	t.Cleanup(html.Close)
-	s := newSetup(t, url, defaultPolicy, "")
-	appendFile(t, s.config, `
-[[keys]]
-name = "html"
-base_url = "`+html.URL+`"
-secret_env = "DEMO_SECRET"
-`)
+	s := newSetup(t, demoKey(url, 120, time.Minute), testkit.Key{Name: "html", BaseURL: html.URL, SecretEnv: "DEMO_SECRET"})
 	sess := s.stdioSession(t, nil)
 	report := fetchDirect(t, url+"/v1/report?bytes=1000000")
 	tests := []struct {
@@ -145,12 +141,12 @@ func fetchDirect(t *testing.T, url string) string {
 // through them, and the fetch tool's description stays short.
 func TestStatusStaysSmall(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, defaultPolicy, "")
-	var cfg strings.Builder
+	var others []testkit.Key
 	for i := range 999 {
-		fmt.Fprintf(&cfg, "\n[[keys]]\nname = \"key-%04d\"\nbase_url = %q\nsecret_env = \"DEMO_SECRET\"\n  [[keys.policies]]\n  quota = 100\n  window = \"60s\"\n", i, url)
+		others = append(others, testkit.Key{Name: fmt.Sprintf("key-%04d", i), BaseURL: url, SecretEnv: "DEMO_SECRET",
+			Policies: testkit.Window(100, time.Minute)})
 	}
-	appendFile(t, s.config, cfg.String())
+	s := newSetup(t, demoKey(url, 120, time.Minute), others...)
 	sess := s.stdioSession(t, nil)
 	// Spend on one key so that it is the most constrained.
 	for i := range 3 {

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcp-quota/mcp-quota/internal/pgtest"
 )
@@ -75,7 +76,7 @@ func TestServeSaysOnceThatTheDatabaseDoesNotAnswer(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	s := newSetup(t, "https://api.example", defaultPolicy, "")
+	s := newSetup(t, demoKey("https://api.example", 120, time.Minute))
 	s.state = "postgres://mq@" + addr + "/mq?sslmode=disable"
 	s.env = append(s.env, "XDG_STATE_HOME="+t.TempDir())
 	_, logs := s.serve(t)

@@ -114,7 +114,7 @@ func cpuSoFar(pid int) time.Duration {
 //	go test ./cmd/mcp-quota -run '^$' -bench BenchmarkStdioStart -benchtime 40x -v
 func BenchmarkStdioStart(b *testing.B) {
 	bare, mq := bareStdio(b), binary(b)
-	s := newSetup(b, "http://127.0.0.1:9/", "quota = 120\n  window = \"60s\"", "")
+	s := newSetup(b, demoKey("http://127.0.0.1:9/", 120, time.Minute))
 	dir := b.TempDir()
 	later := filepath.Join(dir, "later.db")
 	command := func(bin, state string) *exec.Cmd {

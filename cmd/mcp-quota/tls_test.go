@@ -147,9 +147,7 @@ func TestCertFilesReloadWhenChanged(t *testing.T) {
 // to new connections without a restart.
 func TestServeTLS(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{Quota: 1000, Window: time.Hour})
-	s := newSetup(t, url, `name = "default"
-  quota = 1000
-  window = "1h"`, "")
+	s := newSetup(t, demoKey(url, 1000, time.Hour))
 	certPath, keyPath := filepath.Join(s.dir, "tls.crt"), filepath.Join(s.dir, "tls.key")
 	a, certA, keyA := selfSigned(t, 1)
 	b, certB, keyB := selfSigned(t, 2)
@@ -242,9 +240,7 @@ func TestServeTLS(t *testing.T) {
 // HTTPS as the flags do.
 func TestServeTLSFromConfig(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{Quota: 1000, Window: time.Hour})
-	s := newSetup(t, url, `name = "default"
-  quota = 1000
-  window = "1h"`, "")
+	s := newSetup(t, demoKey(url, 1000, time.Hour))
 	certPath, keyPath := filepath.Join(s.dir, "tls.crt"), filepath.Join(s.dir, "tls.key")
 	a, certA, keyA := selfSigned(t, 7)
 	writeReplacing(t, certPath, certA, time.Now())

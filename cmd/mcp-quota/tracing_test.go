@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/mcp-quota/mcp-quota/demo"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // otlpReceiver is an OTLP/HTTP trace receiver: it keeps every request's
@@ -130,35 +132,15 @@ func TestTracesOverOTLP(t *testing.T) {
 
 	dir := t.TempDir()
 	config := filepath.Join(dir, "config.toml")
-	cfg := fmt.Sprintf(`[[keys]]
-name = "bear"
-base_url = %q
-secret_env = "BEAR_SECRET"
-auth = "bearer"
-profile = "ietf"
-  [[keys.policies]]
-  name = "default"
-  quota = 1
-  window = "1s"
-
-[[keys]]
-name = "qk"
-base_url = %q
-secret_env = "Q_SECRET"
-auth = "query:api_key"
-profile = "ietf"
-
-[[callers]]
-name = "agent"
-token_env = "AGENT_TOKEN"
-keys = ["bear", "qk"]
-
-[[callers]]
-name = "sync"
-token_env = "SYNC_TOKEN"
-keys = ["bear", "qk"]
-`, api.URL, api.URL)
-	if err := os.WriteFile(config, []byte(cfg), 0o600); err != nil {
+	both := []string{"bear", "qk"}
+	cfg := testkit.Config{
+		Keys: []testkit.Key{
+			{Name: "bear", BaseURL: api.URL, SecretEnv: "BEAR_SECRET", Auth: "bearer", Profile: "ietf", Policies: testkit.Window(1, time.Second)},
+			{Name: "qk", BaseURL: api.URL, SecretEnv: "Q_SECRET", Auth: "query:api_key", Profile: "ietf"},
+		},
+		Callers: []testkit.Caller{{Name: "agent", TokenEnv: "AGENT_TOKEN", Keys: both}, {Name: "sync", TokenEnv: "SYNC_TOKEN", Keys: both}},
+	}
+	if err := os.WriteFile(config, []byte(cfg.TOML()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	env := map[string]string{"BEAR_SECRET": bearerSecret, "Q_SECRET": querySecret, "AGENT_TOKEN": agentToken, "SYNC_TOKEN": syncToken,
@@ -434,9 +416,7 @@ func TestTracesOverStdio(t *testing.T) {
 	collector := httptest.NewServer(rcv)
 	defer collector.Close()
 	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, `name = "default"
-  quota = 120
-  window = "60s"`, "")
+	s := newSetup(t, demoKey(url, 120, time.Minute))
 	s.env = append(s.env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="+collector.URL+"/v1/traces")
 	sess := s.stdioSession(t, nil)
 	const trace, parent = "7c1f0e2d3b4a59687766554433221100", "0123456789abcdef"

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
@@ -105,11 +106,10 @@ func runTSClient(t *testing.T, s *setup, calls []tsCall, env ...string) []tsAnsw
 func TestTypeScriptClientSeesEveryError(t *testing.T) {
 	tsClient(t)
 	_, url := upstreamAPI(t, demo.Config{})
-	s := newSetup(t, url, defaultPolicy, "")
-	appendFile(t, s.config, testkit.Keys(noSecretKey(url),
+	s := newSetup(t, demoKey(url, 120, time.Minute), noSecretKey(url),
 		testkit.Key{Name: "gone", BaseURL: "http://127.0.0.1:1", SecretEnv: "DEMO_SECRET"},
 		testkit.Key{Name: "metadata", BaseURL: "http://169.254.169.254", SecretEnv: "DEMO_SECRET"},
-		tinyKey(url)))
+		tinyKey(url))
 	common := []tsCall{
 		{Name: "unknown key", Tool: "fetch", Args: map[string]any{"key": "nope", "path": "/"}, code: "unknownKey", says: "nope"},
 		{Name: "dot-dot path", Tool: "fetch", Args: map[string]any{"key": "demo", "path": "/v1/../../etc/passwd"}, code: "badPath", says: "'..'"},

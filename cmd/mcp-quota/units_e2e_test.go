@@ -80,7 +80,9 @@ func TestUnitsEndToEnd(t *testing.T) {
 	up := &unitsUpstream{arrived: make(chan struct{}, 4), release: make(chan struct{})}
 	srv := httptest.NewServer(up)
 	t.Cleanup(srv.Close)
-	s := newSetup(t, srv.URL+"/", "quota = 1000\n  window = \"60s\"", `methods = ["GET", "POST"]`+"\nmax_rate = 1000.0")
+	key := demoKey(srv.URL+"/", 1000, time.Minute)
+	key.Methods, key.MaxRate = []string{"GET", "POST"}, 1000
+	s := newSetup(t, key)
 	base, logs := s.serve(t)
 	agent := httpSession(t, base, agentToken, nil)
 

@@ -194,19 +194,19 @@ func stateShown(location string) string {
 	return absPath(location)
 }
 
-// clock is the process's clock: time.Now, moved by MCP_QUOTA_CLOCK_SKEW
+// clock is the process's clock: real time, moved by MCP_QUOTA_CLOCK_SKEW
 // (a duration such as -5s) when it is set — for tests of hosts whose
 // clocks disagree.
-func (e environment) clock() (func() time.Time, error) {
+func (e environment) clock() (clock.Clock, error) {
 	s := e.getenv("MCP_QUOTA_CLOCK_SKEW")
 	if s == "" {
-		return time.Now, nil
+		return clock.Real, nil
 	}
 	skew, err := time.ParseDuration(s)
 	if err != nil {
 		return nil, fmt.Errorf("MCP_QUOTA_CLOCK_SKEW %q: give a duration such as 5s or -2s", s)
 	}
-	return func() time.Time { return time.Now().Add(skew) }, nil
+	return clock.Source(func() time.Time { return time.Now().Add(skew) }), nil
 }
 
 // stateDir is the user's state directory: $XDG_STATE_HOME, else
@@ -289,13 +289,12 @@ type app struct {
 // for long waits for a PostgreSQL state that does not answer at its start
 // (its calls fail with stateUnavailable until it does); the others fail.
 func (e environment) open(ctx context.Context, c common, keys *keystore.Store, log *slog.Logger, serving bool) (*app, error) {
-	db, now, err := e.openState(ctx, c, keys, log, serving)
+	db, clk, err := e.openState(ctx, c, keys, log, serving)
 	if err != nil {
 		return nil, err
 	}
 	// Every clock of the process is the state's: on a PostgreSQL state the
 	// database server's, as this process reckons it.
-	clk := clock.Source(now)
 	p := pacer.New(db, pacer.WithClock(clk))
 	client := upstream.New(p, log)
 	client.Clock = clk
@@ -308,14 +307,14 @@ func (e environment) open(ctx context.Context, c common, keys *keystore.Store, l
 // openState opens the state, and returns the clock its admissions keep.
 // A failure says in words what is wrong (see explainState; a PostgreSQL
 // state's errors say it themselves).
-func (e environment) openState(ctx context.Context, c common, keys *keystore.Store, log *slog.Logger, serving bool) (state.Store, func() time.Time, error) {
+func (e environment) openState(ctx context.Context, c common, keys *keystore.Store, log *slog.Logger, serving bool) (state.Store, clock.Clock, error) {
 	local, err := e.clock()
 	if err != nil {
 		return nil, nil, err
 	}
 	path := e.statePath(c, keys)
 	if state.IsPostgres(path) {
-		o := state.PostgresOptions{Local: local, WaitForServer: serving,
+		o := state.PostgresOptions{Clock: local, WaitForServer: serving,
 			JournalDir: e.journalDir(path)}
 		if keys != nil {
 			o.Timeout = keys.StateTimeout()
@@ -327,9 +326,9 @@ func (e environment) openState(ctx context.Context, c common, keys *keystore.Sto
 		if err := pg.Check(ctx); err != nil && log != nil {
 			log.Warn("the PostgreSQL state does not answer yet: calls fail with stateUnavailable until it does", "state", pg.Where(), "error", err)
 		}
-		return pg, pg.Now, nil
+		return pg, clock.Source(pg.Now), nil
 	}
-	db, err := state.Open(ctx, path)
+	db, err := state.Open(ctx, path, state.WithClock(local))
 	if err != nil && ctx.Err() == nil {
 		return nil, nil, explainState(path, err)
 	}
@@ -368,7 +367,7 @@ func (a *app) sessionSecret(ctx context.Context) keystore.Secret {
 
 func (a *app) tools(transport, localCaller string) *tools.Deps {
 	return &tools.Deps{Keys: a.keys, Client: a.client, Pacer: a.pacer, DB: a.db, Log: a.log, Transport: transport, LocalCaller: localCaller,
-		Clock: a.clock}
+		Clock: a.clock, SkipOutputCheck: true}
 }
 
 func (a *app) rest() *rest.Handler {

@@ -119,7 +119,7 @@ type behaviour struct {
 
 // behaviours lists the suite, by the file each group is in.
 func behaviours() [][]behaviour {
-	return [][]behaviour{transactions, logs, leases, journals, history, signals, kept, processes, bounds, fair}
+	return [][]behaviour{transactions, logs, leases, journals, history, signals, kept, processes, bounds, fair, reasons}
 }
 
 // Run runs every behaviour of the suite against b, each in a subtest of

@@ -100,68 +100,104 @@ func (job Job) run(ctx context.Context) error {
 		return err
 	}
 	defer s.Close()
-	p := pacer.New(s, pacer.WithClock(clockOf(s)), pacer.WithLease(job.InFlightTimeout))
-	key := SharedKey(job.Quota, job.Window)
-	var mu sync.Mutex // the lines of stdout
-	out := bufio.NewWriter(os.Stdout)
-	say := func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		fmt.Fprintf(out, format+"\n", args...)
-		out.Flush()
-	}
-	call := func(n int) (pacer.Ticket, error) {
-		return p.Admit(ctx, pacer.Call{Key: key, Caller: job.Caller, Transport: "rest", Method: "GET",
-			Target: "/items", CallID: fmt.Sprintf("%s-%d", job.Caller, n), Attempt: 1, MaxWait: time.Second})
-	}
+	h := &helping{job: job, store: s, out: bufio.NewWriter(os.Stdout),
+		pacer: pacer.New(s, pacer.WithClock(clockOf(s)), pacer.WithLease(job.InFlightTimeout)),
+		key:   SharedKey(job.Quota, job.Window)}
 	if job.Victim {
-		t, err := call(0)
-		if err != nil {
+		if err := h.victimize(ctx); err != nil {
 			return err
 		}
-		say("stuck %d", t.ID)
-		var first, last int64
-		err = s.Update(ctx, func(tx ledger.Tx) error {
-			at := tx.Clock(time.Now())
-			first, last, err = tx.Reserve("leased", victimSlots, at, at.Add(job.InFlightTimeout), "a batch")
-			return err
-		}, "leased")
-		if err != nil {
-			return err
-		}
-		say("reserved %d %d", first, last)
 	}
+	stop := h.takeOrders(ctx)
+	var deadline <-chan time.Time
+	if job.Run > 0 {
+		deadline = time.After(job.Run)
+	}
+	h.say("ready")
+	return h.admit(ctx, stop, deadline)
+}
+
+// helping is a helper process at its job.
+type helping struct {
+	job   Job
+	store state.Store
+	pacer *pacer.Pacer
+	key   *keystore.Key
+	mu    sync.Mutex // the lines of out
+	out   *bufio.Writer
+}
+
+// say writes one line to stdout.
+func (h *helping) say(format string, args ...any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	fmt.Fprintf(h.out, format+"\n", args...)
+	h.out.Flush()
+}
+
+// call admits the job's nth call of key "shared".
+func (h *helping) call(ctx context.Context, n int) (pacer.Ticket, error) {
+	return h.pacer.Admit(ctx, pacer.Call{Key: h.key, Caller: h.job.Caller, Transport: "rest", Method: "GET",
+		Target: "/items", CallID: fmt.Sprintf("%s-%d", h.job.Caller, n), Attempt: 1, MaxWait: time.Second})
+}
+
+// victimize admits a call it never finishes and reserves victimSlots
+// slots of key "leased", and says so.
+func (h *helping) victimize(ctx context.Context) error {
+	t, err := h.call(ctx, 0)
+	if err != nil {
+		return err
+	}
+	h.say("stuck %d", t.ID)
+	var first, last int64
+	err = h.store.Update(ctx, func(tx ledger.Tx) error {
+		at := tx.Clock(time.Now())
+		first, last, err = tx.Reserve("leased", victimSlots, at, at.Add(h.job.InFlightTimeout), "a batch")
+		return err
+	}, "leased")
+	if err != nil {
+		return err
+	}
+	h.say("reserved %d %d", first, last)
+	return nil
+}
+
+// takeOrders does the orders that come as lines on stdin ("finish ID")
+// beside the calls, and closes the channel it returns when stdin ends:
+// the signal to stop.
+func (h *helping) takeOrders(ctx context.Context) <-chan struct{} {
 	stop := make(chan struct{})
-	go func() { // lines on stdin are orders, done beside the calls; its end, the signal to stop
+	go func() {
 		defer close(stop)
 		sc := bufio.NewScanner(os.Stdin)
 		for sc.Scan() {
 			id, err := strconv.ParseInt(strings.TrimPrefix(sc.Text(), "finish "), 10, 64)
 			if err == nil {
-				err = s.FinishLater(ctx, slotOutcome(id, time.Now()))
+				err = h.store.FinishLater(ctx, slotOutcome(id, time.Now()))
 			}
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "conformance helper: order %q: %v\n", sc.Text(), err)
 				os.Exit(1)
 			}
-			say("finished %d", id)
+			h.say("finished %d", id)
 		}
 	}()
-	var deadline <-chan time.Time
-	if job.Run > 0 {
-		deadline = time.After(job.Run)
-	}
-	say("ready")
+	return stop
+}
+
+// admit admits calls as fast as it can, and records their outcomes
+// unless the job only admits, until stop closes or deadline comes.
+func (h *helping) admit(ctx context.Context, stop <-chan struct{}, deadline <-chan time.Time) error {
 	n := 0 // admissions
 	for i := 1; ; i++ {
 		select {
 		case <-stop:
-			return job.finish(ctx, p, say, n)
+			return h.finish(ctx, n)
 		case <-deadline:
-			return job.finish(ctx, p, say, n)
+			return h.finish(ctx, n)
 		default:
 		}
-		t, err := call(i)
+		t, err := h.call(ctx, i)
 		if errors.Is(err, pacer.ErrPaused) {
 			continue
 		}
@@ -169,25 +205,26 @@ func (job Job) run(ctx context.Context) error {
 			return err
 		}
 		n++
-		if !job.Quiet {
-			say("admitted %d", t.ID)
+		if !h.job.Quiet {
+			h.say("admitted %d", t.ID)
 		}
-		if job.AdmitOnly {
+		if h.job.AdmitOnly {
 			continue
 		}
 		now := time.Now()
-		if _, err := p.Done(ctx, t, pacer.Outcome{SentAt: now, AnsweredAt: now, Status: 200}); err != nil {
+		if _, err := h.pacer.Done(ctx, t, pacer.Outcome{SentAt: now, AnsweredAt: now, Status: 200}); err != nil {
 			return err
 		}
 	}
 }
 
-// finish gives back the pacer's unused slots and reports the admissions.
-func (job Job) finish(ctx context.Context, p *pacer.Pacer, say func(string, ...any), n int) error {
-	if err := p.Close(ctx); err != nil {
+// finish gives back the pacer's unused slots and reports the n
+// admissions.
+func (h *helping) finish(ctx context.Context, n int) error {
+	if err := h.pacer.Close(ctx); err != nil {
 		return err
 	}
-	say("done %d", n)
+	h.say("done %d", n)
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -239,11 +240,11 @@ func warnings(t *testing.T, b Backend) {
 	s, _ := b.fresh(t)
 	update(t, s, func(tx ledger.Tx) error {
 		for i := range 25 {
-			if err := tx.AddWarning(ledger.Warning{Key: "k", At: t0.Add(time.Duration(i) * time.Second), Kind: "hidden-limit", Message: fmt.Sprint("m", i)}); err != nil {
+			if err := tx.AddWarning(ledger.Warning{Key: "k", At: t0.Add(time.Duration(i) * time.Second), Kind: "hidden-limit", Reason: reason.Reason{Kind: reason.Said, Said: fmt.Sprint("m", i)}}); err != nil {
 				return err
 			}
 		}
-		return tx.AddWarning(ledger.Warning{Key: "other", At: t0.Add(time.Hour), Kind: "circuit-open", Message: "x"})
+		return tx.AddWarning(ledger.Warning{Key: "other", At: t0.Add(time.Hour), Kind: "circuit-open", Reason: reason.Reason{Kind: reason.Said, Said: "x"}})
 	})
 	view(t, s, func(tx ledger.Tx) error {
 		ws, err := tx.Warnings("k", t0.Add(20*time.Second))
@@ -252,7 +253,7 @@ func warnings(t *testing.T, b Backend) {
 		}
 		var got []string
 		for i, w := range ws {
-			got = append(got, w.Message)
+			got = append(got, w.Reason.Said)
 			if w.Key != "k" || w.Kind != "hidden-limit" || w.ID == 0 || (i > 0 && w.ID >= ws[i-1].ID) {
 				t.Errorf("warning %d: %+v, want of key k, with an ID below the one before", i, w)
 			}
@@ -264,7 +265,7 @@ func warnings(t *testing.T, b Backend) {
 			t.Errorf("the newest warning is at %v, want t0+24s", ws[0].At)
 		}
 		all, err := tx.Warnings("k", time.Time{})
-		if len(all) != 20 || all[0].Message != "m24" {
+		if len(all) != 20 || all[0].Reason.Said != "m24" {
 			t.Errorf("Warnings: got %d, the first %+v; want the newest 20", len(all), all[0])
 		}
 		return err
@@ -290,10 +291,10 @@ func sweepInterruptsAndDrops(t *testing.T, b Backend) {
 		if err := tx.AddObservation(ledger.ObservationRecord{Key: "k", ReceivedAt: t0, Observation: ratelimit.Observation{Policy: "new"}}); err != nil {
 			return err
 		}
-		if err := tx.AddWarning(ledger.Warning{Key: "k", At: t0.Add(-2 * time.Hour), Kind: "x", Message: "old"}); err != nil {
+		if err := tx.AddWarning(ledger.Warning{Key: "k", At: t0.Add(-2 * time.Hour), Kind: "x", Reason: reason.Reason{Kind: reason.Said, Said: "old"}}); err != nil {
 			return err
 		}
-		return errors.Join(err, tx.AddWarning(ledger.Warning{Key: "k", At: t0, Kind: "x", Message: "new"}))
+		return errors.Join(err, tx.AddWarning(ledger.Warning{Key: "k", At: t0, Kind: "x", Reason: reason.Reason{Kind: reason.Said, Said: "new"}}))
 	}, "k")
 	got := sweep(t, s, t0, t0.Add(-time.Hour))
 	if want := (state.Swept{Interrupted: 2, Attempts: 1, Observations: 1, Warnings: 1}); got != want {
@@ -322,7 +323,7 @@ func sweepInterruptsAndDrops(t *testing.T, b Backend) {
 			t.Errorf("observations after the sweep: %+v, want the new one", obs)
 		}
 		ws, err2 := tx.Warnings("k", time.Time{})
-		if len(ws) != 1 || ws[0].Message != "new" {
+		if len(ws) != 1 || ws[0].Reason.Said != "new" {
 			t.Errorf("warnings after the sweep: %+v, want the new one", ws)
 		}
 		return errors.Join(err, err2)

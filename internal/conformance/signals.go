@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // signals: what the upstream said of a key, and what the pacer made of it.
@@ -95,7 +96,7 @@ func gates(t *testing.T, b Backend) {
 	s, _ := b.fresh(t)
 	put := func(scope string, until time.Time, source ledger.GateSource) {
 		update(t, s, func(tx ledger.Tx) error {
-			return tx.PutGate(ledger.Gate{Key: "k", Scope: scope, Until: until, Source: source, Reason: string(source), SetAt: t0})
+			return tx.PutGate(ledger.Gate{Key: "k", Scope: scope, Until: until, Source: source, Reason: reason.Reason{Kind: reason.Said, Said: string(source)}, SetAt: t0})
 		}, "k")
 	}
 	read := func(now time.Time) []ledger.Gate {
@@ -109,7 +110,7 @@ func gates(t *testing.T, b Backend) {
 	}
 	put("", t0.Add(time.Minute), "retry-after")
 	put("", t0.Add(time.Second), "backoff") // shorter: ignored
-	want := []ledger.Gate{{Key: "k", Until: t0.Add(time.Minute), Reason: "retry-after", Source: "retry-after", SetAt: t0}}
+	want := []ledger.Gate{{Key: "k", Until: t0.Add(time.Minute), Reason: reason.Reason{Kind: reason.Said, Said: "retry-after"}, Source: "retry-after", SetAt: t0}}
 	if diff := cmp.Diff(read(t0), want); diff != "" {
 		t.Errorf("a gate is never shortened (-got +want):\n%s", diff)
 	}
@@ -119,8 +120,8 @@ func gates(t *testing.T, b Backend) {
 	put("", t0.Add(time.Hour), "circuit")
 	put("policy-a", t0.Add(2*time.Minute), "problem")
 	want = []ledger.Gate{
-		{Key: "k", Until: t0.Add(time.Hour), Reason: "circuit", Source: "circuit", SetAt: t0},
-		{Key: "k", Scope: "policy-a", Until: t0.Add(2 * time.Minute), Reason: "problem", Source: "problem", SetAt: t0},
+		{Key: "k", Until: t0.Add(time.Hour), Reason: reason.Reason{Kind: reason.Said, Said: "circuit"}, Source: "circuit", SetAt: t0},
+		{Key: "k", Scope: "policy-a", Until: t0.Add(2 * time.Minute), Reason: reason.Reason{Kind: reason.Said, Said: "problem"}, Source: "problem", SetAt: t0},
 	}
 	if diff := cmp.Diff(read(t0), want); diff != "" {
 		t.Errorf("a longer gate and a gate of one policy, the latest to open first (-got +want):\n%s", diff)
@@ -246,9 +247,9 @@ func pathFailures(t *testing.T, b Backend) {
 	}
 	update(t, s, func(tx ledger.Tx) error {
 		for _, g := range []ledger.Gate{
-			{Key: "k", Scope: "route GET /a", Until: t0.Add(10 * time.Second), Source: "backoff", Reason: "r", SetAt: t0},
-			{Key: "k", Scope: "route GET /b", Until: t0.Add(5 * time.Minute), Source: "circuit", Reason: "r", SetAt: t0},
-			{Key: "k", Until: t0.Add(10 * time.Second), Source: "retry-after", Reason: "r", SetAt: t0},
+			{Key: "k", Scope: "route GET /a", Until: t0.Add(10 * time.Second), Source: "backoff", Reason: reason.Reason{Kind: reason.Said, Said: "r"}, SetAt: t0},
+			{Key: "k", Scope: "route GET /b", Until: t0.Add(5 * time.Minute), Source: "circuit", Reason: reason.Reason{Kind: reason.Said, Said: "r"}, SetAt: t0},
+			{Key: "k", Until: t0.Add(10 * time.Second), Source: "retry-after", Reason: reason.Reason{Kind: reason.Said, Said: "r"}, SetAt: t0},
 		} {
 			if err := tx.PutGate(g); err != nil {
 				return err

@@ -14,6 +14,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -469,10 +470,10 @@ func commitFailureLeavesNothing(t *testing.T, b Backend) {
 				Quota: 10, HasQuota: true, Window: time.Minute, Remaining: 5, HasRemaining: true, Shape: ratelimit.ShapeDraft}}),
 			tx.AddObservation(ledger.ObservationRecord{Key: "k", AttemptID: id, Status: 200, ReceivedAt: at, Method: "GET", Target: "/x",
 				Observation: ratelimit.Observation{Policy: caller, Unit: ratelimit.Requests, Remaining: 5, HasRemaining: true, Shape: ratelimit.ShapeDraft}}),
-			tx.PutGate(ledger.Gate{Key: "k", Until: at.Add(time.Hour), Reason: "told to wait by " + caller, Source: "retry-after", SetAt: at}),
+			tx.PutGate(ledger.Gate{Key: "k", Until: at.Add(time.Hour), Reason: reason.Reason{Kind: reason.Said, Said: "told to wait by " + caller}, Source: "retry-after", SetAt: at}),
 			tx.PutKeyState(ledger.KeyState{Key: "k", LastAdmitAt: at, LastResponseAt: at, Failures: len(caller)}),
 			tx.PutPathState(ledger.PathState{Key: "k", Scope: "route GET /x", Failures: len(caller), LastAt: at}),
-			tx.AddWarning(ledger.Warning{Key: "k", At: at, Kind: "circuit-open", Message: "warned by " + caller}),
+			tx.AddWarning(ledger.Warning{Key: "k", At: at, Kind: "circuit-open", Reason: reason.Reason{Kind: reason.Said, Said: "warned by " + caller}}),
 			tx.Claim("k", caller, at.Add(time.Hour)),
 			tx.PutResponse(ledger.StoredResponse{Key: "k", Target: "/x", Status: 200, Body: []byte(caller), Digest: caller, StoredAt: at}, 4))
 	}

@@ -8,8 +8,8 @@ import (
 	"github.com/BurntSushi/toml"
 )
 
-// Config is the part of a configuration file a test writes — its keys and
-// callers — built as Go values instead of TOML pasted as text. TOML writes
+// Config is the part of a configuration file a test writes — its state,
+// keys and callers — built as Go values instead of TOML pasted as text. TOML writes
 // it as the text keystore.Parse reads.
 //
 // A string may hold a fmt verb for the test to fill in afterwards (a
@@ -17,8 +17,10 @@ import (
 // fmt.Sprintf fills with the upstream's URL); anything else is written as
 // given, quoted where TOML wants it.
 type Config struct {
-	Keys    []Key
-	Callers []Caller
+	State        string        // a state file or a PostgreSQL URL; "" leaves the command line's
+	StateTimeout time.Duration // zero leaves the default
+	Keys         []Key
+	Callers      []Caller
 }
 
 // Key is one [[keys]] table. A zero field is left out of the file, so the
@@ -38,6 +40,8 @@ type Key struct {
 	Scopes         []string
 	WriteScopes    []string
 	Policies       []Policy
+	Reserve        []Reserve
+	Shares         []Share
 }
 
 // Policy is one [[keys.policies]] table: Quota calls (or Unit) per Window.
@@ -46,6 +50,20 @@ type Policy struct {
 	Quota  int64
 	Window time.Duration
 	Unit   string
+}
+
+// Reserve is one entry of a key's reserve: Share of the budget kept for
+// Caller.
+type Reserve struct {
+	Caller string
+	Share  float64
+}
+
+// Share is one [[keys.share]] table: the most of the budget Principal
+// ("*" for each principal not named) may take.
+type Share struct {
+	Principal string
+	Share     float64
 }
 
 // Caller is one [[callers]] table.
@@ -64,13 +82,19 @@ func Window(quota int64, window time.Duration) []Policy {
 
 // TOML returns c as a configuration file's text.
 func (c Config) TOML() string {
-	var f fileTOML
+	f := fileTOML{State: c.State, StateTimeout: durationText(c.StateTimeout)}
 	for _, k := range c.Keys {
 		kt := keyTOML{Name: k.Name, BaseURL: k.BaseURL, SecretEnv: k.SecretEnv, SecretFile: k.SecretFile,
 			Auth: k.Auth, Profile: k.Profile, AllowHosts: k.AllowHosts, Methods: k.Methods, MaxRate: k.MaxRate,
 			MaxConcurrency: k.MaxConcurrency, LowWater: k.LowWater, Scopes: k.Scopes, WriteScopes: k.WriteScopes}
 		for _, p := range k.Policies {
 			kt.Policies = append(kt.Policies, policyTOML{Name: p.Name, Quota: p.Quota, Window: durationText(p.Window), Unit: p.Unit})
+		}
+		for _, r := range k.Reserve {
+			kt.Reserve = append(kt.Reserve, reserveTOML(r))
+		}
+		for _, sh := range k.Shares {
+			kt.Shares = append(kt.Shares, shareTOML(sh))
 		}
 		f.Keys = append(f.Keys, kt)
 	}
@@ -100,25 +124,39 @@ func durationText(d time.Duration) string {
 }
 
 type fileTOML struct {
-	Keys    []keyTOML    `toml:"keys,omitempty"`
-	Callers []callerTOML `toml:"callers,omitempty"`
+	State        string       `toml:"state,omitempty"`
+	StateTimeout string       `toml:"state_timeout,omitempty"`
+	Keys         []keyTOML    `toml:"keys,omitempty"`
+	Callers      []callerTOML `toml:"callers,omitempty"`
 }
 
 type keyTOML struct {
-	Name           string       `toml:"name,omitempty"`
-	BaseURL        string       `toml:"base_url,omitempty"`
-	SecretEnv      string       `toml:"secret_env,omitempty"`
-	SecretFile     string       `toml:"secret_file,omitempty"`
-	Auth           string       `toml:"auth,omitempty"`
-	Profile        string       `toml:"profile,omitempty"`
-	AllowHosts     []string     `toml:"allow_hosts,omitempty"`
-	Methods        []string     `toml:"methods,omitempty"`
-	MaxRate        float64      `toml:"max_rate,omitzero"`
-	MaxConcurrency int          `toml:"max_concurrency,omitzero"`
-	LowWater       float64      `toml:"low_water,omitzero"`
-	Scopes         []string     `toml:"scopes,omitempty"`
-	WriteScopes    []string     `toml:"write_scopes,omitempty"`
-	Policies       []policyTOML `toml:"policies,omitempty"`
+	Name           string        `toml:"name,omitempty"`
+	BaseURL        string        `toml:"base_url,omitempty"`
+	SecretEnv      string        `toml:"secret_env,omitempty"`
+	SecretFile     string        `toml:"secret_file,omitempty"`
+	Auth           string        `toml:"auth,omitempty"`
+	Profile        string        `toml:"profile,omitempty"`
+	AllowHosts     []string      `toml:"allow_hosts,omitempty"`
+	Methods        []string      `toml:"methods,omitempty"`
+	MaxRate        float64       `toml:"max_rate,omitzero"`
+	MaxConcurrency int           `toml:"max_concurrency,omitzero"`
+	LowWater       float64       `toml:"low_water,omitzero"`
+	Scopes         []string      `toml:"scopes,omitempty"`
+	WriteScopes    []string      `toml:"write_scopes,omitempty"`
+	Policies       []policyTOML  `toml:"policies,omitempty"`
+	Reserve        []reserveTOML `toml:"reserve,omitempty"`
+	Shares         []shareTOML   `toml:"share,omitempty"`
+}
+
+type reserveTOML struct {
+	Caller string  `toml:"caller"`
+	Share  float64 `toml:"share"`
+}
+
+type shareTOML struct {
+	Principal string  `toml:"principal"`
+	Share     float64 `toml:"share"`
 }
 
 type policyTOML struct {

@@ -17,10 +17,13 @@ import (
 // default.
 func TestConfigParses(t *testing.T) {
 	c := testkit.Config{
+		State: "/srv/quota/state.db", StateTimeout: 10 * time.Second,
 		Keys: []testkit.Key{{
 			Name: "demo", BaseURL: "%[1]s/api/", SecretEnv: "UPSTREAM_SECRET", Auth: "query:api_key", Profile: "ietf",
 			AllowHosts: []string{"cdn.example"}, MaxRate: 1000, MaxConcurrency: 3,
 			Policies: []testkit.Policy{{Name: "default", Quota: 120, Window: time.Minute}, {Name: "fast", Quota: 5, Window: 100 * time.Millisecond}},
+			Reserve:  []testkit.Reserve{{Caller: "agent", Share: 0.2}},
+			Shares:   []testkit.Share{{Principal: "*", Share: 0.4}, {Principal: "sync", Share: 0.8}},
 		}, {
 			Name: "other", BaseURL: "%[1]s", Auth: "none", Policies: testkit.Window(10, 2*time.Second),
 		}},
@@ -31,6 +34,9 @@ func TestConfigParses(t *testing.T) {
 	store, err := keystore.Parse([]byte(text), keystore.Env{Getenv: func(k string) string { return env[k] }})
 	if err != nil {
 		t.Fatalf("keystore.Parse: %v\n%s", err, text)
+	}
+	if store.State() != "/srv/quota/state.db" || store.StateTimeout() != 10*time.Second {
+		t.Errorf("state %q, state_timeout %v; want /srv/quota/state.db, 10s", store.State(), store.StateTimeout())
 	}
 	demo, err := store.Key("demo")
 	if err != nil {
@@ -54,6 +60,12 @@ func TestConfigParses(t *testing.T) {
 	}
 	if diff := cmp.Diff(demo.Policies, wantPolicies); diff != "" {
 		t.Errorf("demo's policies (-got +want):\n%s", diff)
+	}
+	if diff := cmp.Diff(demo.Reserves, []keystore.Reserve{{Caller: "agent", Share: 0.2}}); diff != "" {
+		t.Errorf("demo's reserve (-got +want):\n%s", diff)
+	}
+	if diff := cmp.Diff(demo.Shares, []keystore.Share{{Principal: "*", Share: 0.4}, {Principal: "sync", Share: 0.8}}); diff != "" {
+		t.Errorf("demo's shares (-got +want):\n%s", diff)
 	}
 	other, err := store.Key("other")
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // ErrUnavailable reports a store that did not answer: a database down,
@@ -330,12 +331,12 @@ type ObservationRecord struct {
 // A Gate is a time before which nothing of its key (or of one policy of
 // it, Scope) may be sent.
 type Gate struct {
-	Key    string     // the key it closes
-	Scope  string     // "" for the whole key, else one route of it ("route GET /path")
-	Until  time.Time  // closed until then
-	Reason string     // why, as a clause a caller is shown
-	Source GateSource // what closed it
-	SetAt  time.Time  // when it was closed
+	Key    string        // the key it closes
+	Scope  string        // "" for the whole key, else one route of it ("route GET /path")
+	Until  time.Time     // closed until then
+	Reason reason.Reason // why, as data (reason.Said for a gate kept as words only)
+	Source GateSource    // what closed it
+	SetAt  time.Time     // when it was closed
 }
 
 // KeyState is the pacing state of one key, shared by every process. The
@@ -374,11 +375,11 @@ type PathState struct {
 
 // A Warning is something a key's users should hear about.
 type Warning struct {
-	ID      int64     // assigned when stored
-	Key     string    // the key it is about
-	At      time.Time // when it was raised
-	Kind    string    // hidden-limit, abnormal-usage, circuit-open
-	Message string    // a clause a caller is shown
+	ID     int64         // assigned when stored
+	Key    string        // the key it is about
+	At     time.Time     // when it was raised
+	Kind   string        // hidden-limit, abnormal-usage, circuit-open
+	Reason reason.Reason // what it says, as data (reason.Said for a warning kept as words only)
 }
 
 // A StoredResponse is the last answer to a GET of one URL of a key, for

@@ -22,8 +22,9 @@ type Kind string
 
 // The kinds of reasons, and the fields each one fills.
 const (
-	// Said is a reason given in words before, as they were kept: a
-	// closed gate's reason as the state holds it (Source, Said).
+	// Said is a reason kept as words only (Said): a gate or a warning
+	// the state held before reasons were stored as data (for a gate,
+	// Source names what closed it).
 	Said Kind = "said"
 	// WindowSpent: every call of a windowed policy is used (Policy,
 	// Limit, Window; Held of them are kept for others' reservations).
@@ -136,37 +137,39 @@ const (
 
 // A Reason is why a call waits, is refused or is advised a pace, as
 // data. The zero Reason says nothing. Only the fields its Kind names
-// mean something; String words it.
+// mean something; String words it. Its JSON form (the kind and the fields
+// that are not zero) is how the state keeps it.
 type Reason struct {
-	Kind   Kind
-	Policy string         // the policy it is about
-	Unit   ratelimit.Unit // what Left, Limit and Carries count, for an upstream policy
+	Kind   Kind           `json:"kind"`
+	Policy string         `json:"policy,omitzero"` // the policy it is about
+	Unit   ratelimit.Unit `json:"unit,omitzero"`   // what Left, Limit and Carries count, for an upstream policy
 	// Principal is the principal it is about, for a share or a turn;
 	// Other is the principal further behind, for a turn.
-	Principal, Other string
-	Share            float64 // the principal's share of the key
-	Limit            int64   // the policy's quota per window (q); 0 when unknown
-	Used             int64   // spent of Limit, or the principal's calls in the window
-	Left             int64   // what is left
-	Held             int64   // of Limit, kept for other callers' reservations
-	Carries          int64   // what the request carries, in Unit
-	InFlight         int64   // calls in flight
-	Behind           int64   // the calls of the principal further behind, for a turn
-	Window           time.Duration
-	For              time.Duration // how long it holds, or how long until it ends
-	Spacing          time.Duration // how far apart calls go
-	Rate             float64       // calls a second, for a leaking bucket
-	Source           string        // a gate's source, for Said
-	Said             string        // the words kept, for Said
-	Key              string        // the key, for what is noted about it
-	Route            string        // a route of the key ("GET /items")
-	Status           int           // the upstream's HTTP status; 0 when none came
-	Failures         int64         // failures in a row
-	Short            bool          // the wait the upstream asked for was too short to trust
-	Allowed          time.Duration // the most a send may leave after its admission, for Late
-	Buckets          int64         // route buckets kept for one key
-	Until            time.Time     // when a pause ends
-	Violated         string        // the policies a problem said were violated, space-separated
+	Principal string        `json:"principal,omitzero"`
+	Other     string        `json:"other,omitzero"`
+	Share     float64       `json:"share,omitzero"`    // the principal's share of the key
+	Limit     int64         `json:"limit,omitzero"`    // the policy's quota per window (q); 0 when unknown
+	Used      int64         `json:"used,omitzero"`     // spent of Limit, or the principal's calls in the window
+	Left      int64         `json:"left,omitzero"`     // what is left
+	Held      int64         `json:"held,omitzero"`     // of Limit, kept for other callers' reservations
+	Carries   int64         `json:"carries,omitzero"`  // what the request carries, in Unit
+	InFlight  int64         `json:"inFlight,omitzero"` // calls in flight
+	Behind    int64         `json:"behind,omitzero"`   // the calls of the principal further behind, for a turn
+	Window    time.Duration `json:"window,omitzero"`
+	For       time.Duration `json:"for,omitzero"`      // how long it holds, or how long until it ends
+	Spacing   time.Duration `json:"spacing,omitzero"`  // how far apart calls go
+	Rate      float64       `json:"rate,omitzero"`     // calls a second, for a leaking bucket
+	Source    string        `json:"source,omitzero"`   // a gate's source, for Said
+	Said      string        `json:"said,omitzero"`     // the words kept, for Said
+	Key       string        `json:"key,omitzero"`      // the key, for what is noted about it
+	Route     string        `json:"route,omitzero"`    // a route of the key ("GET /items")
+	Status    int           `json:"status,omitzero"`   // the upstream's HTTP status; 0 when none came
+	Failures  int64         `json:"failures,omitzero"` // failures in a row
+	Short     bool          `json:"short,omitzero"`    // the wait the upstream asked for was too short to trust
+	Allowed   time.Duration `json:"allowed,omitzero"`  // the most a send may leave after its admission, for Late
+	Buckets   int64         `json:"buckets,omitzero"`  // route buckets kept for one key
+	Until     time.Time     `json:"until,omitzero"`    // when a pause ends
+	Violated  string        `json:"violated,omitzero"` // the policies a problem said were violated, space-separated
 }
 
 // IsZero reports whether r says nothing.

@@ -66,11 +66,11 @@ var Statements = map[string]string{
 	status, received_at, coalesce(server_date, 0), shape, profile, guessed, from_cache, method, target
 	FROM observations WHERE id = ANY(ARRAY(SELECT id FROM observations WHERE key = $1 ORDER BY id DESC LIMIT $2))
 	ORDER BY id DESC`,
-	"Gates": `SELECT scope, until, reason, source, set_at FROM gates
+	"Gates": `SELECT scope, until, reason, why, source, set_at FROM gates
 	WHERE key = $1 AND until > $2 ORDER BY until DESC`,
-	"PutGate": `INSERT INTO gates (key, scope, until, reason, source, set_at)
-	VALUES ($1, $2, $3, $4, $5, $6)
-	ON CONFLICT (key, scope) DO UPDATE SET until = excluded.until, reason = excluded.reason,
+	"PutGate": `INSERT INTO gates (key, scope, until, reason, why, source, set_at)
+	VALUES ($1, $2, $3, '', $4, $5, $6)
+	ON CONFLICT (key, scope) DO UPDATE SET until = excluded.until, reason = excluded.reason, why = excluded.why,
 		source = excluded.source, set_at = excluded.set_at
 	WHERE excluded.until > gates.until`,
 	"KeyState": `SELECT last_admit_at, interval_us, last_response_at, failures, opens,
@@ -91,8 +91,8 @@ var Statements = map[string]string{
 	"FailingPaths":    `SELECT count(*) FROM path_failures WHERE key = $1 AND last_at > $2`,
 	"ForgetPaths":     `DELETE FROM path_failures WHERE key = $1 AND last_at < $2`,
 	"ForgetPathGates": `DELETE FROM gates WHERE key = $1 AND scope != '' AND until < $2`,
-	"AddWarning":      `INSERT INTO warnings (key, at, kind, message) VALUES ($1, $2, $3, $4)`,
-	"Warnings": `SELECT id, at, kind, message FROM warnings
+	"AddWarning":      `INSERT INTO warnings (key, at, kind, message, why) VALUES ($1, $2, $3, '', $4)`,
+	"Warnings": `SELECT id, at, kind, message, why FROM warnings
 	WHERE key = $1 AND at > $2 AND at <= $3 ORDER BY id DESC LIMIT 20`,
 	// responses
 	"Response": `SELECT etag, last_modified, status, content_type, body, digest, stored_at, unchanged, vary, varied
@@ -104,10 +104,8 @@ var Statements = map[string]string{
 		status = excluded.status, content_type = excluded.content_type, body = excluded.body,
 		digest = excluded.digest, stored_at = excluded.stored_at, unchanged = excluded.unchanged,
 		vary = excluded.vary, varied = excluded.varied`,
-	"CountResponses": `SELECT count(*) FROM responses WHERE key = $1`,
-	"TrimResponses": `DELETE FROM responses WHERE key = $1 AND target NOT IN
-	(SELECT target FROM responses WHERE key = $2 ORDER BY stored_at DESC LIMIT $3)`,
-	"StoredTargets": `SELECT target FROM responses WHERE key = $1`,
+	"StoredTargets": `SELECT target FROM responses WHERE key = $1 ORDER BY stored_at DESC`,
+	"DropResponse":  `DELETE FROM responses WHERE key = $1 AND target = $2`,
 	"Keys":          `SELECT key FROM key_state UNION SELECT key FROM policies ORDER BY 1`,
 	"Claimed":       `SELECT caller FROM claims WHERE key = $1 AND until > $2`,
 	"Claim": `INSERT INTO claims (key, caller, until) VALUES ($1, $2, $3)

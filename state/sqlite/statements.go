@@ -65,11 +65,11 @@ var Statements = map[string]string{
 	"Observations": `SELECT id, coalesce(attempt_id, 0), policy, unit, partition, q, w_us, r, t_us,
 	status, received_at, coalesce(server_date, 0), shape, profile, guessed, from_cache, method, target
 	FROM observations WHERE key = ? ORDER BY id DESC LIMIT ?`,
-	"Gates": `SELECT scope, until, reason, source, set_at FROM gates
+	"Gates": `SELECT scope, until, reason, why, source, set_at FROM gates
 	WHERE key = ? AND until > ? ORDER BY until DESC`,
-	"PutGate": `INSERT INTO gates (key, scope, until, reason, source, set_at)
-	VALUES (?, ?, ?, ?, ?, ?)
-	ON CONFLICT (key, scope) DO UPDATE SET until = excluded.until, reason = excluded.reason,
+	"PutGate": `INSERT INTO gates (key, scope, until, reason, why, source, set_at)
+	VALUES (?1, ?2, ?3, '', ?4, ?5, ?6)
+	ON CONFLICT (key, scope) DO UPDATE SET until = excluded.until, reason = excluded.reason, why = excluded.why,
 		source = excluded.source, set_at = excluded.set_at
 	WHERE excluded.until > gates.until`,
 	"KeyState": `SELECT last_admit_at, interval_us, last_response_at, failures, opens,
@@ -90,8 +90,8 @@ var Statements = map[string]string{
 	"FailingPaths":    `SELECT count(*) FROM path_failures WHERE key = ? AND last_at > ?`,
 	"ForgetPaths":     `DELETE FROM path_failures WHERE key = ? AND last_at < ?`,
 	"ForgetPathGates": `DELETE FROM gates WHERE key = ? AND scope != '' AND until < ?`,
-	"AddWarning":      `INSERT INTO warnings (key, at, kind, message) VALUES (?, ?, ?, ?)`,
-	"Warnings": `SELECT id, at, kind, message FROM warnings
+	"AddWarning":      `INSERT INTO warnings (key, at, kind, message, why) VALUES (?, ?, ?, '', ?)`,
+	"Warnings": `SELECT id, at, kind, message, why FROM warnings
 	WHERE key = ? AND at > ? AND at <= ? ORDER BY id DESC LIMIT 20`,
 	// responses
 	"Response": `SELECT etag, last_modified, status, content_type, body, digest, stored_at, unchanged, vary, varied
@@ -103,10 +103,8 @@ var Statements = map[string]string{
 		status = excluded.status, content_type = excluded.content_type, body = excluded.body,
 		digest = excluded.digest, stored_at = excluded.stored_at, unchanged = excluded.unchanged,
 		vary = excluded.vary, varied = excluded.varied`,
-	"CountResponses": `SELECT count(*) FROM responses WHERE key = ?`,
-	"TrimResponses": `DELETE FROM responses WHERE key = ? AND target NOT IN
-	(SELECT target FROM responses WHERE key = ? ORDER BY stored_at DESC LIMIT ?)`,
-	"StoredTargets": `SELECT target FROM responses WHERE key = ?`,
+	"StoredTargets": `SELECT target FROM responses WHERE key = ? ORDER BY stored_at DESC`,
+	"DropResponse":  `DELETE FROM responses WHERE key = ? AND target = ?`,
 	"Keys":          `SELECT key FROM key_state UNION SELECT key FROM policies ORDER BY 1`,
 	"Claimed":       `SELECT caller FROM claims WHERE key = ? AND until > ?`,
 	"Claim": `INSERT INTO claims (key, caller, until) VALUES (?, ?, ?)

@@ -180,18 +180,21 @@ func (p *pgTx) inserted(k pgKnown, a ledger.Attempt, seq, cbytes int64) {
 	}
 	r := k.read
 	r.hasFlight, r.hasLastSend, r.hasWindows = k.flight, k.lastSend, k.windows
-	if a.Key != r.key || a.State != ledger.Admitted {
-		return // not counted, not in flight (it has no lease): nothing read changed
+	if a.Key != r.key {
+		return // nothing read of r.key changed
 	}
 	at := micros(a.At)
-	if r.hasLastSend {
-		r.lastSeq, r.lastAt, r.lastBytes, r.hasLast = seq, at, cbytes, true
-	}
 	if r.hasFlight && !a.InFlightUntil.IsZero() && micros(a.InFlightUntil) > r.now {
 		if r.flight.Count == 0 || at < micros(r.flight.Oldest) {
 			r.flight.Oldest = fromMicros(at)
 		}
 		r.flight.Count++
+	}
+	if a.State != ledger.Admitted {
+		return // not counted: the log's numbers did not change
+	}
+	if r.hasLastSend {
+		r.lastSeq, r.lastAt, r.lastBytes, r.hasLast = seq, at, cbytes, true
 	}
 	if r.hasWindows {
 		for since, f := range r.windows {

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,10 +31,11 @@ import (
 // by side: a SQLite state file shared by processes on one host, and a
 // PostgreSQL database on loopback shared by hosts (each a process with a
 // pool and a journal of its own), holding a history of benchHistory
-// attempts (see fillPostgres). Every host makes calls one after another,
-// each an Admit and a Done with an answer carrying one RateLimit
-// observation, on one key or spread at random over 100 keys, each with a
-// documented policy that never binds:
+// attempts (see fillPostgres). Every host runs benchCallers callers at
+// once (a serve process with a few agents and jobs calling through it),
+// each making calls one after another, each an Admit and a Done with an
+// answer carrying one RateLimit observation, on one key or spread at
+// random over 100 keys, each with a documented policy that never binds:
 //
 //   - window=100ms (5,000 calls per 100 ms): too short a window to lease,
 //     so every call takes two transactions, its admission and its outcome;
@@ -45,7 +48,9 @@ import (
 // others are the test binary run again, started and warmed up before the
 // measure, calling from its start to its end. MCP_QUOTA_BENCH_PACE=N
 // makes every host call at N calls a second at most, to see the same
-// configurations on a machine that is not saturated.
+// configurations on a machine that is not saturated;
+// MCP_QUOTA_BENCH_CALLERS=N runs N callers on each host instead of
+// benchCallers (1: every host calls one after another).
 //
 // Metrics, over all hosts: calls/s; p50, p99 and max of one call's
 // Admit+Done; the client processes' CPU per call; on PostgreSQL, the
@@ -65,12 +70,19 @@ func BenchmarkAdmissions(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	callers := benchCallers
+	if s := os.Getenv("MCP_QUOTA_BENCH_CALLERS"); s != "" {
+		var err error
+		if callers, err = strconv.Atoi(s); err != nil || callers < 1 {
+			b.Fatalf("MCP_QUOTA_BENCH_CALLERS=%q: want a number of callers, 1 or more", s)
+		}
+	}
 	matrix := func(b *testing.B, newState func(b *testing.B) string) {
 		for _, window := range []time.Duration{benchWindow, leasedWindow} {
 			for _, keys := range []int{1, 100} {
 				for _, hosts := range []int{1, 3} {
 					b.Run(fmt.Sprintf("window=%s/keys=%d/hosts=%d", window, keys, hosts), func(b *testing.B) {
-						benchHosts(b, hostConfig{Path: newState(b), Keys: keys, Window: window, Pace: pace}, hosts)
+						benchHosts(b, hostConfig{Path: newState(b), Keys: keys, Window: window, Pace: pace, Callers: callers}, hosts)
 					})
 				}
 			}
@@ -85,6 +97,12 @@ func BenchmarkAdmissions(b *testing.B) {
 		matrix(b, func(b *testing.B) string { return srv.CreateDatabase(b) })
 	})
 }
+
+// benchCallers is how many callers each host of BenchmarkAdmissions runs
+// at once: a process serving a team has several clients calling through
+// it, and calls of one key that come together in one process may share a
+// transaction.
+const benchCallers = 4
 
 // leasedWindow is a window long enough for leases (see pacer.LeaseTime):
 // a process at a high pace then admits most calls from a batch of slots
@@ -107,7 +125,8 @@ type hostConfig struct {
 	Keys      int           // how many keys its calls are spread over
 	Window    time.Duration // each key's documented window (see benchQuotaFor)
 	Latencies string        // the file it writes its calls' durations to, as little-endian int64 nanoseconds
-	Pace      float64       // calls a second it makes at most; 0 for one after another
+	Pace      float64       // calls a second it makes at most, all its callers together; 0 for no bound
+	Callers   int           // how many callers call at once, each one call after another
 }
 
 // benchQuotaFor is the quota of a window at benchQuota per benchWindow.
@@ -121,9 +140,44 @@ type benchHost struct {
 	db   state.Store
 	p    *pacer.Pacer
 	keys []*keystore.Key
+	n    atomic.Int64 // calls started, for their IDs
+}
+
+// benchCaller is one of a host's callers.
+type benchCaller struct {
+	h    *benchHost
 	rnd  *rand.Rand
-	n    int
 	next time.Time // when the next call may start, at a Pace
+}
+
+func (h *benchHost) caller() *benchCaller {
+	return &benchCaller{h: h, rnd: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+}
+
+// callers runs h's callers at once, each calling until more returns
+// false, and returns the durations of all their calls.
+func (h *benchHost) callers(ctx context.Context, more func() bool) ([]time.Duration, error) {
+	n := max(h.cfg.Callers, 1)
+	lats := make([][]time.Duration, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := h.caller()
+			for more() {
+				d, err := c.call(ctx)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				lats[i] = append(lats[i], d)
+			}
+		}()
+	}
+	wg.Wait()
+	return slices.Concat(lats...), errors.Join(errs...)
 }
 
 func openBenchHost(cfg hostConfig) (*benchHost, error) {
@@ -135,8 +189,7 @@ func openBenchHost(cfg hostConfig) (*benchHost, error) {
 	if pg, ok := db.(*state.Postgres); ok {
 		clk = clock.Source(pg.Now)
 	}
-	h := &benchHost{cfg: cfg, db: db, p: pacer.New(db, pacer.WithClock(clk), pacer.WithLease(10*time.Millisecond)),
-		rnd: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+	h := &benchHost{cfg: cfg, db: db, p: pacer.New(db, pacer.WithClock(clk), pacer.WithLease(10*time.Millisecond))}
 	for i := range cfg.Keys {
 		k := conformance.SharedKey(benchQuotaFor(cfg.Window), cfg.Window)
 		k.Name = fmt.Sprintf("shared%d", i)
@@ -148,21 +201,22 @@ func openBenchHost(cfg hostConfig) (*benchHost, error) {
 // call makes one call (Admit, then Done with an answer carrying one
 // RateLimit observation) of a key picked at random, and returns how long
 // it took.
-func (h *benchHost) call(ctx context.Context) (time.Duration, error) {
+func (c *benchCaller) call(ctx context.Context) (time.Duration, error) {
+	h := c.h
 	if h.cfg.Pace > 0 {
-		if d := time.Until(h.next); d > 0 {
+		if d := time.Until(c.next); d > 0 {
 			time.Sleep(d)
 		}
-		if earliest := time.Now().Add(-time.Second); h.next.Before(earliest) {
-			h.next = earliest // a second behind at most: no burst to catch up
+		if earliest := time.Now().Add(-time.Second); c.next.Before(earliest) {
+			c.next = earliest // a second behind at most: no burst to catch up
 		}
-		h.next = h.next.Add(time.Duration(float64(time.Second) / h.cfg.Pace))
+		c.next = c.next.Add(time.Duration(float64(time.Second) * float64(max(h.cfg.Callers, 1)) / h.cfg.Pace))
 	}
-	k := h.keys[h.rnd.IntN(len(h.keys))]
-	h.n++
+	k := h.keys[c.rnd.IntN(len(h.keys))]
+	n := h.n.Add(1)
 	t0 := time.Now()
 	t, err := h.p.Admit(ctx, pacer.Call{Key: k, Caller: h.cfg.Caller, Transport: "rest", Method: "GET",
-		Target: "/items?page=1", CallID: fmt.Sprintf("%s-%d", h.cfg.Caller, h.n), Attempt: 1, MaxWait: time.Second})
+		Target: "/items?page=1", CallID: fmt.Sprintf("%s-%d", h.cfg.Caller, n), Attempt: 1, MaxWait: time.Second})
 	if err != nil {
 		return 0, err
 	}
@@ -177,14 +231,11 @@ func (h *benchHost) call(ctx context.Context) (time.Duration, error) {
 	return time.Since(t0), nil
 }
 
-// warmUp calls for hostWarmUp.
+// warmUp calls for hostWarmUp, with all of h's callers.
 func (h *benchHost) warmUp(ctx context.Context) error {
-	for end := time.Now().Add(hostWarmUp); time.Now().Before(end); {
-		if _, err := h.call(ctx); err != nil {
-			return err
-		}
-	}
-	return nil
+	end := time.Now().Add(hostWarmUp)
+	_, err := h.callers(ctx, func() bool { return time.Now().Before(end) })
+	return err
 }
 
 func (h *benchHost) close(ctx context.Context) error {
@@ -231,14 +282,10 @@ func runBenchHost(cfg hostConfig) error {
 		io.Copy(io.Discard, in)
 		close(stop)
 	}()
-	var lat []time.Duration
 	cpu0, start := cpuTime(), time.Now()
-	for !stopped(stop) {
-		d, err := h.call(ctx)
-		if err != nil {
-			return err
-		}
-		lat = append(lat, d)
+	lat, err := h.callers(ctx, func() bool { return !stopped(stop) })
+	if err != nil {
+		return err
 	}
 	elapsed, cpu := time.Since(start), cpuTime()-cpu0
 	if err := h.close(ctx); err != nil {
@@ -345,15 +392,12 @@ func benchHosts(b *testing.B, cfg hostConfig, hosts int) {
 	for _, h := range others {
 		h.Order(b, "go")
 	}
-	lat := make([]time.Duration, 0, b.N)
+	var started atomic.Int64
 	b.ResetTimer()
 	cpu0, start := cpuTime(), time.Now()
-	for range b.N {
-		d, err := me.call(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		lat = append(lat, d)
+	lat, err := me.callers(ctx, func() bool { return started.Add(1) <= int64(b.N) })
+	if err != nil {
+		b.Fatal(err)
 	}
 	elapsed, cpu := time.Since(start), cpuTime()-cpu0
 	machine := machineCPU().since(machine0)

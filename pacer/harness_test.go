@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,7 +40,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{t: t, path: filepath.Join(t.TempDir(), "state.db"), clk: testClock{testkit.NewClock(start)}}
+	e := &env{t: t, path: freshState(t), clk: testClock{testkit.NewClock(start)}}
 	e.db, e.p = e.open()
 	// e.p runs every transaction twice, as a database that retries one
 	// does: no test of the pacer passes on a closure that keeps anything

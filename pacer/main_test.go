@@ -11,7 +11,9 @@ import (
 // run several processes on one state file (conformance.StartHelper).
 func TestMain(m *testing.M) {
 	conformance.RunHelper()
-	os.Exit(m.Run())
+	code := m.Run()
+	removeMigrated()
+	os.Exit(code)
 }
 
 // sqlite is the state as the helper processes open a SQLite file: the

@@ -36,10 +36,12 @@ var (
 	buildErr  error
 )
 
-// binary builds mcp-quota once per test run and returns its path.
+// binary builds mcp-quota once per test run, with the release's
+// environment and flags (releaseCommand), and returns its path.
 func binary(t testing.TB) string {
 	t.Helper()
 	testkit.SkipShort(t, "runs the mcp-quota binary")
+	release(t) // a .goreleaser.yaml it cannot read fails here, not inside buildOnce
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "mcp-quota-e2e")
 		if err != nil {
@@ -47,7 +49,7 @@ func binary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "mcp-quota")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		out, err := releaseCommand(t, binPath, "").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

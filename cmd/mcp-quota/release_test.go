@@ -1,0 +1,141 @@
+package main
+
+import (
+	"debug/elf"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
+)
+
+// releaseBuild is the build of mcp-quota that .goreleaser.yaml describes:
+// the environment, the go build flags and the -ldflags (with GoReleaser's
+// templates still in them) the release archives are built with.
+type releaseBuild struct {
+	Main    string   `json:"main"`
+	Binary  string   `json:"binary"`
+	Env     []string `json:"env"`
+	Goos    []string `json:"goos"`
+	Goarch  []string `json:"goarch"`
+	Flags   []string `json:"flags"`
+	Ldflags []string `json:"ldflags"`
+}
+
+var (
+	releaseOnce  sync.Once
+	releaseSpec  releaseBuild
+	releaseErr   error
+	releaseRoot  = filepath.Join("..", "..")
+	releaseField = regexp.MustCompile(`\{\{\s*\.(\w+)\s*\}\}`)
+)
+
+// release reads the mcp-quota build of .goreleaser.yaml.
+func release(t testing.TB) releaseBuild {
+	t.Helper()
+	releaseOnce.Do(func() {
+		b, err := os.ReadFile(filepath.Join(releaseRoot, ".goreleaser.yaml"))
+		if err != nil {
+			releaseErr = err
+			return
+		}
+		var cfg struct {
+			Builds []releaseBuild `json:"builds"`
+		}
+		if err := yaml.Unmarshal(b, &cfg); err != nil {
+			releaseErr = err
+			return
+		}
+		for _, b := range cfg.Builds {
+			if b.Binary == "mcp-quota" {
+				releaseSpec = b
+				return
+			}
+		}
+		releaseErr = os.ErrNotExist
+	})
+	if releaseErr != nil {
+		t.Fatalf("the mcp-quota build of .goreleaser.yaml: %v", releaseErr)
+	}
+	return releaseSpec
+}
+
+// releaseCommand is "go build" with the release's environment and flags
+// (and -ldflags when given), run from the module's root: the e2e tests'
+// binary is built this way without -ldflags, so that it is the released
+// program and .ci/run's release build reuses its compiled packages.
+func releaseCommand(t testing.TB, out, ldflags string) *exec.Cmd {
+	t.Helper()
+	r := release(t)
+	args := append([]string{"build"}, r.Flags...)
+	if ldflags != "" {
+		args = append(args, "-ldflags="+ldflags)
+	}
+	cmd := exec.Command("go", append(args, "-o", out, r.Main)...)
+	cmd.Dir = releaseRoot
+	cmd.Env = append(os.Environ(), r.Env...)
+	return cmd
+}
+
+// TestReleaseStamp builds mcp-quota as .goreleaser.yaml says (its
+// environment, flags and -ldflags, with a version and a commit for the
+// templates) with go build, and checks what the release archives must
+// keep: --version prints the stamped version and commit, and the binary
+// is static (the container image is FROM scratch). .ci/run builds the
+// archives with GoReleaser itself only when the release's inputs change;
+// this test keeps the stamping checked on every run.
+func TestReleaseStamp(t *testing.T) {
+	testkit.SkipShort(t, "builds the mcp-quota binary")
+	r := release(t)
+	if !slices.Contains(r.Goos, runtime.GOOS) || !slices.Contains(r.Goarch, runtime.GOARCH) {
+		t.Skipf("the release has no %s/%s archive", runtime.GOOS, runtime.GOARCH)
+	}
+	const version, commit = "1.4.2-snapshot.5e6f7a8", "5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f"
+	var unknown []string
+	ldflags := releaseField.ReplaceAllStringFunc(strings.Join(r.Ldflags, " "), func(m string) string {
+		switch f := releaseField.FindStringSubmatch(m)[1]; f {
+		case "Version":
+			return version
+		case "FullCommit":
+			return commit
+		default:
+			unknown = append(unknown, m)
+			return m
+		}
+	})
+	if len(unknown) > 0 {
+		t.Fatalf(".goreleaser.yaml's ldflags use %v: this test fills in only {{.Version}} and {{.FullCommit}}", unknown)
+	}
+	bin := filepath.Join(t.TempDir(), r.Binary)
+	if out, err := releaseCommand(t, bin, ldflags).CombinedOutput(); err != nil {
+		t.Fatalf("go build with the release's flags: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatalf("%s --version: %v", bin, err)
+	}
+	want := "mcp-quota " + version + " (revision " + commit + ", "
+	if got := strings.TrimSpace(string(out)); !strings.HasPrefix(got, want) {
+		t.Errorf("--version of a release build = %q, want it to begin %q", got, want)
+	}
+	if runtime.GOOS == "linux" {
+		f, err := elf.Open(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_INTERP {
+				t.Errorf("the release build is linked dynamically (it asks for an interpreter): the image FROM scratch has no libc")
+			}
+		}
+	}
+}

@@ -46,20 +46,7 @@ func (h *Handler) Forward(w http.ResponseWriter, r *http.Request) {
 	}
 	name, path, _ := strings.Cut(rest, "/")
 	k, caller, ok := h.key(w, r, name)
-	if !ok {
-		return
-	}
-	if !slices.Contains(methods, r.Method) {
-		h.quotaHeaders(w, r, k, caller)
-		w.Header().Set("Allow", strings.Join(methods, ", "))
-		writeProblem(w, http.StatusMethodNotAllowed, CodeBadRequest,
-			fmt.Sprintf("mcp-quota does not forward %s; it forwards %s.", r.Method, strings.Join(methods, ", ")), nil)
-		return
-	}
-	if r.ContentLength > lim.MaxBody {
-		h.quotaHeaders(w, r, k, caller)
-		writeProblem(w, http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
-			fmt.Sprintf("The request body is %d bytes; the most mcp-quota forwards is %d.", r.ContentLength, lim.MaxBody), nil)
+	if !ok || !h.forwardable(w, r, k, caller, lim) {
 		return
 	}
 	wait, applied := preferWait(r.Header, lim)
@@ -70,29 +57,8 @@ func (h *Handler) Forward(w http.ResponseWriter, r *http.Request) {
 		Header: r.Header, MaxWait: wait, AllMethods: true, MaxDecoded: lim.MaxBody, Hold: h.Client.BodyHold()}
 	defer req.Hold.Release() // whatever the call held of the body memory, however it ends
 	body := &limitedBody{r: http.MaxBytesReader(w, r.Body, lim.MaxBody)}
-	switch {
-	case r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0:
-	case r.ContentLength > lim.ReplayableBody:
-		req.Body, req.ContentLength = body, r.ContentLength // streamed once; never retried
-	default:
-		// Buffer what fits the replayable limit, so that retries can
-		// resend it; a body of unknown length that turns out longer
-		// streams on from what was read.
-		b, err := upstream.ReadBody(body, lim.ReplayableBody, req.Hold)
-		if errors.Is(err, upstream.ErrBodyMemory) {
-			h.failed(w, r, k, caller, err)
-			return
-		}
-		if err != nil {
-			h.quotaHeaders(w, r, k, caller)
-			h.bodyError(w, err)
-			return
-		}
-		if int64(len(b)) <= lim.ReplayableBody {
-			req.Body, req.ContentLength = b, int64(len(b))
-		} else {
-			req.Body, req.ContentLength = io.MultiReader(bytes.NewReader(b), body), -1
-		}
+	if !h.attachBody(w, r, k, caller, &req, body, lim) {
+		return
 	}
 	resp, err := h.Client.Do(r.Context(), k, req)
 	if err != nil {
@@ -112,6 +78,80 @@ func (h *Handler) Forward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	hdr := w.Header()
+	h.answerHeader(hdr, k, resp)
+	if applied != "" {
+		hdr.Set("Preference-Applied", applied)
+	}
+	ans.header(hdr, resp, r.Method)
+	w.WriteHeader(resp.StatusCode)
+	if r.Method == http.MethodHead {
+		return
+	}
+	if err := ans.send(w, resp, flushEach(resp.Response)); err != nil {
+		h.log().Info("streaming an answer ended early", "key", k.Name, "error", err)
+		// The caller must not take a cut body for a whole one: end the
+		// exchange without its final chunk.
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// forwardable reports whether r is a call mcp-quota forwards: a method
+// it forwards, with a body no longer than the limit; otherwise it answers
+// the problem, with the key's quota fields.
+func (h *Handler) forwardable(w http.ResponseWriter, r *http.Request, k *keystore.Key, caller *keystore.Caller, lim Limits) bool {
+	if !slices.Contains(methods, r.Method) {
+		h.quotaHeaders(w, r, k, caller)
+		w.Header().Set("Allow", strings.Join(methods, ", "))
+		writeProblem(w, http.StatusMethodNotAllowed, CodeBadRequest,
+			fmt.Sprintf("mcp-quota does not forward %s; it forwards %s.", r.Method, strings.Join(methods, ", ")), nil)
+		return false
+	}
+	if r.ContentLength > lim.MaxBody {
+		h.quotaHeaders(w, r, k, caller)
+		writeProblem(w, http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
+			fmt.Sprintf("The request body is %d bytes; the most mcp-quota forwards is %d.", r.ContentLength, lim.MaxBody), nil)
+		return false
+	}
+	return true
+}
+
+// attachBody gives req the caller's body: none, streamed once when it is
+// longer than the replayable limit, or read into memory so that retries
+// can resend it. It reports false when it answered a problem instead.
+func (h *Handler) attachBody(w http.ResponseWriter, r *http.Request, k *keystore.Key, caller *keystore.Caller,
+	req *upstream.Request, body *limitedBody, lim Limits) bool {
+	switch {
+	case r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0:
+		return true
+	case r.ContentLength > lim.ReplayableBody:
+		req.Body, req.ContentLength = body, r.ContentLength // streamed once; never retried
+		return true
+	}
+	// Buffer what fits the replayable limit, so that retries can resend
+	// it; a body of unknown length that turns out longer streams on from
+	// what was read.
+	b, err := upstream.ReadBody(body, lim.ReplayableBody, req.Hold)
+	if errors.Is(err, upstream.ErrBodyMemory) {
+		h.failed(w, r, k, caller, err)
+		return false
+	}
+	if err != nil {
+		h.quotaHeaders(w, r, k, caller)
+		h.bodyError(w, err)
+		return false
+	}
+	if int64(len(b)) <= lim.ReplayableBody {
+		req.Body, req.ContentLength = b, int64(len(b))
+	} else {
+		req.Body, req.ContentLength = io.MultiReader(bytes.NewReader(b), body), -1
+	}
+	return true
+}
+
+// answerHeader sets the fields of the upstream's answer the caller gets:
+// the upstream's own, with references rewritten to the key's path, and
+// the budget and wait as mcp-quota states them.
+func (h *Handler) answerHeader(hdr http.Header, k *keystore.Key, resp *upstream.Response) {
 	copyResponseHeaders(hdr, resp.Header)
 	if !upstream.Ranged(k) {
 		// Range never goes upstream for this key (see upstream.SentHeader):
@@ -127,23 +167,9 @@ func (h *Handler) Forward(w http.ResponseWriter, r *http.Request) {
 	if ls := limits(resp.Result.Budgets, after > 0); len(ls) > 0 || after > 0 {
 		// else the upstream's own fields pass as they came
 		ratelimit.WriteFields(hdr, ratelimit.Announcement{Profile: k.Profile, Limits: ls, Wait: wholeSeconds(after),
-			Secondary: secondaryRefusal(&resp.Reading), Now: time.Now()})
+			Secondary: secondaryRefusal(&resp.Reading), Now: h.now()})
 	}
 	ratelimit.ReplaceRetryAfter(hdr, after)
-	if applied != "" {
-		hdr.Set("Preference-Applied", applied)
-	}
-	ans.header(hdr, resp, r.Method)
-	w.WriteHeader(resp.StatusCode)
-	if r.Method == http.MethodHead {
-		return
-	}
-	if err := ans.send(w, resp, flushEach(resp.Response)); err != nil {
-		h.log().Info("streaming an answer ended early", "key", k.Name, "error", err)
-		// The caller must not take a cut body for a whole one: end the
-		// exchange without its final chunk.
-		panic(http.ErrAbortHandler)
-	}
 }
 
 // limitedBody is a request body under http.MaxBytesReader that remembers
@@ -187,7 +213,7 @@ func (h *Handler) refusalHeaders(w http.ResponseWriter, r *http.Request, k *keys
 		st = pacer.KeyStatus{}
 	}
 	ratelimit.WriteFields(w.Header(), ratelimit.Announcement{Profile: k.Profile,
-		Limits: limits(append(st.Local, st.Upstream...), wait > 0), Wait: wait, Secondary: secondary, Now: time.Now()})
+		Limits: limits(append(st.Local, st.Upstream...), wait > 0), Wait: wait, Secondary: secondary, Now: h.now()})
 }
 
 // wholeSeconds is d as Retry-After states it: whole seconds, rounded

@@ -543,7 +543,11 @@ func passwordInNoTable(t *testing.T, srv *pgtest.Server) {
 	update(t, pg, func(tx ledger.Tx) error {
 		return tx.AddWarning(ledger.Warning{Key: "k", At: t0, Kind: "x", Reason: reason.Reason{Kind: reason.Said, Said: "planted: " + srv.Password()}})
 	})
-	if found := passwordIn(t, srv, url); len(found) != 1 || !strings.HasPrefix(found[0], "warnings.why") {
-		t.Errorf("a password planted in a warning: found in %v, want warnings.why", found)
+	// A warning is kept as data (why) and in words (message, for the
+	// processes of the previous version): the scan finds it in both.
+	found := passwordIn(t, srv, url)
+	slices.Sort(found)
+	if len(found) != 2 || !strings.HasPrefix(found[0], "warnings.message") || !strings.HasPrefix(found[1], "warnings.why") {
+		t.Errorf("a password planted in a warning: found in %v, want warnings.message and warnings.why", found)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/state"
@@ -22,24 +23,8 @@ import (
 // an internal error, naming the caller's own keys (the one it likely
 // meant first) and never another caller's.
 func TestReadActivityNotFound(t *testing.T) {
-	cfg := `
-[[keys]]
-name = "mine"
-base_url = "https://api.example.com"
-auth = "none"
-[[keys]]
-name = "theirs"
-base_url = "https://api.example.com"
-auth = "none"
-[[callers]]
-name = "me"
-token_env = "ME"
-keys = ["mine"]
-`
-	keys, err := keystore.Parse([]byte(cfg), keystore.Env{Getenv: func(string) string { return "tools-test-token-0123456789" }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys := parseKeys(t, testkit.Config{Keys: []testkit.Key{openKey("mine"), openKey("theirs")},
+		Callers: []testkit.Caller{{Name: "me", TokenEnv: "ME", Keys: []string{"mine"}}}})
 	db, err := state.Open(t.Context(), filepath.Join(t.TempDir(), "state.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -115,17 +100,13 @@ keys = ["mine"]
 
 // A caller with many keys is told of the first 20, and how many more.
 func TestNoActivityNamesAtMostTwentyKeys(t *testing.T) {
-	var cfg strings.Builder
-	var names []string
+	cfg := testkit.Config{Callers: []testkit.Caller{{Name: "many", TokenEnv: "T"}}}
 	for i := range 25 {
-		names = append(names, fmt.Sprintf("%q", fmt.Sprintf("key%02d", i)))
-		fmt.Fprintf(&cfg, "[[keys]]\nname = \"key%02d\"\nbase_url = \"https://api.example.com\"\nauth = \"none\"\n", i)
+		name := fmt.Sprintf("key%02d", i)
+		cfg.Keys = append(cfg.Keys, openKey(name))
+		cfg.Callers[0].Keys = append(cfg.Callers[0].Keys, name)
 	}
-	fmt.Fprintf(&cfg, "[[callers]]\nname = \"many\"\ntoken_env = \"T\"\nkeys = [%s]\n", strings.Join(names, ", "))
-	keys, err := keystore.Parse([]byte(cfg.String()), keystore.Env{Getenv: func(string) string { return "tools-test-token-0123456789" }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys := parseKeys(t, cfg)
 	d := &Deps{Keys: keys}
 	many := d.noActivity(keystore.WithCaller(context.Background(), keys.Callers()[0]), "nope")
 	if !strings.Contains(many, "key19 and 5 more (resources/list lists them all)") || strings.Contains(many, "key20") {

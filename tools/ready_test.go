@@ -11,7 +11,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/state"
 	"github.com/mcp-quota/mcp-quota/upstream"
@@ -24,15 +24,7 @@ import (
 // result with its reason and code stateUnavailable, and a read fails
 // with it.
 func TestReadyWaits(t *testing.T) {
-	keys, err := keystore.Parse([]byte(`
-[[keys]]
-name = "mine"
-base_url = "https://api.example.com"
-auth = "none"
-`), keystore.Env{Getenv: func(string) string { return "" }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys := parseKeys(t, testkit.Config{Keys: []testkit.Key{openKey("mine")}})
 	rpc := func(s interface {
 		HandleMessage(context.Context, json.RawMessage) mcp.JSONRPCMessage
 	}, msg string) string {

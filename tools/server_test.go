@@ -7,7 +7,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // TestOutputCheck: a server made with Deps whose SkipOutputCheck is false
@@ -15,15 +15,7 @@ import (
 // its tool's outputSchema as an isError result naming the violation; one
 // made with SkipOutputCheck (the commands) sends the result as it is.
 func TestOutputCheck(t *testing.T) {
-	keys, err := keystore.Parse([]byte(`
-[[keys]]
-name = "mine"
-base_url = "https://api.example.com"
-auth = "none"
-`), keystore.Env{Getenv: func(string) string { return "" }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys := parseKeys(t, testkit.Config{Keys: []testkit.Key{openKey("mine")}})
 	// A tool whose answer breaks its own schema: n must be an integer.
 	odd := mcp.NewTool("odd", mcp.WithRawOutputSchema(json.RawMessage(
 		`{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`)))

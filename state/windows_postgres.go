@@ -27,10 +27,9 @@ import (
 // attempts it records itself: an admission it records is the key's
 // latest (an admission recorded before a later one renumbers the log,
 // which drops what is known), counts in every window that it falls in,
-// and is in flight until its lease ends. The calls of one process decided
-// together in one transaction (see the pacer's group admission) are then
-// decided on what the first one read, with one round trip each, to record
-// its attempt.
+// and is in flight until its lease ends. Admissions decided one after
+// another in one transaction are then decided on what the first one read,
+// with one round trip each, to record its attempt.
 
 // askedMax is how many window starts of a key the pipeline counts at most.
 const askedMax = 6

@@ -30,26 +30,36 @@ func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
+// tracedPostgres opens a store on a server of the test's own with one
+// connection (each transaction runs after the one before on it), whose
+// round trips the returned counter counts.
+func tracedPostgres(t *testing.T) (*Postgres, *roundTrips) {
+	t.Helper()
+	srv := pgtest.Start(t)
+	t.Setenv("PGPASSWORD", srv.Password())
+	trips := &roundTrips{}
+	pgTracer = trips
+	t.Cleanup(func() { pgTracer = nil })
+	pg, err := OpenPostgres(context.Background(), srv.CreateDatabase(t), PostgresOptions{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close() })
+	return pg, trips
+}
+
 // An admission on PostgreSQL reads what it decides on in one round trip
 // with the lock of the key's row, and what it reads after writing is what
 // the server holds then: the transaction of an admission (the reads of
 // load, the attempt, the pacing state) costs its BEGIN, the lock with the
 // reads, the attempt, the pacing state and its COMMIT.
 func TestPostgresAdmissionReadsWithTheLock(t *testing.T) {
-	srv := pgtest.Start(t)
-	t.Setenv("PGPASSWORD", srv.Password())
-	trips := &roundTrips{}
-	pgTracer = trips
-	t.Cleanup(func() { pgTracer = nil })
+	pg, trips := tracedPostgres(t)
 	ctx := context.Background()
-	pg, err := OpenPostgres(ctx, srv.CreateDatabase(t), PostgresOptions{MaxConns: 1}) // one connection: each transaction runs after the one before on it
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pg.Close()
 	const key = "k"
 	var first int64
 	// The key's first transaction adds its row, a policy and a gate.
+	var err error
 	err = pg.Update(ctx, func(tx ledger.Tx) error {
 		now := tx.Clock(time.Now())
 		if first, err = tx.InsertAttempt(ledger.Attempt{CallID: "c0", Attempt: 1, Key: key, State: ledger.Admitted,

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-quota/mcp-quota/internal/pgtest"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
@@ -17,17 +16,8 @@ import (
 // cost a round trip each, their attempt's, and each counts the ones
 // before it, and what other hosts recorded in between.
 func TestPostgresWindowsWithTheLock(t *testing.T) {
-	srv := pgtest.Start(t)
-	t.Setenv("PGPASSWORD", srv.Password())
-	trips := &roundTrips{}
-	pgTracer = trips
-	t.Cleanup(func() { pgTracer = nil })
+	pg, trips := tracedPostgres(t)
 	ctx := context.Background()
-	pg, err := OpenPostgres(ctx, srv.CreateDatabase(t), PostgresOptions{MaxConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pg.Close()
 	const key = "k"
 	basis := time.Now().Add(-time.Hour).Truncate(time.Microsecond) // an observation's basis: a window start at a time
 	type seen struct{ window, sinceBasis, flight int }
@@ -86,7 +76,7 @@ func TestPostgresWindowsWithTheLock(t *testing.T) {
 	}
 
 	// Another host records two admissions: the next transaction counts them.
-	err = pg.Update(ctx, func(tx ledger.Tx) error {
+	err := pg.Update(ctx, func(tx ledger.Tx) error {
 		now := tx.Clock(time.Now())
 		for i := range 2 {
 			if _, err := tx.InsertAttempt(ledger.Attempt{CallID: fmt.Sprint("other", i), Attempt: 1, Key: key,

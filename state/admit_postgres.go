@@ -75,16 +75,9 @@ type pgRead struct {
 	// key has none.
 	lastSeq, lastAt, lastBytes int64
 	hasLast                    bool
-	// The key's window counts the transaction knows (see
-	// windows_postgres.go), by their start in microseconds; windowFrom,
-	// those the pipeline read, by what they were foreseen from; asked,
-	// the starts the transaction asked about.
-	windows    map[int64]pgFirst
-	windowFrom map[int64]sinceAsked
-	asked      []sinceAsked
 	// Which of them still hold: the transaction wrote nothing that could
-	// change them since, or what it wrote is accounted for.
-	hasSeenPolicies, hasGates, hasFlight, hasLastSend, hasWindows bool
+	// change them since.
+	hasSeenPolicies, hasGates, hasFlight, hasLastSend bool
 }
 
 // holdReading locks key's row, as hold does, and reads what a decision
@@ -120,8 +113,7 @@ func (p *pgTx) holdReading(tx *Tx, key string) error {
 // pipeline sends the lock of key's row and the reads, and reads their
 // answers; found is false when the key has no row.
 func (p *pgTx) pipeline(tx *Tx, key string, ended []int64) (r *pgRead, server time.Time, found bool, err error) {
-	r = &pgRead{key: key, ended: ended, hasSeenPolicies: true, hasGates: true, hasFlight: true, hasLastSend: true, hasWindows: true}
-	asked := p.db.asked.get(key)
+	r = &pgRead{key: key, ended: ended, hasSeenPolicies: true, hasGates: true, hasFlight: true, hasLastSend: true}
 	err = p.conn.Raw(func(dc any) error {
 		c, ok := dc.(*stdlib.Conn)
 		if !ok {
@@ -134,7 +126,6 @@ func (p *pgTx) pipeline(tx *Tx, key string, ended []int64) (r *pgRead, server ti
 		b.Queue(pgReadGates, key)
 		b.Queue(pgReadFlight, key, ended)
 		b.Queue(pgReadLastSend, key)
-		queueWindows(b, key, asked)
 		br := c.Conn().SendBatch(tx.ctx, b)
 		defer br.Close()
 		var setting string
@@ -164,9 +155,6 @@ func (p *pgTx) pipeline(tx *Tx, key string, ended []int64) (r *pgRead, server ti
 		err := br.QueryRow().Scan(&r.lastSeq, &r.lastAt, &r.lastBytes)
 		if r.hasLast = err == nil; err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("latest admission: %w", err)
-		}
-		if err := r.scanWindows(br, asked); err != nil {
-			return err
 		}
 		return br.Close()
 	})
@@ -316,7 +304,7 @@ func (p *pgTx) wrote(text string) {
 	r.hasSeenPolicies = r.hasSeenPolicies && !strings.Contains(text, "policies")
 	r.hasGates = r.hasGates && !strings.Contains(text, "gates")
 	if strings.Contains(text, "attempts") {
-		r.hasFlight, r.hasLastSend, r.hasWindows = false, false, false
+		r.hasFlight, r.hasLastSend = false, false
 	}
 }
 

@@ -65,8 +65,6 @@ type Postgres struct {
 
 	out outcomes // the process's journal (see FinishLater)
 
-	asked pgAsked // the window starts each key's latest admission asked about (see windows_postgres.go)
-
 	// connecting counts the connections being taken from the pool (see
 	// conn), until closed is set; Close waits for them.
 	connecting sync.WaitGroup

@@ -202,7 +202,6 @@ func (tx *Tx) InsertAttempt(a ledger.Attempt) (int64, error) {
 		}
 	}
 	var id int64
-	known := tx.pg.known() // what the transaction knows of the key's log, kept across the attempt (see inserted)
 	err := tx.queryRow(qInsertAttempt,
 		a.CallID, a.Attempt, a.Key, a.Caller, a.Transport, a.Method, a.Target, a.Digest, string(a.State), a.Reason,
 		a.Probe, a.State == ledger.Admitted, micros(a.At), a.Wait.Microseconds(), lease, seq, cseq, tx.instance,
@@ -219,10 +218,6 @@ func (tx *Tx) InsertAttempt(a ledger.Attempt) (int64, error) {
 		if err := tx.renumber(a.Key); err != nil {
 			return 0, fmt.Errorf("state: record attempt: %w", err)
 		}
-	} else if a.Principal == "" || a.State != ledger.Admitted {
-		n, _ := seq.(int64)
-		b, _ := cbytes.(int64)
-		tx.pg.inserted(known, a, n, b)
 	}
 	return id, nil
 }
@@ -260,16 +255,9 @@ var qFirstSend = newQuery("FirstSend")
 // firstSend returns the number and time of key's first attempt admitted
 // after since and the number of its last; ok is false when there is none.
 func (tx *Tx) firstSend(key string, since time.Time) (seq, at, last int64, ok bool, err error) {
-	if f, known := tx.pg.readFirstSend(key, since); known {
-		return f.seq, f.at, f.last, f.found, nil
-	}
 	err = tx.queryRow(qFirstSend, key, micros(since)).Scan(&seq, &at, &last)
 	if errors.Is(err, sql.ErrNoRows) {
-		tx.pg.keepFirstSend(key, since, pgFirst{})
 		return 0, 0, 0, false, nil
-	}
-	if err == nil {
-		tx.pg.keepFirstSend(key, since, pgFirst{seq: seq, at: at, last: last, found: true})
 	}
 	return seq, at, last, err == nil, err
 }

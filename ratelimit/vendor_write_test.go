@@ -162,17 +162,8 @@ func TestWriteFieldsNeverMoreGenerous(t *testing.T) {
 // BenchmarkWriteFields states the reference API's one policy on its own
 // answer, as the REST side does on every call.
 func BenchmarkWriteFields(b *testing.B) {
-	limits := []Limit{{Policy: "default", Quota: 120, Window: time.Minute, Remaining: 117, Reset: 42 * time.Second}}
 	b.ReportAllocs()
 	for b.Loop() {
-		h := http.Header{
-			"Ratelimit-Policy":      {`"default";q=120;w=60`},
-			"Ratelimit":             {`"default";r=117;t=42`},
-			"X-Ratelimit-Limit":     {"120"},
-			"X-Ratelimit-Remaining": {"117"},
-			"X-Ratelimit-Reset":     {"42"},
-			"Content-Type":          {"application/json"},
-		}
-		WriteFields(h, Announcement{Profile: Generic, Limits: limits})
+		stateOnSeedAnswer()
 	}
 }

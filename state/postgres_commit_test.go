@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/internal/conformance"
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
@@ -167,6 +168,66 @@ func TestPostgresLostCommitIsNotSent(t *testing.T) {
 	}
 }
 
+// A journal's batch of outcomes whose COMMIT committed but whose answer
+// was lost is applied again — by the journal's next try, or, once its
+// process has closed, by the next one's Recover: the second time finds
+// each slot recorded and records nothing, so every outcome and its
+// observation are there once.
+func TestPostgresJournalBatchAppliedTwice(t *testing.T) {
+	srv := startPostgres(t)
+	url := srv.CreateDatabase(t)
+	journals := t.TempDir()
+	p := newCommitCutter(t, url)
+	pg, err := state.OpenPostgres(context.Background(), p.url, state.PostgresOptions{MaxConns: 1, Timeout: 10 * time.Second, JournalDir: journals})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first, last int64
+	update(t, pg, func(tx ledger.Tx) error {
+		var err error
+		first, last, err = tx.Reserve("k", 3, t0, t0.Add(time.Hour), "a batch")
+		return err
+	}, "k")
+	p.arm(cutAfterCommit)
+	for id := first; id <= last; id++ {
+		if err := pg.FinishLater(context.Background(), conformance.FinishedSlot(id, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// View waits for the journal's applier to apply the batch, or to fail.
+	if err := pg.View(context.Background(), func(ledger.Tx) error { return nil }); err != nil {
+		t.Fatalf("View: %v", err)
+	}
+	if n := p.cuts.Load(); n != 1 {
+		t.Fatalf("the proxy cut %d connections, want 1: the batch's", n)
+	}
+	pg.Close() // what its journal could not record yet is left for the next process
+	next := openPostgres(t, url, state.PostgresOptions{JournalDir: journals})
+	if _, err := next.Recover(context.Background()); err != nil {
+		t.Fatalf("Recover: %v", err)
+	}
+	states := map[ledger.State]int{}
+	obs := 0
+	view(t, next, func(tx ledger.Tx) error {
+		sends, err := tx.Sends("k", time.Time{}, 100)
+		for _, s := range sends {
+			states[s.State]++
+		}
+		if err != nil {
+			return err
+		}
+		records, err := tx.(*state.Tx).Observations("k", 100)
+		obs = len(records)
+		return err
+	})
+	if states[ledger.Confirmed] != 3 || len(states) != 1 {
+		t.Errorf("the slots' states: %v, want 3 confirmed", states)
+	}
+	if obs != 3 {
+		t.Errorf("%d observations recorded, want 3: one for each outcome", obs)
+	}
+}
+
 // insert records one admitted attempt of call on key k through s,
 // calling ran at each run of the transaction's function.
 func insert(t *testing.T, s ledger.Store, call string, ran func()) {
@@ -219,8 +280,10 @@ const (
 // A commitCutter is a TCP proxy to a PostgreSQL server that reads the
 // frontend protocol (PostgreSQL's "Message Formats": an untyped startup
 // packet, then messages of a type byte and an int32 length that counts
-// itself) and, once armed, cuts the connection of the next simple Query
-// "commit" — pgx sends database/sql's Tx.Commit so.
+// itself) and, once armed, cuts the connection of the next read-write
+// transaction's simple Query "commit" — pgx sends database/sql's
+// Tx.Commit so, and its BEGIN as a simple Query that says "read only"
+// for a read-only one.
 type commitCutter struct {
 	ln   net.Listener
 	to   string // the server's address
@@ -344,12 +407,20 @@ func (p *commitCutter) requests(l *link) {
 			break
 		}
 	}
+	readOnly := false // the transaction under way
 	for {
 		msg, err := readMessage(l.client, true)
 		if err != nil {
 			return
 		}
-		if msg[0] == 'Q' && strings.EqualFold(string(bytes.TrimRight(msg[5:], "\x00; \n")), "commit") {
+		var query string
+		if msg[0] == 'Q' {
+			query = strings.ToLower(string(bytes.TrimRight(msg[5:], "\x00; \n")))
+		}
+		if strings.HasPrefix(query, "begin") {
+			readOnly = strings.Contains(query, " read only")
+		}
+		if query == "commit" && !readOnly {
 			p.mu.Lock()
 			where := p.armed
 			p.armed = 0

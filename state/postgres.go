@@ -517,7 +517,9 @@ func (pg *Postgres) View(ctx context.Context, fn func(ledger.Tx) error) error {
 
 // Update runs fn in a read-write transaction holding keys (see Postgres).
 // A transaction the server aborts to break a deadlock, or that a dropped
-// connection ended before fn ran, is run again, within the bound.
+// connection ended before it asked to commit, is run again, within the
+// bound. One whose COMMIT went out and got no answer is not: Update fails
+// with ErrUnavailable, and the transaction may have committed.
 func (pg *Postgres) Update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
 	return pg.update(ctx, func(tx *Tx) error { return fn(tx) }, keys...)
 }

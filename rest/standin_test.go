@@ -4,43 +4,28 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
+	"testing"
 	"time"
+
+	"github.com/mcp-quota/mcp-quota/demo"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
 // windowCount is a fixed window that starts with the first call after
-// the previous one ended, as GitHub's and OpenAI's do, and what was spent
-// in each.
+// the previous one ended, as GitHub's and OpenAI's do.
 type windowCount struct {
 	quota  int
 	window time.Duration
 	start  time.Time
 	used   int
-	full   []int       // what each ended window spent
-	ends   []time.Time // when each of them ended
-}
-
-// spentBy returns what each window that ended by t spent: a window still
-// open when the callers stopped (a late retry closes it) was not looped
-// through whole.
-func spentBy(full []int, ends []time.Time, t time.Time) []int {
-	var out []int
-	for i, n := range full {
-		if !ends[i].After(t) {
-			out = append(out, n)
-		}
-	}
-	return out
 }
 
 // take spends one at now; ok is false when the window is spent.
 func (c *windowCount) take(now time.Time, n int) (ok bool) {
 	if c.start.IsZero() || !now.Before(c.start.Add(c.window)) {
-		if !c.start.IsZero() {
-			c.full = append(c.full, c.used)
-			c.ends = append(c.ends, c.start.Add(c.window))
-		}
 		c.start, c.used = now, 0
 	}
 	if c.used+n > c.quota {
@@ -118,13 +103,11 @@ func (g *ghStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// windows returns what each ended window spent, and the refusals.
-// windows returns what each primary window that ended by t spent, the
-// refusals and the calls.
-func (g *ghStandIn) windows(t time.Time) (full []int, refusals []string, calls int) {
+// answered returns the refusals it answered and the calls it got.
+func (g *ghStandIn) answered() (refusals []string, calls int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return spentBy(g.primary.full, g.primary.ends, t), append([]string(nil), g.refusals...), g.calls
+	return append([]string(nil), g.refusals...), g.calls
 }
 
 // openAIStandIn is an OpenAI-like upstream: POST /v1/chat/completions
@@ -196,10 +179,90 @@ func (o *openAIStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		"usage":   map[string]any{"prompt_tokens": 0, "completion_tokens": cost, "total_tokens": cost}})
 }
 
-// windows returns what each window that ended by t spent, in requests
-// and in tokens, the refusals and the calls.
-func (o *openAIStandIn) windows(t time.Time) (requests, tokens []int, refusals []string, calls int) {
+// answered returns the refusals it answered and the calls it got.
+func (o *openAIStandIn) answered() (refusals []string, calls int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return spentBy(o.requests.full, o.requests.ends, t), spentBy(o.tokens.full, o.tokens.ends, t), append([]string(nil), o.refusals...), o.calls
+	return append([]string(nil), o.refusals...), o.calls
+}
+
+// admissions returns when mcp-quota admitted each attempt on key, oldest
+// first, from its own activity: the times its promises are made on.
+func (s *stack) admissions(t testing.TB, key string) []time.Time {
+	t.Helper()
+	var at []time.Time
+	if err := s.DB.View(t.Context(), func(tx ledger.Tx) error {
+		list, err := tx.Activity(ledger.ActivityFilter{Key: key, Limit: 10_000})
+		for _, a := range list {
+			if a.State != ledger.RejectedLocal {
+				at = append(at, a.At)
+			}
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(at, time.Time.Compare)
+	return at
+}
+
+// spent is how a key's budget of quota calls per window was spent, judged
+// on mcp-quota's own log of admissions rather than on the upstream's
+// window edges, so that it holds however the calls were spaced and
+// whatever delay they met on their way to the upstream.
+type spent struct {
+	quota  int
+	window time.Duration
+	// comeBack bounds how long after a slot comes free (a window after
+	// the admission that took it) it is taken again, while the callers
+	// loop: the second the upstream's reset is rounded to (it holds until
+	// the end of that second), the SDK's own wait past the reset it read,
+	// and half a window for the callers to come back with their next call.
+	comeBack time.Duration
+}
+
+// check reports a rolling window holding more than the quota (when
+// rolling is set: the key's documented policy, a promise made on
+// mcp-quota's clock) and a slot not taken again within comeBack of
+// coming free, among the admissions at, for the slots due again before
+// end (when the callers stopped looping); fewer than a window's slots to
+// judge is an error too.
+func (sp spent) check(t *testing.T, at []time.Time, end time.Time, rolling bool) {
+	t.Helper()
+	if got := (demo.Stats{Accepted: at}).MaxInWindow(sp.window); rolling && got > sp.quota {
+		t.Errorf("mcp-quota admitted %d calls within one %v, more than the quota of %d", got, sp.window, sp.quota)
+	}
+	judged := 0
+	var longest time.Duration
+	for i := range at {
+		due := at[i].Add(sp.window + sp.comeBack) // the latest the slot may be taken again
+		if due.After(end) {
+			break
+		}
+		judged++
+		if i+sp.quota < len(at) {
+			longest = max(longest, at[i+sp.quota].Sub(at[i]))
+		}
+		if i+sp.quota >= len(at) || at[i+sp.quota].After(due) {
+			next := "never"
+			if i+sp.quota < len(at) {
+				next = at[i+sp.quota].Sub(at[i]).Round(time.Millisecond).String() + " after it"
+			}
+			t.Errorf("admission %d of %d: its slot was taken again %s, want within %v (a window and %v): the budget idled",
+				i, len(at), next, sp.window+sp.comeBack, sp.comeBack)
+		}
+	}
+	if judged < sp.quota {
+		t.Errorf("%d slots came free while the callers looped, want at least %d (a whole window's): the callers started late or the first window was not spent", judged, sp.quota)
+		for i, a := range at {
+			t.Logf("admission %d: %v before the callers stopped", i, end.Sub(a).Round(time.Millisecond))
+		}
+	}
+	t.Logf("%d admissions; %d slots judged, the longest from an admission to the slot's next: %v (at most %v)",
+		len(at), judged, longest.Round(time.Millisecond), sp.window+sp.comeBack)
+}
+
+// windowsIn is how many windows a loop of d touches.
+func windowsIn(d, window time.Duration) int {
+	return int((d + window - 1) / window)
 }

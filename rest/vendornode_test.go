@@ -59,10 +59,24 @@ func fileExists(path string) bool {
 	return err == nil
 }
 
-// nodeLoopFor is how long the Node SDKs loop: loopFor, and the seconds
-// Node may take to start (the loop's end is judged from here, before
-// it started), and the second more that octokit waits past a reset.
-const nodeLoopFor = loopFor + 4*time.Second
+// nodeLoopFor is how long the Node SDKs loop: loopFor, and the second
+// more that octokit waits past a reset, and a second for what nodeLoopEnd
+// takes off.
+const nodeLoopFor = loopFor + 2*time.Second
+
+// nodeLoopEnd is when a Node SDK script's callers stopped looping, at the
+// earliest: a script takes its deadline once Node has loaded its modules
+// (seconds on a loaded machine), just before its first call, so the loop
+// ends nodeLoopFor after the key's first admission (at), less a second
+// for that call to reach mcp-quota, and no earlier than nodeLoopFor after
+// the script was started (started).
+func nodeLoopEnd(started time.Time, at []time.Time) time.Time {
+	end := started.Add(nodeLoopFor)
+	if len(at) > 0 && at[0].Add(nodeLoopFor-time.Second).After(end) {
+		end = at[0].Add(nodeLoopFor - time.Second)
+	}
+	return end
+}
 
 type octokitRun struct {
 	OK         int `json:"ok"`
@@ -104,7 +118,7 @@ func TestOctokitThroughTheRESTSide(t *testing.T) {
 			keys, callers := githubKeys(documented)
 			s := newStack(t, stackConfig{Upstream: up, Keys: keys, Callers: callers, QuietLog: true, Limits: refuseAtOnce})
 			var got struct{ Runs []octokitRun }
-			loopEnd := time.Now().Add(nodeLoopFor) // the callers loop no longer than this
+			started := time.Now()
 			vendorNode(t, "octokit.mjs", &got, s.URL+"/k/github", strconv.FormatInt((nodeLoopFor).Milliseconds(), 10), syncToken, agentToken)
 			refusals, calls := up.answered()
 			if len(refusals) > 0 {
@@ -113,7 +127,8 @@ func TestOctokitThroughTheRESTSide(t *testing.T) {
 			// The throttling plugin waits a second past the reset it reads,
 			// itself rounded up to a second.
 			octoSpent := spent{quota: ghQuota, window: ghWindow, comeBack: time.Second + 2*time.Second + ghWindow/2}
-			octoSpent.check(t, s.admissions(t, "github"), loopEnd, documented)
+			at := s.admissions(t, "github")
+			octoSpent.check(t, at, nodeLoopEnd(started, at), documented)
 			if len(got.Runs) != 2 {
 				t.Fatalf("got %d runs, want 2", len(got.Runs))
 			}
@@ -200,7 +215,7 @@ func TestOpenAINodeThroughTheRESTSide(t *testing.T) {
 			keys, callers := vendorConfig("openai", "openai", policies...)
 			s := newStack(t, stackConfig{Upstream: up, Keys: keys, Callers: callers, QuietLog: true, Limits: refuseAtOnce})
 			var got struct{ Runs []openAIRun }
-			loopEnd := time.Now().Add(nodeLoopFor) // the callers loop no longer than this
+			started := time.Now()
 			vendorNode(t, "openai.mjs", &got, s.URL+"/k/openai/v1", strconv.FormatInt((nodeLoopFor).Milliseconds(), 10),
 				strconv.Itoa(openAICost), syncToken, agentToken)
 			refusals, calls := up.answered()
@@ -209,7 +224,8 @@ func TestOpenAINodeThroughTheRESTSide(t *testing.T) {
 			}
 			// The client waits the Retry-After it reads, in whole seconds.
 			oaSpent := spent{quota: openAIRequests, window: openAIWindow, comeBack: time.Second + time.Second + openAIWindow/2}
-			oaSpent.check(t, s.admissions(t, "openai"), loopEnd, documented)
+			at := s.admissions(t, "openai")
+			oaSpent.check(t, at, nodeLoopEnd(started, at), documented)
 			if len(got.Runs) != 2 {
 				t.Fatalf("got %d runs, want 2", len(got.Runs))
 			}

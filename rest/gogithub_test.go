@@ -181,7 +181,7 @@ func TestGoGitHubThroughTheRESTSide(t *testing.T) {
 			}
 			// go-github waits until the reset it reads, a whole second.
 			ghSpent := spent{quota: ghQuota, window: ghWindow, comeBack: time.Second + time.Second + ghWindow/2}
-			ghSpent.check(t, s.admissions(t, "github"), until, documented)
+			ghSpent.check(t, s.tries(t, "github"), until, documented)
 			for i, run := range runs {
 				if run == nil {
 					continue

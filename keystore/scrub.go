@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 )
@@ -317,10 +318,11 @@ func (s *Scrubber) Reader(r io.Reader) *ScrubReader {
 type ScrubReader struct {
 	s       *Scrubber
 	r       io.Reader
-	pending []byte // read, not yet scrubbed
-	out     []byte // scrubbed, not yet returned
-	buf     []byte // out's array, used again once out is drained
-	err     error  // r's error, returned once pending and out are empty
+	pending []byte     // read, not yet scrubbed
+	out     []byte     // scrubbed, not yet returned
+	buf     []byte     // out's array, used again once out is drained
+	err     error      // r's error, returned once pending and out are empty
+	bufs    *scrubPair // where pending's and buf's arrays came from, when from scrubBufs
 	hit     atomic.Bool
 }
 
@@ -332,6 +334,7 @@ func (sr *ScrubReader) Read(p []byte) (int, error) {
 	for len(sr.out) == 0 {
 		if sr.err != nil {
 			if len(sr.pending) == 0 {
+				sr.release()
 				return 0, sr.err
 			}
 			if !errors.Is(sr.err, io.EOF) {
@@ -347,8 +350,13 @@ func (sr *ScrubReader) Read(p []byte) (int, error) {
 			continue
 		}
 		// Room to read into: 8 KiB to start with (most answers are
-		// smaller, and one is read per call), more only while a form
-		// held back at the tail fills it.
+		// smaller, and one is read per call), taken from the buffers of
+		// readers that reached their end; more only while a form held
+		// back at the tail fills it.
+		if cap(sr.pending) == 0 {
+			sr.bufs = takeScrubBufs()
+			sr.pending, sr.buf = sr.bufs.pending, sr.bufs.out
+		}
 		if cap(sr.pending)-len(sr.pending) < 4<<10 {
 			sr.pending = append(make([]byte, 0, 2*cap(sr.pending)+8<<10), sr.pending...)
 		}
@@ -438,6 +446,41 @@ func (sr *ScrubReader) emit(cut int) {
 
 // Hit reports whether the reader replaced anything so far.
 func (sr *ScrubReader) Hit() bool { return sr.hit.Load() }
+
+// scrubBufs are the buffers of ScrubReaders that reached the end of
+// their reader, cleared, for the next ones: a reader per answer would
+// otherwise allocate 8 KiB to read into and as much to scrub into, most
+// answers being far shorter. Only buffers of scrubBufSize go back; one a
+// long form made grow is left to the collector.
+var scrubBufs sync.Pool // of *scrubPair
+
+const scrubBufSize = 8 << 10
+
+type scrubPair struct{ pending, out []byte }
+
+// takeScrubBufs returns an empty buffer to read into and one to scrub
+// into, each of scrubBufSize.
+func takeScrubBufs() *scrubPair {
+	if b, ok := scrubBufs.Get().(*scrubPair); ok {
+		return b
+	}
+	return &scrubPair{pending: make([]byte, 0, scrubBufSize), out: make([]byte, 0, scrubBufSize)}
+}
+
+// release gives the reader's buffers back, cleared (they held the
+// answer before it was scrubbed), once nothing is left in them to
+// return.
+func (sr *ScrubReader) release() {
+	b, pending, out := sr.bufs, sr.pending, sr.buf
+	sr.bufs, sr.pending, sr.out, sr.buf = nil, nil, nil, nil
+	if b == nil || cap(pending) != scrubBufSize || cap(out) != scrubBufSize {
+		return
+	}
+	clear(pending[:cap(pending)])
+	clear(out[:cap(out)])
+	b.pending, b.out = pending[:0], out[:0]
+	scrubBufs.Put(b)
+}
 
 // Scrubber returns the Scrubber of the key's credential; nil when the key
 // has none, or one shorter than MinScrubLen.

@@ -261,3 +261,53 @@ func TestCutTail(t *testing.T) {
 		t.Errorf("nil Scrubber: %q; want it unchanged", got)
 	}
 }
+
+// TestScrubReaderReusesItsBuffers: a reader that reached its end hands
+// its buffers to the next, so an answer read whole allocates neither
+// the 8 KiB it reads into nor what it scrubs into; and what the next one
+// reads is its own answer alone, scrubbed, whatever the buffers held.
+func TestScrubReaderReusesItsBuffers(t *testing.T) {
+	s := keystore.NewScrubber(scrubSecret)
+	var long strings.Builder
+	for _, form := range forms(scrubSecret) {
+		long.WriteString("<p>" + form + "</p>\n")
+	}
+	bodies := []string{long.String(), "short", long.String()[:100], "", "a second short answer"}
+	p := make([]byte, 512)
+	read := func(r io.Reader) (string, error) {
+		var out []byte
+		for {
+			n, err := r.Read(p)
+			out = append(out, p[:n]...)
+			if err == io.EOF {
+				return string(out), nil
+			}
+			if err != nil {
+				return string(out), err
+			}
+		}
+	}
+	for round := range 3 {
+		for _, body := range bodies {
+			want, _ := s.Scrub(body)
+			if got, err := read(s.Reader(iotest.HalfReader(strings.NewReader(body)))); err != nil || got != want {
+				t.Fatalf("round %d: read %q, %v; want %q", round, got, err, want)
+			}
+		}
+	}
+
+	body := strings.NewReader("")
+	p = make([]byte, 8<<10)
+	allocs := testing.AllocsPerRun(100, func() {
+		body.Reset("an answer of a few hundred bytes, with the key in it: " + scrubSecret)
+		r := s.Reader(body)
+		for {
+			if _, err := r.Read(p); err != nil {
+				break
+			}
+		}
+	})
+	if allocs >= 2 { // the reader itself
+		t.Errorf("reading a short answer whole: %v allocations; want 1, the reader (its buffers are reused)", allocs)
+	}
+}

@@ -65,14 +65,21 @@ const quickNext = 4
 
 // quickResult is what Done tells the caller of t, admitted without a
 // lease with budgets to judge its answer routine by (see quickBudgets), when the
-// answer o is routine by them; ok is false otherwise.
+// answer o is routine by them; ok is false otherwise. The call whose
+// admission granted a lease has its answer judged as the lease's slots'
+// are, by the lease's budgets, every slot spent: on either back end, a
+// routine one goes through the journal as theirs do.
 func (p *Pacer) quickResult(t Ticket, o Outcome) (Result, bool) {
-	if t.quick == nil || t.granted {
-		return Result{}, false
-	}
 	rd := o.Reading
 	if rd == nil {
 		rd = &ratelimit.Reading{}
+	}
+	if t.grant != nil {
+		t.lease = t.grant // this copy only: the call's attempt is its own, not a slot
+		return p.leaseResult(t, o, Result{State: classify(o, rd)}, p.now())
+	}
+	if t.quick == nil || t.granted {
+		return Result{}, false
 	}
 	// Judged as the answer to a lease of one slot, its own, granted at
 	// its admission.

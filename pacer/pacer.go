@@ -154,6 +154,7 @@ type Ticket struct {
 	HeldBy     string        // what held it while it waited (a policy name, "pace", …, as PauseError.Source); "" when it did not wait
 	lease      *lease        // the lease it was admitted from; nil when none
 	granted    bool          // its admission granted a lease, whose slots are recorded with it
+	grant      *lease        // that lease, once installed; nil when none
 	send       sendAllowance // how late after AdmittedAt it may leave (see Pacer.Leaving)
 	quick      []Budget      // unleased: the budgets its answer is judged routine by (see quickBudgets); nil when none
 }
@@ -294,6 +295,7 @@ func (p *Pacer) admitOnce(ctx context.Context, c Call, start, deadline time.Time
 	switch {
 	case run.granted != nil && err == nil:
 		p.install(run.granted)
+		run.t.grant = run.granted
 	case renewing:
 		p.notGranted(c.Key.Name) // the calls waiting for a lease go their own way
 	}

@@ -38,7 +38,8 @@ import (
 // Until it is applied, the slot stays reserved: counted as sent and in
 // flight for every process, as it was before its call ended. A View of
 // this process waits for the applier first, so the process reads what it
-// wrote.
+// wrote. The fetch tool's kept answers (see KeepLater) go the same way, in
+// the same transactions.
 
 // finish records f in tx, unless its attempt is no longer open: it was
 // recorded already (a journal is replayed after its process recorded some
@@ -139,9 +140,30 @@ type segment struct {
 }
 
 type queued struct {
-	f   ledger.Finished
-	seg *segment
+	f    ledger.Finished
+	kept *keptAnswer // an answer to keep, in place of an outcome (see KeepLater)
+	seg  *segment
 }
+
+// A keptAnswer is an answer KeepLater was given to keep, as its journal
+// line holds it, and whom to tell once it is kept.
+type keptAnswer struct {
+	Response ledger.StoredResponse `json:"response"`
+	Keep     int                   `json:"keep"`
+	listed   func(targets []string)
+}
+
+// A journalLine is what one line of a journal holds: an outcome, or an
+// answer to keep.
+type journalLine struct {
+	ledger.Finished
+	Kept *keptAnswer `json:"kept,omitempty"`
+}
+
+// journalKeepMax is the largest body KeepLater keeps through the
+// journal: a larger one takes a transaction of its own, and its line
+// never outgrows what Recover reads of one.
+const journalKeepMax = 256 << 10
 
 // errNoJournal says this system cannot lock a journal's file: outcomes
 // are recorded at once instead.
@@ -170,6 +192,42 @@ func (o *outcomes) finishLater(ctx context.Context, f ledger.Finished) error {
 	return o.update(ctx, func(tx *Tx) error { _, err := tx.finish(f); return err })
 }
 
+// KeepLater keeps r as Tx.KeepResponse does, with at most keep answers
+// of its key: through the process's journal, with the outcomes it
+// records (see FinishLater), when its body is at most journalKeepMax
+// bytes; otherwise, or where the process has no journal, at once in a
+// transaction of its own, which ctx bounds. A View of this process reads
+// r kept. listed, when not nil, is called with the key's kept targets
+// as the transaction that kept r read them, once it has committed; it
+// must not wait, nor use the DB. It is not called when r was not kept
+// (the state file refused it, or the process ended first: the next
+// process to open the state file keeps it then).
+func (db *DB) KeepLater(ctx context.Context, r ledger.StoredResponse, keep int, listed func(targets []string)) error {
+	return db.out.keepLater(ctx, r, keep, listed)
+}
+
+func (o *outcomes) keepLater(ctx context.Context, r ledger.StoredResponse, keep int, listed func([]string)) error {
+	if len(r.Body) <= journalKeepMax {
+		j, err := o.journal()
+		if err == nil {
+			err = j.writeKept(&keptAnswer{Response: r, Keep: keep, listed: listed})
+		}
+		if err == nil || errors.Is(err, errClosed) {
+			return err
+		}
+	}
+	var targets []string
+	err := o.update(ctx, func(tx *Tx) error {
+		var err error
+		targets, err = tx.KeepResponse(r, keep)
+		return err
+	})
+	if err == nil && listed != nil {
+		listed(targets)
+	}
+	return err
+}
+
 // ended returns the IDs of key's attempts whose end the process's
 // journal holds, not yet recorded in the state.
 func (o *outcomes) ended(key string) []int64 {
@@ -184,7 +242,7 @@ func (o *outcomes) ended(key string) []int64 {
 	defer j.mu.Unlock()
 	var ids []int64
 	for _, q := range j.queue {
-		if q.f.Attempt.Key == key {
+		if q.kept == nil && q.f.Attempt.Key == key {
 			ids = append(ids, q.f.Attempt.ID)
 		}
 	}
@@ -285,6 +343,21 @@ func (j *journal) write(f ledger.Finished) error {
 	if err != nil {
 		return fmt.Errorf("state: journal: %w", err)
 	}
+	return j.add(line, queued{f: f})
+}
+
+// writeKept appends k to the journal, in one write, and queues it for
+// the applier.
+func (j *journal) writeKept(k *keptAnswer) error {
+	line, err := json.Marshal(journalLine{Kept: k})
+	if err != nil {
+		return fmt.Errorf("state: journal: %w", err)
+	}
+	return j.add(line, queued{kept: k})
+}
+
+// add appends line, q's, to the journal and queues q.
+func (j *journal) add(line []byte, q queued) error {
 	line = append(line, '\n')
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -311,7 +384,8 @@ func (j *journal) write(f ledger.Finished) error {
 		return j.broken
 	}
 	j.cur.pending++
-	j.queue = append(j.queue, queued{f: f, seg: j.cur})
+	q.seg = j.cur
+	j.queue = append(j.queue, q)
 	j.written++
 	signal(j.wake)
 	if len(j.queue) >= journalBatch {
@@ -418,29 +492,53 @@ func (j *journal) pressed() bool {
 // of its outcomes are done with. Its error is the state file's failure,
 // which left the others undone.
 func (j *journal) record(batch []queued) ([]bool, error) {
-	fs := make([]ledger.Finished, len(batch))
-	for i, q := range batch {
-		fs[i] = q.f
-	}
-	done, _, err := j.out.recordAll(j.ctx, fs)
+	done, _, err := j.out.recordAll(j.ctx, batch)
 	return done, err
 }
 
-// recordAll records fs in the state file: in one transaction, or one by
-// one when the state file refuses one of them. It says which of them are
-// done with (recorded, skipped as recorded already, or refused and set
-// aside) and how many it recorded. It stops at the state file's first
-// failure (busy, full, an I/O error): the others are undone.
-func (o *outcomes) recordAll(ctx context.Context, fs []ledger.Finished) (done []bool, recorded int, err error) {
-	done = make([]bool, len(fs))
-	record := func(fs []ledger.Finished) (n int, err error) {
+// recordAll records qs, outcomes and answers to keep, in the state file:
+// in one transaction, or one by one when the state file refuses one of
+// them. It says which of them are done with (recorded, skipped as
+// recorded already, or refused and set aside) and how many outcomes it
+// recorded, and tells each answer's listed what its transaction read.
+// It stops at the state file's first failure (busy, full, an I/O error):
+// the others are undone.
+func (o *outcomes) recordAll(ctx context.Context, qs []queued) (done []bool, recorded int, err error) {
+	done = make([]bool, len(qs))
+	record := func(qs []queued) (n int, err error) {
+		var lists [][]string
 		err = o.update(ctx, func(tx *Tx) error {
-			n, err = tx.finishAll(fs)
-			return err
+			fs := make([]ledger.Finished, 0, len(qs))
+			for _, q := range qs {
+				if q.kept == nil {
+					fs = append(fs, q.f)
+				}
+			}
+			if n, err = tx.finishAll(fs); err != nil {
+				return err
+			}
+			lists = make([][]string, len(qs))
+			for i, q := range qs {
+				if q.kept == nil {
+					continue
+				}
+				if lists[i], err = tx.KeepResponse(q.kept.Response, q.kept.Keep); err != nil {
+					return err
+				}
+			}
+			return nil
 		})
-		return n, err
+		if err != nil {
+			return n, err
+		}
+		for i, q := range qs {
+			if q.kept != nil && q.kept.listed != nil {
+				q.kept.listed(lists[i])
+			}
+		}
+		return n, nil
 	}
-	n, err := record(fs)
+	n, err := record(qs)
 	if err == nil {
 		for i := range done {
 			done[i] = true
@@ -450,8 +548,8 @@ func (o *outcomes) recordAll(ctx context.Context, fs []ledger.Finished) (done []
 	if !refused(err) {
 		return done, 0, err
 	}
-	for i, f := range fs {
-		n, err := record([]ledger.Finished{f})
+	for i, q := range qs {
+		n, err := record([]queued{q})
 		if err != nil && !refused(err) {
 			return done, recorded, err
 		}
@@ -658,13 +756,13 @@ func (o *outcomes) recoverFile(ctx context.Context, name string) (int, error) {
 	if err := lockFile(f); err != nil {
 		return 0, nil // its process is alive, or nothing can tell
 	}
-	var fs []ledger.Finished
+	var fs []queued
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		var fin ledger.Finished
-		if line := bytes.TrimSpace(sc.Bytes()); json.Unmarshal(line, &fin) == nil && fin.Attempt.ID != 0 {
-			fs = append(fs, fin) // a line cut short by a crash is skipped
+		var l journalLine
+		if line := bytes.TrimSpace(sc.Bytes()); json.Unmarshal(line, &l) == nil && (l.Attempt.ID != 0 || l.Kept != nil) {
+			fs = append(fs, queued{f: l.Finished, kept: l.Kept}) // a line cut short by a crash is skipped
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -154,4 +155,11 @@ func (tx *Tx) Claim(key, caller string, until time.Time) error {
 		return fmt.Errorf("state: claim: %w", err)
 	}
 	return nil
+}
+
+// KeepLater is DB.KeepLater on PostgreSQL: through the process's journal
+// on this host, with the outcomes it records; without a JournalDir, at
+// once.
+func (pg *Postgres) KeepLater(ctx context.Context, r ledger.StoredResponse, keep int, listed func(targets []string)) error {
+	return pg.out.keepLater(ctx, r, keep, listed)
 }

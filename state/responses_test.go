@@ -2,13 +2,18 @@ package state_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/mcp-quota/mcp-quota/internal/conformance"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/state"
 )
@@ -75,5 +80,100 @@ func keepResponse(t *testing.T, s ledger.Store) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestKeepLater: an answer given to KeepLater is kept through the
+// process's journal, with at most keep answers of its key: a View of the
+// process reads it kept, and listed hears the key's kept targets as the
+// transaction that kept it read them. A body larger than the journal
+// takes is kept all the same. On each back end.
+func TestKeepLater(t *testing.T) {
+	t.Run("SQLite", func(t *testing.T) {
+		keepLater(t, open(t, filepath.Join(t.TempDir(), "state.db")))
+	})
+	t.Run("PostgreSQL", func(t *testing.T) {
+		keepLater(t, openPostgres(t, startPostgres(t).CreateDatabase(t), state.PostgresOptions{JournalDir: t.TempDir()}))
+	})
+}
+
+type laterKeeper interface {
+	ledger.Store
+	KeepLater(ctx context.Context, r ledger.StoredResponse, keep int, listed func(targets []string)) error
+}
+
+func keepLater(t *testing.T, s laterKeeper) {
+	var mu sync.Mutex
+	var lists [][]string
+	for i, target := range []string{"/a", "/b", "/c"} {
+		r := ledger.StoredResponse{Key: "k", Target: target, ETag: `"` + target + `"`, Status: 200, ContentType: "text/plain",
+			Body: []byte("body of " + target), Digest: "d" + target, StoredAt: t0.Add(time.Duration(i) * time.Second)}
+		if target == "/c" {
+			r.Body = []byte(strings.Repeat("c", 300<<10)) // past what the journal takes
+		}
+		if err := s.KeepLater(context.Background(), r, 2, func(targets []string) {
+			mu.Lock()
+			lists = append(lists, targets)
+			mu.Unlock()
+		}); err != nil {
+			t.Fatal(err)
+		}
+		var got ledger.StoredResponse
+		var ok bool
+		if err := s.View(context.Background(), func(tx ledger.Tx) error {
+			var err error
+			got, ok, err = tx.Response("k", target)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !ok || got.ETag != r.ETag || string(got.Body) != string(r.Body) || !got.StoredAt.Equal(r.StoredAt) {
+			t.Errorf("%s read after KeepLater: found %v, ETag %s, %d bytes of body; want it kept", target, ok, got.ETag, len(got.Body))
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := [][]string{{"/a"}, {"/b", "/a"}, {"/c", "/b"}}
+	if diff := cmp.Diff(lists, want); diff != "" {
+		t.Errorf("what listed heard (-got +want):\n%s", diff)
+	}
+}
+
+// TestRecoverKeepsAnAnswer: an answer a process handed to its journal
+// before it ended is kept by the next process to open the state file,
+// beside the outcomes that journal holds.
+func TestRecoverKeepsAnAnswer(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	db := open(t, path)
+	ids := reserve(t, db, 1)
+	// A journal as KeepLater and FinishLater write it.
+	kept, _ := json.Marshal(map[string]any{"kept": map[string]any{"keep": 32, "response": ledger.StoredResponse{Key: "k",
+		Target: "/kept", ETag: `"v1"`, Status: 200, Body: []byte("the kept body"), Digest: "d", StoredAt: t0}}})
+	fin, _ := json.Marshal(conformance.FinishedSlot(ids[0], 1))
+	if err := os.MkdirAll(path+".outcomes", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	journal := string(fin) + "\n" + string(kept) + "\n" + `{"kept":{"response":{"Key":"k","Tar` // the last line cut short
+	if err := os.WriteFile(filepath.Join(path+".outcomes", "4242-dead.log"), []byte(journal), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other := open(t, path)
+	var got ledger.StoredResponse
+	var ok bool
+	if err := other.View(context.Background(), func(tx ledger.Tx) error {
+		var err error
+		got, ok, err = tx.Response("k", "/kept")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !ok || string(got.Body) != "the kept body" || got.ETag != `"v1"` {
+		t.Errorf("the answer a dead process's journal held: found %v, body %q, ETag %s; want it kept", ok, got.Body, got.ETag)
+	}
+	if states := statesOf(t, other); states[ledger.Confirmed] != 1 {
+		t.Errorf("the outcome beside it: %v, want 1 confirmed", states)
+	}
+	if files := journalFiles(t, path); len(files) != 0 {
+		t.Errorf("journal files after recovery: %v, want none", files)
 	}
 }

@@ -333,8 +333,22 @@ func (f *fetchCall) fromStored(ctx context.Context, header http.Header) (*mcp.Ca
 }
 
 // keep stores r as the stored answer of its target, and reads the key's
-// kept targets again in the same transaction (see keptIndex).
+// kept targets again in the same transaction (see storedIndex): through
+// the process's journal where the store has one (see laterKeeper),
+// otherwise in a write transaction of its own.
 func (f *fetchCall) keep(ctx context.Context, r ledger.StoredResponse) error {
+	if k, ok := f.d.DB.(laterKeeper); ok {
+		x := &f.d.stored
+		x.pend(r.Key, r.Target, 1)
+		err := k.KeepLater(ctx, r, f.lim.KeepResponses, func(targets []string) {
+			x.set(r.Key, targets, x.next(), r.Target)
+			x.pend(r.Key, r.Target, -1)
+		})
+		if err != nil {
+			x.pend(r.Key, r.Target, -1)
+		}
+		return err
+	}
 	var targets []string
 	var listed bool
 	var seq uint64

@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"context"
 	"sync"
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
@@ -17,7 +18,9 @@ type storedTargetLister interface {
 // calls — reads nothing before it goes (reading would also wait for the
 // process's journal to be written). A key's set is read from the state
 // at the key's first fetch, and read again inside every transaction in
-// which this process keeps an answer of the key.
+// which this process keeps an answer of the key: the journal's, a moment
+// after the answer (see laterKeeper), and until then the target counts
+// as kept.
 //
 // What it cannot know is an answer another process kept since then. A
 // fetch of that target goes as a fetch with nothing kept does: without
@@ -41,6 +44,35 @@ type storedIndex struct {
 	mu   sync.Mutex
 	seq  uint64                // the last sequence taken (see next)
 	keys map[string]*storedSet // nil for a key not read yet
+	// pending counts, per key and target, the answers this process
+	// handed to the journal (see laterKeeper) that are not kept yet: a
+	// set read before they are kept does not hide them.
+	pending map[storedTarget]int
+}
+
+type storedTarget struct{ key, target string }
+
+// laterKeeper is a store that keeps an answer through the process's
+// journal, with the outcomes it records, and tells what the transaction
+// that kept it read of the key's targets (*state.DB and *state.Postgres:
+// see state.DB.KeepLater). A fetch of the target meanwhile reads it kept:
+// a read waits for the journal.
+type laterKeeper interface {
+	KeepLater(ctx context.Context, r ledger.StoredResponse, keep int, listed func(targets []string)) error
+}
+
+// pend adds n to the answers of key's target handed to the journal and
+// not kept yet.
+func (x *storedIndex) pend(key, target string, n int) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.pending == nil {
+		x.pending = map[storedTarget]int{}
+	}
+	t := storedTarget{key, target}
+	if x.pending[t] += n; x.pending[t] <= 0 {
+		delete(x.pending, t)
+	}
 }
 
 type storedSet struct {
@@ -53,7 +85,7 @@ func (x *storedIndex) absent(key, target string) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	set, ok := x.keys[key]
-	return ok && !set.targets[target]
+	return ok && !set.targets[target] && x.pending[storedTarget{key, target}] == 0
 }
 
 // known reports whether key's set has been read.

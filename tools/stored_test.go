@@ -33,6 +33,12 @@ func (v *viewCounter) View(ctx context.Context, fn func(ledger.Tx) error) error 
 	return v.Store.View(ctx, fn)
 }
 
+// KeepLater keeps through the store's journal, as the fetch tool does on
+// the store itself.
+func (v *viewCounter) KeepLater(ctx context.Context, r ledger.StoredResponse, keep int, listed func([]string)) error {
+	return v.Store.(laterKeeper).KeepLater(ctx, r, keep, listed)
+}
+
 // storingProcess is the fetch tool of one process on a shared state file.
 type storingProcess struct {
 	s     *server.MCPServer
@@ -52,6 +58,16 @@ func newStoringProcess(t *testing.T, keys *keystore.Store, path string) *storing
 	store := &viewCounter{Store: db}
 	d := &Deps{Keys: keys, DB: store, Pacer: p, Client: upstream.New(p, slog.New(slog.DiscardHandler)), Transport: "mcp-http"}
 	return &storingProcess{s: NewServer(d, "test"), store: store, ctx: keystore.WithCaller(context.Background(), keys.Callers()[0])}
+}
+
+// settle waits until what the process handed its journal is in the
+// state file, as a read of the process does (another process reads it a
+// moment later, once the journal's applier has run).
+func (p *storingProcess) settle(t *testing.T) {
+	t.Helper()
+	if err := p.store.Store.View(p.ctx, func(ledger.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // fetch calls the fetch tool with args and returns its structured result.
@@ -75,7 +91,8 @@ func (p *storingProcess) fetch(t *testing.T, args map[string]any) map[string]any
 }
 
 // TestFetchReadsNothingWhenNothingIsStored fetches, in two processes on one
-// state file, targets with an ETag. A target with no stored answer goes
+// state file, targets with an ETag; each process keeps its answers
+// through its journal. A target with no stored answer goes
 // without a read of the state once the process knows the key's kept
 // targets; a target another process kept since is known after this
 // process next keeps an answer of the key (the request then goes
@@ -123,7 +140,9 @@ keys = ["api"]
 	}
 
 	a.fetch(t, map[string]any{"path": "/shared"}) // kept by a; b does not know it yet
-	b.fetch(t, map[string]any{"path": "/third"})  // b keeps an answer: it reads the kept targets again
+	a.settle(t)
+	b.fetch(t, map[string]any{"path": "/third"}) // b keeps an answer: it reads the kept targets again…
+	b.settle(t)                                  // …in the transaction that keeps it
 	res := b.fetch(t, map[string]any{"path": "/shared"})
 	mu.Lock()
 	got := conditional["/shared"]
@@ -136,6 +155,7 @@ keys = ["api"]
 	}
 
 	a.fetch(t, map[string]any{"path": "/paged"})
+	a.settle(t)
 	views = b.store.views.Load()
 	page := b.fetch(t, map[string]any{"path": "/paged", "start_index": 10, "max_length": 20})
 	if b.store.views.Load() == views || page["from_cache"] != true {

@@ -45,7 +45,8 @@ func (tx *Tx) PutResponse(r ledger.StoredResponse, keep int) error {
 // put, one read of the key's targets by age, and a delete by primary key
 // for each past keep (one, for a key at its limit). Counting the key's
 // answers, then trimming them with a statement that sorts them, cost
-// twice as much.
+// twice as much. An answer of r.Target kept before, and newer than r (a
+// journal replayed after a crash may bring an older one), stays.
 func (tx *Tx) KeepResponse(r ledger.StoredResponse, keep int) ([]string, error) {
 	body := r.Body
 	if body == nil {

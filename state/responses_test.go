@@ -65,7 +65,21 @@ func keepResponse(t *testing.T, s ledger.Store) {
 	if diff := cmp.Diff(got, []string{"/1", "/3", "/2"}); diff != "" {
 		t.Errorf("after /1 again (-got +want):\n%s", diff)
 	}
-	err := s.View(context.Background(), func(tx ledger.Tx) error {
+	// An answer older than the one kept (a journal replayed after a
+	// crash, another process's slower copy) does not replace it.
+	err := s.Update(context.Background(), func(tx ledger.Tx) error {
+		var err error
+		got, err = tx.(*state.Tx).KeepResponse(ledger.StoredResponse{Key: "k", Target: "/1", Status: 200,
+			Body: []byte("older"), Digest: "d", StoredAt: t0.Add(2 * time.Second)}, 3)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(got, []string{"/1", "/3", "/2"}); diff != "" {
+		t.Errorf("after an older answer of /1 (-got +want):\n%s", diff)
+	}
+	err = s.View(context.Background(), func(tx ledger.Tx) error {
 		if _, ok, err := tx.Response("k", "/0"); ok || err != nil {
 			t.Errorf("the oldest answer: kept (%v), want it gone", err)
 		}

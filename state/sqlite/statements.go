@@ -102,7 +102,8 @@ var Statements = map[string]string{
 	ON CONFLICT (key, target) DO UPDATE SET etag = excluded.etag, last_modified = excluded.last_modified,
 		status = excluded.status, content_type = excluded.content_type, body = excluded.body,
 		digest = excluded.digest, stored_at = excluded.stored_at, unchanged = excluded.unchanged,
-		vary = excluded.vary, varied = excluded.varied`,
+		vary = excluded.vary, varied = excluded.varied
+	WHERE excluded.stored_at >= responses.stored_at`,
 	"StoredTargets": `SELECT target FROM responses WHERE key = ? ORDER BY stored_at DESC`,
 	"DropResponse":  `DELETE FROM responses WHERE key = ? AND target = ?`,
 	"Keys":          `SELECT key FROM key_state UNION SELECT key FROM policies ORDER BY 1`,

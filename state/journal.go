@@ -281,7 +281,7 @@ func (j *journal) newSegment() (*segment, error) {
 // write appends f to the journal, in one write, and queues it for the
 // applier.
 func (j *journal) write(f ledger.Finished) error {
-	line, err := json.Marshal(f)
+	line, err := json.Marshal(journalLineOf(f))
 	if err != nil {
 		return fmt.Errorf("state: journal: %w", err)
 	}
@@ -662,9 +662,9 @@ func (o *outcomes) recoverFile(ctx context.Context, name string) (int, error) {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		var fin ledger.Finished
-		if line := bytes.TrimSpace(sc.Bytes()); json.Unmarshal(line, &fin) == nil && fin.Attempt.ID != 0 {
-			fs = append(fs, fin) // a line cut short by a crash is skipped
+		var l journalLine
+		if line := bytes.TrimSpace(sc.Bytes()); json.Unmarshal(line, &l) == nil && l.Attempt.ID != 0 {
+			fs = append(fs, l.finished()) // a line cut short by a crash is skipped
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -109,7 +109,7 @@ func reasonOfPacersGate(t *testing.T, b Backend) {
 }
 
 // The attempts the pacer records keep their reasons as data: an
-// admission that waited below a policy's low-water mark (why it waited), a request the
+// admission that waited for the key's one call at once (why it waited), a request the
 // upstream answered and one that failed, and a call refused for a spent
 // window (the pause's reason and its retry-after) read back with their
 // kinds, policies and numbers, and say what they said before.
@@ -117,9 +117,8 @@ func reasonsOfPacersAttempts(t *testing.T, b Backend) {
 	s, _ := b.fresh(t)
 	clk := clockOf(s)
 	p := pacer.New(s, pacer.WithClock(clk), pacer.WithJitter(func() float64 { return 0 }))
-	// 600 calls a minute, spread 100 ms apart once one is spent.
-	spread := &keystore.Key{Name: "k", MaxRate: 1e6, MaxConcurrency: 1000, LowWater: 0.999,
-		Policies: []keystore.Policy{{Name: "minute", Quota: 600, Window: time.Minute, Unit: ratelimit.Requests}}}
+	// one call at once
+	one := &keystore.Key{Name: "k", MaxRate: 1e6, MaxConcurrency: 1}
 	// one call an hour
 	hourly := &keystore.Key{Name: "h", MaxRate: 1e6, MaxConcurrency: 1000,
 		Policies: []keystore.Policy{{Name: "hour", Quota: 1, Window: time.Hour, Unit: ratelimit.Requests}}}
@@ -143,22 +142,52 @@ func reasonsOfPacersAttempts(t *testing.T, b Backend) {
 		return list[0].Reason
 	}
 
-	first, err := admitOn(t, p, spread, "A", "/items")
+	first, err := admitOn(t, p, one, "A", "/items")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The second call waits while the first is in flight: the first
+	// ends once the second has said it waits (its first progress, after
+	// a second), whatever the machine's speed.
+	waiting := make(chan reason.Reason, 1)
+	admitted := make(chan pacer.Ticket, 1)
+	go func() {
+		tk, err := p.Admit(context.Background(), pacer.Call{Key: one, Caller: "B", Transport: "rest", Method: "GET",
+			Target: "/items", CallID: "second", Attempt: 1, MaxWait: time.Minute, Progress: func(pr pacer.Progress) {
+				select {
+				case waiting <- pr.Reason:
+				default:
+				}
+			}})
+		if err != nil {
+			t.Error(err)
+		}
+		admitted <- tk
+	}()
+	wantInFlight := reason.Reason{Kind: reason.InFlight, InFlight: 1}
+	if got := <-waiting; got != wantInFlight {
+		t.Errorf("the second call waits for %+v, want %+v", got, wantInFlight)
 	}
 	done(first, pacer.Outcome{Status: http.StatusOK})
-	if diff := cmp.Diff(latest("k"), reason.Reason{Kind: reason.Answered, Status: http.StatusOK}); diff != "" {
+	second := <-admitted
+	if second.ID == 0 {
+		t.FailNow()
+	}
+	var answered reason.Reason
+	view(t, s, func(tx ledger.Tx) error {
+		list, err := tx.Activity(ledger.ActivityFilter{Key: "k"})
+		for _, a := range list {
+			if a.ID == first.ID {
+				answered = a.Reason
+			}
+		}
+		return err
+	})
+	if diff := cmp.Diff(answered, reason.Reason{Kind: reason.Answered, Status: http.StatusOK}); diff != "" {
 		t.Errorf("an answered attempt's reason (-got +want):\n%s", diff)
 	}
-	second, err := p.Admit(context.Background(), pacer.Call{Key: spread, Caller: "B", Transport: "rest", Method: "GET",
-		Target: "/items", CallID: "spread", Attempt: 1, MaxWait: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantLow := reason.Reason{Kind: reason.WindowLow, Policy: "minute", Left: 599, Limit: 600, Spacing: 100 * time.Millisecond}
-	if diff := cmp.Diff(latest("k"), wantLow); diff != "" || second.HeldBy != "minute" {
-		t.Errorf("an attempt admitted below the low-water mark, held by %q; why it waited, in the activity (-got +want):\n%s",
+	if diff := cmp.Diff(latest("k"), wantInFlight); diff != "" || second.HeldBy != string(pacer.ConcurrencyLimit) {
+		t.Errorf("an attempt admitted after a wait, held by %q; why it waited, in the activity (-got +want):\n%s",
 			second.HeldBy, diff)
 	}
 	failure := errors.New("dial tcp 127.0.0.1:9: connect: connection refused")

@@ -19,6 +19,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/rest"
 	"github.com/mcp-quota/mcp-quota/state"
 	"github.com/mcp-quota/mcp-quota/tools"
@@ -73,7 +74,7 @@ func BenchmarkOpenPage(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			if err := tx.FinishAttempt(id, ledger.Confirmed, "HTTP 200 OK", 200, at, at.Add(5*time.Millisecond)); err != nil {
+			if err := tx.FinishAttempt(id, ledger.Confirmed, reason.Reason{Kind: reason.Answered, Status: 200}, 200, at, at.Add(5*time.Millisecond)); err != nil {
 				return err
 			}
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/metrics"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/rest"
 	"github.com/mcp-quota/mcp-quota/state"
 	"github.com/mcp-quota/mcp-quota/tools"
@@ -219,7 +220,7 @@ func TestKeysTightestFirst(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if err := tx.FinishAttempt(id, ledger.Confirmed, "HTTP 200 OK", 200, at, at); err != nil {
+			if err := tx.FinishAttempt(id, ledger.Confirmed, reason.Reason{Kind: reason.Answered, Status: 200}, 200, at, at); err != nil {
 				return err
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/report"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -87,7 +88,7 @@ func TestFrees(t *testing.T) {
 				return err
 			}
 			if st == ledger.Admitted {
-				if err := tx.FinishAttempt(id, ledger.Confirmed, "HTTP 200 OK", 200, t0.Add(d), t0.Add(d)); err != nil {
+				if err := tx.FinishAttempt(id, ledger.Confirmed, reason.Reason{Kind: reason.Answered, Status: 200}, 200, t0.Add(d), t0.Add(d)); err != nil {
 					return err
 				}
 			}

@@ -178,10 +178,13 @@ func TestWaitOrPause(t *testing.T) {
 		got := list[len(list)-1]
 		want := ledger.Attempt{ID: got.ID, CallID: c.CallID, Attempt: 1, Key: "k", Caller: "sync", Transport: "rest",
 			Method: "GET", Target: "/items?page=2", State: ledger.RejectedLocal, At: e.clk.Now(),
-			Reason:   "refused locally, retry after 9 s: all 1 calls per 10 s allowed by policy 'default' are used",
+			Reason:   reason.RefusedFor(9*time.Second, reason.Reason{Kind: reason.WindowSpent, Policy: "default", Limit: 1, Window: 10 * time.Second}),
 			Instance: state.Instance()}
 		if diff := cmp.Diff(got, want); diff != "" {
 			t.Errorf("the refusal in the activity (-got +want):\n%s", diff)
+		}
+		if got, want := got.Reason.String(), "refused locally, retry after 9 s: all 1 calls per 10 s allowed by policy 'default' are used"; got != want {
+			t.Errorf("the refusal says %q, want %q", got, want)
 		}
 	})
 	t.Run("cancelled", func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // A send that would leave later after its admission than its margin
@@ -74,7 +75,7 @@ func TestLateSendIsAdmittedAgain(t *testing.T) {
 	var states []string
 	for _, a := range e.activity() {
 		states = append(states, string(a.State))
-		if a.ID == late.ID && (a.State != ledger.Failed || !strings.Contains(a.Reason, "not sent") || !a.SentAt.IsZero()) {
+		if a.ID == late.ID && (a.State != ledger.Failed || a.Reason.Kind != reason.Late || !strings.Contains(a.Reason.String(), "not sent") || !a.SentAt.IsZero()) {
 			t.Errorf("the late attempt is recorded as %s (%q, sent at %v); want failed, not sent", a.State, a.Reason, a.SentAt)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // busyKey is a key far from its limits: a documented policy of q calls a
@@ -228,8 +229,8 @@ func TestLeaseOfADeadProcess(t *testing.T) {
 		t.Errorf("after the sweep: %d reserved and %d released, want 0 and %d", left, released, reserved)
 	}
 	for _, a := range e.activity() {
-		if a.State == ledger.Released && a.Reason == "" {
-			t.Errorf("released slot %d has no reason", a.ID)
+		if a.State == ledger.Released && a.Reason.Kind != reason.Unreported {
+			t.Errorf("released slot %d has the reason %+v, want %s", a.ID, a.Reason, reason.Unreported)
 		}
 	}
 }

@@ -264,8 +264,11 @@ type LateError struct {
 	admitted time.Time // when the attempt not sent was admitted
 }
 
-func (e *LateError) Error() string {
-	return reason.Reason{Kind: reason.Late, For: e.Delay, Allowed: e.Allowed}.String()
+func (e *LateError) Error() string { return e.reason().String() }
+
+// reason is why e's request was not sent.
+func (e *LateError) reason() reason.Reason {
+	return reason.Reason{Kind: reason.Late, For: e.Delay, Allowed: e.Allowed}
 }
 
 // Leaving is told that t's request is about to leave, at once. It records

@@ -3,6 +3,7 @@ package pacer
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -182,12 +183,15 @@ func normalized(ob ratelimit.Observation) ratelimit.Observation {
 
 // finished is t's attempt as it ended with o, in state st.
 func finished(t Ticket, o Outcome, st ledger.State) ledger.Attempt {
-	why := ""
+	var why reason.Reason
+	var late *LateError
 	switch {
+	case errors.As(o.Err, &late):
+		why = late.reason()
 	case o.Err != nil:
-		why = o.Err.Error()
+		why = reason.Reason{Kind: reason.Failed, Error: o.Err.Error()}
 	case o.Status > 0:
-		why = reason.Reason{Kind: reason.Answered, Status: o.Status}.String()
+		why = reason.Reason{Kind: reason.Answered, Status: o.Status}
 	}
 	c := t.Call
 	return ledger.Attempt{ID: t.ID, Key: c.Key.Name, CallID: c.CallID, Attempt: c.Attempt, Caller: c.Caller,

@@ -210,10 +210,10 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 	}
 	defer done()
 	lastProgress := start
-	heldBy := ""
+	heldBy, held := "", reason.Reason{}
 	for {
 		wake := p.waker(c.Key.Name)
-		run, err := p.admitOnce(ctx, c, start, deadline, spent)
+		run, err := p.admitOnce(ctx, c, start, deadline, spent, held)
 		if err != nil {
 			return Ticket{}, err
 		}
@@ -226,7 +226,7 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 		if run.pause != nil {
 			return Ticket{}, run.pause
 		}
-		heldBy = run.d.source
+		heldBy, held = run.d.source, run.d.reason
 		wait := progress(c, start, &lastProgress, run.now, run.d)
 		if err := p.sleep(ctx, wait, wake); err != nil {
 			return Ticket{}, err
@@ -272,24 +272,25 @@ func (p *Pacer) awaitLease(ctx context.Context, c Call, start time.Time) (Ticket
 // transaction may run more than once: only its last run's counts.
 type admitRun struct {
 	d       decision
-	t       Ticket      // the admitted attempt, when d admits
-	pause   *PauseError // the recorded refusal, when the wait is past the deadline
-	now     time.Time   // the transaction's time; for an admission, the time it is recorded at
-	granted *lease      // the lease the admission granted; nil when none
+	t       Ticket        // the admitted attempt, when d admits
+	pause   *PauseError   // the recorded refusal, when the wait is past the deadline
+	now     time.Time     // the transaction's time; for an admission, the time it is recorded at
+	granted *lease        // the lease the admission granted; nil when none
+	held    reason.Reason // why the call waited before this run, which its admission records; zero when it did not
 }
 
 // admitOnce runs one admission transaction for c (see admitStep) and,
 // once it has committed or failed, installs the lease it granted or
 // releases the calls waiting for one. spent is the key's lease this call
-// renews, when one is.
-func (p *Pacer) admitOnce(ctx context.Context, c Call, start, deadline time.Time, spent *lease) (admitRun, error) {
+// renews, when one is; held is why the call waited so far.
+func (p *Pacer) admitOnce(ctx context.Context, c Call, start, deadline time.Time, spent *lease, held reason.Reason) (admitRun, error) {
 	var run admitRun
 	renewing := spent != nil // spentLease marked the key as being granted a lease
 	err := p.admitUpdate(ctx, func(tx ledger.Tx) error {
 		// The function may run more than once (see ledger.Store):
 		// only the last run's results count, and nothing in memory
 		// changes until the transaction commits.
-		run = admitRun{}
+		run = admitRun{held: held}
 		return p.admitStep(tx, c, start, deadline, spent, &run)
 	}, c.Key.Name)
 	switch {
@@ -342,9 +343,13 @@ func (p *Pacer) admitted(tx ledger.Tx, c Call, snap snapshot, waited time.Durati
 	d, ks := run.d, snap.ks
 	now := maxTime(run.now, ks.LastAdmitAt) // the log stays in order, whatever the clock did
 	run.now = now
+	why := d.reason // what the activity says of it: why it waited, when it did
+	if why.IsZero() {
+		why = run.held
+	}
 	id, err := tx.InsertAttempt(ledger.Attempt{CallID: c.CallID, Attempt: c.Attempt, Key: c.Key.Name,
 		Caller: c.Caller, Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest,
-		Bytes: max(c.Bytes, 0), State: ledger.Admitted, Reason: d.reason.String(), Probe: d.probe, At: now, Wait: waited,
+		Bytes: max(c.Bytes, 0), State: ledger.Admitted, Reason: why, Probe: d.probe, At: now, Wait: waited,
 		InFlightUntil: now.Add(p.inFlightTimeout()), ByCaller: len(c.Key.Reserves) > 0, Principal: fairPrincipal(c)})
 	if err != nil {
 		return err
@@ -416,8 +421,8 @@ func progress(c Call, start time.Time, last *time.Time, now time.Time, d decisio
 }
 
 // pauseReason is the activity's record of a refusal.
-func pauseReason(e *PauseError) string {
-	return reason.Refused(e.RetryAfter, e.Reason)
+func pauseReason(e *PauseError) reason.Reason {
+	return reason.RefusedFor(e.RetryAfter, e.Reason)
 }
 
 func hasReserve(k *keystore.Key, caller string) bool {

@@ -41,5 +41,5 @@ type Activity struct {
 func NewActivity(a ledger.Attempt) Activity {
 	return Activity{ID: a.ID, At: a.At.UTC().Format(time.RFC3339Nano), Call: a.CallID, Attempt: a.Attempt, Key: a.Key,
 		Caller: a.Caller, Transport: a.Transport, Method: a.Method, Target: a.Target, State: string(a.State), Status: a.Status,
-		WaitMS: a.Wait.Milliseconds(), Probe: a.Probe, Reason: a.Reason, Instance: a.Instance}
+		WaitMS: a.Wait.Milliseconds(), Probe: a.Probe, Reason: a.Reason.String(), Instance: a.Instance}
 }

@@ -218,8 +218,9 @@ func (h *Handler) activity(w http.ResponseWriter, r *http.Request) {
 	for _, a := range list {
 		// Rows an older mcp-quota recorded may hold the credential.
 		if k, err := h.Keys.Key(a.Key); err == nil {
-			a.Target, _ = k.Scrubber().Scrub(a.Target)
-			a.Reason, _ = k.Scrubber().Scrub(a.Reason)
+			s := k.Scrubber()
+			a.Target, _ = s.Scrub(a.Target)
+			a.Reason = a.Reason.Map(func(t string) string { t, _ = s.Scrub(t); return t })
 		}
 		out.Activity = append(out.Activity, report.NewActivity(a))
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/internal/leaktest"
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/rest"
 )
 
@@ -667,7 +668,7 @@ func TestWallsOldRowsScrubbedOnTheWayOut(t *testing.T) {
 	err := s.DB.Update(context.Background(), func(tx ledger.Tx) error {
 		_, err := tx.InsertAttempt(ledger.Attempt{CallID: "old", Attempt: 1, Key: "demo", Caller: "sync", Transport: "rest", Method: "GET",
 			Target: "/slash/?api_key=" + url.QueryEscape(upstreamSecret), State: ledger.Confirmed, Status: 200,
-			Reason: "redirected to /slash/?api_key=" + upstreamSecret, At: time.Now()})
+			Reason: reason.Reason{Kind: reason.Said, Said: "redirected to /slash/?api_key=" + upstreamSecret}, At: time.Now()})
 		return err
 	})
 	if err != nil {

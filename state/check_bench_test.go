@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -18,12 +19,12 @@ func BenchmarkCheck(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { db.Close() })
-	reason := strings.Repeat("r", 300)
+	words := strings.Repeat("r", 300)
 	for batch := range 50 {
 		err := db.Update(context.Background(), func(tx ledger.Tx) error {
 			for i := range 2000 {
 				if _, err := tx.InsertAttempt(ledger.Attempt{CallID: fmt.Sprint("c", batch, "-", i), Attempt: 1, Key: "k",
-					Target: fmt.Sprintf("/v1/participants?cursor=%d-%d", batch, i), State: ledger.Admitted, Reason: reason, At: t0}); err != nil {
+					Target: fmt.Sprintf("/v1/participants?cursor=%d-%d", batch, i), State: ledger.Admitted, Reason: reason.Reason{Kind: reason.Said, Said: words}, At: t0}); err != nil {
 					return err
 				}
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -45,10 +46,11 @@ func TestLogBoundedByHistory(t *testing.T) {
 	most := int64(state.MinCheckpointPages+2*rows) * frame
 	var largest int64
 	for commit := range 3 * state.MinCheckpointPages / rows {
-		reason := strings.Repeat(fmt.Sprint(commit%10), 3000)
+		// about 3,000 bytes a row: the words, and the reason as data
+		why := reason.Reason{Kind: reason.Said, Said: strings.Repeat(fmt.Sprint(commit%10), 1500)}
 		update(t, db, func(tx ledger.Tx) error {
 			for _, id := range ids {
-				if err := tx.FinishAttempt(id, ledger.Confirmed, reason, 200, t0, t0); err != nil {
+				if err := tx.FinishAttempt(id, ledger.Confirmed, why, 200, t0, t0); err != nil {
 					return err
 				}
 			}

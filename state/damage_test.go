@@ -12,6 +12,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -56,7 +57,7 @@ func withHistory(t *testing.T, path string, clk *testkit.Clock, n int) *state.DB
 	for i := range n {
 		update(t, db, func(tx ledger.Tx) error {
 			_, err := tx.InsertAttempt(ledger.Attempt{CallID: fmt.Sprint("c", i), Attempt: 1, Key: "k", State: ledger.Admitted,
-				At: t0.Add(time.Duration(i) * time.Second), Reason: strings.Repeat("r", 200)})
+				At: t0.Add(time.Duration(i) * time.Second), Reason: reason.Reason{Kind: reason.Said, Said: strings.Repeat("r", 100)}})
 			return err
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -21,7 +22,7 @@ func TestCheckFindsDamage(t *testing.T) {
 	update(t, db, func(tx ledger.Tx) error {
 		for i := range 200 {
 			if _, err := tx.InsertAttempt(ledger.Attempt{CallID: fmt.Sprint("c", i), Attempt: 1, Key: "k", State: ledger.Admitted,
-				Reason: strings.Repeat("r", 2000), At: t0}); err != nil {
+				Reason: reason.Reason{Kind: reason.Said, Said: strings.Repeat("r", 1000)}, At: t0}); err != nil {
 				return err
 			}
 		}

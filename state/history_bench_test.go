@@ -60,7 +60,7 @@ func history(b *testing.B, n int) string {
 					if err != nil {
 						return err
 					}
-					if err := tx.FinishAttempt(id, ledger.Confirmed, "", 200, at, at.Add(20*time.Millisecond)); err != nil {
+					if err := tx.FinishAttempt(id, ledger.Confirmed, reason.Reason{Kind: reason.Answered, Status: 200}, 200, at, at.Add(20*time.Millisecond)); err != nil {
 						return err
 					}
 					if i%100 != 0 {

@@ -153,13 +153,6 @@ type keptAnswer struct {
 	listed   func(targets []string)
 }
 
-// A journalLine is what one line of a journal holds: an outcome, or an
-// answer to keep.
-type journalLine struct {
-	ledger.Finished
-	Kept *keptAnswer `json:"kept,omitempty"`
-}
-
 // journalKeepMax is the largest body KeepLater keeps through the
 // journal: a larger one takes a transaction of its own, and its line
 // never outgrows what Recover reads of one.
@@ -339,7 +332,7 @@ func (j *journal) newSegment() (*segment, error) {
 // write appends f to the journal, in one write, and queues it for the
 // applier.
 func (j *journal) write(f ledger.Finished) error {
-	line, err := json.Marshal(f)
+	line, err := json.Marshal(journalLineOf(f))
 	if err != nil {
 		return fmt.Errorf("state: journal: %w", err)
 	}
@@ -762,7 +755,7 @@ func (o *outcomes) recoverFile(ctx context.Context, name string) (int, error) {
 	for sc.Scan() {
 		var l journalLine
 		if line := bytes.TrimSpace(sc.Bytes()); json.Unmarshal(line, &l) == nil && (l.Attempt.ID != 0 || l.Kept != nil) {
-			fs = append(fs, queued{f: l.Finished, kept: l.Kept}) // a line cut short by a crash is skipped
+			fs = append(fs, queued{f: l.finished(), kept: l.Kept}) // a line cut short by a crash is skipped
 		}
 	}
 	if err := sc.Err(); err != nil {

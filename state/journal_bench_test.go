@@ -12,6 +12,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/internal/pgtest"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // BenchmarkFinishOutcomes measures what the journal's applier costs to
@@ -85,7 +86,7 @@ func BenchmarkFinishOutcomes(b *testing.B) {
 			b.Fatal(err)
 		}
 		dup := fs[3] // a journal replayed: an outcome twice, the first recorded
-		dup.Attempt.Reason = "again"
+		dup.Attempt.Reason = reason.Reason{Kind: reason.Said, Said: "again"}
 		fs[4].Attempt.Key = "other" // not the slot's key: skipped
 		fs[5].Attempt.Status, fs[5].Attempt.SentAt, fs[5].Attempt.AnsweredAt = 0, time.Time{}, time.Time{}
 		fs[6].Observations = append(fs[6].Observations, ledger.ObservationRecord{Key: "k", Observation: ratelimit.Observation{
@@ -143,7 +144,7 @@ func dumpTables(b *testing.B, pg *Postgres) string {
 	b.Helper()
 	var out strings.Builder
 	for _, q := range []string{
-		`SELECT (id, call_id, attempt, key, caller, transport, method, target, digest, state, reason, probe, counted, at,
+		`SELECT (id, call_id, attempt, key, caller, transport, method, target, digest, state, reason, why, probe, counted, at,
 			wait_us, sent_at, answered_at, status, lease_until, seq, cseq)::text FROM attempts ORDER BY id`,
 		`SELECT o::text FROM observations o ORDER BY id`,
 	} {

@@ -28,10 +28,11 @@ import (
 // 50 ms), or walked every reserved and released slot once for each
 // element (4,000 × 256 rows, 2 s, once a journal's backlog grew).
 const pgFinishSlots = `UPDATE attempts AS a SET (call_id, attempt, caller, transport, method, target, digest, state, reason,
-		wait_us, status, sent_at, answered_at, lease_until) =
+		wait_us, status, sent_at, answered_at, lease_until, why) =
 	(SELECT ($3::text[])[i], ($4::bigint[])[i], ($5::text[])[i], ($6::text[])[i], ($7::text[])[i], ($8::text[])[i],
 		($9::text[])[i], ($10::text[])[i], ($11::text[])[i], CASE WHEN a.call_id = '' THEN ($12::bigint[])[i] ELSE a.wait_us END,
-		nullif(($13::bigint[])[i], 0), nullif(($14::bigint[])[i], 0), nullif(($15::bigint[])[i], 0), NULL::bigint
+		nullif(($13::bigint[])[i], 0), nullif(($14::bigint[])[i], 0), nullif(($15::bigint[])[i], 0), NULL::bigint,
+		nullif(($16::text[])[i], '')
 	FROM (SELECT array_position($1::bigint[], a.id) AS i) AS p)
 	WHERE a.id = ANY($1::bigint[]) AND a.key = ($2::text[])[array_position($1::bigint[], a.id)] AND a.counted
 		AND (a.call_id = '' AND a.state IN ('reserved', 'released')
@@ -83,11 +84,13 @@ func (tx *Tx) pgFinishAll(fs []ledger.Finished) (int, error) {
 	for _, f := range fs {
 		if !seen[f.Attempt.ID] {
 			seen[f.Attempt.ID] = true
-			s.add(f.Attempt)
+			if err := s.add(f.Attempt); err != nil {
+				return 0, fmt.Errorf("state: finish reserved slots: %w", err)
+			}
 		}
 	}
 	rows, err := tx.tx.QueryContext(tx.ctx, pgFinishSlots, s.id, s.key, s.callID, s.attempt, s.caller, s.transport,
-		s.method, s.target, s.digest, s.state, s.reason, s.wait, s.status, s.sent, s.answered)
+		s.method, s.target, s.digest, s.state, s.reason, s.wait, s.status, s.sent, s.answered, s.why)
 	if err != nil {
 		return 0, fmt.Errorf("state: finish reserved slots: %w", err)
 	}
@@ -127,9 +130,14 @@ func (tx *Tx) pgFinishAll(fs []ledger.Finished) (int, error) {
 type slotColumns struct {
 	id, attempt, wait, status, sent, answered                             []int64
 	key, callID, caller, transport, method, target, digest, state, reason []string
+	why                                                                   []string // "" for none
 }
 
-func (c *slotColumns) add(a ledger.Attempt) {
+func (c *slotColumns) add(a ledger.Attempt) error {
+	why, err := keep(a.Reason)
+	if err != nil {
+		return err
+	}
 	c.id = append(c.id, a.ID)
 	c.key = append(c.key, a.Key)
 	c.callID = append(c.callID, a.CallID)
@@ -140,11 +148,12 @@ func (c *slotColumns) add(a ledger.Attempt) {
 	c.target = append(c.target, a.Target)
 	c.digest = append(c.digest, a.Digest)
 	c.state = append(c.state, string(a.State))
-	c.reason = append(c.reason, a.Reason)
+	c.reason, c.why = append(c.reason, why.words), append(c.why, why.why.String)
 	c.wait = append(c.wait, a.Wait.Microseconds())
 	c.status = append(c.status, int64(a.Status))
 	c.sent = append(c.sent, micros(a.SentAt))
 	c.answered = append(c.answered, micros(a.AnsweredAt))
+	return nil
 }
 
 // observationColumns are the columns of pgAddObservations, an element

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // BenchmarkApplySQLite measures what the journal's applier costs on a
@@ -86,7 +87,7 @@ func BenchmarkApplySQLite(b *testing.B) {
 func routineOutcome(id int64, at time.Time) ledger.Finished {
 	return ledger.Finished{
 		Attempt: ledger.Attempt{ID: id, Key: "k", CallID: fmt.Sprint("c", id), Attempt: 1, Caller: "sync",
-			Transport: "rest", Method: "GET", Target: "/v1/items", State: ledger.Confirmed, Reason: "HTTP 200 OK",
+			Transport: "rest", Method: "GET", Target: "/v1/items", State: ledger.Confirmed, Reason: reason.Reason{Kind: reason.Answered, Status: 200},
 			Status: 200, SentAt: at, AnsweredAt: at.Add(20 * time.Millisecond)},
 		Observations: []ledger.ObservationRecord{{Key: "k", AttemptID: id, Observation: ratelimit.Observation{
 			Policy: "default", Unit: ratelimit.Requests, Quota: 1000, HasQuota: true, Window: time.Minute,

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // A lease lets one process admit a batch of calls without a transaction
@@ -21,12 +22,17 @@ import (
 // IDs on PostgreSQL.
 const maxReserve = 1024
 
-// releasedByEnd is the reason of a slot whose process ended holding it.
-const releasedByEnd = "reserved by a process that ended before reporting it: counted as sent, whether or not it was"
-
-// interruptedByEnd is the reason of an attempt whose process ended before
-// its answer was recorded.
-const interruptedByEnd = "the process handling it ended before an answer was recorded"
+// The reasons the state gives the attempts it ends itself.
+var (
+	// releasedByEnd is the reason of a slot whose process ended holding it.
+	releasedByEnd = mustKeep(reason.Reason{Kind: reason.Unreported})
+	// interruptedByEnd is the reason of an attempt whose process ended
+	// before its answer was recorded.
+	interruptedByEnd = mustKeep(reason.Reason{Kind: reason.Interrupted})
+	// releasedUnneeded is the reason of a slot given back unused, after
+	// later admissions.
+	releasedUnneeded = mustKeep(reason.Reason{Kind: reason.Unneeded})
+)
 
 // A lease's slots are found by their IDs, a range of the table itself:
 // "+key" keeps SQLite from walking the key's index instead.
@@ -88,9 +94,13 @@ var qFinishReserved = newQuery("FinishReserved")
 // it ended (a's ID, call, state, reason, status and times), and ends its
 // time in flight.
 func (tx *Tx) FinishReserved(a ledger.Attempt) error {
+	why, err := keep(a.Reason)
+	if err != nil {
+		return fmt.Errorf("state: finish reserved slot: %w", err)
+	}
 	res, err := tx.exec(qFinishReserved, a.CallID, a.Attempt, a.Caller, a.Transport, a.Method, a.Target, a.Digest,
-		string(a.State), a.Reason, a.Wait.Microseconds(), nullInt(int64(a.Status)), nullInt(micros(a.SentAt)),
-		nullInt(micros(a.AnsweredAt)), a.ID)
+		string(a.State), why.words, a.Wait.Microseconds(), nullInt(int64(a.Status)), nullInt(micros(a.SentAt)),
+		nullInt(micros(a.AnsweredAt)), a.ID, why.why)
 	if err == nil {
 		var n int64
 		if n, err = res.RowsAffected(); err == nil && n != 1 {
@@ -128,8 +138,7 @@ func (tx *Tx) Release(key string, first, last int64) error {
 	if mine == top {
 		_, err = tx.exec(qDropReserved, key, first, last)
 	} else {
-		_, err = tx.exec(qReleaseReserved, "reserved for a batch of calls and not needed; counted, since later admissions follow it",
-			key, first, last)
+		_, err = tx.exec(qReleaseReserved, releasedUnneeded.words, key, first, last, releasedUnneeded.why)
 	}
 	if err != nil {
 		return fmt.Errorf("state: release: %w", err)

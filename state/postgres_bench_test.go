@@ -109,11 +109,11 @@ func fillHistory(ctx context.Context, dbURL string, n int) error {
 		// number in the key's log is i / 1000 + 1, and a busy one's is
 		// i - i / 1000.
 		`INSERT INTO attempts (id, call_id, attempt, key, caller, transport, method, target, state, counted, at,
-			sent_at, answered_at, status, seq)
+			sent_at, answered_at, status, seq, reason, why)
 		SELECT i + 1, 'c' || i, 1, CASE WHEN i % 1000 = 0 THEN 'quiet' ELSE 'busy' END,
 			CASE WHEN i % 1000 = 0 THEN 'agent' ELSE 'sync' END, 'rest', 'GET', '/v1/participants?limit=500', 'confirmed', true,
 			$1::bigint + i * 100000, $1::bigint + i * 100000, $1::bigint + i * 100000 + 20000, 200,
-			CASE WHEN i % 1000 = 0 THEN i / 1000 + 1 ELSE i - i / 1000 END
+			CASE WHEN i % 1000 = 0 THEN i / 1000 + 1 ELSE i - i / 1000 END, 'HTTP 200 OK', '{"kind":"answered","status":200}'
 		FROM generate_series(0::bigint, $2::bigint - 1) AS i`,
 		`INSERT INTO observations (key, attempt_id, policy, unit, partition, q, w_us, r, t_us, status, received_at,
 			shape, profile, method, target)

@@ -20,14 +20,17 @@ import (
 	"github.com/mcp-quota/mcp-quota/state/sqlite"
 )
 
-// The words a gate and a warning held before reasons were kept as data.
+// The words a gate, a warning and an attempt held before reasons were
+// kept as data.
 const (
 	oldGateWords    = "the upstream answered 429 and asked to wait 60 s (Retry-After)"
 	oldWarningWords = "key 'k' hit a limit the upstream never announced ('hidden'); it is now enforced locally as 10 calls per 60 s"
+	oldAttemptWords = "refused locally, retry after 9 s: all 1 calls per 10 s allowed by policy 'default' are used"
 )
 
-// oldReasonRows are a gate and a warning as a schema before reasons were
-// data held them, with the time format of both back ends (microseconds).
+// oldReasonRows are a gate, a warning and an attempt as a schema before
+// reasons were data held them, with the time format of both back ends
+// (microseconds).
 func oldReasonRows() []string {
 	at := t0.UnixMicro()
 	quoted := func(s string) string { return strings.ReplaceAll(s, "'", "''") }
@@ -35,6 +38,8 @@ func oldReasonRows() []string {
 		fmt.Sprintf(`INSERT INTO gates (key, scope, until, reason, source, set_at) VALUES ('k', '', %d, '%s', 'retry-after', %d)`,
 			t0.Add(time.Hour).UnixMicro(), quoted(oldGateWords), at),
 		fmt.Sprintf(`INSERT INTO warnings (key, at, kind, message) VALUES ('k', %d, 'hidden-limit', '%s')`, at, quoted(oldWarningWords)),
+		fmt.Sprintf(`INSERT INTO attempts (call_id, attempt, key, caller, transport, method, target, state, reason, at)
+			VALUES ('old', 1, 'k', 'agent', 'rest', 'GET', '/items', 'rejected_local', '%s', %d)`, quoted(oldAttemptWords), at),
 	}
 }
 
@@ -89,6 +94,56 @@ func checkReasonsMigrated(t *testing.T, s ledger.Store) {
 	if got := w.Reason.String(); got != oldWarningWords {
 		t.Errorf("the same warning written as data says %q; want the words it said before, %q", got, oldWarningWords)
 	}
+	checkAttemptReasonsMigrated(t, s)
+}
+
+// newAttemptWhy is the reason of the attempt checkAttemptReasonsMigrated
+// writes: the same refusal the attempt oldReasonRows wrote, as data.
+var newAttemptWhy = reason.RefusedFor(9*time.Second, reason.Reason{Kind: reason.WindowSpent, Policy: "default", Limit: 1, Window: 10 * time.Second})
+
+// checkAttemptReasonsMigrated checks that s reads the attempt
+// oldReasonRows wrote as its words (reason.Said), and that an attempt
+// written now reads back as data, through each way the state writes one.
+func checkAttemptReasonsMigrated(t *testing.T, s ledger.Store) {
+	t.Helper()
+	activity := func() map[string]reason.Reason {
+		var list []ledger.Attempt
+		view(t, s, func(tx ledger.Tx) (err error) {
+			list, err = tx.Activity(ledger.ActivityFilter{Key: "k"})
+			return err
+		})
+		whys := map[string]reason.Reason{}
+		for _, a := range list {
+			whys[a.CallID] = a.Reason
+		}
+		return whys
+	}
+	if diff := cmp.Diff(activity()["old"], reason.Reason{Kind: reason.Said, Said: oldAttemptWords}); diff != "" {
+		t.Errorf("the attempt written before (-got +want):\n%s", diff)
+	}
+	failed := reason.Reason{Kind: reason.Failed, Error: "dial tcp: connection refused"}
+	update(t, s, func(tx ledger.Tx) error {
+		if _, err := tx.InsertAttempt(ledger.Attempt{CallID: "new", Attempt: 1, Key: "k", Caller: "agent", State: ledger.RejectedLocal,
+			Reason: newAttemptWhy, At: t0.Add(time.Second)}); err != nil {
+			return err
+		}
+		id, err := tx.InsertAttempt(ledger.Attempt{CallID: "failed", Attempt: 1, Key: "k", Caller: "agent", State: ledger.Admitted,
+			At: t0.Add(2 * time.Second)})
+		if err != nil {
+			return err
+		}
+		return tx.FinishAttempt(id, ledger.Failed, failed, 0, t0.Add(2*time.Second), time.Time{})
+	}, "k")
+	got := activity()
+	if diff := cmp.Diff(got["new"], newAttemptWhy); diff != "" {
+		t.Errorf("an attempt written after (-got +want):\n%s", diff)
+	}
+	if diff := cmp.Diff(got["failed"], failed); diff != "" {
+		t.Errorf("an attempt finished after (-got +want):\n%s", diff)
+	}
+	if got := got["new"].String(); got != oldAttemptWords {
+		t.Errorf("the same refusal written as data says %q; want the words it said before, %q", got, oldAttemptWords)
+	}
 }
 
 // A file whose gates and warnings were written before reasons were kept
@@ -123,11 +178,14 @@ func TestReasonsOfAnOlderFile(t *testing.T) {
 	}
 	db := open(t, path)
 	checkReasonsMigrated(t, db)
-	var words string
+	var words, attemptWords string
 	if err := raw.QueryRow(`SELECT reason FROM gates WHERE key = 'k'`).Scan(&words); err != nil {
 		t.Fatal(err)
 	}
-	checkOlderWords(t, words)
+	if err := raw.QueryRow(`SELECT reason FROM attempts WHERE call_id = 'new'`).Scan(&attemptWords); err != nil {
+		t.Fatal(err)
+	}
+	checkOlderWords(t, words, attemptWords)
 }
 
 // The PostgreSQL schema before reasons were data (version 6), with a gate
@@ -148,20 +206,27 @@ func reasonsMigrated(t *testing.T, srv *pgtest.Server) {
 		t.Fatalf("migrated to version %d, want %d", v, latestSchema(t))
 	}
 	checkReasonsMigrated(t, pg)
-	var words string
+	var words, attemptWords string
 	if err := conn.QueryRow(ctx, `SELECT reason FROM mcp_quota.gates WHERE key = 'k'`).Scan(&words); err != nil && err != pgx.ErrNoRows {
 		t.Fatal(err)
 	}
-	checkOlderWords(t, words)
+	if err := conn.QueryRow(ctx, `SELECT reason FROM mcp_quota.attempts WHERE call_id = 'new'`).Scan(&attemptWords); err != nil {
+		t.Fatal(err)
+	}
+	checkOlderWords(t, words, attemptWords)
 }
 
-// checkOlderWords checks the words kept beside the gate checkReasonsMigrated
-// wrote as data: what a process of the previous version, which reads only
-// the words, shows while hosts are upgraded one at a time.
-func checkOlderWords(t *testing.T, words string) {
+// checkOlderWords checks the words kept beside the gate and the attempt
+// checkReasonsMigrated wrote as data: what a process of the previous
+// version, which reads only the words, shows while hosts are upgraded one
+// at a time.
+func checkOlderWords(t *testing.T, gate, attempt string) {
 	t.Helper()
 	want := reason.Reason{Kind: reason.CircuitOpen, Key: "k", Failures: 5, For: 2 * time.Hour}.String()
-	if words != want {
-		t.Errorf("a gate written as data keeps the words %q beside it, want %q for processes of the previous version", words, want)
+	if gate != want {
+		t.Errorf("a gate written as data keeps the words %q beside it, want %q for processes of the previous version", gate, want)
+	}
+	if attempt != oldAttemptWords {
+		t.Errorf("an attempt written as data keeps the words %q beside it, want %q for processes of the previous version", attempt, oldAttemptWords)
 	}
 }

@@ -55,7 +55,8 @@ func (db *DB) Sweep(ctx context.Context, now, before time.Time) (Swept, error) {
 func sweep(ctx context.Context, update func(context.Context, func(*Tx) error) error, now, before time.Time) (Swept, error) {
 	var out Swept
 	err := update(ctx, func(tx *Tx) error {
-		res, err := tx.exec(qSweepInterrupted, micros(now), releasedByEnd, interruptedByEnd)
+		res, err := tx.exec(qSweepInterrupted, micros(now), releasedByEnd.words, interruptedByEnd.words,
+			releasedByEnd.why, interruptedByEnd.why)
 		if err == nil {
 			out.Interrupted, err = res.RowsAffected()
 		}

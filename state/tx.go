@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // A Tx is one transaction on the state file, from DB.Update (read-write)
@@ -201,11 +202,15 @@ func (tx *Tx) InsertAttempt(a ledger.Attempt) (int64, error) {
 			cseq = lastOfCaller + 1
 		}
 	}
+	why, err := keep(a.Reason)
+	if err != nil {
+		return 0, fmt.Errorf("state: record attempt: %w", err)
+	}
 	var id int64
-	err := tx.queryRow(qInsertAttempt,
-		a.CallID, a.Attempt, a.Key, a.Caller, a.Transport, a.Method, a.Target, a.Digest, string(a.State), a.Reason,
+	err = tx.queryRow(qInsertAttempt,
+		a.CallID, a.Attempt, a.Key, a.Caller, a.Transport, a.Method, a.Target, a.Digest, string(a.State), why.words,
 		a.Probe, a.State == ledger.Admitted, micros(a.At), a.Wait.Microseconds(), lease, seq, cseq, tx.instance,
-		max(a.Bytes, 0), cbytes).Scan(&id)
+		max(a.Bytes, 0), cbytes, why.why).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("state: record attempt: %w", err)
 	}
@@ -235,8 +240,12 @@ func (tx *Tx) renumber(key string) error {
 var qFinishAttempt = newQuery("FinishAttempt")
 
 // FinishAttempt records how attempt id ended and ends its time in flight.
-func (tx *Tx) FinishAttempt(id int64, state ledger.State, reason string, status int, sentAt, answeredAt time.Time) error {
-	_, err := tx.exec(qFinishAttempt, string(state), reason, nullInt(int64(status)), nullInt(micros(sentAt)), nullInt(micros(answeredAt)), id)
+func (tx *Tx) FinishAttempt(id int64, state ledger.State, r reason.Reason, status int, sentAt, answeredAt time.Time) error {
+	why, err := keep(r)
+	if err == nil {
+		_, err = tx.exec(qFinishAttempt, string(state), why.words, nullInt(int64(status)), nullInt(micros(sentAt)),
+			nullInt(micros(answeredAt)), id, why.why)
+	}
 	if err != nil {
 		return fmt.Errorf("state: finish attempt: %w", err)
 	}
@@ -518,8 +527,9 @@ func (tx *Tx) Activity(f ledger.ActivityFilter) ([]ledger.Attempt, error) {
 // scanAttempts reads the attempts selected as qActivity selects them.
 func scanAttempts(rows *sql.Rows) ([]ledger.Attempt, error) {
 	var out []ledger.Attempt
+	var whys whyReader
 	for rows.Next() {
-		a, err := scanAttempt(rows)
+		a, err := scanAttempt(rows, &whys)
 		if err != nil {
 			return nil, err
 		}
@@ -528,12 +538,19 @@ func scanAttempts(rows *sql.Rows) ([]ledger.Attempt, error) {
 	return out, rows.Err()
 }
 
-// scanAttempt reads an attempt selected as qActivity selects it.
-func scanAttempt(rows *sql.Rows) (ledger.Attempt, error) {
+// scanAttempt reads an attempt selected as qActivity selects it (its
+// words only when it has no why), its reason through whys.
+func scanAttempt(rows *sql.Rows, whys *whyReader) (ledger.Attempt, error) {
 	var a ledger.Attempt
 	var at, wait, sent, answered, lease int64
+	var said string
+	var why sql.RawBytes
 	if err := rows.Scan(&a.ID, &a.CallID, &a.Attempt, &a.Key, &a.Caller, &a.Transport, &a.Method, &a.Target,
-		&a.Digest, &a.State, &a.Reason, &a.Probe, &at, &wait, &sent, &answered, &a.Status, &lease, &a.Instance); err != nil {
+		&a.Digest, &a.State, &said, &why, &a.Probe, &at, &wait, &sent, &answered, &a.Status, &lease, &a.Instance); err != nil {
+		return a, err
+	}
+	var err error
+	if a.Reason, err = whys.read(why, said); err != nil {
 		return a, err
 	}
 	a.At, a.SentAt, a.AnsweredAt, a.InFlightUntil = fromMicros(at), fromMicros(sent), fromMicros(answered), fromMicros(lease)

@@ -316,10 +316,10 @@ func (f *fetchCall) fromStored(ctx context.Context, header http.Header) (*mcp.Ca
 	f.stored = scrubStored(f.k, f.stored)
 	switch {
 	case f.start > 0 && now.Sub(f.stored.StoredAt) < f.lim.PageTTL:
-		res, err := f.storedResult(ctx, now, "", fmt.Sprintf("page read from the answer kept %s ago", ago(now.Sub(f.stored.StoredAt))))
+		res, err := f.storedResult(ctx, now, "", reason.Reason{Kind: reason.KeptPage, For: now.Sub(f.stored.StoredAt)})
 		return res, true, err
 	case f.repeats >= f.lim.LoopLimit && f.stored.Unchanged >= 1:
-		res, err := f.storedResult(ctx, now, f.digest, "loop guard: identical request, unchanged answer")
+		res, err := f.storedResult(ctx, now, f.digest, reason.Reason{Kind: reason.LoopGuard})
 		return res, true, err
 	}
 	if header.Get("If-None-Match") == "" && header.Get("If-Modified-Since") == "" {
@@ -369,7 +369,7 @@ func (f *fetchCall) keep(ctx context.Context, r ledger.StoredResponse) error {
 
 // storedResult answers from the stored copy, spending nothing, and records
 // that in the activity.
-func (f *fetchCall) storedResult(ctx context.Context, now time.Time, digest, why string) (*mcp.CallToolResult, error) {
+func (f *fetchCall) storedResult(ctx context.Context, now time.Time, digest string, why reason.Reason) (*mcp.CallToolResult, error) {
 	err := f.d.Client.RecordCached(ctx, f.k, upstream.Request{Caller: f.caller.Name, Transport: f.d.Transport, Method: f.method, Digest: digest}, f.target, why, now)
 	if err != nil {
 		return nil, err

@@ -274,8 +274,9 @@ func (d *Deps) readActivity(ctx context.Context, req mcp.ReadResourceRequest) ([
 			continue
 		}
 		// Rows an older mcp-quota recorded may hold the credential.
-		a.Target, _ = k.Scrubber().Scrub(a.Target)
-		a.Reason, _ = k.Scrubber().Scrub(a.Reason)
+		s := k.Scrubber()
+		a.Target, _ = s.Scrub(a.Target)
+		a.Reason = a.Reason.Map(func(t string) string { t, _ = s.Scrub(t); return t })
 		entries = append(entries, report.NewActivity(a))
 	}
 	b, err := json.MarshalIndent(report.ActivityPage{Activity: entries}, "", "  ")

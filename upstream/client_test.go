@@ -227,7 +227,7 @@ func TestCredentialInjection(t *testing.T) {
 				t.Errorf("sent to %v, want /base/items?q=1", r.URL)
 			}
 			for _, a := range activity(t, db) {
-				if strings.Contains(a.Target, secret) || strings.Contains(a.Reason, secret) {
+				if strings.Contains(a.Target, secret) || strings.Contains(a.Reason.String(), secret) {
 					t.Errorf("the activity holds the secret: %+v", a)
 				}
 			}

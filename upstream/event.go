@@ -8,6 +8,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // An EventKind says which step of a call an Event reports.
@@ -79,7 +80,7 @@ func (c *Client) observe(ctx context.Context, e Event) {
 // mcp-quota's stored copy of target's last answer, for the reason why:
 // nothing was sent and no quota was spent. It is in the activity as
 // ledger.Cached, and ends a call for the Observe hook.
-func (c *Client) RecordCached(ctx context.Context, k *keystore.Key, r Request, target, why string, at time.Time) error {
+func (c *Client) RecordCached(ctx context.Context, k *keystore.Key, r Request, target string, why reason.Reason, at time.Time) error {
 	method := r.Method
 	if method == "" {
 		method = "GET"

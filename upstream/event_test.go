@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // observed collects what a Client's Observe hook is told.
@@ -75,7 +76,7 @@ func TestObserveSeesEveryStepOnce(t *testing.T) {
 			t.Fatalf("err = %v, want a pause", err)
 		}
 		// Answered from a stored copy.
-		if err := c.RecordCached(ctx, k, Request{Caller: "b", Transport: "stdio"}, "/x", "loop guard", time.Now()); err != nil {
+		if err := c.RecordCached(ctx, k, Request{Caller: "b", Transport: "stdio"}, "/x", reason.Reason{Kind: reason.LoopGuard}, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 

@@ -14,6 +14,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -73,7 +74,8 @@ func TestLateSendIsAdmittedAgainBeforeItGoes(t *testing.T) {
 		t.Fatalf("activity = %s, want %s", got, want)
 	}
 	late := list[1]
-	if !strings.Contains(late.Reason, "not sent: it would have left 700ms after its admission") || !late.SentAt.IsZero() || late.Status != 0 {
+	if late.Reason.Kind != reason.Late || !strings.Contains(late.Reason.String(), "not sent: it would have left 700ms after its admission") ||
+		!late.SentAt.IsZero() || late.Status != 0 {
 		t.Errorf("the late attempt: %q, sent at %v, status %d; want it not sent, and said so", late.Reason, late.SentAt, late.Status)
 	}
 	if sent := list[0]; sent.CallID != late.CallID || sent.Attempt != 2 || sent.SentAt.Sub(sent.At) > 0 {

@@ -144,7 +144,7 @@ func TestTwoProcessesShareOneBudget(t *testing.T) {
 			continue
 		}
 		byCaller[a.Caller]++
-		if a.Reason == "" || a.At.Before(start.Add(-time.Second)) || a.At.After(start.Add(elapsed+time.Second)) {
+		if a.Reason.IsZero() || a.At.Before(start.Add(-time.Second)) || a.At.After(start.Add(elapsed+time.Second)) {
 			t.Errorf("refusal without reason or with a wrong time: %+v", a)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -87,7 +88,7 @@ const victimSlots = 6
 func slotOutcome(id int64, at time.Time) ledger.Finished {
 	return ledger.Finished{
 		Attempt: ledger.Attempt{ID: id, Key: "leased", CallID: fmt.Sprint("slot-", id), Attempt: 1, Caller: "victim",
-			Transport: "rest", Method: "GET", Target: "/items", State: ledger.Confirmed, Reason: "HTTP 200 OK", Status: 200,
+			Transport: "rest", Method: "GET", Target: "/items", State: ledger.Confirmed, Reason: reason.Reason{Kind: reason.Answered, Status: 200}, Status: 200,
 			SentAt: at, AnsweredAt: at},
 		Observations: []ledger.ObservationRecord{{Key: "leased", AttemptID: id, Status: 200, ReceivedAt: at, Method: "GET", Target: "/items",
 			Observation: ratelimit.Observation{Policy: "default", Unit: ratelimit.Requests, Remaining: 7, HasRemaining: true, Shape: ratelimit.ShapeDraft}}},

@@ -143,16 +143,16 @@ func timelineCallAndObservationsOf(t *testing.T, b Backend) {
 			return insert(t, tx, ledger.Attempt{CallID: call, Attempt: n, Key: "k", Caller: "a", State: st, At: at})
 		}
 		first := add("c1", 1, ledger.Admitted, t0.Add(500*time.Millisecond))
-		if err := tx.FinishAttempt(first, ledger.RejectedUpstream, "HTTP 429", 429, t0.Add(1500*time.Millisecond), t0.Add(1600*time.Millisecond)); err != nil {
+		if err := tx.FinishAttempt(first, ledger.RejectedUpstream, reason.Reason{Kind: reason.Answered, Status: 429}, 429, t0.Add(1500*time.Millisecond), t0.Add(1600*time.Millisecond)); err != nil {
 			return err
 		}
 		second = add("c1", 2, ledger.Admitted, t0.Add(2*time.Second))
-		if err := tx.FinishAttempt(second, ledger.Confirmed, "HTTP 200", 200, t0.Add(2100*time.Millisecond), t0.Add(2200*time.Millisecond)); err != nil {
+		if err := tx.FinishAttempt(second, ledger.Confirmed, reason.Reason{Kind: reason.Answered, Status: 200}, 200, t0.Add(2100*time.Millisecond), t0.Add(2200*time.Millisecond)); err != nil {
 			return err
 		}
 		add("c2", 1, ledger.RejectedLocal, t0.Add(2500*time.Millisecond))
 		gone := add("c5", 1, ledger.Admitted, t0.Add(1200*time.Millisecond))
-		if err := tx.FinishAttempt(gone, ledger.RejectedUpstream, "HTTP 404", 404, t0.Add(1300*time.Millisecond), t0.Add(1400*time.Millisecond)); err != nil {
+		if err := tx.FinishAttempt(gone, ledger.RejectedUpstream, reason.Reason{Kind: reason.Answered, Status: 404}, 404, t0.Add(1300*time.Millisecond), t0.Add(1400*time.Millisecond)); err != nil {
 			return err
 		}
 		add("c3", 1, ledger.Cached, t0.Add(-time.Second))    // before the timeline

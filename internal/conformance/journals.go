@@ -12,6 +12,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -48,7 +49,7 @@ func FinishedSlot(id int64, r int64) ledger.Finished {
 	ob := ratelimit.Observation{Policy: "p", Unit: ratelimit.Requests, Remaining: r, HasRemaining: true, Shape: ratelimit.ShapeDraft}
 	return ledger.Finished{
 		Attempt: ledger.Attempt{ID: id, Key: "k", CallID: fmt.Sprint("call-", id), Attempt: 1, Caller: "sync", Transport: "rest",
-			Method: "GET", Target: "/items", State: ledger.Confirmed, Reason: "HTTP 200 OK", Status: 200,
+			Method: "GET", Target: "/items", State: ledger.Confirmed, Reason: reason.Reason{Kind: reason.Answered, Status: 200}, Status: 200,
 			SentAt: t0, AnsweredAt: t0.Add(time.Millisecond)},
 		Observations: []ledger.ObservationRecord{{Key: "k", AttemptID: id, Observation: ob, Status: 200,
 			ReceivedAt: t0.Add(time.Millisecond), Method: "GET", Target: "/items"}},

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // leases: slots reserved for a batch of calls.
@@ -86,7 +87,7 @@ func releaseAtTheEnd(t *testing.T, tx ledger.Tx, at time.Time) error {
 	// while they end the log: gone.
 	for _, id := range []int64{first, first + 1} {
 		if err := tx.FinishReserved(ledger.Attempt{ID: id, CallID: "x", Attempt: 1, Caller: "sync", Transport: "rest",
-			Method: "GET", Target: "/items", State: ledger.Confirmed, Reason: "HTTP 200 OK", Status: 200, SentAt: at, AnsweredAt: at}); err != nil {
+			Method: "GET", Target: "/items", State: ledger.Confirmed, Reason: reason.Reason{Kind: reason.Answered, Status: 200}, Status: 200, SentAt: at, AnsweredAt: at}); err != nil {
 			return err
 		}
 	}

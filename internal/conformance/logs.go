@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -322,11 +323,11 @@ func attemptLifecycle(t *testing.T, b Backend) {
 		if f, err := tx.Flight("k", t0); err != nil || f.Count != 1 {
 			t.Errorf("Flight before the attempt finished: got %+v, %v; want 1", f, err)
 		}
-		return tx.FinishAttempt(id, ledger.Confirmed, "HTTP 200 OK", 200, t0.Add(time.Millisecond), t0.Add(time.Second))
+		return tx.FinishAttempt(id, ledger.Confirmed, reason.Reason{Kind: reason.Answered, Status: 200}, 200, t0.Add(time.Millisecond), t0.Add(time.Second))
 	}, "k")
 	view(t, s, func(tx ledger.Tx) error {
 		want := []ledger.Attempt{{ID: id, CallID: "c1", Attempt: 1, Key: "k", Caller: "agent", Transport: "stdio",
-			Method: "GET", Target: "/items?q=1", Digest: "d", State: ledger.Confirmed, Reason: "HTTP 200 OK", Probe: true,
+			Method: "GET", Target: "/items?q=1", Digest: "d", State: ledger.Confirmed, Reason: reason.Reason{Kind: reason.Answered, Status: 200}, Probe: true,
 			At: t0, Wait: 1500 * time.Millisecond, SentAt: t0.Add(time.Millisecond), AnsweredAt: t0.Add(time.Second), Status: 200}}
 		ignoreInstance := cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".Instance" }, cmp.Ignore())
 		list, err := tx.Activity(ledger.ActivityFilter{Key: "k"})

@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -187,7 +190,7 @@ func holdWhileFinished(t *testing.T, s state.Store, victim *Helper, finished []i
 	go func() {
 		held <- s.Update(context.Background(), func(tx ledger.Tx) error {
 			for _, id := range finished {
-				if err := tx.FinishAttempt(id, ledger.Reserved, "held", 0, time.Time{}, time.Time{}); err != nil {
+				if err := tx.FinishAttempt(id, ledger.Reserved, reason.Reason{Kind: reason.Said, Said: "held"}, 0, time.Time{}, time.Time{}); err != nil {
 					return err
 				}
 			}
@@ -301,6 +304,33 @@ func checkSwept(t *testing.T, s state.Store, finished, reserved []int64, stuck i
 	}
 	if st := final[stuck]; st != ledger.Interrupted {
 		t.Errorf("the victim's stuck call after the sweep: %q, want interrupted", st)
+	}
+	// Their reasons, as data: the answers its journal held, replayed
+	// after the kill, and the ends the sweep gave the rest.
+	whys := map[int64]reason.Reason{}
+	view(t, s, func(tx ledger.Tx) error {
+		for _, key := range []string{"shared", "leased"} {
+			list, err := tx.Activity(ledger.ActivityFilter{Key: key, Limit: 1 << 20})
+			if err != nil {
+				return err
+			}
+			for _, a := range list {
+				whys[a.ID] = a.Reason
+			}
+		}
+		return nil
+	})
+	for _, id := range reserved {
+		want := reason.Reason{Kind: reason.Unreported}
+		if slices.Contains(finished, id) {
+			want = reason.Reason{Kind: reason.Answered, Status: 200} // as the victim's journal held it
+		}
+		if diff := cmp.Diff(whys[id], want); diff != "" {
+			t.Errorf("the victim's slot %d in the end (-got +want):\n%s", id, diff)
+		}
+	}
+	if diff := cmp.Diff(whys[stuck], reason.Reason{Kind: reason.Interrupted}); diff != "" {
+		t.Errorf("the victim's stuck call after the sweep (-got +want):\n%s", diff)
 	}
 	for id, st := range final {
 		if st == ledger.Admitted || st == ledger.Reserved {

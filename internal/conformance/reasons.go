@@ -21,6 +21,7 @@ import (
 var reasons = []behaviour{
 	{"a gate's and a warning's reason read back as data: its kind, policy and numbers", reasonsKept},
 	{"a gate the pacer closes on a Retry-After reads back as the upstream's answer and wait", reasonOfPacersGate},
+	{"the reasons of the attempts the pacer records read back as data: admitted, answered, failed, refused", reasonsOfPacersAttempts},
 }
 
 // Gates and warnings of every shape of reason read back with each field
@@ -104,5 +105,118 @@ func reasonOfPacersGate(t *testing.T, b Backend) {
 	}
 	if diff := cmp.Diff(pe.Reason, want); diff != "" {
 		t.Errorf("the refusal's reason (-got +want):\n%s", diff)
+	}
+}
+
+// The attempts the pacer records keep their reasons as data: an
+// admission that waited for the key's one call at once (why it waited), a request the
+// upstream answered and one that failed, and a call refused for a spent
+// window (the pause's reason and its retry-after) read back with their
+// kinds, policies and numbers, and say what they said before.
+func reasonsOfPacersAttempts(t *testing.T, b Backend) {
+	s, _ := b.fresh(t)
+	clk := clockOf(s)
+	p := pacer.New(s, pacer.WithClock(clk), pacer.WithJitter(func() float64 { return 0 }))
+	// one call at once
+	one := &keystore.Key{Name: "k", MaxRate: 1e6, MaxConcurrency: 1}
+	// one call an hour
+	hourly := &keystore.Key{Name: "h", MaxRate: 1e6, MaxConcurrency: 1000,
+		Policies: []keystore.Policy{{Name: "hour", Quota: 1, Window: time.Hour, Unit: ratelimit.Requests}}}
+	done := func(tk pacer.Ticket, o pacer.Outcome) {
+		t.Helper()
+		o.SentAt, o.AnsweredAt = tk.AdmittedAt, clk.Now()
+		if _, err := p.Done(context.Background(), tk, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	latest := func(key string) reason.Reason {
+		t.Helper()
+		var list []ledger.Attempt
+		view(t, s, func(tx ledger.Tx) (err error) {
+			list, err = tx.Activity(ledger.ActivityFilter{Key: key, Limit: 1})
+			return err
+		})
+		if len(list) != 1 {
+			t.Fatalf("key %s's activity: %+v, want an attempt", key, list)
+		}
+		return list[0].Reason
+	}
+
+	first, err := admitOn(t, p, one, "A", "/items")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The second call waits while the first is in flight: the first
+	// ends once the second has said it waits (its first progress, after
+	// a second), whatever the machine's speed.
+	waiting := make(chan reason.Reason, 1)
+	admitted := make(chan pacer.Ticket, 1)
+	go func() {
+		tk, err := p.Admit(context.Background(), pacer.Call{Key: one, Caller: "B", Transport: "rest", Method: "GET",
+			Target: "/items", CallID: "second", Attempt: 1, MaxWait: time.Minute, Progress: func(pr pacer.Progress) {
+				select {
+				case waiting <- pr.Reason:
+				default:
+				}
+			}})
+		if err != nil {
+			t.Error(err)
+		}
+		admitted <- tk
+	}()
+	wantInFlight := reason.Reason{Kind: reason.InFlight, InFlight: 1}
+	if got := <-waiting; got != wantInFlight {
+		t.Errorf("the second call waits for %+v, want %+v", got, wantInFlight)
+	}
+	done(first, pacer.Outcome{Status: http.StatusOK})
+	second := <-admitted
+	if second.ID == 0 {
+		t.FailNow()
+	}
+	var answered reason.Reason
+	view(t, s, func(tx ledger.Tx) error {
+		list, err := tx.Activity(ledger.ActivityFilter{Key: "k"})
+		for _, a := range list {
+			if a.ID == first.ID {
+				answered = a.Reason
+			}
+		}
+		return err
+	})
+	if diff := cmp.Diff(answered, reason.Reason{Kind: reason.Answered, Status: http.StatusOK}); diff != "" {
+		t.Errorf("an answered attempt's reason (-got +want):\n%s", diff)
+	}
+	if diff := cmp.Diff(latest("k"), wantInFlight); diff != "" || second.HeldBy != string(pacer.ConcurrencyLimit) {
+		t.Errorf("an attempt admitted after a wait, held by %q; why it waited, in the activity (-got +want):\n%s",
+			second.HeldBy, diff)
+	}
+	failure := errors.New("dial tcp 127.0.0.1:9: connect: connection refused")
+	done(second, pacer.Outcome{Err: failure})
+	if diff := cmp.Diff(latest("k"), reason.Reason{Kind: reason.Failed, Error: failure.Error()}); diff != "" {
+		t.Errorf("a failed attempt's reason (-got +want):\n%s", diff)
+	}
+	if got := latest("k").String(); got != failure.Error() {
+		t.Errorf("a failed attempt says %q, want the error, %q", got, failure.Error())
+	}
+
+	if _, err := admitOn(t, p, hourly, "A", "/items"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = admitOn(t, p, hourly, "B", "/items")
+	var pe *pacer.PauseError
+	if !errors.As(err, &pe) {
+		t.Fatalf("the second call of one an hour: %v, want refused", err)
+	}
+	if pe.Reason.Kind != reason.WindowSpent || pe.Reason.Policy != "hour" || pe.Reason.Limit != 1 || pe.Reason.Window != time.Hour {
+		t.Fatalf("the refusal's reason %+v, want policy hour's window spent", pe.Reason)
+	}
+	refused := latest("h")
+	want := reason.Reason{Kind: reason.RefusedLocal, Because: reason.WindowSpent, RetryAfter: pe.RetryAfter,
+		Policy: "hour", Limit: 1, Window: time.Hour}
+	if diff := cmp.Diff(refused, want); diff != "" {
+		t.Errorf("a refused call's reason (-got +want):\n%s", diff)
+	}
+	if got, want := refused.String(), reason.Refused(pe.RetryAfter, pe.Reason); got != want {
+		t.Errorf("the refusal in the activity says %q, want %q", got, want)
 	}
 }

@@ -461,7 +461,7 @@ func commitFailureLeavesNothing(t *testing.T, b Backend) {
 		}
 		if first == 0 {
 			first = id
-		} else if err := tx.FinishAttempt(first, ledger.Confirmed, "HTTP 200 OK", 200, at, at); err != nil {
+		} else if err := tx.FinishAttempt(first, ledger.Confirmed, reason.Reason{Kind: reason.Answered, Status: 200}, 200, at, at); err != nil {
 			return err
 		}
 		_, _, err = tx.Reserve("k", 3, at, at.Add(time.Minute), "a batch")

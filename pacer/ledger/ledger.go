@@ -93,7 +93,7 @@ type Log interface {
 	// end.
 	InsertAttempt(a Attempt) (int64, error)
 	// FinishAttempt records how attempt id ended, and ends its time in flight.
-	FinishAttempt(id int64, state State, reason string, status int, sentAt, answeredAt time.Time) error
+	FinishAttempt(id int64, state State, why reason.Reason, status int, sentAt, answeredAt time.Time) error
 	// Count returns how many attempts of key were admitted after since.
 	Count(key string, since time.Time) (int, error)
 	// Window returns how many attempts of key were admitted after since,
@@ -248,7 +248,7 @@ type Attempt struct {
 	Digest        string        // identifies identical requests, for the loop guard
 	Bytes         int64         // the bytes the request carries (its body's length, known before sending); 0 when none or unknown
 	State         State         // Admitted, Confirmed, … (the constants above)
-	Reason        string        // why it waited, was refused or failed, in words
+	Reason        reason.Reason // why it waited, was refused, failed or ended so, as data (reason.Said for one kept as words only)
 	Probe         bool          // the one call let through to get a fresh answer
 	At            time.Time     // admitted or refused at
 	Wait          time.Duration // spent waiting for admission

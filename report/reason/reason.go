@@ -121,6 +121,31 @@ const (
 	// Answered: how an attempt ended: HTTP Status.
 	Answered Kind = "answered"
 
+	// Why an attempt (the activity's) ended as it did, beside Late and
+	// Answered.
+
+	// RefusedLocal: a call refused before any try, to retry after
+	// RetryAfter, for the reason of kind Because (the other fields are
+	// that reason's).
+	RefusedLocal Kind = "refused-local"
+	// Failed: the request failed with no answer (Error).
+	Failed Kind = "failed"
+	// Interrupted: the process handling an attempt ended before its
+	// answer was recorded.
+	Interrupted Kind = "interrupted"
+	// Unreported: a reserved slot's process ended before reporting its
+	// call, and the slot stays counted as sent.
+	Unreported Kind = "unreported"
+	// Unneeded: a reserved slot given back unused, counted because later
+	// admissions follow it.
+	Unneeded Kind = "unneeded"
+	// KeptPage: a page read from the answer kept For ago; nothing was
+	// sent.
+	KeptPage Kind = "kept-page"
+	// LoopGuard: an identical request answered from the stored copy, its
+	// answer unchanged; nothing was sent.
+	LoopGuard Kind = "loop-guard"
+
 	// What advice says is left.
 
 	// CallsLeft: Left more calls can be made in the next For.
@@ -170,6 +195,11 @@ type Reason struct {
 	Buckets   int64         `json:"buckets,omitzero"`  // route buckets kept for one key
 	Until     time.Time     `json:"until,omitzero"`    // when a pause ends
 	Violated  string        `json:"violated,omitzero"` // the policies a problem said were violated, space-separated
+	// Because is the kind of the reason a call was refused for, and
+	// RetryAfter when it may be retried, for RefusedLocal.
+	Because    Kind          `json:"because,omitzero"`
+	RetryAfter time.Duration `json:"retryAfter,omitzero"`
+	Error      string        `json:"error,omitzero"` // what failed, for Failed
 }
 
 // IsZero reports whether r says nothing.
@@ -180,6 +210,13 @@ func (r Reason) IsZero() bool { return r == Reason{} }
 // named.
 func (r Reason) Map(f func(string) string) Reason {
 	r.Policy, r.Principal, r.Other, r.Source, r.Said = f(r.Policy), f(r.Principal), f(r.Other), f(r.Source), f(r.Said)
-	r.Key, r.Route, r.Violated = f(r.Key), f(r.Route), f(r.Violated)
+	r.Key, r.Route, r.Violated, r.Error = f(r.Key), f(r.Route), f(r.Violated), f(r.Error)
 	return r
+}
+
+// RefusedFor is the reason of a call refused locally for why, to retry
+// after after: why with its kind kept as Because.
+func RefusedFor(after time.Duration, why Reason) Reason {
+	why.Kind, why.Because, why.RetryAfter = RefusedLocal, why.Kind, after
+	return why
 }

@@ -56,6 +56,13 @@ var words = map[Kind]func(Reason) string{
 	PolicyBound:      sayPolicyBound,
 	Late:             sayLate,
 	Answered:         sayAnswered,
+	RefusedLocal:     sayRefusedLocal,
+	Failed:           sayFailed,
+	Interrupted:      sayInterrupted,
+	Unreported:       sayUnreported,
+	Unneeded:         sayUnneeded,
+	KeptPage:         sayKeptPage,
+	LoopGuard:        sayLoopGuard,
 	CallsLeft:        sayCallsLeft,
 	BytesLeft:        sayBytesLeft,
 	InFlightOf:       sayInFlightOf,
@@ -224,6 +231,33 @@ func sayLate(r Reason) string {
 func sayAnswered(r Reason) string {
 	return fmt.Sprintf("HTTP %d %s", r.Status, http.StatusText(r.Status))
 }
+
+// sayRefusedLocal says the refusal and the reason it was refused for.
+func sayRefusedLocal(r Reason) string {
+	why := r
+	why.Kind, why.Because, why.RetryAfter = r.Because, "", 0
+	return Refused(r.RetryAfter, why)
+}
+
+func sayFailed(r Reason) string { return r.Error }
+
+func sayInterrupted(Reason) string {
+	return "the process handling it ended before an answer was recorded"
+}
+
+func sayUnreported(Reason) string {
+	return "reserved by a process that ended before reporting it: counted as sent, whether or not it was"
+}
+
+func sayUnneeded(Reason) string {
+	return "reserved for a batch of calls and not needed; counted, since later admissions follow it"
+}
+
+func sayKeptPage(r Reason) string {
+	return "page read from the answer kept " + Duration(r.For) + " ago"
+}
+
+func sayLoopGuard(Reason) string { return "loop guard: identical request, unchanged answer" }
 
 func sayCallsLeft(r Reason) string {
 	return canMake(r.Left, r.For)

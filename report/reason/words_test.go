@@ -167,6 +167,15 @@ func TestString(t *testing.T) {
 		{Reason{Kind: Late, For: 1234567 * time.Microsecond, Allowed: 250 * time.Millisecond},
 			"not sent: it would have left 1.235s after its admission, later than the 250ms its window's margin allows; the call is admitted again"},
 		{Reason{Kind: Answered, Status: 503}, "HTTP 503 Service Unavailable"},
+		{RefusedFor(1500*time.Millisecond, Reason{Kind: WindowSpent, Policy: "default", Limit: 120, Window: time.Minute}),
+			"refused locally, retry after 2 s: all 120 calls per 60 s allowed by policy 'default' are used"},
+		{RefusedFor(0, Reason{Kind: Said, Said: "a gate kept as words"}), "refused locally, retry after 0 s: a gate kept as words"},
+		{Reason{Kind: Failed, Error: `Get "http://up/x": dial tcp: connection refused`}, `Get "http://up/x": dial tcp: connection refused`},
+		{Reason{Kind: Interrupted}, "the process handling it ended before an answer was recorded"},
+		{Reason{Kind: Unreported}, "reserved by a process that ended before reporting it: counted as sent, whether or not it was"},
+		{Reason{Kind: Unneeded}, "reserved for a batch of calls and not needed; counted, since later admissions follow it"},
+		{Reason{Kind: KeptPage, For: 90 * time.Second}, "page read from the answer kept 90 s ago"},
+		{Reason{Kind: LoopGuard}, "loop guard: identical request, unchanged answer"},
 		{Reason{Kind: CallsLeft, Left: 1, For: 40 * time.Second}, "You can make 1 more call in the next 40 s"},
 		{Reason{Kind: CallsLeft, Left: 12, For: 500 * time.Millisecond}, "You can make 12 more calls now"},
 		{Reason{Kind: BytesLeft, Policy: "bytes", Left: 120, Limit: 1000000, For: 30 * time.Second},
@@ -224,10 +233,10 @@ func TestPausedAndRefused(t *testing.T) {
 // Map rewrites every text a reason carries, and nothing else.
 func TestMap(t *testing.T) {
 	r := Reason{Kind: Said, Policy: "p-secret", Principal: "a", Other: "b", Source: "s", Said: "said secret", Key: "k", Route: "GET /secret",
-		Violated: "secret", Limit: 3, For: time.Second}
+		Violated: "secret", Limit: 3, For: time.Second, Error: "dial secret"}
 	got := r.Map(func(s string) string { return strings.ReplaceAll(s, "secret", "***") })
 	want := Reason{Kind: Said, Policy: "p-***", Principal: "a", Other: "b", Source: "s", Said: "said ***", Key: "k", Route: "GET /***",
-		Violated: "***", Limit: 3, For: time.Second}
+		Violated: "***", Limit: 3, For: time.Second, Error: "dial ***"}
 	if got != want {
 		t.Errorf("Map:\n got %+v\nwant %+v", got, want)
 	}

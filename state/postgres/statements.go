@@ -36,12 +36,12 @@ var Statements = map[string]string{
 	FROM (SELECT nextval('attempt_blocks') * 1024 AS base) AS b, generate_series(1, $1::integer) AS i ORDER BY i RETURNING id`,
 	"ReservedCount": `SELECT count(*) FROM attempts WHERE (key || '') = $1 AND id BETWEEN $2 AND $3 AND state = 'reserved'`,
 	"FinishReserved": `UPDATE attempts SET call_id = $1, attempt = $2, caller = $3, transport = $4, method = $5,
-	target = $6, digest = $7, state = $8, reason = $9, wait_us = $10, status = $11, sent_at = $12, answered_at = $13, lease_until = NULL
-	WHERE id = $14 AND counted`,
+	target = $6, digest = $7, state = $8, reason = $9, wait_us = $10, status = $11, sent_at = $12, answered_at = $13, lease_until = NULL,
+	why = $15 WHERE id = $14 AND counted`,
 	"DropReserved": `DELETE FROM attempts WHERE (key || '') = $1 AND id BETWEEN $2 AND $3 AND state = 'reserved'`,
 	"LastReserved": `SELECT coalesce(max(seq), 0) FROM attempts
 	WHERE (key || '') = $1 AND id BETWEEN $2 AND $3 AND counted`,
-	"ReleaseReserved": `UPDATE attempts SET state = 'released', lease_until = NULL, reason = $1
+	"ReleaseReserved": `UPDATE attempts SET state = 'released', lease_until = NULL, reason = $1, why = $5
 	WHERE (key || '') = $2 AND id BETWEEN $3 AND $4 AND state = 'reserved'`,
 	// policies
 	"SeenPolicies": `SELECT policy, unit, partition, q, w_us, r, t_us,
@@ -117,7 +117,7 @@ var Statements = map[string]string{
 	// sweep
 	"SweepInterrupted": `UPDATE attempts SET
 	state = CASE state WHEN 'reserved' THEN 'released' ELSE 'interrupted' END, lease_until = NULL,
-	reason = CASE state WHEN 'reserved' THEN $2 ELSE $3 END
+	reason = CASE state WHEN 'reserved' THEN $2 ELSE $3 END, why = CASE state WHEN 'reserved' THEN $4 ELSE $5 END
 	WHERE lease_until IS NOT NULL AND lease_until <= $1`,
 	"SweepAttempts": `DELETE FROM attempts WHERE id = ANY(ARRAY(SELECT id FROM attempts
 	WHERE at < $1 AND lease_until IS NULL ORDER BY at LIMIT $2))`,
@@ -132,7 +132,7 @@ var Statements = map[string]string{
 	WHERE key = $1 AND coalesce(nullif(sent_at, 0), at) >= $2 AND state != 'reserved'
 	GROUP BY b, state, st ORDER BY b, state, st`,
 	"Call": `SELECT id, call_id, attempt, key, caller, transport, method, target,
-	digest, state, reason, probe, at, wait_us, coalesce(sent_at, 0), coalesce(answered_at, 0), coalesce(status, 0),
+	digest, state, CASE WHEN why IS NULL THEN reason ELSE '' END, why, probe, at, wait_us, coalesce(sent_at, 0), coalesce(answered_at, 0), coalesce(status, 0),
 	coalesce(lease_until, 0), instance
 	FROM attempts WHERE key = $1 AND call_id = $2 AND call_id != '' AND state != 'reserved' ORDER BY attempt, id`,
 	"ObservationsOf": `SELECT id, coalesce(attempt_id, 0), policy, unit, partition, q, w_us, r, t_us,
@@ -141,8 +141,8 @@ var Statements = map[string]string{
 	// tx
 	"InsertAttempt": `INSERT INTO attempts
 	(call_id, attempt, key, caller, transport, method, target, digest, state, reason, probe, counted, at, wait_us, lease_until, seq, cseq,
-	 instance, bytes, cbytes)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20) RETURNING id`,
+	 instance, bytes, cbytes, why)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21) RETURNING id`,
 	"LastSend": `SELECT seq, at, coalesce(cbytes, 0) FROM attempts WHERE key = $1 AND counted ORDER BY at DESC, seq DESC LIMIT 1`,
 	"LastCallerSend": `SELECT cseq FROM attempts WHERE key = $1 AND caller = $2 AND cseq IS NOT NULL
 	ORDER BY at DESC, cseq DESC LIMIT 1`,
@@ -152,7 +152,7 @@ var Statements = map[string]string{
 		FROM attempts WHERE key = $1 AND counted AND at >= $2 AND at <= $3) AS o
 	WHERE attempts.id = o.id`,
 	"FinishAttempt": `UPDATE attempts
-	SET state = $1, reason = $2, status = $3, sent_at = $4, answered_at = $5, lease_until = NULL WHERE id = $6`,
+	SET state = $1, reason = $2, status = $3, sent_at = $4, answered_at = $5, lease_until = NULL, why = $7 WHERE id = $6`,
 	"FirstSend": `SELECT f.seq, f.at,
 		(SELECT seq FROM attempts WHERE key = $1 AND counted ORDER BY at DESC, seq DESC LIMIT 1)
 	FROM attempts AS f WHERE f.key = $1 AND f.counted AND f.at > $2 ORDER BY f.at, f.seq LIMIT 1`,
@@ -176,12 +176,12 @@ var Statements = map[string]string{
 	WHERE key = $1 AND lease_until IS NOT NULL AND lease_until > $2 AND id <> ALL($3::bigint[])`,
 	"Latest": `SELECT max(at) FROM attempts WHERE key = $1 AND counted`,
 	"ActivityKey": `SELECT id, call_id, attempt, key, caller, transport, method, target,
-	digest, state, reason, probe, at, wait_us, coalesce(sent_at, 0), coalesce(answered_at, 0), coalesce(status, 0),
+	digest, state, CASE WHEN why IS NULL THEN reason ELSE '' END, why, probe, at, wait_us, coalesce(sent_at, 0), coalesce(answered_at, 0), coalesce(status, 0),
 	coalesce(lease_until, 0), instance FROM attempts
 	WHERE key = $1 AND at >= $2 AND (at, id) < (coalesce((SELECT at FROM attempts WHERE id = $3), $4), $3)
 	AND state != 'reserved' ORDER BY at DESC, id DESC LIMIT $5`,
 	"ActivityAll": `SELECT id, call_id, attempt, key, caller, transport, method, target,
-	digest, state, reason, probe, at, wait_us, coalesce(sent_at, 0), coalesce(answered_at, 0), coalesce(status, 0),
+	digest, state, CASE WHEN why IS NULL THEN reason ELSE '' END, why, probe, at, wait_us, coalesce(sent_at, 0), coalesce(answered_at, 0), coalesce(status, 0),
 	coalesce(lease_until, 0), instance FROM attempts
 	WHERE at >= $2 AND (at, id) < (coalesce((SELECT at FROM attempts WHERE id = $3), $4), $3)
 	AND state != 'reserved' AND $1 = '' ORDER BY at DESC, id DESC LIMIT $5`,

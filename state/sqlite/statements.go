@@ -35,14 +35,14 @@ var Statements = map[string]string{
 		probe, counted, at, wait_us, lease_until, seq, instance, cbytes)
 	SELECT '', 0, ?2, '', '', '', '', '', ?3, ?4, 0, 1, ?5, 0, ?6, ?7 + i, ?8, ?9 FROM slot ORDER BY i RETURNING id`,
 	"ReservedCount": `SELECT count(*) FROM attempts WHERE +key = ? AND id BETWEEN ? AND ? AND state = 'reserved'`,
-	"FinishReserved": `UPDATE attempts SET call_id = ?, attempt = ?, caller = ?, transport = ?, method = ?,
-	target = ?, digest = ?, state = ?, reason = ?, wait_us = ?, status = ?, sent_at = ?, answered_at = ?, lease_until = NULL
-	WHERE id = ? AND counted = 1`,
+	"FinishReserved": `UPDATE attempts SET call_id = ?1, attempt = ?2, caller = ?3, transport = ?4, method = ?5,
+	target = ?6, digest = ?7, state = ?8, reason = ?9, wait_us = ?10, status = ?11, sent_at = ?12, answered_at = ?13, lease_until = NULL,
+	why = ?15 WHERE id = ?14 AND counted = 1`,
 	"DropReserved": `DELETE FROM attempts WHERE +key = ? AND id BETWEEN ? AND ? AND state = 'reserved'`,
 	"LastReserved": `SELECT coalesce(max(seq), 0) FROM attempts
 	WHERE +key = ? AND id BETWEEN ? AND ? AND counted = 1`,
-	"ReleaseReserved": `UPDATE attempts SET state = 'released', lease_until = NULL, reason = ?
-	WHERE +key = ? AND id BETWEEN ? AND ? AND state = 'reserved'`,
+	"ReleaseReserved": `UPDATE attempts SET state = 'released', lease_until = NULL, reason = ?1, why = ?5
+	WHERE +key = ?2 AND id BETWEEN ?3 AND ?4 AND state = 'reserved'`,
 	// policies
 	"SeenPolicies": `SELECT policy, unit, partition, q, w_us, r, t_us,
 	received_at, basis_at, source, hidden, route FROM policies WHERE key = ? ORDER BY policy, unit, partition`,
@@ -116,7 +116,7 @@ var Statements = map[string]string{
 	// sweep
 	"SweepInterrupted": `UPDATE attempts SET
 	state = CASE state WHEN 'reserved' THEN 'released' ELSE 'interrupted' END, lease_until = NULL,
-	reason = CASE state WHEN 'reserved' THEN ?2 ELSE ?3 END
+	reason = CASE state WHEN 'reserved' THEN ?2 ELSE ?3 END, why = CASE state WHEN 'reserved' THEN ?4 ELSE ?5 END
 	WHERE lease_until IS NOT NULL AND lease_until <= ?1`,
 	"SweepAttempts": `DELETE FROM attempts WHERE id IN (SELECT id FROM attempts INDEXED BY attempts_at
 	WHERE at < ? AND lease_until IS NULL ORDER BY at LIMIT ?)`,
@@ -133,7 +133,7 @@ var Statements = map[string]string{
 	WHERE key = ?1 AND coalesce(nullif(sent_at, 0), at) >= ?2 AND state != 'reserved'
 	GROUP BY b, state, st ORDER BY b, state, st`,
 	"Call": `SELECT id, call_id, attempt, key, caller, transport, method, target,
-	digest, state, reason, probe, at, wait_us, coalesce(sent_at, 0), coalesce(answered_at, 0), coalesce(status, 0),
+	digest, state, CASE WHEN why IS NULL THEN reason ELSE '' END, why, probe, at, wait_us, coalesce(sent_at, 0), coalesce(answered_at, 0), coalesce(status, 0),
 	coalesce(lease_until, 0), instance
 	FROM attempts WHERE key = ? AND call_id = ? AND call_id != '' AND state != 'reserved' ORDER BY attempt, id`,
 	"ObservationsOf": `SELECT id, coalesce(attempt_id, 0), policy, unit, partition, q, w_us, r, t_us,
@@ -142,8 +142,8 @@ var Statements = map[string]string{
 	// tx
 	"InsertAttempt": `INSERT INTO attempts
 	(call_id, attempt, key, caller, transport, method, target, digest, state, reason, probe, counted, at, wait_us, lease_until, seq, cseq,
-	 instance, bytes, cbytes)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+	 instance, bytes, cbytes, why)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 	"LastSend": `SELECT seq, at, coalesce(cbytes, 0) FROM attempts WHERE key = ? AND counted = 1 ORDER BY at DESC, seq DESC LIMIT 1`,
 	"LastCallerSend": `SELECT cseq FROM attempts WHERE key = ? AND caller = ? AND cseq IS NOT NULL
 	ORDER BY at DESC, cseq DESC LIMIT 1`,
@@ -153,7 +153,7 @@ var Statements = map[string]string{
 		FROM attempts WHERE key = ?1 AND counted = 1 AND at >= ?2 AND at <= ?3) AS o
 	WHERE attempts.id = o.id`,
 	"FinishAttempt": `UPDATE attempts
-	SET state = ?, reason = ?, status = ?, sent_at = ?, answered_at = ?, lease_until = NULL WHERE id = ?`,
+	SET state = ?1, reason = ?2, status = ?3, sent_at = ?4, answered_at = ?5, lease_until = NULL, why = ?7 WHERE id = ?6`,
 	"FirstSend": `SELECT f.seq, f.at,
 		(SELECT seq FROM attempts WHERE key = ?1 AND counted = 1 ORDER BY at DESC, seq DESC LIMIT 1)
 	FROM attempts AS f WHERE f.key = ?1 AND f.counted = 1 AND f.at > ?2 ORDER BY f.at, f.seq LIMIT 1`,
@@ -177,12 +177,12 @@ var Statements = map[string]string{
 	WHERE key = ?1 AND lease_until IS NOT NULL AND lease_until > ?2 AND id NOT IN (SELECT value FROM json_each(?3))`,
 	"Latest": `SELECT max(at) FROM attempts WHERE key = ? AND counted = 1`,
 	"ActivityKey": `SELECT id, call_id, attempt, key, caller, transport, method, target,
-	digest, state, reason, probe, at, wait_us, coalesce(sent_at, 0), coalesce(answered_at, 0), coalesce(status, 0),
+	digest, state, CASE WHEN why IS NULL THEN reason ELSE '' END, why, probe, at, wait_us, coalesce(sent_at, 0), coalesce(answered_at, 0), coalesce(status, 0),
 	coalesce(lease_until, 0), instance FROM attempts INDEXED BY attempts_key_at
 	WHERE key = ?1 AND at >= ?2 AND (at, id) < (coalesce((SELECT at FROM attempts WHERE id = ?3), ?4), ?3)
 	AND state != 'reserved' ORDER BY at DESC, id DESC LIMIT ?5`,
 	"ActivityAll": `SELECT id, call_id, attempt, key, caller, transport, method, target,
-	digest, state, reason, probe, at, wait_us, coalesce(sent_at, 0), coalesce(answered_at, 0), coalesce(status, 0),
+	digest, state, CASE WHEN why IS NULL THEN reason ELSE '' END, why, probe, at, wait_us, coalesce(sent_at, 0), coalesce(answered_at, 0), coalesce(status, 0),
 	coalesce(lease_until, 0), instance FROM attempts INDEXED BY attempts_at
 	WHERE at >= ?2 AND (at, id) < (coalesce((SELECT at FROM attempts WHERE id = ?3), ?4), ?3)
 	AND state != 'reserved' AND ?1 = '' ORDER BY at DESC, id DESC LIMIT ?5`,

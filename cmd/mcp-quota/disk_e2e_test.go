@@ -12,6 +12,7 @@ import (
 
 	_ "modernc.org/sqlite"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/state"
 )
 
@@ -20,7 +21,10 @@ import (
 // MinCheckpointPages pages while the history is small) instead of growing
 // towards CheckpointPages, and the history grows by a bounded number of
 // bytes per recorded call (logged: the figure the documentation gives).
+// How the log is checkpointed is tested in the state package, also under
+// -short; this is the bound over many calls through a server.
 func TestStateDiskBounded(t *testing.T) {
+	testkit.SkipShort(t, "800 calls through serve, to measure the state file on the disk")
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("RateLimit-Policy", `"default";q=100000;w=60`)

@@ -36,12 +36,14 @@ var (
 	buildErr  error
 )
 
-// binary builds mcp-quota once per test run, with the release's
-// environment and flags (releaseCommand), and returns its path.
+// binary builds mcp-quota once per test binary, as the release is built
+// (releaseCommand: its environment, flags and -ldflags, stamped with
+// stampVersion and stampCommit), and returns its path. TestReleaseStamp
+// checks this build too.
 func binary(t testing.TB) string {
 	t.Helper()
 	testkit.SkipShort(t, "runs the mcp-quota binary")
-	release(t) // a .goreleaser.yaml it cannot read fails here, not inside buildOnce
+	ldflags := releaseLdflags(t) // a .goreleaser.yaml it cannot read fails here, not inside buildOnce
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "mcp-quota-e2e")
 		if err != nil {
@@ -49,7 +51,7 @@ func binary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "mcp-quota")
-		out, err := releaseCommand(t, binPath, "").CombinedOutput()
+		out, err := releaseCommand(t, binPath, ldflags).CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

@@ -26,9 +26,9 @@ import (
 // (each with its own HOME, state directory, working directory and
 // instance name; host-c's clock seven seconds ahead) and a `stdio` agent
 // on one key and one PostgreSQL database, and has them spend the key's
-// budget as greedily as they can against the demo upstream for seven and
-// a half windows, and then until each caller was answered after the
-// outages: REST callers on every host and the agent's fetch loop.
+// budget as greedily as they can against the demo upstream until the last
+// outage has ended, and then until each caller was answered after it:
+// REST callers on every host and the agent's fetch loop.
 // During the run PostgreSQL stops for three seconds and restarts on its
 // port; host-b is killed with SIGKILL half-way; and PostgreSQL hangs for
 // three seconds (its processes stopped: only the state_timeout ends a
@@ -46,12 +46,12 @@ func TestHostsShareOneBudget(t *testing.T) {
 		quota        = 30
 		window       = 4 * time.Second
 		stateTimeout = time.Second
-		load         = 30 * time.Second // how long the callers keep at it, at least…
-		resumeWait   = time.Minute      // …and at most this longer, until every caller was answered after the outages
-		restartAt    = 8 * time.Second  // PostgreSQL stops then for downFor, and restarts
+		restartAt    = 8 * time.Second // PostgreSQL stops then for downFor, and restarts
 		downFor      = 3 * time.Second
 		killAt       = 15 * time.Second // host-b is killed then
 		hangAt       = 19 * time.Second // PostgreSQL hangs then for downFor
+		load         = hangAt + downFor // how long the callers keep at it, at least…
+		resumeWait   = time.Minute      // …and at most this longer, until every caller was answered after the outages
 		workers      = 3                // REST callers on each host
 		maxWait      = 2                // seconds a call waits for the budget: less than downFor
 		// slack is room for a loaded machine in every bound on time.

@@ -68,27 +68,51 @@ func release(t testing.TB) releaseBuild {
 	return releaseSpec
 }
 
-// releaseCommand is "go build" with the release's environment and flags
-// (and -ldflags when given), run from the module's root: the e2e tests'
-// binary is built this way without -ldflags, so that it is the released
-// program and .ci/run's release build reuses its compiled packages.
+// releaseCommand is "go build" with the release's environment, flags and
+// -ldflags (ldflags: releaseLdflags), run from the module's root. The
+// e2e tests' binary is built this way, so that it is the released program
+// and .ci/run's release build reuses its compiled packages.
 func releaseCommand(t testing.TB, out, ldflags string) *exec.Cmd {
 	t.Helper()
 	r := release(t)
 	args := append([]string{"build"}, r.Flags...)
-	if ldflags != "" {
-		args = append(args, "-ldflags="+ldflags)
-	}
+	args = append(args, "-ldflags="+ldflags)
 	cmd := exec.Command("go", append(args, "-o", out, r.Main)...)
 	cmd.Dir = releaseRoot
 	cmd.Env = append(os.Environ(), r.Env...)
 	return cmd
 }
 
-// TestReleaseStamp builds mcp-quota as .goreleaser.yaml says (its
-// environment, flags and -ldflags, with a version and a commit for the
-// templates) with go build, and checks what the release archives must
-// keep: --version prints the stamped version and commit, and the binary
+// The version and commit the e2e tests' binary is stamped with, through
+// .goreleaser.yaml's -ldflags templates {{.Version}} and {{.FullCommit}}.
+const stampVersion, stampCommit = "1.4.2-snapshot.5e6f7a8", "5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f"
+
+// releaseLdflags is .goreleaser.yaml's -ldflags with stampVersion and
+// stampCommit for its templates.
+func releaseLdflags(t testing.TB) string {
+	t.Helper()
+	var unknown []string
+	ldflags := releaseField.ReplaceAllStringFunc(strings.Join(release(t).Ldflags, " "), func(m string) string {
+		switch f := releaseField.FindStringSubmatch(m)[1]; f {
+		case "Version":
+			return stampVersion
+		case "FullCommit":
+			return stampCommit
+		default:
+			unknown = append(unknown, m)
+			return m
+		}
+	})
+	if len(unknown) > 0 {
+		t.Fatalf(".goreleaser.yaml's ldflags use %v: the tests fill in only {{.Version}} and {{.FullCommit}}", unknown)
+	}
+	return ldflags
+}
+
+// TestReleaseStamp checks the binary the e2e tests run, built as
+// .goreleaser.yaml says (its environment, flags and -ldflags, with a
+// version and a commit for the templates) with go build, for what the
+// release archives must keep: --version prints the stamped version and commit, and the binary
 // is static (the container image is FROM scratch). .ci/run builds the
 // archives with GoReleaser itself only when the release's inputs change;
 // this test keeps the stamping checked on every run.
@@ -98,31 +122,12 @@ func TestReleaseStamp(t *testing.T) {
 	if !slices.Contains(r.Goos, runtime.GOOS) || !slices.Contains(r.Goarch, runtime.GOARCH) {
 		t.Skipf("the release has no %s/%s archive", runtime.GOOS, runtime.GOARCH)
 	}
-	const version, commit = "1.4.2-snapshot.5e6f7a8", "5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f"
-	var unknown []string
-	ldflags := releaseField.ReplaceAllStringFunc(strings.Join(r.Ldflags, " "), func(m string) string {
-		switch f := releaseField.FindStringSubmatch(m)[1]; f {
-		case "Version":
-			return version
-		case "FullCommit":
-			return commit
-		default:
-			unknown = append(unknown, m)
-			return m
-		}
-	})
-	if len(unknown) > 0 {
-		t.Fatalf(".goreleaser.yaml's ldflags use %v: this test fills in only {{.Version}} and {{.FullCommit}}", unknown)
-	}
-	bin := filepath.Join(t.TempDir(), r.Binary)
-	if out, err := releaseCommand(t, bin, ldflags).CombinedOutput(); err != nil {
-		t.Fatalf("go build with the release's flags: %v\n%s", err, out)
-	}
+	bin := binary(t) // built as the release is, stamped with stampVersion and stampCommit
 	out, err := exec.Command(bin, "--version").Output()
 	if err != nil {
 		t.Fatalf("%s --version: %v", bin, err)
 	}
-	want := "mcp-quota " + version + " (revision " + commit + ", "
+	want := "mcp-quota " + stampVersion + " (revision " + stampCommit + ", "
 	if got := strings.TrimSpace(string(out)); !strings.HasPrefix(got, want) {
 		t.Errorf("--version of a release build = %q, want it to begin %q", got, want)
 	}

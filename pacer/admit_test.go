@@ -74,8 +74,7 @@ func TestReservations(t *testing.T) {
 // share of every window it uses.
 func TestSyncJobCannotStarveAgent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		e := newEnv(t)
-		e.p = e.pacerAt(e.rerun, nil) // the bubble's clock
+		e := newBubbleEnv(t)
 		k := newKey(policy("default", 10, time.Minute))
 		k.Reserves = []keystore.Reserve{{Caller: "agent", Share: 0.2}}
 		ctx, stop := context.WithCancel(t.Context())
@@ -138,8 +137,7 @@ func TestSyncJobCannotStarveAgent(t *testing.T) {
 func TestWaitOrPause(t *testing.T) {
 	t.Run("wait", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			e := newEnv(t)
-			e.p = e.pacerAt(e.rerun, nil) // the bubble's clock
+			e := newBubbleEnv(t)
 			k := newKey(policy("default", 1, 10*time.Second))
 			first := time.Now()
 			tk, err := e.p.Admit(t.Context(), e.call(k, "agent", "/items"))
@@ -188,8 +186,7 @@ func TestWaitOrPause(t *testing.T) {
 	})
 	t.Run("cancelled", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			e := newEnv(t)
-			e.p = e.pacerAt(e.rerun, nil) // the bubble's clock
+			e := newBubbleEnv(t)
 			k := newKey(policy("default", 1, 10*time.Second))
 			if _, err := e.p.Admit(t.Context(), e.call(k, "agent", "/items")); err != nil {
 				t.Fatal(err)
@@ -205,8 +202,7 @@ func TestWaitOrPause(t *testing.T) {
 	})
 	t.Run("woken by an answer", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			e := newEnv(t)
-			e.p = e.pacerAt(e.rerun, nil) // the bubble's clock
+			e := newBubbleEnv(t)
 			k := newKey()
 			k.MaxConcurrency = 1
 			first, err := e.p.Admit(t.Context(), e.call(k, "agent", "/items"))

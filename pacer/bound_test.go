@@ -29,15 +29,15 @@ func (e *env) known(k *keystore.Key) []ledger.SeenPolicy {
 	return ks
 }
 
-// An upstream that announces 64 new policies on each of 240 answers
-// leaves at most the bound kept; a policy that still binds when it is
+// An upstream that announces 64 new policies on each of 16 answers (30
+// times the bound) leaves at most the bound kept; a policy that still binds when it is
 // evicted keeps binding through the folded policy until it would have
 // expired; the bound is warned of once.
 func TestPolicyFloodIsBounded(t *testing.T) {
 	e := newEnv(t)
 	k := newKey()
 	k.MaxConcurrency = 1000
-	const answers, perAnswer = 240, 64
+	const answers, perAnswer = 16, 64
 	tickets := make([]pacer.Ticket, answers)
 	for i := range tickets {
 		tickets[i] = e.mustAdmit(k, "B", "/items")
@@ -90,9 +90,10 @@ func TestPolicyFloodIsBounded(t *testing.T) {
 }
 
 // A Discord bucket belongs to the route that reported it: a call on
-// another route does not wait for it, and 400 routes do not make each
-// call meet 400 buckets.
+// another route does not wait for it, and 300 routes, more than the
+// buckets kept, do not make each call meet 300 buckets.
 func TestDiscordBucketsHoldForTheirRoute(t *testing.T) {
+	const routes = 300 // more than MaxRouteBuckets
 	e := newEnv(t)
 	k := newKey()
 	k.Profile = ratelimit.Discord
@@ -106,18 +107,18 @@ func TestDiscordBucketsHoldForTheirRoute(t *testing.T) {
 	if pe := e.mustPause(k, "B", "/channels/1/messages"); pe.RetryAfter < 4*time.Second {
 		t.Errorf("the spent bucket's route: retry after %s, want about 5 s", pe.RetryAfter)
 	}
-	// …and no other. (Calls come 25 ms apart: at most 200 buckets are live
+	// …and no other. (Calls come 50 ms apart: at most 100 buckets are live
 	// at once, under the bound.)
-	for i := 2; i <= 400; i++ {
+	for i := 2; i <= routes; i++ {
 		path := fmt.Sprintf("/channels/%d/messages", i)
 		tk, err := e.admitWith(e.p, e.call(k, "A", path))
 		if err != nil {
 			t.Fatalf("route %d: %v, want admitted (its bucket is not known yet)", i, err)
 		}
 		e.answer(tk, http.StatusOK, bucket(fmt.Sprintf("b-%d", i), 0))
-		e.clk.advance(25 * time.Millisecond)
+		e.clk.advance(50 * time.Millisecond)
 	}
 	if n := len(e.known(k)); n > pacer.MaxRouteBuckets+1 {
-		t.Errorf("buckets kept after 400 routes: %d, want at most %d and the folded policy", n, pacer.MaxRouteBuckets)
+		t.Errorf("buckets kept after %d routes: %d, want at most %d and the folded policy", routes, n, pacer.MaxRouteBuckets)
 	}
 }

@@ -26,8 +26,8 @@ type testClock struct{ *testkit.Clock }
 
 func (c testClock) advance(d time.Duration) { c.Advance(d) }
 
-// env is one state file with a Pacer on a test clock. Every call it makes
-// goes through a real SQLite file in t.TempDir().
+// env is one state file with a Pacer, both on a test clock. Every call
+// it makes goes through a real SQLite file in t.TempDir().
 type env struct {
 	t     *testing.T
 	path  string
@@ -35,12 +35,30 @@ type env struct {
 	rerun *testkit.RerunStore // e.p's store: e.db, each Update's function run twice
 	p     *pacer.Pacer
 	clk   testClock
+	on    clock.Clock  // what e.p and every state e opens run on: clk, or nil (a synctest bubble's time)
 	n     atomic.Int64 // calls made, for call IDs
 }
 
+// newEnv returns an env whose Pacer and state run on its test clock:
+// nothing happens in them by real time, and a lease runs out, a journal
+// lingers and a check falls due as the test moves the clock.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{t: t, path: freshState(t), clk: testClock{testkit.NewClock(start)}}
+	clk := testClock{testkit.NewClock(start)}
+	return newEnvOn(t, clk, clk)
+}
+
+// newBubbleEnv returns an env for a test in a synctest bubble: its Pacer
+// and state run on the bubble's time, which moves when every goroutine of
+// the bubble waits.
+func newBubbleEnv(t *testing.T) *env {
+	t.Helper()
+	return newEnvOn(t, testClock{testkit.NewClock(start)}, nil)
+}
+
+func newEnvOn(t *testing.T, clk testClock, on clock.Clock) *env {
+	t.Helper()
+	e := &env{t: t, path: freshState(t), clk: clk, on: on}
 	e.db, e.p = e.open()
 	// e.p runs every transaction twice, as a database that retries one
 	// does: no test of the pacer passes on a closure that keeps anything
@@ -54,7 +72,7 @@ func newEnv(t *testing.T) *env {
 // on the same clock.
 func (e *env) open() (*state.DB, *pacer.Pacer) {
 	e.t.Helper()
-	db, err := state.Open(context.Background(), e.path)
+	db, err := state.Open(context.Background(), e.path, state.WithClock(e.on))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -62,16 +80,11 @@ func (e *env) open() (*state.DB, *pacer.Pacer) {
 	return db, e.pacerOn(db)
 }
 
-// pacerOn returns a Pacer on db at the env's clock: a lease runs out by
-// the test clock, and no wall-clock timer gives its slots back behind the
-// test's back.
+// pacerOn returns a Pacer on db at the env's clock, with a fixed jitter:
+// a lease runs out by the test clock, and no wall-clock timer gives its
+// slots back behind the test's back.
 func (e *env) pacerOn(db ledger.Store) *pacer.Pacer {
-	return e.pacerAt(db, e.clk)
-}
-
-// pacerAt returns a Pacer on db at clk, with a fixed jitter.
-func (e *env) pacerAt(db ledger.Store, clk clock.Clock) *pacer.Pacer {
-	return pacer.New(db, pacer.WithClock(clk), pacer.WithJitter(func() float64 { return 0.5 }))
+	return pacer.New(db, pacer.WithClock(e.on), pacer.WithJitter(func() float64 { return 0.5 }))
 }
 
 // newKey returns a key with the given documented policies, no smoothing

@@ -117,8 +117,10 @@ func TestPreferWait(t *testing.T) {
 	if got := resp.Header.Get("Preference-Applied"); got != "wait=5" {
 		t.Errorf("Preference-Applied %q, want wait=5", got)
 	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("held %v for a 1.5 s window", d)
+	// Held until the window's slot came free, not for all the wait it
+	// allowed: only that claim, not how fast this machine went.
+	if d := time.Since(start); d >= 5*time.Second {
+		t.Errorf("held %v for a 1.5 s window: the whole wait=5", d)
 	}
 	if n := s.upstreamRequests(); n != 2 {
 		t.Errorf("the upstream got %d requests, want 2", n)

@@ -24,8 +24,10 @@ import (
 const (
 	ghQuota  = 10
 	ghWindow = 3 * time.Second
-	// loopFor is how long each SDK loops: two windows, and the second
-	// it may wait past each for a reset in whole seconds, and a margin.
+	// loopFor is how long go-github loops: long enough that every slot
+	// of the first window (its calls spread over up to a window) is due
+	// again, a window and the slot's come-back later (see spent), before
+	// the loop ends.
 	loopFor = 3*ghWindow + ghWindow/2
 )
 
@@ -119,7 +121,7 @@ func goGitHubLoop(ctx context.Context, base, token string, until time.Time) (*gh
 		case errors.As(err, &rle):
 			run.primary++
 			run.rates, run.at = append(run.rates, rle.Rate), append(run.at, now)
-			if err := wait(time.Until(rle.Rate.Reset.Time)); err != nil {
+			if err := wait(min(time.Until(rle.Rate.Reset.Time), time.Until(until))); err != nil {
 				return run, err
 			}
 		case errors.As(err, &abuse):
@@ -128,7 +130,7 @@ func goGitHubLoop(ctx context.Context, base, token string, until time.Time) (*gh
 			if abuse.RetryAfter != nil {
 				d = *abuse.RetryAfter
 			}
-			if err := wait(d); err != nil {
+			if err := wait(min(d, time.Until(until))); err != nil {
 				return run, err
 			}
 		default:
@@ -141,7 +143,9 @@ func goGitHubLoop(ctx context.Context, base, token string, until time.Time) (*gh
 // TestGoGitHubThroughTheRESTSide runs go-github v75's documented loop,
 // two callers on one key, for more than two of the stand-in's windows,
 // with and without the policy documented: the upstream never refuses,
-// every full window is spent to its allowance, every rate go-github reads
+// mcp-quota's log never holds more than the documented quota in a
+// rolling window and takes every slot of the first window again soon
+// after it comes free (the budget does not idle), every rate go-github reads
 // has a limit no higher than the upstream's and a reset in the future,
 // and every refusal by mcp-quota reaches it as a RateLimitError it waits
 // out.
@@ -149,6 +153,7 @@ func TestGoGitHubThroughTheRESTSide(t *testing.T) {
 	testkit.SkipShort(t, "runs go-github for several windows of real time")
 	for _, documented := range []bool{true, false} {
 		t.Run(fmt.Sprintf("documented=%v", documented), func(t *testing.T) {
+			t.Parallel() // each on its own stack and stand-in
 			up := newGHStandIn(upstreamSecret, ghQuota, ghWindow)
 			keys, callers := githubKeys(documented)
 			s := newStack(t, stackConfig{Upstream: up, Keys: keys, Callers: callers, QuietLog: true, Limits: refuseAtOnce})
@@ -170,18 +175,13 @@ func TestGoGitHubThroughTheRESTSide(t *testing.T) {
 					t.Errorf("caller %d: go-github surfaced %v", i, err)
 				}
 			}
-			full, refusals, calls := up.windows(until)
+			refusals, calls := up.answered()
 			if len(refusals) > 0 {
 				t.Errorf("the upstream refused %d of %d calls: %v", len(refusals), calls, refusals)
 			}
-			if len(full) < 2 {
-				t.Errorf("the upstream saw %d full windows, want at least 2", len(full))
-			}
-			for i, n := range full {
-				if n != ghQuota {
-					t.Errorf("window %d spent %d calls, want %d", i, n, ghQuota)
-				}
-			}
+			// go-github waits until the reset it reads, a whole second.
+			ghSpent := spent{quota: ghQuota, window: ghWindow, comeBack: time.Second + time.Second + ghWindow/2}
+			ghSpent.check(t, s.tries(t, "github"), until, documented)
 			for i, run := range runs {
 				if run == nil {
 					continue
@@ -197,7 +197,7 @@ func TestGoGitHubThroughTheRESTSide(t *testing.T) {
 				}
 				// Each refusal is waited out until the reset it names: no
 				// more than a few per window.
-				if got, most := run.statuses.n[http.StatusTooManyRequests], 3*(len(full)+1); got > most {
+				if got, most := run.statuses.n[http.StatusTooManyRequests], 3*windowsIn(loopFor, ghWindow); got > most {
 					t.Errorf("caller %d met %d refusals, want at most %d (it must back off)", i, got, most)
 				}
 				if run.secondary > 0 {
@@ -214,13 +214,17 @@ func TestGoGitHubThroughTheRESTSide(t *testing.T) {
 // TestGitHubSecondaryLimitStaysSecondary: a secondary-limit 403 reaches
 // go-github as GitHub sent it (an AbuseRateLimitError with its
 // Retry-After, the primary remaining unchanged), mcp-quota's own refusal
-// during that wait reads as a secondary limit too, and no answer after
-// it announces a limit above the upstream's.
+// during that wait reads as a secondary limit too, and after the wait
+// the rest of the primary quota is spent, no answer announces a limit
+// above the upstream's, and mcp-quota refuses the call beyond as a
+// primary limit. The primary window is longer than the test, so that
+// what is left of it does not depend on how fast the calls go.
 func TestGitHubSecondaryLimitStaysSecondary(t *testing.T) {
 	testkit.SkipShort(t, "waits out a secondary limit in real time")
-	up := newGHStandIn(upstreamSecret, ghQuota, ghWindow)
+	const window = time.Minute
+	up := newGHStandIn(upstreamSecret, ghQuota, window)
 	up.secondaryAt = 4
-	keys, callers := githubKeys(true)
+	keys, callers := vendorConfig("github", "github", testkit.Policy{Name: "core", Quota: ghQuota, Window: window})
 	s := newStack(t, stackConfig{Upstream: up, Keys: keys, Callers: callers, QuietLog: true, Limits: refuseAtOnce})
 	c := github.NewClient(nil).WithAuthToken(syncToken)
 	u, _ := url.Parse(s.URL + "/k/github/")
@@ -250,7 +254,7 @@ func TestGitHubSecondaryLimitStaysSecondary(t *testing.T) {
 			t.Errorf("call %d (refused by %s): X-RateLimit-Remaining %q, want the upstream's %d (a secondary limit spends no primary quota)", i+1, from, got, left)
 		}
 	}
-	if _, refusals, calls := up.windows(time.Now()); len(refusals) != 1 || calls != up.secondaryAt {
+	if refusals, calls := up.answered(); len(refusals) != 1 || calls != up.secondaryAt {
 		t.Errorf("the upstream got %d calls and refused %v, want the one refusal", calls, refusals)
 	}
 	// What the refusal taught is a wait, not a count limit.
@@ -267,16 +271,25 @@ func TestGitHubSecondaryLimitStaysSecondary(t *testing.T) {
 			t.Errorf("a secondary limit was taken for a count limit: %d calls per %v", b.Limit, b.Window)
 		}
 	}
-	// After the wait, every answer announces no more than the upstream.
-	for range 2 * ghQuota {
+	// After the wait, the rest of the primary quota goes, every answer
+	// announcing no more than the upstream, until mcp-quota refuses as
+	// GitHub would.
+	left := ghQuota - up.secondaryAt + 1
+	went, waits := 0, 0
+	for {
 		_, resp, err := c.Users.Get(ctx, "")
 		var rle *github.RateLimitError
 		var abuse *github.AbuseRateLimitError
 		switch {
-		case err == nil, errors.As(err, &rle):
+		case err == nil:
+			went++
+		case errors.As(err, &rle):
 		case errors.As(err, &abuse):
 			if abuse.RetryAfter == nil {
 				t.Fatal("a secondary limit without RetryAfter")
+			}
+			if waits++; went > 0 || waits > 2 {
+				t.Fatalf("a secondary limit after %d calls went and %d waits; want it only before the wait ends", went, waits)
 			}
 			time.Sleep(*abuse.RetryAfter) // go-github's documented wait
 			continue
@@ -287,11 +300,17 @@ func TestGitHubSecondaryLimitStaysSecondary(t *testing.T) {
 			t.Errorf("X-RateLimit-Limit %d, more than the upstream's %d", resp.Rate.Limit, ghQuota)
 		}
 		if rle != nil {
-			time.Sleep(time.Until(rle.Rate.Reset.Time)) // go-github's documented wait
+			if rle.Rate.Remaining != 0 || !rle.Rate.Reset.After(time.Now()) {
+				t.Errorf("mcp-quota's primary refusal: remaining %d, reset %v; want none left until a reset to come", rle.Rate.Remaining, rle.Rate.Reset.Time)
+			}
+			break
+		}
+		if went > left {
+			t.Fatalf("%d calls went after the secondary limit, more than the %d the primary window had left", went, left)
 		}
 	}
-	if _, refusals, _ := up.windows(time.Now()); len(refusals) != 1 {
-		t.Errorf("the upstream refused %v after the secondary limit", refusals[1:])
+	if refusals, calls := up.answered(); len(refusals) != 1 || calls != up.secondaryAt+went || went == 0 {
+		t.Errorf("the upstream got %d calls (%d after the wait) and refused %v; want the one refusal", calls, went, refusals)
 	}
 }
 

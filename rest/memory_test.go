@@ -52,7 +52,8 @@ func TestWallsBodyMemoryBound(t *testing.T) {
 	for i := range results {
 		mc := mcpClient(t, s, agentToken)
 		wg.Go(func() {
-			res, sc := callTool(t, mc, "fetch", map[string]any{"key": "demo", "path": fmt.Sprintf("/big?i=%d", i), "max_length": 10})
+			res, sc := callTool(t, mc, "fetch", map[string]any{"key": "demo", "path": fmt.Sprintf("/big?i=%d", i), "max_length": 10,
+				"max_wait_s": 60}) // the key lets 4 at once: the others wait their turn
 			if !res.IsError {
 				var f struct {
 					Total int `json:"total_length"`

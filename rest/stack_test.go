@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/gateway"
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
@@ -64,6 +65,10 @@ type stackConfig struct {
 	AnswerTimeout time.Duration
 	// Fetch bounds the fetch tool (tools.Deps.Fetch).
 	Fetch tools.FetchLimits
+	// Clock is the time the pacer, the upstream client, the REST side,
+	// the tools and the gateway read; nil means real time. The upstream
+	// and the state file keep real time.
+	Clock clock.Clock
 }
 
 var defaultKeys = testkit.Keys(
@@ -144,15 +149,16 @@ func newStack(t testing.TB, sc stackConfig) *stack {
 		t.Fatal(err)
 	}
 	s.DB = db
-	s.Pacer = pacer.New(db)
+	s.Pacer = pacer.New(db, pacer.WithClock(sc.Clock))
 	s.Client = upstream.New(s.Pacer, log)
+	s.Client.Clock = sc.Clock
 	if sc.Client != nil {
 		sc.Client(s.Client)
 	}
-	s.REST = &rest.Handler{Keys: store, Client: s.Client, Pacer: s.Pacer, DB: db, Log: log, Limits: sc.Limits}
+	s.REST = &rest.Handler{Keys: store, Client: s.Client, Pacer: s.Pacer, DB: db, Log: log, Limits: sc.Limits, Clock: sc.Clock}
 	mcp := tools.NewServer(&tools.Deps{Keys: store, Client: s.Client, Pacer: s.Pacer, DB: db, Log: log, Transport: "mcp-http",
-		AnswerTimeout: sc.AnswerTimeout, Fetch: sc.Fetch}, "test")
-	gc := gateway.Config{Keys: store, REST: s.REST, MCP: mcp, DB: db, Log: log, Loopback: true}
+		AnswerTimeout: sc.AnswerTimeout, Fetch: sc.Fetch, Clock: sc.Clock}, "test")
+	gc := gateway.Config{Keys: store, REST: s.REST, MCP: mcp, DB: db, Log: log, Loopback: true, Clock: sc.Clock}
 	if sc.Gateway != nil {
 		sc.Gateway(&gc)
 	}

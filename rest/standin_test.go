@@ -4,43 +4,28 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
+	"testing"
 	"time"
+
+	"github.com/mcp-quota/mcp-quota/demo"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
 // windowCount is a fixed window that starts with the first call after
-// the previous one ended, as GitHub's and OpenAI's do, and what was spent
-// in each.
+// the previous one ended, as GitHub's and OpenAI's do.
 type windowCount struct {
 	quota  int
 	window time.Duration
 	start  time.Time
 	used   int
-	full   []int       // what each ended window spent
-	ends   []time.Time // when each of them ended
-}
-
-// spentBy returns what each window that ended by t spent: a window still
-// open when the callers stopped (a late retry closes it) was not looped
-// through whole.
-func spentBy(full []int, ends []time.Time, t time.Time) []int {
-	var out []int
-	for i, n := range full {
-		if !ends[i].After(t) {
-			out = append(out, n)
-		}
-	}
-	return out
 }
 
 // take spends one at now; ok is false when the window is spent.
 func (c *windowCount) take(now time.Time, n int) (ok bool) {
 	if c.start.IsZero() || !now.Before(c.start.Add(c.window)) {
-		if !c.start.IsZero() {
-			c.full = append(c.full, c.used)
-			c.ends = append(c.ends, c.start.Add(c.window))
-		}
 		c.start, c.used = now, 0
 	}
 	if c.used+n > c.quota {
@@ -118,13 +103,11 @@ func (g *ghStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// windows returns what each ended window spent, and the refusals.
-// windows returns what each primary window that ended by t spent, the
-// refusals and the calls.
-func (g *ghStandIn) windows(t time.Time) (full []int, refusals []string, calls int) {
+// answered returns the refusals it answered and the calls it got.
+func (g *ghStandIn) answered() (refusals []string, calls int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return spentBy(g.primary.full, g.primary.ends, t), append([]string(nil), g.refusals...), g.calls
+	return append([]string(nil), g.refusals...), g.calls
 }
 
 // openAIStandIn is an OpenAI-like upstream: POST /v1/chat/completions
@@ -196,10 +179,139 @@ func (o *openAIStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		"usage":   map[string]any{"prompt_tokens": 0, "completion_tokens": cost, "total_tokens": cost}})
 }
 
-// windows returns what each window that ended by t spent, in requests
-// and in tokens, the refusals and the calls.
-func (o *openAIStandIn) windows(t time.Time) (requests, tokens []int, refusals []string, calls int) {
+// answered returns the refusals it answered and the calls it got.
+func (o *openAIStandIn) answered() (refusals []string, calls int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return spentBy(o.requests.full, o.requests.ends, t), spentBy(o.tokens.full, o.tokens.ends, t), append([]string(nil), o.refusals...), o.calls
+	return append([]string(nil), o.refusals...), o.calls
+}
+
+// A try is one attempt on a key as mcp-quota's activity has it: when it
+// was admitted or refused, and when its caller asked (before any wait).
+type try struct {
+	caller    string
+	at, asked time.Time
+	admitted  bool
+}
+
+// tries returns the attempts on key, oldest first, from mcp-quota's own
+// activity: the times its promises are made on.
+func (s *stack) tries(t testing.TB, key string) []try {
+	t.Helper()
+	var out []try
+	if err := s.DB.View(t.Context(), func(tx ledger.Tx) error {
+		list, err := tx.Activity(ledger.ActivityFilter{Key: key, Limit: 10_000})
+		for _, a := range list {
+			out = append(out, try{caller: a.Caller, at: a.At, asked: a.At.Add(-a.Wait), admitted: a.State != ledger.RejectedLocal})
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(out, func(a, b try) int { return a.at.Compare(b.at) })
+	return out
+}
+
+// spent is how a key's budget of quota calls per window was spent, judged
+// on mcp-quota's own log of attempts rather than on the upstream's
+// window edges, so that it holds however the calls were spaced, however
+// slowly the callers came, and whatever delay the calls met on their way
+// to the upstream.
+type spent struct {
+	quota  int
+	window time.Duration
+	// comeBack bounds how long a slot stays free once it came free (a
+	// window after the admission that took it) and a caller asked for it
+	// (a call held, refused and not yet back, or asked for after):
+	// the second the upstream's reset is rounded to (it holds until the
+	// end of that second), the SDK's own wait past the reset it read, and
+	// half a window for the caller to come back with its next call.
+	comeBack time.Duration
+}
+
+// check reports a rolling window of admissions holding more than the
+// quota (when rolling is set: the key's documented policy, a promise made
+// on mcp-quota's clock) and a slot not taken again within comeBack of
+// being free and asked for, among the slots due again before end (when
+// the callers stopped looping); no slot to judge is an error too.
+func (sp spent) check(t *testing.T, tries []try, end time.Time, rolling bool) {
+	t.Helper()
+	var at []time.Time
+	for _, tr := range tries {
+		if tr.admitted {
+			at = append(at, tr.at)
+		}
+	}
+	if got := (demo.Stats{Accepted: at}).MaxInWindow(sp.window); rolling && got > sp.quota {
+		t.Errorf("mcp-quota admitted %d calls within one %v, more than the quota of %d", got, sp.window, sp.quota)
+	}
+	// A caller waits on mcp-quota while an attempt is held (from its ask
+	// to its admission or refusal) and, once refused, until it asks
+	// again: mcp-quota told it when to.
+	type span struct{ from, to time.Time }
+	var waiting []span
+	last := map[string]int{} // each caller's latest attempt so far
+	for j, tr := range tries {
+		waiting = append(waiting, span{tr.asked, tr.at})
+		if k, ok := last[tr.caller]; ok && !tries[k].admitted {
+			waiting = append(waiting, span{tries[k].at, tr.asked})
+		}
+		last[tr.caller] = j
+	}
+	for _, k := range last {
+		if !tries[k].admitted {
+			waiting = append(waiting, span{tries[k].at, end})
+		}
+	}
+	// demandFrom is the first moment from x on that a caller waits on
+	// mcp-quota or asks; ok is false when none does.
+	demandFrom := func(x time.Time) (d time.Time, ok bool) {
+		for _, w := range waiting {
+			if !w.to.Before(x) && (!ok || w.from.Before(d)) {
+				d, ok = w.from, true
+			}
+		}
+		if ok && d.Before(x) {
+			d = x
+		}
+		return d, ok
+	}
+	judged := 0
+	var longest time.Duration
+	for i := range at {
+		free := at[i].Add(sp.window)
+		demand, ok := demandFrom(free)
+		if !ok {
+			break // nobody asked after it came free
+		}
+		due := demand.Add(sp.comeBack) // the latest the slot may be taken again
+		if due.After(end) {
+			break
+		}
+		judged++
+		if i+sp.quota < len(at) {
+			longest = max(longest, at[i+sp.quota].Sub(demand))
+		}
+		if i+sp.quota >= len(at) || at[i+sp.quota].After(due) {
+			next := "never"
+			if i+sp.quota < len(at) {
+				next = at[i+sp.quota].Sub(demand).Round(time.Millisecond).String() + " after"
+			}
+			t.Errorf("admission %d of %d: its slot, free and asked for %v after it, was taken again %s, want within %v: the budget idled",
+				i, len(at), demand.Sub(at[i]).Round(time.Millisecond), next, sp.comeBack)
+		}
+	}
+	if judged == 0 {
+		t.Errorf("no slot came free and was asked for while the callers looped: nothing to judge")
+		for i, a := range at {
+			t.Logf("admission %d: %v before the callers stopped", i, end.Sub(a).Round(time.Millisecond))
+		}
+	}
+	t.Logf("%d admissions; %d slots judged, the longest from free and asked for to taken again: %v (at most %v)",
+		len(at), judged, longest.Round(time.Millisecond), sp.comeBack)
+}
+
+// windowsIn is how many windows a loop of d touches.
+func windowsIn(d, window time.Duration) int {
+	return int((d + window - 1) / window)
 }

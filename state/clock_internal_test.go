@@ -209,11 +209,13 @@ func TestJournalLingersOnItsClock(t *testing.T) {
 }
 
 // While another process holds the file's write lock, the journal's
-// applier tries for BusyTimeout on the DB's clock, then backs off on it,
-// and applies the outcome at its next try once the lock is free.
+// applier tries for BusyTimeout (real time, see begin: here the same
+// test's clock stands in for it), then backs off on the DB's clock, and
+// applies the outcome at its next try once the lock is free.
 func TestJournalRetriesOnItsClock(t *testing.T) {
 	clk := newTimerClock()
 	db := openOn(t, clk)
+	db.lockWait = clk
 	s := sqliteJournal(db)
 	f := s.admitted(t)
 	release := holdWriteLock(t, db)
@@ -257,12 +259,31 @@ func TestJournalRetriesOnItsClock(t *testing.T) {
 	}
 }
 
-// Update waits out another process's write lock between tries on the
-// DB's clock, and fails with ErrBusy once that clock has gone
-// BusyTimeout past its first try.
-func TestUpdateWaitsForTheLockOnItsClock(t *testing.T) {
-	clk := newTimerClock()
-	db := openOn(t, clk)
+// A realTimers is real time that tells a test of each timer set on it,
+// with its duration.
+type realTimers struct {
+	clock.Clock
+	timers chan time.Duration
+}
+
+func newRealTimers() *realTimers {
+	return &realTimers{Clock: clock.Real, timers: make(chan time.Duration, 100)}
+}
+
+func (c *realTimers) NewTimer(d time.Duration) (clock.Timer, <-chan time.Time) {
+	c.timers <- d
+	return c.Clock.NewTimer(d)
+}
+
+// Update waits out another process's write lock on real time, not on the
+// DB's clock: it looks at the lock again at most 2ms apart, and fails
+// with ErrBusy once BusyTimeout has gone by since its first try. Here a
+// test's clock stands in for real time (the DB's lockWait), and the DB's
+// own clock, which nobody moves, has no timer set on it.
+func TestUpdateWaitsForTheLockInRealTime(t *testing.T) {
+	dbClock, clk := newTimerClock(), newTimerClock()
+	db := openOn(t, dbClock)
+	db.lockWait = clk
 	defer holdWriteLock(t, db)()
 	done := make(chan error, 1)
 	go func() { done <- db.Update(context.Background(), func(ledger.Tx) error { return nil }) }()
@@ -274,17 +295,49 @@ func TestUpdateWaitsForTheLockOnItsClock(t *testing.T) {
 				t.Fatalf("a wait of %v for the lock, want at most 2ms between tries", d)
 			}
 			clk.Advance(time.Second)
+		case d := <-dbClock.timers:
+			t.Fatalf("Update set a timer of %v on the DB's clock, which nobody moves, to wait for the lock: want real time", d)
 		case err = <-done:
 			waiting = false
 		case <-time.After(hangs):
-			t.Fatalf("Update neither set a timer on its clock nor returned within %v", hangs)
+			t.Fatalf("Update neither set a timer for the lock nor returned within %v", hangs)
 		}
 	}
 	if !errors.Is(err, ErrBusy) {
 		t.Fatalf("Update while another process holds the lock: %v, want ErrBusy", err)
 	}
 	if waited := clk.Now().Sub(start); waited <= BusyTimeout || waited > BusyTimeout+time.Second {
-		t.Errorf("Update gave up after %v of its clock, want just over BusyTimeout (%v)", waited, BusyTimeout)
+		t.Errorf("Update gave up after %v, want just over BusyTimeout (%v)", waited, BusyTimeout)
+	}
+}
+
+// On a clock that nobody moves (a test's, about something else), Update
+// still takes the write lock once another process lets go of it: it looks
+// again on real time.
+func TestUpdateOnAStoppedClockTakesTheFreedLock(t *testing.T) {
+	dbClock, wall := newTimerClock(), newRealTimers()
+	db := openOn(t, dbClock)
+	db.lockWait = wall
+	release := holdWriteLock(t, db)
+	done := make(chan error, 1)
+	go func() { done <- db.Update(context.Background(), func(ledger.Tx) error { return nil }) }()
+	select {
+	case <-wall.timers: // Update found the file locked, and waits
+	case d := <-dbClock.timers:
+		t.Fatalf("Update set a timer of %v on the DB's clock, which nobody moves, to wait for the lock: want real time", d)
+	case err := <-done:
+		t.Fatalf("Update returned %v while another process held the lock", err)
+	case <-time.After(hangs):
+		t.Fatalf("Update neither waited for the lock nor returned within %v", hangs)
+	}
+	release()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Update once the lock was free: %v, want it committed", err)
+		}
+	case <-time.After(hangs):
+		t.Fatalf("Update did not take the freed lock within %v with its clock standing still", hangs)
 	}
 }
 

@@ -82,16 +82,19 @@ type DB struct {
 	wh writeHealth    // how the last writes ended (see Check)
 	bg sync.WaitGroup // the background checks (see watch)
 
-	clock clock.Clock // the process's clock: health's times, the waits between tries, the journal's timers
+	clock clock.Clock // the process's clock: health's times, the journal's timers
+
+	lockWait clock.Clock // what the waits for another process's write lock run on (see begin): nil, real time; a test's clock in this package's tests
 }
 
 // An Option tunes a DB at Open.
 type Option func(*DB)
 
 // WithClock makes c the DB's clock: what its health checks are dated by
-// (Check), and what the waits between two tries of a write lock another
-// process holds, and the journal's linger and backoff, run on. Nil means
-// real time. Admission times are not the DB's: they are the pacer's.
+// (Check), and what the journal's linger and backoff run on. Nil means
+// real time. Waits for a write lock another process holds are real time
+// whatever c is (see Update). Admission times are not the DB's: they are
+// the pacer's.
 func WithClock(c clock.Clock) Option { return func(db *DB) { db.clock = clock.Or(c) } }
 
 // Open opens (creating if needed) the state file at path and brings its

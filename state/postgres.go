@@ -517,7 +517,9 @@ func (pg *Postgres) View(ctx context.Context, fn func(ledger.Tx) error) error {
 
 // Update runs fn in a read-write transaction holding keys (see Postgres).
 // A transaction the server aborts to break a deadlock, or that a dropped
-// connection ended before fn ran, is run again, within the bound.
+// connection ended before it asked to commit, is run again, within the
+// bound. One whose COMMIT went out and got no answer is not: Update fails
+// with ErrUnavailable, and the transaction may have committed.
 func (pg *Postgres) Update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
 	return pg.update(ctx, func(tx *Tx) error { return fn(tx) }, keys...)
 }
@@ -550,7 +552,12 @@ func (pg *Postgres) Sweep(ctx context.Context, now, before time.Time) (Swept, er
 }
 
 // run runs fn in one transaction of opts (nil for read-write) holding
-// keys, within the bound, again when the server asks for it.
+// keys, within the bound, again when the server asks for it or the
+// connection was lost before the transaction asked to commit. A write
+// transaction whose COMMIT went out is never run again when its answer
+// is lost: the server may have committed it, and a second run would
+// make its writes twice (an admission recorded twice for one call). run
+// fails then with ErrUnavailable, saying that the outcome is unknown.
 func (pg *Postgres) run(ctx context.Context, opts *sql.TxOptions, keys []string, fn func(*Tx) error) error {
 	bounded, cancel := context.WithTimeout(ctx, pg.timeout)
 	defer cancel()
@@ -567,6 +574,10 @@ func (pg *Postgres) run(ctx context.Context, opts *sql.TxOptions, keys []string,
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("state: %w", ctx.Err())
+		}
+		if unknownCommit(err, opts) {
+			return fmt.Errorf("state: PostgreSQL at %s: the answer to a transaction's COMMIT was lost (%v): "+
+				"whether it committed is unknown, so it is not run again: %w", pg.where, pgCause(err), ErrUnavailable)
 		}
 		// A server that ended the connection (pg_terminate_backend, a
 		// restart) ended the pool's idle ones too, which fail one by one:
@@ -669,25 +680,48 @@ func ended(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "57P01" || pe.Code == "57P02")
 }
 
+// unknownCommit says err leaves it unknown whether a transaction of opts
+// committed: it writes, it asked to commit, and the server did not
+// answer that it rolled back — the connection was lost or ended after
+// the COMMIT went out, or the bound passed while it waited for the
+// answer. pgconn.SafeToRetry cannot tell a COMMIT that never went out:
+// pgx reports a connection lost while it waits for any answer as "conn
+// closed", which it says is safe to retry.
+func unknownCommit(err error, opts *sql.TxOptions) bool {
+	if opts != nil && opts.ReadOnly || !errors.As(err, new(*commitError)) {
+		return false
+	}
+	var pe *pgconn.PgError
+	return !errors.As(err, &pe) || pe.Code == "57P01" || pe.Code == "57P02" // admin_shutdown, crash_shutdown
+}
+
 // retryable says the server aborted a transaction that may simply be run
 // again: a deadlock broken, a serialisation failure, a connection that
-// was dropped (a restart) before the pool noticed, or one the server
-// ended (pg_terminate_backend, a shutdown) before the transaction asked
-// to commit — it committed nothing then. A connection ended during the
-// COMMIT leaves it unknown whether the transaction committed: that is
-// not run again.
+// was dropped (a restart, a network fault) before the transaction asked
+// to commit — it committed nothing then —, or one the server ended
+// (pg_terminate_backend, a shutdown). A write transaction whose COMMIT
+// went out is not run again (see unknownCommit).
 func retryable(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch pe.Code {
-		case "40001", "40P01":
+		case "40001", "40P01", "57P01", "57P02": // admin_shutdown, crash_shutdown
 			return true
-		case "57P01", "57P02": // admin_shutdown, crash_shutdown
-			return !errors.As(err, new(*commitError))
 		}
 		return false
 	}
-	return errors.Is(err, driver.ErrBadConn) || pgconn.SafeToRetry(err)
+	return errors.Is(err, driver.ErrBadConn) || pgconn.SafeToRetry(err) || lost(err)
+}
+
+// lost says err is the connection lost in the middle of a statement: cut,
+// reset, or closed by pgx after a read failed.
+func lost(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() || pgconn.Timeout(err) || errors.As(err, new(*pgconn.ConnectError)) {
+		return false // the bound, which run checks itself; a connection not made
+	}
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, sql.ErrConnDone)
 }
 
 // failed wraps err, from what, as ErrUnavailable when the database did

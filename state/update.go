@@ -11,6 +11,7 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
@@ -58,8 +59,8 @@ func (w *write) outcome() error {
 // it; none returns before its writes are committed.
 //
 // While another process writes, Update retries every few hundred
-// microseconds of the DB's clock (see WithClock), for at most BusyTimeout
-// of it or until ctx ends. Once fn has started it runs to its end: ctx
+// microseconds, for at most BusyTimeout or until ctx ends: in real time,
+// whatever the DB's clock (see begin). Once fn has started it runs to its end: ctx
 // bounds the wait for the transaction, not fn's statements.
 //
 // Every write transaction on the file holds every key: keys says nothing
@@ -168,7 +169,17 @@ func (db *DB) batch(wake, stop <-chan struct{}) {
 // starved while another process writes back to back. It fails the queued
 // writes whose callers stopped waiting, or that waited BusyTimeout, and
 // gives up when none is left.
+//
+// These waits, and BusyTimeout, are real time, not the DB's clock: the
+// lock is held by another process's (or another DB's) code, which runs
+// and lets go of it in real time whatever any clock says. On a test's
+// clock that nobody moves, a wait on that clock would never look at the
+// lock again, though it is free; and on a clock a test moves by minutes,
+// a write that waited microseconds for another writer would fail as
+// busy. What the DB's clock times is what the DB decides itself (its
+// checks, its journal's linger and backoff).
 func (db *DB) begin(wake, stop <-chan struct{}) bool {
+	lockWait := clock.Or(db.lockWait)
 	delay := 50 * time.Microsecond
 	for {
 		select {
@@ -186,12 +197,12 @@ func (db *DB) begin(wake, stop <-chan struct{}) bool {
 			db.failQueue(fmt.Errorf("state: begin: %w", err))
 			return false
 		}
-		if !db.prune(db.clock.Now(), err) {
+		if !db.prune(lockWait.Now(), err) {
 			return false
 		}
 		d := delay/2 + rand.N(delay/2+1)
 		delay = min(2*delay, 2*time.Millisecond)
-		t, fired := db.clock.NewTimer(d)
+		t, fired := lockWait.NewTimer(d)
 		select {
 		case <-fired:
 		case <-wake:

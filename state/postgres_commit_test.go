@@ -1,0 +1,469 @@
+package state_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	neturl "net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/internal/conformance"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/state"
+	"github.com/mcp-quota/mcp-quota/upstream"
+)
+
+// A transaction whose connection is cut: before it asks to commit, it is
+// run again; once its COMMIT has gone out, it is never run again — the
+// server may have committed it, and a second run would record a second
+// admission for one call.
+
+func TestPostgresCutConnection(t *testing.T) {
+	srv := startPostgres(t)
+	for _, c := range []struct {
+		name string
+		cut  cutAt
+		// want is the number of attempts the store may hold after a
+		// failed Update: what the server did with the COMMIT.
+		want int
+	}{
+		{"the answer to COMMIT is lost after the server committed", cutAfterCommit, 1},
+		{"the COMMIT never reaches the server", cutAtCommit, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			url := srv.CreateDatabase(t)
+			direct := openPostgres(t, url, state.PostgresOptions{})
+			p := newCommitCutter(t, url)
+			pg := openPostgres(t, p.url, state.PostgresOptions{MaxConns: 1, Timeout: 10 * time.Second})
+			insert(t, pg, "warm", nil) // connected, migrated, the statements prepared
+			runs := 0
+			p.arm(c.cut)
+			err := insertErr(pg, "c1", func() { runs++ })
+			if n := p.cuts.Load(); n != 1 {
+				t.Fatalf("the proxy cut %d connections, want 1", n)
+			}
+			got := attempts(t, direct, "c1")
+			if err == nil {
+				if got != 1 {
+					t.Errorf("Update succeeded and the store holds %d attempts of the call, want 1", got)
+				}
+			} else {
+				if !errors.Is(err, state.ErrUnavailable) || !strings.Contains(err.Error(), "unknown") {
+					t.Errorf("Update: %v; want ErrUnavailable that says the outcome is unknown", err)
+				}
+				if got != c.want {
+					t.Errorf("Update failed (%v) and the store holds %d attempts of the call, want %d", err, got, c.want)
+				}
+			}
+			if runs != 1 {
+				t.Errorf("fn ran %d times, want once: its COMMIT had been sent", runs)
+			}
+			insert(t, pg, "after", nil) // the store serves on a new connection
+			if got := attempts(t, direct, "after"); got != 1 {
+				t.Errorf("the next Update recorded %d attempts, want 1", got)
+			}
+		})
+	}
+	t.Run("the connection drops before the transaction asks to commit", func(t *testing.T) {
+		url := srv.CreateDatabase(t)
+		direct := openPostgres(t, url, state.PostgresOptions{})
+		p := newCommitCutter(t, url)
+		pg := openPostgres(t, p.url, state.PostgresOptions{MaxConns: 1, Timeout: 10 * time.Second})
+		insert(t, pg, "warm", nil)
+		runs := 0
+		err := pg.Update(context.Background(), func(tx ledger.Tx) error {
+			runs++
+			if _, err := tx.InsertAttempt(ledger.Attempt{CallID: "c1", Attempt: 1, Key: "k", State: ledger.Admitted, At: t0}); err != nil {
+				return err
+			}
+			if runs == 1 {
+				p.cutNow() // the next statement finds the connection gone
+			}
+			_, err := tx.Activity(ledger.ActivityFilter{Key: "k", Limit: 1})
+			return err
+		}, "k")
+		if err != nil {
+			t.Fatalf("Update: %v; want it run again on a new connection", err)
+		}
+		if runs != 2 {
+			t.Errorf("fn ran %d times, want 2: the first run's connection was cut", runs)
+		}
+		if got := attempts(t, direct, "c1"); got != 1 {
+			t.Errorf("the store holds %d attempts of the call, want 1", got)
+		}
+	})
+}
+
+// A call whose admission's COMMIT committed but whose answer was lost
+// is not sent upstream: Do fails with ErrStateUnavailable, the one
+// admission it left counts in the key's window, and the next call goes.
+func TestPostgresLostCommitIsNotSent(t *testing.T) {
+	srv := startPostgres(t)
+	var sent atomic.Int64
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { sent.Add(1) }))
+	t.Cleanup(api.Close)
+	keys, err := keystore.Parse([]byte(testkit.Config{
+		Keys: []testkit.Key{{Name: "k", BaseURL: api.URL, SecretEnv: "UPSTREAM_SECRET", Auth: "bearer", MaxRate: 1000,
+			Policies: testkit.Window(100, time.Minute)}},
+	}.TOML()), keystore.Env{Getenv: func(string) string { return "upstream-secret-3c9e" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := keys.Key("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := srv.CreateDatabase(t)
+	direct := openPostgres(t, url, state.PostgresOptions{})
+	p := newCommitCutter(t, url)
+	pg := openPostgres(t, p.url, state.PostgresOptions{MaxConns: 1, Timeout: 10 * time.Second})
+	pc := pacer.New(pg)
+	t.Cleanup(func() { pc.Close(context.Background()) })
+	client := upstream.New(pc, nil)
+	call := func() error {
+		resp, err := client.Do(context.Background(), key, upstream.Request{Caller: "sync", Transport: "rest", Path: "/items"})
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	if err := call(); err != nil {
+		t.Fatal(err)
+	}
+	p.arm(cutAfterCommit)
+	err = call()
+	if !errors.Is(err, upstream.ErrStateUnavailable) {
+		t.Errorf("the call whose admission's answer was lost: %v; want ErrStateUnavailable", err)
+	}
+	if n := sent.Load(); n != 1 {
+		t.Errorf("the upstream got %d calls, want 1: the call whose admission's outcome is unknown is not sent", n)
+	}
+	var sends int
+	view(t, direct, func(tx ledger.Tx) error {
+		s, err := tx.Sends("k", time.Time{}, 100)
+		sends = len(s)
+		return err
+	})
+	if sends != 2 {
+		t.Errorf("the key's window counts %d sends, want 2: the call sent and the admission whose answer was lost", sends)
+	}
+	if err := call(); err != nil {
+		t.Errorf("the next call: %v", err)
+	}
+	if n := sent.Load(); n != 2 {
+		t.Errorf("after the next call the upstream got %d calls, want 2", n)
+	}
+}
+
+// A journal's batch of outcomes whose COMMIT committed but whose answer
+// was lost is applied again — by the journal's next try, or, once its
+// process has closed, by the next one's Recover: the second time finds
+// each slot recorded and records nothing, so every outcome and its
+// observation are there once.
+func TestPostgresJournalBatchAppliedTwice(t *testing.T) {
+	srv := startPostgres(t)
+	url := srv.CreateDatabase(t)
+	journals := t.TempDir()
+	p := newCommitCutter(t, url)
+	pg, err := state.OpenPostgres(context.Background(), p.url, state.PostgresOptions{MaxConns: 1, Timeout: 10 * time.Second, JournalDir: journals})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first, last int64
+	update(t, pg, func(tx ledger.Tx) error {
+		var err error
+		first, last, err = tx.Reserve("k", 3, t0, t0.Add(time.Hour), "a batch")
+		return err
+	}, "k")
+	p.arm(cutAfterCommit)
+	for id := first; id <= last; id++ {
+		if err := pg.FinishLater(context.Background(), conformance.FinishedSlot(id, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// View waits for the journal's applier to apply the batch, or to fail.
+	if err := pg.View(context.Background(), func(ledger.Tx) error { return nil }); err != nil {
+		t.Fatalf("View: %v", err)
+	}
+	if n := p.cuts.Load(); n != 1 {
+		t.Fatalf("the proxy cut %d connections, want 1: the batch's", n)
+	}
+	pg.Close() // what its journal could not record yet is left for the next process
+	next := openPostgres(t, url, state.PostgresOptions{JournalDir: journals})
+	if _, err := next.Recover(context.Background()); err != nil {
+		t.Fatalf("Recover: %v", err)
+	}
+	states := map[ledger.State]int{}
+	obs := 0
+	view(t, next, func(tx ledger.Tx) error {
+		sends, err := tx.Sends("k", time.Time{}, 100)
+		for _, s := range sends {
+			states[s.State]++
+		}
+		if err != nil {
+			return err
+		}
+		records, err := tx.(*state.Tx).Observations("k", 100)
+		obs = len(records)
+		return err
+	})
+	if states[ledger.Confirmed] != 3 || len(states) != 1 {
+		t.Errorf("the slots' states: %v, want 3 confirmed", states)
+	}
+	if obs != 3 {
+		t.Errorf("%d observations recorded, want 3: one for each outcome", obs)
+	}
+}
+
+// insert records one admitted attempt of call on key k through s,
+// calling ran at each run of the transaction's function.
+func insert(t *testing.T, s ledger.Store, call string, ran func()) {
+	t.Helper()
+	if err := insertErr(s, call, ran); err != nil {
+		t.Fatalf("recording %s: %v", call, err)
+	}
+}
+
+func insertErr(s ledger.Store, call string, ran func()) error {
+	return s.Update(context.Background(), func(tx ledger.Tx) error {
+		if ran != nil {
+			ran()
+		}
+		_, err := tx.InsertAttempt(ledger.Attempt{CallID: call, Attempt: 1, Key: "k", State: ledger.Admitted, At: t0})
+		return err
+	}, "k")
+}
+
+// attempts counts the attempts of call that s holds.
+func attempts(t *testing.T, s ledger.Store, call string) int {
+	t.Helper()
+	n := 0
+	if err := s.View(context.Background(), func(tx ledger.Tx) error {
+		all, err := tx.Activity(ledger.ActivityFilter{Key: "k", Limit: 1000})
+		for _, a := range all {
+			if a.CallID == call {
+				n++
+			}
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// cutAt says where a commitCutter cuts the connection of the next
+// transaction that commits.
+type cutAt int
+
+const (
+	// cutAfterCommit forwards the COMMIT, lets the server answer, and
+	// cuts before the answer reaches the client.
+	cutAfterCommit cutAt = iota + 1
+	// cutAtCommit cuts instead of forwarding the COMMIT.
+	cutAtCommit
+)
+
+// A commitCutter is a TCP proxy to a PostgreSQL server that reads the
+// frontend protocol (PostgreSQL's "Message Formats": an untyped startup
+// packet, then messages of a type byte and an int32 length that counts
+// itself) and, once armed, cuts the connection of the next read-write
+// transaction's simple Query "commit" — pgx sends database/sql's
+// Tx.Commit so, and its BEGIN as a simple Query that says "read only"
+// for a read-only one.
+type commitCutter struct {
+	ln   net.Listener
+	to   string // the server's address
+	url  string // the database's URL through the proxy
+	cuts atomic.Int64
+
+	mu    sync.Mutex
+	armed cutAt
+	links []*link
+	wg    sync.WaitGroup
+}
+
+// A link is one client's connection, and its own to the server.
+type link struct {
+	client, server net.Conn
+	lost           atomic.Bool   // the server's answers are dropped
+	answered       chan struct{} // the server said something while lost
+}
+
+func newCommitCutter(t *testing.T, url string) *commitCutter {
+	t.Helper()
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &commitCutter{ln: ln, to: u.Host}
+	u.Host = ln.Addr().String()
+	p.url = u.String()
+	p.wg.Go(p.accept)
+	t.Cleanup(func() {
+		ln.Close()
+		p.cutNow()
+		p.wg.Wait()
+	})
+	return p
+}
+
+// arm has the proxy cut the next transaction's COMMIT at where.
+func (p *commitCutter) arm(where cutAt) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.armed = where
+}
+
+// cutNow closes every connection.
+func (p *commitCutter) cutNow() {
+	p.mu.Lock()
+	links := p.links
+	p.links = nil
+	p.mu.Unlock()
+	for _, l := range links {
+		l.client.Close()
+		l.server.Close()
+	}
+}
+
+func (p *commitCutter) accept() {
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.Dial("tcp", p.to)
+		if err != nil {
+			client.Close()
+			continue
+		}
+		l := &link{client: client, server: server, answered: make(chan struct{}, 1)}
+		p.mu.Lock()
+		p.links = append(p.links, l)
+		p.mu.Unlock()
+		p.wg.Go(func() { p.answers(l) })
+		p.wg.Go(func() { p.requests(l) })
+	}
+}
+
+// answers copies what the server says to the client, unless the link is
+// lost.
+func (p *commitCutter) answers(l *link) {
+	defer l.client.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := l.server.Read(buf)
+		if n > 0 {
+			if l.lost.Load() {
+				select {
+				case l.answered <- struct{}{}:
+				default:
+				}
+			} else if _, err := l.client.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// requests copies what the client says to the server message by
+// message, and cuts the link at an armed COMMIT.
+func (p *commitCutter) requests(l *link) {
+	defer l.server.Close()
+	defer l.client.Close()
+	// The startup packet: an SSL or GSSAPI encryption request is answered
+	// with one byte and followed by another packet; the startup message
+	// proper carries protocol version 3.
+	for {
+		msg, err := readMessage(l.client, false)
+		if err != nil {
+			return
+		}
+		if _, err := l.server.Write(msg); err != nil {
+			return
+		}
+		if len(msg) >= 8 && binary.BigEndian.Uint32(msg[4:8])>>16 == 3 {
+			break
+		}
+	}
+	readOnly := false // the transaction under way
+	for {
+		msg, err := readMessage(l.client, true)
+		if err != nil {
+			return
+		}
+		var query string
+		if msg[0] == 'Q' {
+			query = strings.ToLower(string(bytes.TrimRight(msg[5:], "\x00; \n")))
+		}
+		if strings.HasPrefix(query, "begin") {
+			readOnly = strings.Contains(query, " read only")
+		}
+		if query == "commit" && !readOnly {
+			p.mu.Lock()
+			where := p.armed
+			p.armed = 0
+			p.mu.Unlock()
+			switch where {
+			case cutAfterCommit:
+				p.cuts.Add(1)
+				l.lost.Store(true)
+				if _, err := l.server.Write(msg); err != nil {
+					return
+				}
+				select { // the server has committed
+				case <-l.answered:
+				case <-time.After(time.Minute):
+				}
+				return
+			case cutAtCommit:
+				p.cuts.Add(1)
+				return
+			}
+		}
+		if _, err := l.server.Write(msg); err != nil {
+			return
+		}
+	}
+}
+
+// readMessage reads one frontend message from r: a type byte (when
+// typed), then an int32 length that counts itself and the body.
+func readMessage(r io.Reader, typed bool) ([]byte, error) {
+	head := 4
+	if typed {
+		head = 5
+	}
+	msg := make([]byte, head)
+	if _, err := io.ReadFull(r, msg); err != nil {
+		return nil, err
+	}
+	n := int(binary.BigEndian.Uint32(msg[head-4:]))
+	if n < 4 || n > 1<<30 {
+		return nil, fmt.Errorf("a message of length %d", n)
+	}
+	msg = append(msg, make([]byte, n-4)...)
+	_, err := io.ReadFull(r, msg[head:])
+	return msg, err
+}

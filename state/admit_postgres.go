@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
@@ -18,10 +17,13 @@ import (
 // A transaction on PostgreSQL that holds one key (an admission, an
 // answer's record) reads, before anything else, what a decision about the
 // key needs: its pacing state, its policies, its closed gates, its calls in
-// flight and its latest admission. Those reads are sent with the lock of
-// the key's row in one pipeline — one round trip to the server instead of
-// six — and the transaction's reads of them are answered from what came
-// back, until the transaction writes anything that could change them.
+// flight and its latest admission. Those reads are sent with the
+// transaction's BEGIN and the lock of the key's row in one pipeline — one
+// round trip to the server instead of seven — and the transaction's reads
+// of them are answered from what came back, until the transaction writes
+// anything that could change them. The pipeline also takes the ID of the
+// attempt the transaction may record, whose INSERT then waits for the
+// COMMIT (see pipeline_postgres.go).
 //
 // Each statement of the pipeline runs after the one before it has
 // finished, on a snapshot of its own (the transaction is READ COMMITTED):
@@ -81,8 +83,8 @@ type pgRead struct {
 }
 
 // holdReading locks key's row, as hold does, and reads what a decision
-// about the key needs in the same round trip (see pgRead). It falls back
-// to hold when the transaction does not run on a connection of its own.
+// about the key needs in the same round trip (see pgRead), with BEGIN
+// when it has not gone yet.
 func (p *pgTx) holdReading(tx *Tx, key string) error {
 	if p.conn == nil || p.held[key] {
 		return p.hold(tx, key)
@@ -94,7 +96,7 @@ func (p *pgTx) holdReading(tx *Tx, key string) error {
 	before := p.db.local()
 	r, server, found, err := p.pipeline(tx, key, ended)
 	if err == nil && !found { // a key seen for the first time: add its row
-		if _, err = tx.tx.ExecContext(tx.ctx, qAddKey, key); err == nil {
+		if _, err = p.exec(tx.ctx, qAddKey, key); err == nil {
 			r, server, found, err = p.pipeline(tx, key, ended)
 		}
 		if err == nil && !found {
@@ -114,20 +116,20 @@ func (p *pgTx) holdReading(tx *Tx, key string) error {
 // answers; found is false when the key has no row.
 func (p *pgTx) pipeline(tx *Tx, key string, ended []int64) (r *pgRead, server time.Time, found bool, err error) {
 	r = &pgRead{key: key, ended: ended, hasSeenPolicies: true, hasGates: true, hasFlight: true, hasLastSend: true}
-	err = p.conn.Raw(func(dc any) error {
-		c, ok := dc.(*stdlib.Conn)
-		if !ok {
-			return fmt.Errorf("not a pgx connection: %T", dc)
-		}
-		b := &pgx.Batch{}
+	err = p.onConn(func(c *pgx.Conn) error {
+		b := p.batch() // BEGIN, when it has not gone
 		b.Queue(pgHoldReading, key)
+		b.Queue(pgNextAttemptID)
 		b.Queue(pgReadKeyState, key)
 		b.Queue(pgReadSeenPolicies, key)
 		b.Queue(pgReadGates, key)
 		b.Queue(pgReadFlight, key, ended)
 		b.Queue(pgReadLastSend, key)
-		br := c.Conn().SendBatch(tx.ctx, b)
+		br := c.SendBatch(tx.ctx, b)
 		defer br.Close()
+		if err := p.readWaiting(br); err != nil {
+			return err
+		}
 		var setting string
 		if err := br.QueryRow().Scan(&server, &setting); errors.Is(err, pgx.ErrNoRows) {
 			return nil // the reads ran on a row not locked: not kept
@@ -135,6 +137,9 @@ func (p *pgTx) pipeline(tx *Tx, key string, ended []int64) (r *pgRead, server ti
 			return err
 		}
 		found = true
+		if err := br.QueryRow().Scan(&p.nextID); err != nil {
+			return fmt.Errorf("the next attempt's ID: %w", err)
+		}
 		if _, err := fmt.Sscan(setting, &r.now); err != nil {
 			return fmt.Errorf("the clock kept as %q: %w", setting, err)
 		}
@@ -248,7 +253,7 @@ func (p *pgTx) putSeenPolicy(tx *Tx, k ledger.SeenPolicy, args []any) (bool, err
 	if i < 0 {
 		return false, nil // a new policy: its place among them is the server's order
 	}
-	got, err := scanSeenPolicyRow(tx.tx.QueryRowContext(tx.ctx, pgPutSeenPolicyReturning, args...).Scan, k.Key)
+	got, err := scanSeenPolicyRow(p.queryRow(tx.ctx, pgPutSeenPolicyReturning, args...).Scan, k.Key)
 	if err != nil {
 		p.wrote("policies")
 		return true, fmt.Errorf("state: record policy: %w", err)

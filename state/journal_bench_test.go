@@ -76,7 +76,7 @@ func BenchmarkFinishOutcomes(b *testing.B) {
 				"UPDATE attempts SET state = 'released' WHERE id = $1",                            // released by the sweep: recorded
 				"UPDATE attempts SET call_id = 'recorded', state = 'confirmed' WHERE id = $1 + 1", // recorded already: skipped
 			} {
-				if _, err := tx.tx.ExecContext(tx.ctx, s, fs[1].Attempt.ID); err != nil {
+				if _, err := tx.pg.exec(tx.ctx, s, fs[1].Attempt.ID); err != nil {
 					return err
 				}
 			}

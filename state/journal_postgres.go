@@ -89,7 +89,7 @@ func (tx *Tx) pgFinishAll(fs []ledger.Finished) (int, error) {
 			}
 		}
 	}
-	rows, err := tx.tx.QueryContext(tx.ctx, pgFinishSlots, s.id, s.key, s.callID, s.attempt, s.caller, s.transport,
+	rows, err := tx.pg.query(tx.ctx, pgFinishSlots, s.id, s.key, s.callID, s.attempt, s.caller, s.transport,
 		s.method, s.target, s.digest, s.state, s.reason, s.wait, s.status, s.sent, s.answered, s.why)
 	if err != nil {
 		return 0, fmt.Errorf("state: finish reserved slots: %w", err)
@@ -117,7 +117,7 @@ func (tx *Tx) pgFinishAll(fs []ledger.Finished) (int, error) {
 		}
 	}
 	if len(o.key) > 0 {
-		if _, err := tx.tx.ExecContext(tx.ctx, pgAddObservations, o.key, o.attemptID, o.policy, o.unit, o.partition,
+		if _, err := tx.pg.exec(tx.ctx, pgAddObservations, o.key, o.attemptID, o.policy, o.unit, o.partition,
 			o.q, o.w, o.r, o.t, o.status, o.received, o.date, o.shape, o.profile, o.guessed, o.fromCache, o.method,
 			o.target, o.hasQ, o.hasW, o.hasR, o.hasT); err != nil {
 			return 0, fmt.Errorf("state: record observations: %w", err)

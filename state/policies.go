@@ -221,14 +221,17 @@ func (tx *Tx) PutKeyState(s ledger.KeyState) error {
 }
 
 func (tx *Tx) writeKeyState(s ledger.KeyState) error {
-	_, err := tx.exec(qPutKeyState,
-		s.Key, micros(s.LastAdmitAt), s.Interval.Microseconds(), micros(s.LastResponseAt), s.Failures, s.Opens,
-		s.HalfOpen, s.ProbeAttempt, micros(s.ProbeUntil), s.Latency.Microseconds(), s.PrevLatency.Microseconds(),
-		micros(s.LatencySince))
-	if err != nil {
+	if _, err := tx.exec(qPutKeyState, keyStateArgs(s)...); err != nil {
 		return fmt.Errorf("state: record key state: %w", err)
 	}
 	return nil
+}
+
+// keyStateArgs are qPutKeyState's arguments for s.
+func keyStateArgs(s ledger.KeyState) []any {
+	return []any{s.Key, micros(s.LastAdmitAt), s.Interval.Microseconds(), micros(s.LastResponseAt), s.Failures, s.Opens,
+		s.HalfOpen, s.ProbeAttempt, micros(s.ProbeUntil), s.Latency.Microseconds(), s.PrevLatency.Microseconds(),
+		micros(s.LatencySince)}
 }
 
 var qPathState = newQuery("PathState")

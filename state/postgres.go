@@ -501,7 +501,7 @@ func (pg *Postgres) Recover(ctx context.Context) (int, error) { return pg.out.re
 func (pg *Postgres) Check(ctx context.Context) error {
 	return pg.View(ctx, func(tx ledger.Tx) error {
 		var one int
-		return tx.(*Tx).tx.QueryRowContext(tx.(*Tx).ctx, "SELECT 1").Scan(&one)
+		return tx.(*Tx).pg.queryRow(tx.(*Tx).ctx, "SELECT 1").Scan(&one)
 	})
 }
 
@@ -590,19 +590,24 @@ func (pg *Postgres) run(ctx context.Context, opts *sql.TxOptions, keys []string,
 }
 
 func (pg *Postgres) once(ctx context.Context, opts *sql.TxOptions, keys []string, fn func(*Tx) error) error {
+	begin, err := beginOptions(opts)
+	if err != nil {
+		return err
+	}
 	conn, err := pg.conn(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	stx, err := conn.BeginTx(ctx, opts)
-	if err != nil {
-		return err
-	}
-	defer stx.Rollback()
-	tx := &Tx{tx: stx, ctx: ctx, pg: &pgTx{db: pg, conn: conn}, instance: pg.instance, out: &pg.out}
+	tx := &Tx{ctx: ctx, pg: &pgTx{db: pg, conn: conn, opts: begin}, instance: pg.instance, out: &pg.out}
+	committed := false
+	defer func() {
+		if !committed {
+			tx.pg.abandon(ctx)
+		}
+	}()
 	if len(keys) == 1 {
-		if err := tx.pg.holdReading(tx, keys[0]); err != nil { // with what a decision reads (see admit_postgres.go)
+		if err := tx.pg.holdReading(tx, keys[0]); err != nil { // with BEGIN, and what a decision reads (see admit_postgres.go)
 			return err
 		}
 	}
@@ -617,9 +622,10 @@ func (pg *Postgres) once(ctx context.Context, opts *sql.TxOptions, keys []string
 	if err := tx.pg.flush(tx); err != nil {
 		return err
 	}
-	if err := stx.Commit(); err != nil {
-		return &commitError{err}
+	if err := tx.pg.commit(ctx); err != nil { // with the writes that wait (see pipeline_postgres.go)
+		return err
 	}
+	committed = true
 	return nil
 }
 
@@ -765,6 +771,11 @@ type pgTx struct {
 	keyStates map[string]*heldKeyState
 	conn      *sql.Conn // the transaction's connection
 	read      *pgRead   // what the pipeline read of the key it holds (see holdReading); nil when none, or no longer valid
+
+	opts    pgx.TxOptions // its BEGIN's
+	begun   bool          // BEGIN was sent
+	waiting []pgWrite     // writes that go with the next round trip (see later)
+	nextID  int64         // the ID its next attempt takes (see insertAttemptLater); 0 when none
 }
 
 type heldKeyState struct {
@@ -807,7 +818,9 @@ func (p *pgTx) keepKeyState(s ledger.KeyState, put bool) bool {
 	return true
 }
 
-// flush writes the pacing states the transaction put.
+// flush queues the writes of the pacing states the transaction put, to
+// go with its next round trip (its COMMIT, or the read that needs them);
+// it cannot fail.
 func (p *pgTx) flush(tx *Tx) error {
 	keys := make([]string, 0, len(p.keyStates))
 	for key, k := range p.keyStates {
@@ -817,9 +830,7 @@ func (p *pgTx) flush(tx *Tx) error {
 	}
 	slices.Sort(keys)
 	for _, key := range keys {
-		if err := tx.writeKeyState(p.keyStates[key].s); err != nil {
-			return err
-		}
+		p.later("record key state", queries[qPutKeyState].postgres, keyStateArgs(p.keyStates[key].s)...)
 		p.keyStates[key].put = false
 	}
 	return nil
@@ -842,10 +853,10 @@ func (p *pgTx) hold(tx *Tx, key string) error {
 	}
 	before := p.db.local()
 	var server time.Time
-	err := tx.tx.QueryRowContext(tx.ctx, qHoldKey, key).Scan(&server)
+	err := p.queryRow(tx.ctx, qHoldKey, key).Scan(&server)
 	if errors.Is(err, sql.ErrNoRows) {
-		if _, err = tx.tx.ExecContext(tx.ctx, qAddKey, key); err == nil {
-			err = tx.tx.QueryRowContext(tx.ctx, qHoldKey, key).Scan(&server)
+		if _, err = p.exec(tx.ctx, qAddKey, key); err == nil {
+			err = p.queryRow(tx.ctx, qHoldKey, key).Scan(&server)
 		}
 	}
 	if err != nil {
@@ -877,7 +888,7 @@ func (p *pgTx) clock(tx *Tx, local time.Time) time.Time {
 	}
 	before := p.db.local()
 	var server time.Time
-	if err := tx.tx.QueryRowContext(tx.ctx, "SELECT clock_timestamp()").Scan(&server); err != nil {
+	if err := p.queryRow(tx.ctx, "SELECT clock_timestamp()").Scan(&server); err != nil {
 		return p.db.Now() // the statements after it fail the same way
 	}
 	p.now = server

@@ -281,9 +281,9 @@ const (
 // frontend protocol (PostgreSQL's "Message Formats": an untyped startup
 // packet, then messages of a type byte and an int32 length that counts
 // itself) and, once armed, cuts the connection of the next read-write
-// transaction's simple Query "commit" — pgx sends database/sql's
-// Tx.Commit so, and its BEGIN as a simple Query that says "read only"
-// for a read-only one.
+// transaction's "commit": a simple Query, or a prepared statement's Bind
+// in a pipeline (a transaction's last writes go with its COMMIT so); its
+// BEGIN says "read only" for a read-only one.
 type commitCutter struct {
 	ln   net.Listener
 	to   string // the server's address
@@ -372,10 +372,15 @@ func (p *commitCutter) answers(l *link) {
 	for {
 		n, err := l.server.Read(buf)
 		if n > 0 {
+			// A lost link waits for the answer to the COMMIT's Sync or
+			// Query: one that ends with ReadyForQuery ('Z', length 5).
+			ready := n >= 6 && buf[n-6] == 'Z' && binary.BigEndian.Uint32(buf[n-5:n-1]) == 5
 			if l.lost.Load() {
-				select {
-				case l.answered <- struct{}{}:
-				default:
+				if ready {
+					select {
+					case l.answered <- struct{}{}:
+					default:
+					}
 				}
 			} else if _, err := l.client.Write(buf[:n]); err != nil {
 				return
@@ -407,15 +412,25 @@ func (p *commitCutter) requests(l *link) {
 			break
 		}
 	}
-	readOnly := false // the transaction under way
+	readOnly := false            // the transaction under way
+	stmts := map[string]string{} // the prepared statements' text, by name
 	for {
 		msg, err := readMessage(l.client, true)
 		if err != nil {
 			return
 		}
 		var query string
-		if msg[0] == 'Q' {
+		switch msg[0] {
+		case 'Q':
 			query = strings.ToLower(string(bytes.TrimRight(msg[5:], "\x00; \n")))
+		case 'P': // Parse: a statement's name and text, which a Bind runs (a pipeline's)
+			name, rest, _ := bytes.Cut(msg[5:], []byte{0})
+			text, _, _ := bytes.Cut(rest, []byte{0})
+			stmts[string(name)] = strings.ToLower(strings.TrimRight(string(text), "; \n"))
+		case 'B': // Bind: a portal's name, then its statement's
+			_, rest, _ := bytes.Cut(msg[5:], []byte{0})
+			name, _, _ := bytes.Cut(rest, []byte{0})
+			query = stmts[string(name)]
 		}
 		if strings.HasPrefix(query, "begin") {
 			readOnly = strings.Contains(query, " read only")
@@ -431,6 +446,15 @@ func (p *commitCutter) requests(l *link) {
 				l.lost.Store(true)
 				if _, err := l.server.Write(msg); err != nil {
 					return
+				}
+				// In a pipeline, the rest of it, up to its Sync.
+				for msg[0] == 'B' || msg[0] == 'E' || msg[0] == 'D' {
+					if msg, err = readMessage(l.client, true); err != nil {
+						return
+					}
+					if _, err := l.server.Write(msg); err != nil {
+						return
+					}
 				}
 				select { // the server has committed
 				case <-l.answered:

@@ -88,7 +88,7 @@ func (tx *Tx) exec(q query, args ...any) (sql.Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		return tx.tx.ExecContext(tx.ctx, text, args...)
+		return tx.pg.exec(tx.ctx, text, args...)
 	}
 	s, err := tx.stmt(q)
 	if err != nil {
@@ -104,7 +104,7 @@ func (tx *Tx) query(q query, args ...any) (*sql.Rows, error) {
 		if err != nil {
 			return nil, err
 		}
-		return tx.tx.QueryContext(tx.ctx, text, args...)
+		return tx.pg.query(tx.ctx, text, args...)
 	}
 	s, err := tx.stmt(q)
 	if err != nil {
@@ -134,7 +134,7 @@ func (tx *Tx) queryRow(q query, args ...any) row {
 		if err != nil {
 			return row{err: err}
 		}
-		return row{r: tx.tx.QueryRowContext(tx.ctx, text, args...)}
+		return tx.pg.queryRow(tx.ctx, text, args...)
 	}
 	s, err := tx.stmt(q)
 	if err != nil {
@@ -206,13 +206,16 @@ func (tx *Tx) InsertAttempt(a ledger.Attempt) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("state: record attempt: %w", err)
 	}
-	var id int64
-	err = tx.queryRow(qInsertAttempt,
-		a.CallID, a.Attempt, a.Key, a.Caller, a.Transport, a.Method, a.Target, a.Digest, string(a.State), why.words,
+	args := []any{a.CallID, a.Attempt, a.Key, a.Caller, a.Transport, a.Method, a.Target, a.Digest, string(a.State), why.words,
 		a.Probe, a.State == ledger.Admitted, micros(a.At), a.Wait.Microseconds(), lease, seq, cseq, tx.instance,
-		max(a.Bytes, 0), cbytes, why.why).Scan(&id)
-	if err != nil {
-		return 0, fmt.Errorf("state: record attempt: %w", err)
+		max(a.Bytes, 0), cbytes, why.why}
+	// On PostgreSQL the INSERT goes with the next round trip, under the
+	// ID the transaction took beforehand (see insertAttemptLater).
+	id, later := tx.pg.insertAttemptLater(args)
+	if !later {
+		if err := tx.queryRow(qInsertAttempt, args...).Scan(&id); err != nil {
+			return 0, fmt.Errorf("state: record attempt: %w", err)
+		}
 	}
 	if a.Principal != "" && a.State == ledger.Admitted {
 		if err := tx.numberPrincipal(id, a); err != nil {

@@ -76,6 +76,22 @@ func (c *Clock) Timers() int {
 	return len(c.timers)
 }
 
+// TimersBeyond returns how many timers are due more than d from now: a
+// test that counts the timers of one part on a clock others share too
+// (a state's journal lingers for milliseconds) counts those beyond what
+// the others set.
+func (c *Clock) TimersBeyond(d time.Duration) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, t := range c.timers {
+		if t.at.Sub(c.now) > d {
+			n++
+		}
+	}
+	return n
+}
+
 // add registers a timer due d from now, firing at once when d <= 0.
 func (c *Clock) add(d time.Duration, f func(time.Time)) *timer {
 	c.mu.Lock()

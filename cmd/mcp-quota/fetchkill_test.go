@@ -73,22 +73,7 @@ func TestServeKilledLosesNoFetch(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	observed := map[int64]bool{}
-	for _, o := range obs {
-		observed[o.AttemptID] = true
-	}
-	byState := map[ledger.State]int{}
-	unobserved := 0
-	for _, s := range sends {
-		byState[s.State]++
-		if s.State == ledger.Confirmed && !observed[s.ID] {
-			unobserved++
-		}
-	}
-	if byState[ledger.Confirmed] != calls || unobserved > 0 {
-		t.Errorf("after SIGKILL the log holds %v with %d confirmed calls lacking their observation; want %d confirmed, each observed",
-			byState, unobserved, calls)
-	}
+	byState := checkConfirmedObserved(t, sends, obs, calls)
 	if kept != min(calls, 32) { // the fetch tool keeps 32 answers a key
 		t.Errorf("after SIGKILL %d answers are kept; want %d, the latest", kept, min(calls, 32))
 	}

@@ -229,22 +229,7 @@ func TestServeKilledLosesNoOutcome(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	observed := map[int64]bool{}
-	for _, o := range obs {
-		observed[o.AttemptID] = true
-	}
-	byState := map[ledger.State]int{}
-	unobserved := 0
-	for _, s := range sends {
-		byState[s.State]++
-		if s.State == ledger.Confirmed && !observed[s.ID] {
-			unobserved++
-		}
-	}
-	if byState[ledger.Confirmed] != calls || unobserved > 0 {
-		t.Errorf("after SIGKILL the log holds %v with %d confirmed calls lacking their observation; want %d confirmed, each observed",
-			byState, unobserved, calls)
-	}
+	byState := checkConfirmedObserved(t, sends, obs, calls)
 	if left, _ := filepath.Glob(s.state + ".outcomes/*.log"); len(left) > 0 {
 		t.Errorf("journals left after recovery: %v", left)
 	}
@@ -305,4 +290,28 @@ func (s *setup) serveProcess(t *testing.T, args ...string) (*exec.Cmd, string, *
 		t.Fatalf("serve did not start:\n%s", stderr.String())
 	}
 	return nil, "", nil
+}
+
+// checkConfirmedObserved checks that a log recovered after a SIGKILL,
+// sends with their observations obs, holds calls confirmed calls, each
+// with its observation, and returns the log's count by state.
+func checkConfirmedObserved(t *testing.T, sends []ledger.Send, obs []ledger.ObservationRecord, calls int) map[ledger.State]int {
+	t.Helper()
+	observed := map[int64]bool{}
+	for _, o := range obs {
+		observed[o.AttemptID] = true
+	}
+	byState := map[ledger.State]int{}
+	unobserved := 0
+	for _, s := range sends {
+		byState[s.State]++
+		if s.State == ledger.Confirmed && !observed[s.ID] {
+			unobserved++
+		}
+	}
+	if byState[ledger.Confirmed] != calls || unobserved > 0 {
+		t.Errorf("after SIGKILL the log holds %v with %d confirmed calls lacking their observation; want %d confirmed, each observed",
+			byState, unobserved, calls)
+	}
+	return byState
 }

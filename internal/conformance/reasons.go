@@ -10,11 +10,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/report/reason"
+	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // reasons: why a gate closed and what a warning says are kept as data.
@@ -109,40 +111,61 @@ func reasonOfPacersGate(t *testing.T, b Backend) {
 }
 
 // The attempts the pacer records keep their reasons as data: an
-// admission that waited for the key's one call at once (why it waited), a request the
-// upstream answered and one that failed, and a call refused for a spent
-// window (the pause's reason and its retry-after) read back with their
-// kinds, policies and numbers, and say what they said before.
+// admission that waited for the key's one call at once (why it waited),
+// a request the upstream answered and one that failed, and a call
+// refused for a spent window (the pause's reason and its retry-after)
+// read back with their kinds, policies and numbers, and say what they
+// said before.
 func reasonsOfPacersAttempts(t *testing.T, b Backend) {
 	s, _ := b.fresh(t)
 	clk := clockOf(s)
-	p := pacer.New(s, pacer.WithClock(clk), pacer.WithJitter(func() float64 { return 0 }))
-	// one call at once
-	one := &keystore.Key{Name: "k", MaxRate: 1e6, MaxConcurrency: 1}
-	// one call an hour
-	hourly := &keystore.Key{Name: "h", MaxRate: 1e6, MaxConcurrency: 1000,
-		Policies: []keystore.Policy{{Name: "hour", Quota: 1, Window: time.Hour, Unit: ratelimit.Requests}}}
-	done := func(tk pacer.Ticket, o pacer.Outcome) {
-		t.Helper()
-		o.SentAt, o.AnsweredAt = tk.AdmittedAt, clk.Now()
-		if _, err := p.Done(context.Background(), tk, o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	latest := func(key string) reason.Reason {
-		t.Helper()
-		var list []ledger.Attempt
-		view(t, s, func(tx ledger.Tx) (err error) {
-			list, err = tx.Activity(ledger.ActivityFilter{Key: key, Limit: 1})
-			return err
-		})
-		if len(list) != 1 {
-			t.Fatalf("key %s's activity: %+v, want an attempt", key, list)
-		}
-		return list[0].Reason
-	}
+	a := attemptsOf{t: t, s: s, clk: clk, p: pacer.New(s, pacer.WithClock(clk), pacer.WithJitter(func() float64 { return 0 }))}
+	a.waitedAnsweredFailed()
+	a.refused()
+}
 
-	first, err := admitOn(t, p, one, "A", "/items")
+// attemptsOf is a pacer on a store, whose attempts' reasons are read back.
+type attemptsOf struct {
+	t   *testing.T
+	s   state.Store
+	clk clock.Clock
+	p   *pacer.Pacer
+}
+
+// done ends tk with o, sent when admitted and answered now.
+func (a attemptsOf) done(tk pacer.Ticket, o pacer.Outcome) {
+	a.t.Helper()
+	o.SentAt, o.AnsweredAt = tk.AdmittedAt, a.clk.Now()
+	if _, err := a.p.Done(context.Background(), tk, o); err != nil {
+		a.t.Fatal(err)
+	}
+}
+
+// reasonOf returns the reason of key's attempt id, or of its latest
+// attempt when id is 0.
+func (a attemptsOf) reasonOf(key string, id int64) reason.Reason {
+	a.t.Helper()
+	var list []ledger.Attempt
+	view(a.t, a.s, func(tx ledger.Tx) (err error) {
+		list, err = tx.Activity(ledger.ActivityFilter{Key: key})
+		return err
+	})
+	for _, at := range list {
+		if id == 0 || at.ID == id {
+			return at.Reason
+		}
+	}
+	a.t.Fatalf("key %s's activity: %+v, want attempt %d", key, list, id)
+	return reason.Reason{}
+}
+
+// waitedAnsweredFailed: on a key of one call at once, a second call
+// waits while the first is in flight; the first is answered, the
+// second, admitted after its wait, fails.
+func (a attemptsOf) waitedAnsweredFailed() {
+	t := a.t
+	one := &keystore.Key{Name: "k", MaxRate: 1e6, MaxConcurrency: 1}
+	first, err := admitOn(t, a.p, one, "A", "/items")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +175,7 @@ func reasonsOfPacersAttempts(t *testing.T, b Backend) {
 	waiting := make(chan reason.Reason, 1)
 	admitted := make(chan pacer.Ticket, 1)
 	go func() {
-		tk, err := p.Admit(context.Background(), pacer.Call{Key: one, Caller: "B", Transport: "rest", Method: "GET",
+		tk, err := a.p.Admit(context.Background(), pacer.Call{Key: one, Caller: "B", Transport: "rest", Method: "GET",
 			Target: "/items", CallID: "second", Attempt: 1, MaxWait: time.Minute, Progress: func(pr pacer.Progress) {
 				select {
 				case waiting <- pr.Reason:
@@ -168,41 +191,38 @@ func reasonsOfPacersAttempts(t *testing.T, b Backend) {
 	if got := <-waiting; got != wantInFlight {
 		t.Errorf("the second call waits for %+v, want %+v", got, wantInFlight)
 	}
-	done(first, pacer.Outcome{Status: http.StatusOK})
+	a.done(first, pacer.Outcome{Status: http.StatusOK})
 	second := <-admitted
 	if second.ID == 0 {
 		t.FailNow()
 	}
-	var answered reason.Reason
-	view(t, s, func(tx ledger.Tx) error {
-		list, err := tx.Activity(ledger.ActivityFilter{Key: "k"})
-		for _, a := range list {
-			if a.ID == first.ID {
-				answered = a.Reason
-			}
-		}
-		return err
-	})
-	if diff := cmp.Diff(answered, reason.Reason{Kind: reason.Answered, Status: http.StatusOK}); diff != "" {
+	if diff := cmp.Diff(a.reasonOf("k", first.ID), reason.Reason{Kind: reason.Answered, Status: http.StatusOK}); diff != "" {
 		t.Errorf("an answered attempt's reason (-got +want):\n%s", diff)
 	}
-	if diff := cmp.Diff(latest("k"), wantInFlight); diff != "" || second.HeldBy != string(pacer.ConcurrencyLimit) {
+	if diff := cmp.Diff(a.reasonOf("k", 0), wantInFlight); diff != "" || second.HeldBy != string(pacer.ConcurrencyLimit) {
 		t.Errorf("an attempt admitted after a wait, held by %q; why it waited, in the activity (-got +want):\n%s",
 			second.HeldBy, diff)
 	}
 	failure := errors.New("dial tcp 127.0.0.1:9: connect: connection refused")
-	done(second, pacer.Outcome{Err: failure})
-	if diff := cmp.Diff(latest("k"), reason.Reason{Kind: reason.Failed, Error: failure.Error()}); diff != "" {
+	a.done(second, pacer.Outcome{Err: failure})
+	if diff := cmp.Diff(a.reasonOf("k", 0), reason.Reason{Kind: reason.Failed, Error: failure.Error()}); diff != "" {
 		t.Errorf("a failed attempt's reason (-got +want):\n%s", diff)
 	}
-	if got := latest("k").String(); got != failure.Error() {
+	if got := a.reasonOf("k", 0).String(); got != failure.Error() {
 		t.Errorf("a failed attempt says %q, want the error, %q", got, failure.Error())
 	}
+}
 
-	if _, err := admitOn(t, p, hourly, "A", "/items"); err != nil {
+// refused: the second call of one an hour is refused, and its attempt
+// keeps the pause's reason and retry-after.
+func (a attemptsOf) refused() {
+	t := a.t
+	hourly := &keystore.Key{Name: "h", MaxRate: 1e6, MaxConcurrency: 1000,
+		Policies: []keystore.Policy{{Name: "hour", Quota: 1, Window: time.Hour, Unit: ratelimit.Requests}}}
+	if _, err := admitOn(t, a.p, hourly, "A", "/items"); err != nil {
 		t.Fatal(err)
 	}
-	_, err = admitOn(t, p, hourly, "B", "/items")
+	_, err := admitOn(t, a.p, hourly, "B", "/items")
 	var pe *pacer.PauseError
 	if !errors.As(err, &pe) {
 		t.Fatalf("the second call of one an hour: %v, want refused", err)
@@ -210,7 +230,7 @@ func reasonsOfPacersAttempts(t *testing.T, b Backend) {
 	if pe.Reason.Kind != reason.WindowSpent || pe.Reason.Policy != "hour" || pe.Reason.Limit != 1 || pe.Reason.Window != time.Hour {
 		t.Fatalf("the refusal's reason %+v, want policy hour's window spent", pe.Reason)
 	}
-	refused := latest("h")
+	refused := a.reasonOf("h", 0)
 	want := reason.Reason{Kind: reason.RefusedLocal, Because: reason.WindowSpent, RetryAfter: pe.RetryAfter,
 		Policy: "hour", Limit: 1, Window: time.Hour}
 	if diff := cmp.Diff(refused, want); diff != "" {

@@ -447,7 +447,11 @@ func TestWallsBrokenAnswersNamed(t *testing.T) {
 		testkit.Key{Name: "demo", BaseURL: "%[1]s/", SecretEnv: "UPSTREAM_SECRET", MaxRate: 1000, Policies: testkit.Window(1000, time.Minute)},
 		testkit.Key{Name: "other", BaseURL: "%[1]s/", Auth: "none"},
 	)
-	s := newStack(t, stackConfig{Upstream: brokenUpstream(t), Keys: keys, AnswerTimeout: 300 * time.Millisecond,
+	// The answer's bound must leave the trickle's headers time to arrive
+	// on a loaded machine (a 300 ms bound was missed there, and the
+	// trickle was reported as never answering); /never and /trickle each
+	// take the whole bound.
+	s := newStack(t, stackConfig{Upstream: brokenUpstream(t), Keys: keys, AnswerTimeout: 1500 * time.Millisecond,
 		Callers: strings.ReplaceAll(callers, `keys = ["demo"]`, `keys = ["demo", "other"]`)})
 	mc := mcpClient(t, s, agentToken)
 	type want struct {

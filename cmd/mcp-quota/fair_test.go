@@ -196,6 +196,7 @@ func fairShares(t *testing.T, up *upstreamLog, bases []string) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	})
+	paused := map[string][]string{} // by agent: when (since the start) and what each pause said
 	for _, a := range []struct {
 		name string
 		sess *gomcp.ClientSession
@@ -222,6 +223,11 @@ func fairShares(t *testing.T, up *upstreamLog, bases []string) {
 				if res.IsError && !strings.Contains(text(res), "Paused") {
 					t.Errorf("%s: %s", a.name, text(res))
 					return
+				}
+				if res.IsError {
+					mu.Lock()
+					paused[a.name] = append(paused[a.name], fmt.Sprintf("%v: %s", time.Since(start).Round(time.Millisecond), text(res)))
+					mu.Unlock()
 				}
 			}
 		})
@@ -296,6 +302,11 @@ func fairShares(t *testing.T, up *upstreamLog, bases []string) {
 		for _, agent := range []string{"alice", "bob"} {
 			if got[agent] < agentLeast {
 				t.Errorf("window %d: %s was admitted %d calls; want at least %d, half its part of %d (%v)", windows, agent, got[agent], agentLeast, fairQuota, got)
+				var at []string
+				for _, w := range admitted[agent] {
+					at = append(at, w.Sub(first).Round(time.Millisecond).String())
+				}
+				t.Logf("%s's admissions, from the agents' first: %v; its pauses, from the start: %q", agent, at, paused[agent])
 			}
 		}
 	}

@@ -103,8 +103,10 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 }
 
 // TestServeShutdownTimeoutCancelsCalls is TestServeDrainsOnSIGTERM with
-// calls that outlast --shutdown-timeout: they are cancelled, and the
-// process still exits 0 with each of their attempts recorded as ended.
+// calls that outlast --shutdown-timeout: they are cancelled, none of
+// them is answered 2xx (a REST call's exchange is aborted, not answered
+// with an empty 200), and the process still exits 0 with each of their
+// attempts recorded as ended.
 func TestServeShutdownTimeoutCancelsCalls(t *testing.T) {
 	drainUnderLoad(t, false)
 }

@@ -98,6 +98,7 @@ func TestHeadersShowTheTighter(t *testing.T) {
 // TestPreferWait checks that Prefer: wait holds a call for the budget
 // instead of refusing it, and says so in Preference-Applied.
 func TestPreferWait(t *testing.T) {
+	t.Parallel()
 	// A call may always be held up to upstream.PaceGrace for pacing, so
 	// the window is longer than that.
 	s := newStack(t, stackConfig{Keys: strings.Replace(strings.Replace(defaultKeys, "quota = 120", "quota = 1", 1), `"60s"`, `"1500ms"`, 1)})

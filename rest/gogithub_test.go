@@ -333,6 +333,7 @@ func (b *blockingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // has expired, and one call goes to get a fresh one) carries GitHub's
 // fields too: nothing left until its Retry-After.
 func TestProbeRefusalCarriesTheFields(t *testing.T) {
+	t.Parallel()
 	up := &blockingUpstream{next: newGHStandIn(upstreamSecret, ghQuota, time.Second), release: make(chan struct{})}
 	keys, callers := githubKeys(false)
 	s := newStack(t, stackConfig{Upstream: up, Keys: keys, Callers: callers, QuietLog: true, Limits: rest.Limits{DefaultWait: time.Millisecond}})

@@ -26,7 +26,11 @@ func TestDamagedStateFailsClosed(t *testing.T) {
 		io.WriteString(w, `{"ok":true}`)
 	}))
 	t.Cleanup(up.Close)
-	s := newSetup(t, demoKey(up.URL, 120, time.Minute))
+	// The calls only fill the log: MaxRate lets them go as fast as they
+	// come, not spread 100 ms apart.
+	k := demoKey(up.URL, 120, time.Minute)
+	k.MaxRate = 1000
+	s := newSetup(t, k)
 	base, _ := s.serve(t)
 	for i := range 40 {
 		resp := get(t, base+"/k/demo/items?i="+strings.Repeat("x", i), syncToken)

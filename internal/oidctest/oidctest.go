@@ -20,6 +20,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // Dir is testdata/oidc, found from this file.
@@ -32,9 +34,11 @@ func Dir() string {
 // ends, and returns their issuer URLs. user is the account the sign-in
 // page signs in ("alice", "bob"); "" makes it a login form a person (a
 // browser) fills in with an account and Password. It skips the test when Node or the
-// package is missing, unless CI=true: there it fails.
+// package is missing, unless CI=true: there it fails; and under -short,
+// which leaves out what starts Node.js.
 func Start(t testing.TB, count int, user string) []string {
 	t.Helper()
+	testkit.SkipShort(t, "starts an OpenID provider on Node.js")
 	dir := Dir()
 	node, err := exec.LookPath("node")
 	missing := ""

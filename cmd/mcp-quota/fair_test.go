@@ -221,8 +221,9 @@ func fairShares(t *testing.T, up *upstreamLog, bases []string) {
 		case <-ch:
 		case <-time.After(2 * time.Minute):
 			mu.Lock()
-			t.Fatalf("the sync job, alone, was not told its share was spent within 2 minutes: its refusals said %q, GET /v1/quota %q",
-				shareSpent[:min(len(shareSpent), 3)], quotaSaid[:min(len(quotaSaid), 3)])
+			refusals, said := slices.Clone(shareSpent[:min(len(shareSpent), 3)]), slices.Clone(quotaSaid[:min(len(quotaSaid), 3)])
+			mu.Unlock()
+			t.Fatalf("the sync job, alone, was not told its share was spent within 2 minutes: its refusals said %q, GET /v1/quota %q", refusals, said)
 		}
 	}
 	agentsFrom := time.Now()

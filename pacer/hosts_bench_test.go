@@ -30,8 +30,8 @@ import (
 // BenchmarkAdmissions runs the same configurations on both back ends side
 // by side: a SQLite state file shared by processes on one host, and a
 // PostgreSQL database on loopback shared by hosts (each a process with a
-// pool and a journal of its own), holding a history of benchHistory
-// attempts (see fillPostgres). Every host runs benchCallers callers at
+// pool and a journal of its own), holding the history of benchHistory.
+// Every host runs benchCallers callers at
 // once (a serve process with a few agents and jobs calling through it),
 // each making calls one after another, each an Admit and a Done with an
 // answer carrying one RateLimit observation, on one key or spread at
@@ -369,7 +369,7 @@ func benchHosts(b *testing.B, cfg hostConfig, hosts int) {
 		for i := range keys {
 			keys[i] = fmt.Sprintf("shared%d", i)
 		}
-		if err := fillPostgres(ctx, cfg.Path, keys, benchHistory); err != nil {
+		if err := state.FillHistory(ctx, cfg.Path, benchHistory(keys)); err != nil {
 			b.Fatal(err)
 		}
 	}

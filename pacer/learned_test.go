@@ -45,16 +45,22 @@ func (e *env) seenPolicy(k *keystore.Key) (ledger.SeenPolicy, ledger.KeyState) {
 }
 
 // answeredFromLease is a busy key whose upstream said r=90000 until the
-// key was leased, and r=80000 to the lease's first call: an answer the
-// lease took as routine, whose observation waits to be written.
+// key was leased, answering at once, and r=80000 to the lease's first
+// call, leasedLatency after its admission: an answer the lease took as
+// routine, whose observation and latency wait to be written.
 func answeredFromLease(t *testing.T) (*env, *keystore.Key) {
 	t.Helper()
 	e := newEnv(t)
 	k := busyKey(100_000)
 	first := e.warmUp(e.p, k, func() *ratelimit.Reading { return upstreamSays(90_000) })
+	e.clk.advance(first.AdmittedAt.Add(leasedLatency).Sub(e.clk.Now())) // a slot is admitted at its lease's grant
 	e.answer(first, 200, upstreamSays(80_000))
 	return e, k
 }
+
+// leasedLatency is how long the lease's first call of answeredFromLease
+// waited for its answer.
+const leasedLatency = 41 * time.Millisecond
 
 // A routine answer of a lease is recorded at once — the call's state and
 // the answer's observation — and what it teaches the key's latest observation

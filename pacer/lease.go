@@ -212,38 +212,6 @@ func (p *Pacer) giveBack(l *lease) {
 	_ = p.update(context.Background(), l.release, l.key)
 }
 
-// Close gives back the unused slots of every lease the Pacer holds, and
-// writes what routine answers taught (see learned); it returns once the
-// functions of the Pacer's timers that started before it have ended (see
-// timerFunc). Call it when
-// the process ends; slots not given back are released by the next sweep
-// after their lease, counted as sent.
-func (p *Pacer) Close(ctx context.Context) error {
-	defer p.timers.Wait()
-	p.mu.Lock()
-	p.closed = true
-	var ls []*lease
-	for _, l := range p.leases {
-		ls = append(ls, p.dropLease(l))
-	}
-	var keys []string
-	for key := range p.learned {
-		keys = append(keys, key)
-	}
-	p.mu.Unlock()
-	if len(ls) == 0 && len(keys) == 0 {
-		return nil
-	}
-	return p.update(ctx, func(tx ledger.Tx) error {
-		for _, l := range ls {
-			if err := l.release(tx); err != nil {
-				return err
-			}
-		}
-		return nil
-	}, keys...)
-}
-
 // admissions are the times of a key's latest admissions in this process.
 type admissions struct {
 	at [leaseRecent]time.Time // a ring: at[n%leaseRecent] is the oldest once full

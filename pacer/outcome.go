@@ -71,6 +71,8 @@ type Result struct {
 // end of a probe. It returns the quota that now holds and the advice.
 func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 	defer p.signal(t.Call.Key.Name)
+	end, _ := p.enter() // Close waits for it: an answer in the journal is there before the state closes
+	defer end()
 	if res, ok := p.routineResult(t, o); ok {
 		// Only the call and its answer's observations are recorded now,
 		// through the process's journal (see state.FinishLater); what they

@@ -45,7 +45,7 @@ type Pacer struct {
 	random   func() float64 // uniform numbers in [0, 1) for jitter (see WithJitter)
 	inFlight time.Duration  // how long an admitted attempt counts as in flight (see WithLease)
 
-	timers sync.WaitGroup // the timers' functions running (see timerFunc): Close waits for them
+	timers sync.WaitGroup // the answers being recorded and the timers' functions running (see enter): Close waits for them
 
 	mu       sync.Mutex
 	wake     map[string]chan struct{} // closed when a call of the key finishes here

@@ -83,6 +83,9 @@ func TestLearnedWrittenWhenItsTransactionRunsTwice(t *testing.T) {
 	if ks.LastResponseAt.IsZero() {
 		t.Error("after a transaction that ran twice the key's last answer is unknown")
 	}
+	if ks.Latency != leasedLatency {
+		t.Errorf("after a transaction that ran twice the key's latency is %v, want the leased answer's %v", ks.Latency, leasedLatency)
+	}
 }
 
 // An admission whose commit fails grants nothing: the lease its function

@@ -5,9 +5,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
+	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
@@ -89,4 +91,78 @@ func reservedLeft(t *testing.T, e *env, key string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// finishGate holds the next FinishLater once armed until open is closed.
+type finishGate struct {
+	ledger.Store
+	armed   atomic.Bool
+	entered chan struct{} // closed when the held FinishLater starts
+	open    chan struct{} // closing it lets the held FinishLater go on
+}
+
+func (s *finishGate) FinishLater(ctx context.Context, f ledger.Finished) error {
+	if s.armed.CompareAndSwap(true, false) {
+		close(s.entered)
+		<-s.open
+	}
+	return s.Store.FinishLater(ctx, f)
+}
+
+// A routine answer on its way to the journal when the Pacer closes is in
+// it before Close returns: the state, closed after the Pacer as serve
+// closes them, records it.
+func TestCloseWaitsForRoutineAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t) // its clock moves as the test says, here in the bubble
+		gate := &finishGate{Store: e.db, entered: make(chan struct{}), open: make(chan struct{})}
+		p := e.pacerOn(gate)
+		leased := e.warmUp(p, busyKey(100_000), nil)
+		gate.armed.Store(true)
+		answered := make(chan error, 1)
+		go func() {
+			_, err := p.Done(context.Background(), leased, pacer.Outcome{SentAt: leased.AdmittedAt, AnsweredAt: e.clk.Now(), Status: 200})
+			answered <- err
+		}()
+		<-gate.entered // past the Pacer's look at whether it closed
+		closed := make(chan error, 1)
+		go func() { closed <- p.Close(context.Background()) }()
+		synctest.Wait() // Close has returned, or waits
+		select {
+		case err := <-closed:
+			t.Errorf("Close returned (%v) while a routine answer was on its way to the journal", err)
+			e.db.Close() // as serve does once the Pacer closed
+			closed <- err
+		default:
+		}
+		close(gate.open)
+		if err := <-answered; err != nil {
+			t.Errorf("the routine answer: %v", err)
+		}
+		if err := <-closed; err != nil {
+			t.Fatal(err)
+		}
+		if err := e.db.Close(); err != nil {
+			t.Fatal(err)
+		}
+
+		db, _ := e.open()
+		var got []ledger.Attempt
+		if err := db.View(context.Background(), func(tx ledger.Tx) error {
+			var err error
+			got, err = tx.Activity(ledger.ActivityFilter{Limit: 1000})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range got {
+			if a.ID == leased.ID {
+				if a.State != ledger.Confirmed || a.Status != 200 {
+					t.Errorf("the answer recorded as the Pacer and the state closed: %s %d, want confirmed 200", a.State, a.Status)
+				}
+				return
+			}
+		}
+		t.Errorf("the answer given as the Pacer closed is not in the activity")
+	})
 }

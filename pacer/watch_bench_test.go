@@ -2,7 +2,6 @@ package pacer_test
 
 import (
 	"context"
-	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -20,51 +19,20 @@ import (
 // What BenchmarkAdmissions measures besides its calls: the PostgreSQL
 // server's work and waits, and the machine's CPU.
 
-// benchHistory is how many attempts a PostgreSQL database holds before a
-// measure (see fillPostgres).
-const benchHistory = 200_000
-
-// fillPostgres writes a history of n confirmed attempts, spread over keys
-// and a day that ended an hour ago, into the new database at dbURL and
-// analyzes it: the state of a database in use. Each connection plans its
-// statements once, on the statistics of the moment, and keeps the plans
-// until the next ANALYZE (autovacuum's, which comes within a minute of a
-// busy start and again each time a table has grown by a tenth): plans made
-// for the few rows of a new database's first seconds read the table
-// whole, and each call then costs more as the table grows (on 100 keys,
-// 300 µs a read of a window, against 17 µs on an index).
-func fillPostgres(ctx context.Context, dbURL string, keys []string, n int) error {
-	db, err := state.OpenPostgres(ctx, dbURL, state.PostgresOptions{}) // the schema
-	if err != nil {
-		return err
-	}
-	db.Close()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	from := time.Now().Add(-25 * time.Hour).UnixMicro()
-	step := (24 * time.Hour).Microseconds() / int64(n)
-	for _, s := range []struct {
-		sql  string
-		args []any
-	}{
-		{`SET search_path = mcp_quota`, nil},
-		{`INSERT INTO keys (key) SELECT unnest($1::text[])`, []any{keys}},
-		{`INSERT INTO attempts (id, call_id, attempt, key, caller, transport, method, target, state, counted, at,
-			sent_at, answered_at, status, seq)
-		SELECT i + 1, 'h' || i, 1, ($1::text[])[i % $2 + 1], 'history', 'rest', 'GET', '/items?page=1', 'confirmed', true,
-			$3::bigint + i * $4::bigint, $3::bigint + i * $4::bigint, $3::bigint + i * $4::bigint + 20000, 200, i / $2 + 1
-		FROM generate_series(0, $5::bigint - 1) AS i`, []any{keys, len(keys), from, step, n}},
-		{`SELECT setval('attempt_blocks', $1::bigint / 1024 + 1)`, []any{n}},
-		{`VACUUM ANALYZE`, nil},
-	} {
-		if _, err := conn.Exec(ctx, s.sql, s.args...); err != nil {
-			return fmt.Errorf("fill a history: %w", err)
-		}
-	}
-	return nil
+// benchHistory is the history a PostgreSQL database holds before a
+// measure: 200,000 confirmed attempts, spread over keys and a day that
+// ended an hour ago — the state of a database in use (state.FillHistory
+// gathers its statistics). Each connection plans its statements once, on
+// the statistics of the moment, and keeps the plans until the next
+// ANALYZE (autovacuum's, which comes within a minute of a busy start and
+// again each time a table has grown by a tenth): plans made for the few
+// rows of a new database's first seconds read the table whole, and each
+// call then costs more as the table grows (on 100 keys, 300 µs a read of
+// a window, against 17 µs on an index).
+func benchHistory(keys []string) state.History {
+	const n = 200_000
+	return state.History{Keys: keys, N: n, From: time.Now().Add(-25 * time.Hour), Every: 24 * time.Hour / n,
+		Latency: 20 * time.Millisecond, Status: 200, Caller: "history", Transport: "rest", Method: "GET", Target: "/items?page=1"}
 }
 
 // pgWatch watches the PostgreSQL server of a benchmark while it measures:
@@ -95,7 +63,7 @@ func watchPostgres(b *testing.B, rawURL string) *pgWatch {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// What the warm-up wrote is in the statistics too (see fillPostgres).
+	// What the warm-up wrote is in the statistics too (see benchHistory).
 	if _, err := conn.Exec(ctx, "ANALYZE"); err != nil {
 		b.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // ActivityPage is a page of activity, newest first, as GET /v1/activity
@@ -32,6 +33,10 @@ type Activity struct {
 	WaitMS    int64  `json:"wait_ms"`
 	Probe     bool   `json:"probe,omitempty"`
 	Reason    string `json:"reason,omitempty"`
+	// ReasonKind is which rule Reason comes from, for a program to match
+	// on ("late": not sent, because it would have left later than its
+	// window's margin allows); empty when there is no reason.
+	ReasonKind reason.Kind `json:"reason_kind,omitempty"`
 	// Instance is the process that recorded it: with many hosts on one
 	// PostgreSQL state, the host that admitted it (host name/process ID).
 	Instance string `json:"instance,omitempty"`
@@ -41,5 +46,5 @@ type Activity struct {
 func NewActivity(a ledger.Attempt) Activity {
 	return Activity{ID: a.ID, At: a.At.UTC().Format(time.RFC3339Nano), Call: a.CallID, Attempt: a.Attempt, Key: a.Key,
 		Caller: a.Caller, Transport: a.Transport, Method: a.Method, Target: a.Target, State: string(a.State), Status: a.Status,
-		WaitMS: a.Wait.Milliseconds(), Probe: a.Probe, Reason: a.Reason.String(), Instance: a.Instance}
+		WaitMS: a.Wait.Milliseconds(), Probe: a.Probe, Reason: a.Reason.String(), ReasonKind: a.Reason.Kind, Instance: a.Instance}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -19,34 +18,22 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/gateway"
 	"github.com/mcp-quota/mcp-quota/internal/pgtest"
-	"github.com/mcp-quota/mcp-quota/keystore"
-	"github.com/mcp-quota/mcp-quota/pacer"
-	"github.com/mcp-quota/mcp-quota/rest"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/state"
-	"github.com/mcp-quota/mcp-quota/tools"
-	"github.com/mcp-quota/mcp-quota/upstream"
 )
 
 // benchKeys is a key whose budget never binds a benchmark: no rate or
 // concurrency cap it reaches, and, when policy is set, a documented
 // quota of 10⁹ calls a minute.
 func benchKeys(policy bool) string {
-	k := `
-[[keys]]
-name = "demo"
-base_url = %[1]q
-secret_env = "UPSTREAM_SECRET"
-max_rate = 1000000000.0
-max_concurrency = 100000
-`
+	k := testkit.Key{Name: "demo", BaseURL: "%[1]s", SecretEnv: "UPSTREAM_SECRET", MaxRate: 1e9, MaxConcurrency: 100000}
 	if policy {
-		k += "  [[keys.policies]]\n  quota = 1000000000\n  window = \"60s\"\n"
+		k.Policies = testkit.Window(1e9, time.Minute)
 	}
-	return k + "\n[[keys]]\nname = \"other\"\nbase_url = %[1]q\nauth = \"none\"\n"
+	return testkit.Keys(k, testkit.Key{Name: "other", BaseURL: "%[1]s", Auth: "none"})
 }
 
 // BenchmarkProxy measures, in one run on loopback, what the REST side
@@ -56,7 +43,7 @@ max_concurrency = 100000
 // upstream. State persistence is on — every call is admitted and
 // recorded, in a real SQLite state file (store=sqlite) or in a
 // PostgreSQL database on loopback (store=postgres, with the host's
-// journal, holding a history of proxyHistory attempts) — and the budget
+// journal, holding the history of proxyHistory) — and the budget
 // never binds. Every target answers proxyWarmUp calls first. Two
 // configurations of the key:
 //
@@ -76,11 +63,12 @@ func BenchmarkProxy(b *testing.B) {
 		b.Setenv("PGPASSWORD", srv.Password())
 		var dbs []string
 		benchProxy(b, func(t testing.TB, sc stackConfig) *stack {
-			dbs = append(dbs, srv.CreateDatabase(t))
-			if err := fillPostgres(context.Background(), dbs[len(dbs)-1], "demo", proxyHistory); err != nil {
+			sc.Postgres = srv.CreateDatabase(t)
+			dbs = append(dbs, sc.Postgres)
+			if err := state.FillHistory(context.Background(), sc.Postgres, proxyHistory("demo")); err != nil {
 				t.Fatal(err)
 			}
-			return newPostgresStack(t, sc, dbs[len(dbs)-1])
+			return newStack(t, sc)
 		}, func(b *testing.B) {
 			for _, db := range dbs {
 				analyze(b, db)
@@ -91,7 +79,7 @@ func BenchmarkProxy(b *testing.B) {
 
 // proxyWarmUp is how many calls each target answers before it is
 // measured: every connection is open, and on PostgreSQL the tables have
-// statistics (see newPostgresStack).
+// statistics (see proxyHistory).
 const proxyWarmUp = 1000
 
 // benchProxy measures the targets with stacks from newStack; settle,
@@ -221,91 +209,15 @@ func benchProxy(b *testing.B, newStack func(testing.TB, stackConfig) *stack, set
 	b.Log(sum.String())
 }
 
-// newPostgresStack is newStack with its state in the PostgreSQL database
-// at dbURL (the password in PGPASSWORD) and a journal of its own, wired
-// as serve wires a PostgreSQL state; its DB is nil.
-func newPostgresStack(t testing.TB, sc stackConfig, dbURL string) *stack {
-	t.Helper()
-	s := &stack{Log: &syncBuffer{}, DBPath: dbURL}
-	if sc.Demo.Tokens == nil {
-		sc.Demo.Tokens = []string{upstreamSecret}
-	}
-	s.API = demo.New(sc.Demo)
-	us := httptest.NewServer(s.API)
-	t.Cleanup(us.Close)
-	s.UpstreamURL = us.URL
-	env := map[string]string{"UPSTREAM_SECRET": upstreamSecret, "SYNC_TOKEN": syncToken,
-		"AGENT_TOKEN": agentToken, "STRANGER_TOKEN": strangerToken}
-	store, err := keystore.Parse([]byte(fmt.Sprintf(sc.Keys, us.URL)+callers), keystore.Env{Getenv: func(k string) string { return env[k] }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Keys = store
-	log := slog.New(slog.NewJSONHandler(s.Log, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	db, err := state.OpenPostgres(context.Background(), dbURL, state.PostgresOptions{JournalDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Pacer = pacer.New(db, pacer.WithClock(clock.Source(db.Now)))
-	s.Client = upstream.New(s.Pacer, log)
-	s.REST = &rest.Handler{Keys: store, Client: s.Client, Pacer: s.Pacer, DB: db, Log: log}
-	mcp := tools.NewServer(&tools.Deps{Keys: store, Client: s.Client, Pacer: s.Pacer, DB: db, Log: log, Transport: "mcp-http"}, "test")
-	gc := gateway.Config{Keys: store, REST: s.REST, MCP: mcp, DB: db, Log: log, Loopback: true}
-	if sc.Gateway != nil {
-		sc.Gateway(&gc)
-	}
-	gs := httptest.NewUnstartedServer(gateway.New(gc))
-	gs.Config = gateway.NewServer("", gs.Config.Handler, log)
-	gs.Start()
-	t.Cleanup(func() {
-		s.Pacer.Close(context.Background())
-		db.Close()
-	})
-	t.Cleanup(gs.Close)
-	s.URL = gs.URL
-	return s
-}
-
-// proxyHistory is how many attempts of the key a PostgreSQL state holds
-// before the warm-up: the state of a database in use, whose connections
-// planned their statements on the statistics of a table that is not
-// small (see BENCHMARKS.md, "Many hosts: PostgreSQL").
-const proxyHistory = 200_000
-
-// fillPostgres writes a history of n confirmed attempts of key, over a day
-// that ended an hour ago, into the new database at dbURL and analyzes it.
-func fillPostgres(ctx context.Context, dbURL, key string, n int) error {
-	db, err := state.OpenPostgres(ctx, dbURL, state.PostgresOptions{}) // the schema
-	if err != nil {
-		return err
-	}
-	db.Close()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	from := time.Now().Add(-25 * time.Hour).UnixMicro()
-	step := (24 * time.Hour).Microseconds() / int64(n)
-	for _, s := range []struct {
-		sql  string
-		args []any
-	}{
-		{`SET search_path = mcp_quota`, nil},
-		{`INSERT INTO keys (key) VALUES ($1)`, []any{key}},
-		{`INSERT INTO attempts (id, call_id, attempt, key, caller, transport, method, target, state, counted, at,
-			sent_at, answered_at, status, seq)
-		SELECT i + 1, 'h' || i, 1, $1, 'history', 'rest', 'GET', '/v1/participants/p-000001', 'confirmed', true,
-			$2::bigint + i * $3::bigint, $2::bigint + i * $3::bigint, $2::bigint + i * $3::bigint + 20000, 200, i + 1
-		FROM generate_series(0, $4::bigint - 1) AS i`, []any{key, from, step, n}},
-		{`SELECT setval('attempt_blocks', $1::bigint / 1024 + 1)`, []any{n}},
-		{`VACUUM ANALYZE`, nil},
-	} {
-		if _, err := conn.Exec(ctx, s.sql, s.args...); err != nil {
-			return fmt.Errorf("fill a history: %w", err)
-		}
-	}
-	return nil
+// proxyHistory is the history a PostgreSQL state holds of key before the
+// warm-up: 200,000 calls over a day that ended an hour ago, the state of
+// a database in use, whose connections planned their statements on the
+// statistics of a table that is not small (see BENCHMARKS.md, "Many
+// hosts: PostgreSQL").
+func proxyHistory(key string) state.History {
+	const n = 200_000
+	return state.History{Keys: []string{key}, N: n, From: time.Now().Add(-25 * time.Hour), Every: 24 * time.Hour / n,
+		Latency: 20 * time.Millisecond, Status: 200, Caller: "history", Transport: "rest", Method: "GET", Target: "/v1/participants/p-000001"}
 }
 
 // analyze gathers the statistics of the database at dbURL again, with

@@ -241,7 +241,11 @@ func (h *Handler) failed(w http.ResponseWriter, r *http.Request, k *keystore.Key
 	var pe *pacer.PauseError
 	var tooLarge *http.MaxBytesError
 	if r.Context().Err() != nil && !errors.As(err, &pe) {
-		return // the caller went away; there is no one to answer
+		// The caller went away, or serve cancelled the call as it stopped
+		// (its connection still open for a moment): either way no answer
+		// came, and returning without one would have net/http answer an
+		// empty 200 in its place. The exchange ends without an answer.
+		panic(http.ErrAbortHandler)
 	}
 	paused := errors.As(err, &pe)
 	switch {

@@ -69,6 +69,12 @@ type stackConfig struct {
 	// the tools and the gateway read; nil means real time. The upstream
 	// and the state file keep real time.
 	Clock clock.Clock
+	// Postgres, when set, is the PostgreSQL database that holds the
+	// state (its password in PGPASSWORD), in place of a state file: the
+	// stack then has a journal of its own and its pacer reads the
+	// database's clock unless Clock is set, as serve wires a PostgreSQL
+	// state; the stack's DB is nil.
+	Postgres string
 }
 
 var defaultKeys = testkit.Keys(
@@ -91,8 +97,8 @@ type stack struct {
 	UpstreamURL string
 	API         *demo.API // nil when stackConfig.Upstream was given
 	Keys        *keystore.Store
-	DB          *state.DB
-	DBPath      string
+	DB          *state.DB // nil on PostgreSQL
+	DBPath      string    // the state file, or the PostgreSQL database's URL
 	Pacer       *pacer.Pacer
 	Client      *upstream.Client
 	REST        *rest.Handler
@@ -139,17 +145,8 @@ func newStack(t testing.TB, sc stackConfig) *stack {
 		level = slog.LevelInfo
 	}
 	log := slog.New(slog.NewJSONHandler(s.Log, &slog.HandlerOptions{Level: level}))
-	dir := sc.StateDir
-	if dir == "" {
-		dir = t.TempDir()
-	}
-	s.DBPath = filepath.Join(dir, "state.db")
-	db, err := state.Open(context.Background(), s.DBPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.DB = db
-	s.Pacer = pacer.New(db, pacer.WithClock(sc.Clock))
+	db, pacerClock := openState(t, s, sc)
+	s.Pacer = pacer.New(db, pacer.WithClock(pacerClock))
 	s.Client = upstream.New(s.Pacer, log)
 	s.Client.Clock = sc.Clock
 	if sc.Client != nil {
@@ -165,11 +162,44 @@ func newStack(t testing.TB, sc stackConfig) *stack {
 	gs := httptest.NewUnstartedServer(gateway.New(gc))
 	gs.Config = gateway.NewServer("", gs.Config.Handler, log)
 	gs.Start()
-	// Closed before the state file, so no request is left writing to it.
-	t.Cleanup(func() { db.Close() })
+	// Closed before the state, so no request is left writing to it.
+	t.Cleanup(func() {
+		if sc.Postgres != "" {
+			s.Pacer.Close(context.Background()) // what waits in memory and in the journal
+		}
+		db.Close()
+	})
 	t.Cleanup(gs.Close)
 	s.URL = gs.URL
 	return s
+}
+
+// openState opens the state of the stack sc describes, and returns it
+// with the clock its pacer reads.
+func openState(t testing.TB, s *stack, sc stackConfig) (state.Store, clock.Clock) {
+	t.Helper()
+	if sc.Postgres != "" {
+		s.DBPath = sc.Postgres
+		pg, err := state.OpenPostgres(context.Background(), sc.Postgres, state.PostgresOptions{JournalDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sc.Clock == nil {
+			return pg, clock.Source(pg.Now)
+		}
+		return pg, sc.Clock
+	}
+	dir := sc.StateDir
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	s.DBPath = filepath.Join(dir, "state.db")
+	db, err := state.Open(context.Background(), s.DBPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.DB = db
+	return db, sc.Clock
 }
 
 // do sends a request to the gateway with token as the caller's bearer

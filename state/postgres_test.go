@@ -71,6 +71,7 @@ func rawConn(t testing.TB, srv *pgtest.Server, url string) *pgx.Conn {
 func TestPostgres(t *testing.T) {
 	srv := startPostgres(t)
 	t.Run("keys do not wait for each other", func(t *testing.T) { keysDoNotWaitForEachOther(t, srv) })
+	t.Run("a history filled at once is the history recorded one by one", func(t *testing.T) { fillsAsRecordedOnPostgres(t, srv) })
 	t.Run("an admission of a key not held fails", func(t *testing.T) { admissionNeedsItsKey(t, srv) })
 	t.Run("hosts whose clocks differ count one window", func(t *testing.T) { oneClock(t, srv) })
 	t.Run("pacers on hosts whose clocks differ share one budget", func(t *testing.T) { pacersShareOneClock(t, srv) })

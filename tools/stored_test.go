@@ -15,6 +15,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
@@ -115,16 +116,10 @@ func TestFetchReadsNothingWhenNothingIsStored(t *testing.T) {
 		fmt.Fprintf(w, "body of %s, long enough to page through: %0100d", r.URL.Path, 0)
 	}))
 	t.Cleanup(up.Close)
-	cfg := fmt.Sprintf(`
-[[keys]]
-name = "api"
-base_url = %q
-auth = "none"
-[[callers]]
-name = "agent"
-token_env = "AGENT"
-keys = ["api"]
-`, up.URL)
+	cfg := testkit.Config{
+		Keys:    []testkit.Key{{Name: "api", BaseURL: up.URL, Auth: "none"}},
+		Callers: []testkit.Caller{{Name: "agent", TokenEnv: "AGENT", Keys: []string{"api"}}},
+	}.TOML()
 	keys, err := keystore.Parse([]byte(cfg), keystore.Env{Getenv: func(string) string { return "tools-test-token-0123456789" }})
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 )
 
@@ -16,28 +17,22 @@ import (
 // description is made once per set of keys and kept, so this is what
 // keeps it honest across a reload.
 func TestFetchDescriptionFollowsTheCallersKeys(t *testing.T) {
-	parse := func(keys string) *keystore.Store {
+	parse := func(keys []string) *keystore.Store {
 		t.Helper()
-		cfg := `
-[[keys]]
-name = "alpha"
-base_url = "http://127.0.0.1:9"
-auth = "none"
-[[keys]]
-name = "beta"
-base_url = "http://127.0.0.1:9"
-auth = "none"
-[[callers]]
-name = "me"
-token_env = "ME"
-keys = ` + keys + "\n"
+		cfg := testkit.Config{
+			Keys: []testkit.Key{
+				{Name: "alpha", BaseURL: "http://127.0.0.1:9", Auth: "none"},
+				{Name: "beta", BaseURL: "http://127.0.0.1:9", Auth: "none"},
+			},
+			Callers: []testkit.Caller{{Name: "me", TokenEnv: "ME", Keys: keys}},
+		}.TOML()
 		s, err := keystore.Parse([]byte(cfg), keystore.Env{Getenv: func(string) string { return "tools-test-token-0123456789" }})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
-	keys := parse(`["alpha"]`)
+	keys := parse([]string{"alpha"})
 	s := NewServer(&Deps{Keys: keys}, "test")
 	describe := func() string {
 		t.Helper()
@@ -60,24 +55,24 @@ keys = ` + keys + "\n"
 		return ""
 	}
 	for _, step := range []struct {
-		keys      string
+		keys      []string
 		want, not []string
 	}{
-		{`["alpha"]`, []string{"(alpha)"}, []string{"beta"}},
-		{`["beta"]`, []string{"(beta)"}, []string{"alpha"}},
-		{`["alpha", "beta"]`, []string{"(alpha, beta)"}, nil},
-		{`["alpha"]`, []string{"(alpha)"}, []string{"beta"}},
+		{[]string{"alpha"}, []string{"(alpha)"}, []string{"beta"}},
+		{[]string{"beta"}, []string{"(beta)"}, []string{"alpha"}},
+		{[]string{"alpha", "beta"}, []string{"(alpha, beta)"}, nil},
+		{[]string{"alpha"}, []string{"(alpha)"}, []string{"beta"}},
 	} {
 		keys.Replace(parse(step.keys))
 		got := describe()
 		for _, w := range step.want {
 			if !strings.Contains(got, w) {
-				t.Errorf("keys %s: fetch described as %q; want it to name %s", step.keys, got, w)
+				t.Errorf("keys %q: fetch described as %q; want it to name %s", step.keys, got, w)
 			}
 		}
 		for _, n := range step.not {
 			if strings.Contains(got, n) {
-				t.Errorf("keys %s: fetch described as %q; want no %s", step.keys, got, n)
+				t.Errorf("keys %q: fetch described as %q; want no %s", step.keys, got, n)
 			}
 		}
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -10,7 +9,6 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
-	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // TestServeKilledLosesNoFetch has an agent call fetch through a `serve`
@@ -38,28 +36,9 @@ func TestServeKilledLosesNoFetch(t *testing.T) {
 			t.Fatalf("fetch %d: %s", n, text(res))
 		}
 	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	cmd.Wait()
-	journals, _ := filepath.Glob(s.state + ".outcomes/*.log")
-
-	db, err := state.Open(t.Context(), s.state) // it records what the journal holds
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var sends []ledger.Send
-	var obs []ledger.ObservationRecord
+	db := killAndRecover(t, cmd, s.state, calls)
 	kept := 0
 	if err := db.View(t.Context(), func(tx ledger.Tx) error {
-		var err error
-		if sends, err = tx.Sends("demo", time.Time{}, 10*calls); err != nil {
-			return err
-		}
-		if obs, err = tx.(*state.Tx).Observations("demo", 10*calls); err != nil {
-			return err
-		}
 		for n := range calls {
 			_, ok, err := tx.Response("demo", target(n))
 			if err != nil {
@@ -73,9 +52,7 @@ func TestServeKilledLosesNoFetch(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	byState := checkConfirmedObserved(t, sends, obs, calls)
 	if kept != min(calls, 32) { // the fetch tool keeps 32 answers a key
 		t.Errorf("after SIGKILL %d answers are kept; want %d, the latest", kept, min(calls, 32))
 	}
-	t.Logf("%d journal file(s) left by the killed process; the log after recovery: %v", len(journals), byState)
 }

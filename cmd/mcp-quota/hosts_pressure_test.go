@@ -19,6 +19,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/internal/pgtest"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/report"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // TestHostsUnderPressure stands three `serve` processes for three hosts
@@ -129,7 +130,7 @@ func underPressure(t *testing.T, loops int, cut time.Duration) {
 		}
 		id := u.Query().Get("call")
 		attempts[id] = append(attempts[id], at)
-		if strings.Contains(at.Reason, "not sent: it would have left") {
+		if at.ReasonKind == reason.Late {
 			late++
 		}
 	}

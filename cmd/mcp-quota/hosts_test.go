@@ -23,10 +23,6 @@ import (
 	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
-// notSent begins the activity's reason of an attempt not sent because it
-// would have left later than its margin allows (reason.Late).
-var notSent, _, _ = strings.Cut(reason.Reason{Kind: reason.Late}.String(), ":")
-
 // TestHostsShareOneBudget stands three `serve` processes for three hosts
 // (each with its own HOME, state directory, working directory and
 // instance name; host-c's clock seven seconds ahead) and a `stdio` agent
@@ -229,7 +225,7 @@ func TestHostsShareOneBudget(t *testing.T) {
 			// A send that would have left later than its margin allows is
 			// not sent, and its call is admitted again without counting
 			// it (pacer.Leaving): the two share a window, one went out.
-			if strings.HasPrefix(at.Reason, notSent) {
+			if at.ReasonKind == reason.Late {
 				late++
 			} else {
 				admitted = append(admitted, when)

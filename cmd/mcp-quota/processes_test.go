@@ -206,34 +206,7 @@ func TestServeGivesBackLeasedSlots(t *testing.T) {
 func TestServeKilledLosesNoOutcome(t *testing.T) {
 	const calls = 300
 	s, cmd, _ := busySyncJob(t, calls)
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	cmd.Wait()
-	journals, _ := filepath.Glob(s.state + ".outcomes/*.log")
-
-	db, err := state.Open(t.Context(), s.state) // it records what the journal holds
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var sends []ledger.Send
-	var obs []ledger.ObservationRecord
-	if err := db.View(t.Context(), func(tx ledger.Tx) error {
-		var err error
-		if sends, err = tx.Sends("demo", time.Time{}, 10*calls); err != nil {
-			return err
-		}
-		obs, err = tx.(*state.Tx).Observations("demo", 10*calls)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	byState := checkConfirmedObserved(t, sends, obs, calls)
-	if left, _ := filepath.Glob(s.state + ".outcomes/*.log"); len(left) > 0 {
-		t.Errorf("journals left after recovery: %v", left)
-	}
-	t.Logf("%d journal file(s) left by the killed process; the log after recovery: %v", len(journals), byState)
+	killAndRecover(t, cmd, s.state, calls)
 }
 
 // busySyncJob starts a `serve` process on a key far from its limits
@@ -290,6 +263,44 @@ func (s *setup) serveProcess(t *testing.T, args ...string) (*exec.Cmd, string, *
 		t.Fatalf("serve did not start:\n%s", stderr.String())
 	}
 	return nil, "", nil
+}
+
+// killAndRecover kills the `serve` process cmd with SIGKILL and opens its
+// state file at statePath as the next process would, which records what
+// the killed process's journal holds; it checks that the log then holds
+// calls confirmed calls, each with its observation, and no journal is
+// left. It returns the state, open until the test ends.
+func killAndRecover(t *testing.T, cmd *exec.Cmd, statePath string, calls int) *state.DB {
+	t.Helper()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	journals, _ := filepath.Glob(statePath + ".outcomes/*.log")
+
+	db, err := state.Open(t.Context(), statePath) // it records what the journal holds
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	var sends []ledger.Send
+	var obs []ledger.ObservationRecord
+	if err := db.View(t.Context(), func(tx ledger.Tx) error {
+		var err error
+		if sends, err = tx.Sends("demo", time.Time{}, 10*calls); err != nil {
+			return err
+		}
+		obs, err = tx.(*state.Tx).Observations("demo", 10*calls)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	byState := checkConfirmedObserved(t, sends, obs, calls)
+	if left, _ := filepath.Glob(statePath + ".outcomes/*.log"); len(left) > 0 {
+		t.Errorf("journals left after recovery: %v", left)
+	}
+	t.Logf("%d journal file(s) left by the killed process; the log after recovery: %v", len(journals), byState)
+	return db
 }
 
 // checkConfirmedObserved checks that a log recovered after a SIGKILL,

@@ -103,8 +103,10 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 }
 
 // TestServeShutdownTimeoutCancelsCalls is TestServeDrainsOnSIGTERM with
-// calls that outlast --shutdown-timeout: they are cancelled, and the
-// process still exits 0 with each of their attempts recorded as ended.
+// calls that outlast --shutdown-timeout: they are cancelled, none of
+// them is answered 2xx (a REST call's exchange is aborted, not answered
+// with an empty 200), and the process still exits 0 with each of their
+// attempts recorded as ended.
 func TestServeShutdownTimeoutCancelsCalls(t *testing.T) {
 	drainUnderLoad(t, false)
 }
@@ -272,8 +274,10 @@ func drainUnderLoad(t *testing.T, finish bool) {
 	}
 	confirmed := map[string]bool{}
 	states := map[ledger.State]int{}
+	recorded := map[string][]string{} // target → how its attempts ended
 	for _, a := range attempts {
 		states[a.State]++
+		recorded[a.Target] = append(recorded[a.Target], fmt.Sprintf("%s %d (%v)", a.State, a.Status, a.Reason))
 		if a.State == ledger.Confirmed && a.Status/100 == 2 {
 			confirmed[a.Target] = true
 		}
@@ -281,14 +285,15 @@ func drainUnderLoad(t *testing.T, finish bool) {
 			t.Errorf("attempt %d (%s) ended %s, lease until %v: want a final state", a.ID, a.Target, a.State, a.InFlightUntil)
 		}
 	}
-	missing := 0
-	for target := range got.targets {
+	var missing []string
+	for target, transport := range got.targets {
 		if !confirmed[target] {
-			missing++
+			missing = append(missing, fmt.Sprintf("%s over %s, recorded %v", target, transport, recorded[target]))
 		}
 	}
-	if missing > 0 {
-		t.Errorf("%d of %d calls answered 2xx have no confirmed record in the activity (%v)", missing, len(got.targets), states)
+	if len(missing) > 0 {
+		t.Errorf("%d of %d calls answered 2xx have no confirmed record in the activity (%v): %q",
+			len(missing), len(got.targets), states, missing)
 	}
 	for _, sd := range sends {
 		if sd.State == ledger.Reserved || sd.State == ledger.Admitted {

@@ -27,6 +27,13 @@ var Statements = map[string]string{
 	"SweepWaiters":  `DELETE FROM waiters WHERE until <= $1 AND until >= $2`,
 	"Wait": `INSERT INTO waiters (key, principal, waiter, since, until) VALUES ($1, $2, $3, $4, $5)
 	ON CONFLICT (key, principal, waiter) DO UPDATE SET until = excluded.until`,
+	// fill
+	"FillHistory": `INSERT INTO attempts (call_id, attempt, key, caller, transport, method, target, digest, state, reason,
+		probe, counted, at, wait_us, seq, instance, bytes, cbytes, status, sent_at, answered_at, why)
+	SELECT 'h' || i, 1, $1::jsonb ->> (i % $2::bigint)::integer, $3::text, $4::text, $5::text, $6::text, '', $7::text, $8::text,
+		false, true, $9::bigint + i * $10::bigint, 0, i / $2::bigint + 1, $11::text, 0, 0, $12::integer,
+		$9::bigint + i * $10::bigint, $9::bigint + i * $10::bigint + $13::bigint, $14::text
+	FROM generate_series(0::bigint, $15::bigint - 1) AS i`,
 	// journal
 	"OpenState": `SELECT state, call_id, attempt FROM attempts WHERE id = $1 AND key = $2`,
 	// lease

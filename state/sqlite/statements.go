@@ -27,6 +27,13 @@ var Statements = map[string]string{
 	"SweepWaiters":  `DELETE FROM waiters WHERE until <= ? AND until >= ?`,
 	"Wait": `INSERT INTO waiters (key, principal, waiter, since, until) VALUES (?, ?, ?, ?, ?)
 	ON CONFLICT (key, principal, waiter) DO UPDATE SET until = excluded.until`,
+	// fill
+	"FillHistory": `WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ?15 - 1)
+	INSERT INTO attempts (call_id, attempt, key, caller, transport, method, target, digest, state, reason,
+		probe, counted, at, wait_us, seq, instance, bytes, cbytes, status, sent_at, answered_at, why)
+	SELECT 'h' || i, 1, json_extract(?1, '$[' || (i % ?2) || ']'), ?3, ?4, ?5, ?6, '', ?7, ?8,
+		0, 1, ?9 + i * ?10, 0, i / ?2 + 1, ?11, 0, 0, ?12, ?9 + i * ?10, ?9 + i * ?10 + ?13, ?14
+	FROM n ORDER BY i`,
 	// journal
 	"OpenState": `SELECT state, call_id, attempt FROM attempts WHERE id = ? AND key = ?`,
 	// lease

@@ -5,17 +5,22 @@ import (
 )
 
 // An unleased call whose admission found its key far from every limit,
-// with nothing to watch for (no gate, no probe, no failure, no budget
-// near its low-water mark), has its answer judged routine as a lease's are: an
-// ordinary answer about policies the key knows, leaving every budget
-// clear of its low-water mark, is recorded through the process's journal
-// (see learned.go) and advised from the budgets its admission read, with
-// this call spent — no transaction of its own on the key's row. What it
-// teaches (the latest observation on each policy, the latency, the last answer)
-// is written by the key's next transaction in this process, an admission
-// usually: the key must be called often enough here for one to come
-// soon (quickNext). Any other answer is recorded and advised as before, in a
-// transaction of its own.
+// with nothing to watch for (no gate, no probe out, no failure, no
+// budget near its low-water mark), has its answer judged routine as a
+// lease's are: an ordinary answer about policies the key knows, leaving
+// every budget clear of its low-water mark, is recorded through the
+// process's journal (see learned.go), on either back end, and advised from
+// the budgets its admission read, with this call spent — no transaction of
+// its own. Its attempt was counted in every window at its admission, and
+// stays counted; until the journal's applier records its end (within the
+// journal's linger, a few milliseconds) other processes count it in flight.
+// What it teaches (the latest observation on each policy, the latency, the
+// last answer) is written by the key's next transaction in this process,
+// an admission usually: the key must be called often enough here for one
+// to come soon (quickNext). Any other answer — a refusal, a failure, a
+// Retry-After, a warning, a policy the key did not know, a budget it
+// leaves near its low-water mark, the answer to a probe — is recorded and
+// advised as before, in a transaction of its own.
 
 // quickBudgets returns the budgets an answer to the call snap's decision
 // d admits is advised from when that answer is routine: d's, with the
@@ -94,9 +99,10 @@ func (p *Pacer) quickResult(t Ticket, o Outcome) (Result, bool) {
 }
 
 // A deferrer is a store on which recording an outcome through the
-// process's journal spares a transaction that costs round trips to a
-// server on the key's row (PostgreSQL). On a local file the outcome's own
-// transaction is cheap, and shows the call's end to every process at once.
+// process's journal spares a transaction of its own: round trips to a
+// server on the key's row (PostgreSQL), or a commit of the state file
+// (SQLite). A store without the method, or whose process has no journal,
+// records every unleased call's answer in a transaction of its own.
 type deferrer interface{ DefersOutcomes() bool }
 
 // defers says whether p's store takes the outcomes of unleased calls

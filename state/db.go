@@ -219,6 +219,15 @@ func restrictFiles(path string) error {
 // Path returns the file the DB was opened from.
 func (db *DB) Path() string { return db.path }
 
+// DefersOutcomes says that the pacer records the outcome of an ordinary
+// answer through FinishLater even when its call was admitted alone, when
+// the process has a journal: a line appended to the journal costs a
+// write, where a transaction of its own costs a commit of the state file
+// (its write-ahead log's append and sync), and the journal's applier
+// records the outcomes that came within its linger in one transaction.
+// Other processes see the call in flight until then, a few milliseconds.
+func (db *DB) DefersOutcomes() bool { return journaling && db.out.dir != "" }
+
 // Close records what the process's journal holds (see FinishLater) and
 // closes the file.
 func (db *DB) Close() error {

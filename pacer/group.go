@@ -2,6 +2,7 @@ package pacer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -52,6 +53,11 @@ type groupCall struct {
 	// committed, when set, runs once the transaction has committed, before
 	// the next one of the key starts.
 	committed func()
+	// unknown, when set, runs for a call fn decided in the transaction's
+	// last run when the transaction failed with err, the database not
+	// answering, so that it may have committed: before the next one of
+	// the key starts.
+	unknown func(err error)
 
 	// ready is closed once the transaction ran, or the call was handed the lead.
 	ready chan struct{}
@@ -130,7 +136,8 @@ func (p *Pacer) admitTogether(ctx context.Context, c Call, start, deadline time.
 				p.install(run.granted)
 				run.t.grant = run.granted
 			}
-		}}
+		},
+		unknown: func(err error) { p.admittedUnknown(run, err) }}
 	if err := p.together(g); err != nil {
 		return run, fmt.Errorf("pacer: admit %s: %w", c.Key.Name, err)
 	}
@@ -196,10 +203,14 @@ func (p *Pacer) runTogether(batch []*groupCall) {
 		return nil
 	}
 	err := p.admitUpdate(ctx, fn, leader.key)
+	unknown := errors.Is(err, ledger.ErrUnavailable)
 	for _, g := range batch {
 		g.err = err
-		if err == nil && g.ran && g.committed != nil {
+		switch {
+		case err == nil && g.ran && g.committed != nil:
 			g.committed()
+		case unknown && g.ran && g.unknown != nil:
+			g.unknown(err)
 		}
 	}
 	if next := p.groups.next(leader.key); next != nil {
@@ -208,5 +219,25 @@ func (p *Pacer) runTogether(batch []*groupCall) {
 	}
 	for _, g := range batch[1:] {
 		close(g.ready)
+	}
+}
+
+// errNotConfirmed ends an attempt whose admission the database did not
+// confirm: its call failed, and was not sent.
+var errNotConfirmed = errors.New("not sent: the state database did not answer whether its admission was recorded")
+
+// admittedUnknown keeps, for the key's next transaction in this process,
+// the end of the attempt run admitted in a transaction that failed with
+// err, the database not answering: the transaction may have committed
+// (its COMMIT went out, and the answer was lost), and the call, failed,
+// is never sent. Were it left in the log, the attempt would count as in
+// flight until its lease ran out, and as a probe (an expired
+// observation's, a half-open circuit's) hold every call of its key, in
+// every process, for as long: two minutes. The next transaction ends it,
+// not sent, when it is there (see unrecorded.go), at no cost when it is
+// not.
+func (p *Pacer) admittedUnknown(run admitRun, err error) {
+	if run.d.admit && run.t.ID != 0 {
+		p.keepUnrecorded(run.t, Outcome{Err: errNotConfirmed, CallerAbort: true}, err)
 	}
 }

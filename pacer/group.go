@@ -18,9 +18,16 @@ import (
 // Inside the transaction, which holds the key (its row on PostgreSQL, the
 // file's write lock on SQLite), each call is decided in turn, in the
 // order they came, by the same rules as alone, against what the ones
-// before it recorded. The key is held once for many calls, and on PostgreSQL the
-// locked row's round trips are shared by them. Each admitted call gets
-// its own attempt; a call held back gets its own wait or refusal.
+// before it recorded. The key is held once for many calls, and on
+// PostgreSQL the lock's pipeline and the COMMIT are shared by them. Each
+// admitted call gets its own attempt; a call held back gets its own wait
+// or refusal.
+//
+// A call queued leaves when its context ends. A transaction that fails
+// fails the calls in it, each with its error, not those queued meanwhile,
+// which run the next one; when the database did not answer, the attempts
+// it admitted may be in the log all the same, and the key's next
+// transaction ends them, not sent (see admittedUnknown).
 //
 // A decision that grants a lease ends the transaction's admissions: the
 // calls after it are not decided in it and try again (see
@@ -234,8 +241,8 @@ var errNotConfirmed = errors.New("not sent: the state database did not answer wh
 // flight until its lease ran out, and as a probe (an expired
 // observation's, a half-open circuit's) hold every call of its key, in
 // every process, for as long: two minutes. The next transaction ends it,
-// not sent, when it is there (see unrecorded.go), at no cost when it is
-// not.
+// not sent, when it is there and still open (see unrecorded.go), and
+// leaves the log as it is otherwise.
 func (p *Pacer) admittedUnknown(run admitRun, err error) {
 	if run.d.admit && run.t.ID != 0 {
 		p.keepUnrecorded(run.t, Outcome{Err: errNotConfirmed, CallerAbort: true}, err)

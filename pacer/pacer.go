@@ -56,6 +56,7 @@ type Pacer struct {
 	delays   map[string]*sendDelays   // each key's latest delays from admission to send here (see margin.go)
 	closed   bool                     // Close was called: no lease is held from then on
 	here     waitersHere              // calls of keys with shares waiting in Admit (see fair.go)
+	groups   admitGroups              // calls of a key decided together (see group.go)
 
 	// unrecorded holds, per key and attempt, the outcomes Done could not
 	// record (see unrecorded.go).
@@ -284,6 +285,9 @@ type admitRun struct {
 // releases the calls waiting for one. spent is the key's lease this call
 // renews, when one is; held is why the call waited so far.
 func (p *Pacer) admitOnce(ctx context.Context, c Call, start, deadline time.Time, spent *lease, held reason.Reason) (admitRun, error) {
+	if spent == nil {
+		return p.admitTogether(ctx, c, start, deadline, held) // with the key's other calls at the time (see group.go)
+	}
 	var run admitRun
 	renewing := spent != nil // spentLease marked the key as being granted a lease
 	err := p.admitUpdate(ctx, func(tx ledger.Tx) error {

@@ -1,0 +1,391 @@
+package pacer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/internal/pgtest"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/state"
+)
+
+// gatedStore counts its Updates and, from gateAt on, holds the first one
+// until release is closed; the one after it calls second first, when set.
+type gatedStore struct {
+	ledger.Store
+	gateAt  int32
+	updates atomic.Int32
+	entered chan struct{} // closed once the held Update waits
+	release chan struct{}
+	second  func()
+}
+
+func (s *gatedStore) Update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
+	switch s.updates.Add(1) - s.gateAt {
+	case 0:
+		close(s.entered)
+		<-s.release
+	case 1:
+		if s.second != nil {
+			s.second()
+		}
+	}
+	return s.Store.Update(ctx, fn, keys...)
+}
+
+// waitQueued returns once n parts of key's transactions wait behind the
+// one running, or another transaction started (they did not wait).
+func waitQueued(p *Pacer, s *gatedStore, key string, n int) {
+	for queued := 0; queued < n && s.updates.Load() == s.gateAt; runtime.Gosched() {
+		p.groups.mu.Lock()
+		if g := p.groups.groups[key]; g != nil {
+			queued = len(g.queue)
+		}
+		p.groups.mu.Unlock()
+	}
+}
+
+// Calls of one key that need a transaction while another of the key's
+// runs are decided together in the next one, each in turn against what
+// the ones before it recorded — on a store that runs the transaction
+// twice, with another host spending the key between the runs: only the
+// last run's decisions count. Eight calls of a key allowing 10 a minute,
+// of which another host takes 5: the first call is admitted alone, the
+// seven queued behind it in one transaction, of which four are admitted
+// and three refused, and the log holds exactly 10.
+func TestAdmitTogether(t *testing.T) {
+	t.Run("store=sqlite", func(t *testing.T) {
+		db, err := state.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		testAdmitTogether(t, db)
+	})
+	t.Run("store=postgres", func(t *testing.T) {
+		srv := pgtest.Start(t)
+		t.Setenv("PGPASSWORD", srv.Password())
+		db, err := state.OpenPostgres(context.Background(), srv.CreateDatabase(t), state.PostgresOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		testAdmitTogether(t, db)
+	})
+}
+
+func testAdmitTogether(t *testing.T, db ledger.Store) {
+	ctx := context.Background()
+	const calls, quota, others = 8, 10, 5
+	k := &keystore.Key{Name: "k", MaxRate: 1e9, MaxConcurrency: 1 << 20,
+		Policies: []keystore.Policy{{Name: "default", Quota: quota, Window: time.Minute, Unit: ratelimit.Requests}}}
+	rerun := &testkit.RerunStore{Store: db}
+	store := &gatedStore{Store: rerun, gateAt: 1, entered: make(chan struct{}), release: make(chan struct{})}
+	store.second = func() {
+		rerun.Once(func(ctx context.Context) error { // another host, between the two runs
+			return db.Update(ctx, func(tx ledger.Tx) error {
+				now := tx.Clock(time.Now())
+				for i := range others {
+					if _, err := tx.InsertAttempt(ledger.Attempt{CallID: fmt.Sprint("other-", i), Attempt: 1, Key: k.Name,
+						State: ledger.Admitted, At: now, InFlightUntil: now.Add(time.Hour)}); err != nil {
+						return err
+					}
+				}
+				return nil
+			}, k.Name)
+		})
+	}
+	var clk *testkit.Clock
+	if pg, ok := db.(*state.Postgres); ok {
+		clk = testkit.NewClock(pg.Now()) // the server's clock, as the state records
+	} else {
+		clk = testkit.NewClock(time.Now())
+	}
+	p := New(store, WithClock(clk), WithJitter(func() float64 { return 0.5 }))
+	defer p.Close(ctx)
+
+	tickets := make([]Ticket, calls)
+	errs := make([]error, calls)
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tickets[i], errs[i] = p.Admit(ctx, Call{Key: k, Caller: "sync", Transport: "rest", Method: "GET", Target: "/items",
+				CallID: fmt.Sprint("call-", i), Attempt: 1})
+		}()
+	}
+	<-store.entered
+	waitQueued(p, store, k.Name, calls-1) // the others wait behind the first transaction
+	close(store.release)
+	wg.Wait()
+
+	if n := store.updates.Load(); n != 2 {
+		t.Errorf("%d calls took %d transactions, want 2: the first alone, the others together", calls, n)
+	}
+	ids := map[int64]bool{}
+	admitted, paused := 0, 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			admitted++
+			if ids[tickets[i].ID] {
+				t.Errorf("call %d admitted as attempt %d, which another call was admitted as too", i, tickets[i].ID)
+			}
+			ids[tickets[i].ID] = true
+		case errors.Is(err, ErrPaused):
+			paused++
+		default:
+			t.Errorf("call %d: %v", i, err)
+		}
+	}
+	if admitted != quota-others || paused != calls-(quota-others) {
+		t.Errorf("%d admitted and %d paused, want %d and %d: the key allows %d, another host took %d",
+			admitted, paused, quota-others, calls-(quota-others), quota, others)
+	}
+	err := db.View(ctx, func(tx ledger.Tx) error {
+		n, err := tx.Count(k.Name, time.Time{})
+		if err == nil && n != quota {
+			t.Errorf("the log holds %d admissions, want the key's %d", n, quota)
+		}
+		for id := range ids {
+			as, err := tx.Activity(ledger.ActivityFilter{Key: k.Name, Limit: 100})
+			if err != nil {
+				return err
+			}
+			found := false
+			for _, a := range as {
+				found = found || (a.ID == id && a.State == ledger.Admitted)
+			}
+			if !found {
+				t.Errorf("ticket %d is no admitted attempt of the log", id)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lostCommitStore commits its lost-th Update and fails it as a database
+// that did not answer the COMMIT does: whether it committed is unknown
+// to the caller (ledger.ErrUnavailable). The others run as they are.
+type lostCommitStore struct {
+	ledger.Store
+	lost    int32
+	updates atomic.Int32
+}
+
+func (s *lostCommitStore) Update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
+	err := s.Store.Update(ctx, fn, keys...)
+	if s.updates.Add(1) == s.lost && err == nil {
+		return fmt.Errorf("the answer to COMMIT was lost: %w", ledger.ErrUnavailable)
+	}
+	return err
+}
+
+// A transaction whose COMMIT's answer is lost (a database that hangs
+// past the store's bound and then commits what it was sent) fails every
+// call it admitted with the error, though their attempts may be in the
+// log: counted in flight, and a probe among them holding its key until
+// its lease runs out (two minutes), every call of every process refused
+// meanwhile. So the key's next transaction in the process ends each such
+// attempt, not sent, when it is there; and the calls queued behind the
+// failed transaction start the next one of their own. Here the key's
+// circuit is half-open: the first call is its probe, admitted in a
+// transaction whose COMMIT's answer is lost; the three calls queued
+// behind it are decided together in the next one: the probe's attempt
+// ended, one of them is the new probe, the two others refused (they do
+// not wait) as they wait for its answer.
+func TestAdmitTogetherLostCommit(t *testing.T) {
+	t.Run("store=sqlite", func(t *testing.T) {
+		db, err := state.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		testAdmitTogetherLostCommit(t, db)
+	})
+	t.Run("store=postgres", func(t *testing.T) {
+		srv := pgtest.Start(t)
+		t.Setenv("PGPASSWORD", srv.Password())
+		db, err := state.OpenPostgres(context.Background(), srv.CreateDatabase(t), state.PostgresOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		testAdmitTogetherLostCommit(t, db)
+	})
+}
+
+func testAdmitTogetherLostCommit(t *testing.T, db ledger.Store) {
+	ctx := context.Background()
+	const queued = 3
+	k := &keystore.Key{Name: "k", MaxRate: 1e9, MaxConcurrency: 1 << 20,
+		Policies: []keystore.Policy{{Name: "default", Quota: 100, Window: time.Minute, Unit: ratelimit.Requests}}}
+	if err := db.Update(ctx, func(tx ledger.Tx) error {
+		return tx.PutKeyState(ledger.KeyState{Key: k.Name, HalfOpen: true}) // the next call is the circuit's probe
+	}, k.Name); err != nil {
+		t.Fatal(err)
+	}
+	lost := &lostCommitStore{Store: db, lost: 1}
+	store := &gatedStore{Store: lost, gateAt: 1, entered: make(chan struct{}), release: make(chan struct{})}
+	var clk *testkit.Clock
+	if pg, ok := db.(*state.Postgres); ok {
+		clk = testkit.NewClock(pg.Now()) // the server's clock, as the state records
+	} else {
+		clk = testkit.NewClock(time.Now())
+	}
+	p := New(store, WithClock(clk), WithJitter(func() float64 { return 0.5 }))
+	defer p.Close(ctx)
+	call := func(i int) Call {
+		return Call{Key: k, Caller: "sync", Transport: "rest", Method: "GET", Target: "/items", CallID: fmt.Sprint("call-", i), Attempt: 1}
+	}
+
+	var firstErr error
+	firstDone := make(chan struct{})
+	go func() {
+		defer close(firstDone)
+		_, firstErr = p.Admit(ctx, call(0))
+	}()
+	<-store.entered
+	tickets := make([]Ticket, queued)
+	errs := make([]error, queued)
+	var wg sync.WaitGroup
+	for i := range queued {
+		wg.Go(func() { tickets[i], errs[i] = p.Admit(ctx, call(i+1)) })
+	}
+	waitQueued(p, store, k.Name, queued)
+	close(store.release)
+	<-firstDone
+	wg.Wait()
+
+	if !errors.Is(firstErr, ledger.ErrUnavailable) {
+		t.Errorf("the call whose transaction's COMMIT got no answer: %v, want ledger.ErrUnavailable", firstErr)
+	}
+	if n := store.updates.Load(); n != 2 {
+		t.Errorf("%d calls took %d transactions, want 2: the first alone, the queued together", queued+1, n)
+	}
+	admitted, paused := 0, 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			admitted++
+			if !tickets[i].Probe {
+				t.Errorf("call %d admitted, not as the circuit's probe", i+1)
+			}
+		case errors.Is(err, ErrPaused):
+			paused++
+		default:
+			t.Errorf("call %d: %v", i+1, err)
+		}
+	}
+	if admitted != 1 || paused != queued-1 {
+		t.Errorf("of the %d calls queued behind the lost COMMIT, %d admitted and %d paused, want 1 and %d: "+
+			"the lost probe's attempt still holds the key", queued, admitted, paused, queued-1)
+	}
+	p.groups.mu.Lock()
+	if g := p.groups.groups[k.Name]; g != nil {
+		t.Errorf("the key's group outlives its calls, %d queued", len(g.queue))
+	}
+	p.groups.mu.Unlock()
+	err := db.View(ctx, func(tx ledger.Tx) error {
+		as, err := tx.Call(k.Name, "call-0")
+		if err != nil {
+			return err
+		}
+		if len(as) != 1 || as[0].State == ledger.Admitted {
+			t.Errorf("the lost COMMIT's attempts of call-0: %+v; want one, ended", as)
+		}
+		ks, err := tx.KeyState(k.Name)
+		if err == nil && (ks.ProbeAttempt == 0 || len(as) == 1 && ks.ProbeAttempt == as[0].ID) {
+			t.Errorf("the key's probe is attempt %d; want the queued call's, call-0's (%+v) ended", ks.ProbeAttempt, as)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A call queued behind its key's transaction, which hangs (a database
+// that does not answer, the store's bound not yet passed), leaves the
+// queue when its context ends, and takes no part in what follows; the
+// transaction, once it ends, admits its leader, and the next call of the
+// key leads a transaction of its own.
+func TestAdmitTogetherQueuedLeave(t *testing.T) {
+	ctx := context.Background()
+	db, err := state.Open(ctx, filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	k := &keystore.Key{Name: "k", MaxRate: 1e9, MaxConcurrency: 1 << 20,
+		Policies: []keystore.Policy{{Name: "default", Quota: 100, Window: time.Minute, Unit: ratelimit.Requests}}}
+	store := &gatedStore{Store: db, gateAt: 1, entered: make(chan struct{}), release: make(chan struct{})}
+	p := New(store, WithClock(testkit.NewClock(time.Now())), WithJitter(func() float64 { return 0.5 }))
+	defer p.Close(ctx)
+	call := func(i int) Call {
+		return Call{Key: k, Caller: "sync", Transport: "rest", Method: "GET", Target: "/items", CallID: fmt.Sprint("call-", i), Attempt: 1}
+	}
+
+	var leaderErr error
+	leaderDone := make(chan struct{})
+	go func() {
+		defer close(leaderDone)
+		_, leaderErr = p.Admit(ctx, call(0))
+	}()
+	<-store.entered
+	const queued = 3
+	qctx, cancel := context.WithCancel(ctx)
+	errs := make([]error, queued)
+	var wg sync.WaitGroup
+	for i := range queued {
+		wg.Go(func() { _, errs[i] = p.Admit(qctx, call(i+1)) })
+	}
+	waitQueued(p, store, k.Name, queued)
+	cancel()
+	wg.Wait() // the transaction still hangs
+	for i, err := range errs {
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("queued call %d, its context ended: %v, want context.Canceled", i+1, err)
+		}
+	}
+	p.groups.mu.Lock()
+	if g := p.groups.groups[k.Name]; g == nil || len(g.queue) != 0 {
+		t.Errorf("the key's group while its transaction runs: %+v, want one with nothing queued", g)
+	}
+	p.groups.mu.Unlock()
+	close(store.release)
+	<-leaderDone
+	if leaderErr != nil {
+		t.Errorf("the leader: %v", leaderErr)
+	}
+	if _, err := p.Admit(ctx, call(queued+1)); err != nil {
+		t.Errorf("the next call: %v", err)
+	}
+	if n := store.updates.Load(); n != 2 {
+		t.Errorf("%d transactions, want 2: the leader's, the next call's", n)
+	}
+	err = db.View(ctx, func(tx ledger.Tx) error {
+		n, err := tx.Count(k.Name, time.Time{})
+		if err == nil && n != 2 {
+			t.Errorf("the log holds %d admissions, want 2: the calls that left the queue are in no transaction", n)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -70,18 +70,33 @@ func (p *pgTx) later(what, text string, args ...any) {
 	p.waiting = append(p.waiting, pgWrite{what, text, args})
 }
 
+// pgXactID reads the ID of the transaction, which a read-write
+// transaction's BEGIN goes with (see pgTx.xid), with its epoch: an ID
+// that never wraps around. It assigns the ID at once rather than at the
+// transaction's first write; a transaction that holds a key takes one at
+// its lock anyway. txid_current is pg_current_xact_id under its older
+// name, which PostgreSQL 12 has too (the oldest server supported).
+const pgXactID = `SELECT txid_current()::text`
+
 // batch returns a pipeline holding what waits to be sent: BEGIN, when it
-// has not gone yet, and the queued writes. readWaiting reads their answers.
+// has not gone yet, with the transaction's ID for a read-write one, and
+// the queued writes. readWaiting reads their answers.
 func (p *pgTx) batch() *pgx.Batch {
 	b := &pgx.Batch{}
 	if !p.begun {
 		b.BeginTx(p.opts)
+		if p.writes() {
+			b.Queue(pgXactID)
+		}
 	}
 	for _, w := range p.waiting {
 		b.Queue(w.text, w.args...)
 	}
 	return b
 }
+
+// writes says the transaction is read-write.
+func (p *pgTx) writes() bool { return p.opts.AccessMode != pgx.ReadOnly }
 
 // readWaiting reads the answers to what batch queued; what it sent no
 // longer waits, whatever they are.
@@ -91,6 +106,11 @@ func (p *pgTx) readWaiting(br pgx.BatchResults) error {
 	if !begun {
 		if _, err := br.Exec(); err != nil {
 			return fmt.Errorf("state: begin: %w", err)
+		}
+		if p.writes() {
+			if err := br.QueryRow().Scan(&p.xid); err != nil {
+				return fmt.Errorf("state: begin: the transaction's ID: %w", err)
+			}
 		}
 	}
 	for _, w := range waiting {
@@ -161,9 +181,10 @@ func (p *pgTx) queryRow(ctx context.Context, text string, args ...any) row {
 }
 
 // commit sends what waits with COMMIT, in one round trip. A failure that
-// may have come after the server received the COMMIT is a commitError:
-// the transaction may have committed. One that certainly came before is
-// not: nothing was sent, or the server refused a write before it (the
+// may have come after the server received the COMMIT is a commitError,
+// with the transaction's ID when its BEGIN's answer came: the transaction
+// may have committed (see Postgres.run). One that certainly came before
+// is not: nothing was sent, or the server refused a write before it (the
 // transaction was then aborted, and its COMMIT not run).
 func (p *pgTx) commit(ctx context.Context) error {
 	if !p.begun && len(p.waiting) == 0 {
@@ -179,7 +200,7 @@ func (p *pgTx) commit(ctx context.Context) error {
 			if errors.As(err, &pe) || pgconn.SafeToRetry(err) {
 				return err
 			}
-			return &commitError{err}
+			return &commitError{err: err, xid: p.xid}
 		}
 		tag, err := br.Exec()
 		if err == nil {
@@ -191,7 +212,7 @@ func (p *pgTx) commit(ctx context.Context) error {
 		case err != nil && pgconn.SafeToRetry(err):
 			return err
 		case err != nil:
-			return &commitError{fmt.Errorf("state: commit: %w", err)}
+			return &commitError{err: fmt.Errorf("state: commit: %w", err), xid: p.xid}
 		case tag.String() != "COMMIT":
 			// COMMIT ends a transaction that a statement failed in, as
 			// ROLLBACK does: fn went on after an error.

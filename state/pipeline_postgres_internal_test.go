@@ -118,8 +118,11 @@ func TestPostgresCommitBatchFailures(t *testing.T) {
 	if !cut.cut.Load() {
 		t.Fatal("the proxy saw no COMMIT to cut")
 	}
-	if !errors.As(err, new(*commitError)) {
+	var ce *commitError
+	if !errors.As(err, &ce) {
 		t.Errorf("the COMMIT's answer lost: got %v, want a commitError", err)
+	} else if ce.xid == "" {
+		t.Errorf("the COMMIT's answer lost: %v, with no transaction ID to ask about", err)
 	}
 	if !recorded("lost") {
 		t.Error("the attempt of a transaction whose COMMIT the server answered is not recorded")

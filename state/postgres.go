@@ -518,8 +518,11 @@ func (pg *Postgres) View(ctx context.Context, fn func(ledger.Tx) error) error {
 // Update runs fn in a read-write transaction holding keys (see Postgres).
 // A transaction the server aborts to break a deadlock, or that a dropped
 // connection ended before it asked to commit, is run again, within the
-// bound. One whose COMMIT went out and got no answer is not: Update fails
-// with ErrUnavailable, and the transaction may have committed.
+// bound. One whose COMMIT went out and got no answer is what the server
+// says became of it, asked on another connection: committed, Update
+// succeeds; aborted, it is run again; when the server cannot say within
+// the bound, Update fails with ErrUnavailable, and the transaction may
+// have committed.
 func (pg *Postgres) Update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
 	return pg.update(ctx, func(tx *Tx) error { return fn(tx) }, keys...)
 }
@@ -554,10 +557,15 @@ func (pg *Postgres) Sweep(ctx context.Context, now, before time.Time) (Swept, er
 // run runs fn in one transaction of opts (nil for read-write) holding
 // keys, within the bound, again when the server asks for it or the
 // connection was lost before the transaction asked to commit. A write
-// transaction whose COMMIT went out is never run again when its answer
-// is lost: the server may have committed it, and a second run would
-// make its writes twice (an admission recorded twice for one call). run
-// fails then with ErrUnavailable, saying that the outcome is unknown.
+// transaction whose COMMIT went out and got no answer (the connection
+// lost, or ended by the server) is not run again blindly: the server may
+// have committed it, and a second run would make its writes twice (an
+// admission recorded twice for one call). run asks the server, on another
+// connection, what became of the transaction (see committed): committed,
+// run succeeds, as the COMMIT's answer would have said; aborted, it is
+// run again, as one cut off before its COMMIT is. When the server cannot
+// say within the bound, run fails with ErrUnavailable, saying that the
+// outcome is unknown.
 func (pg *Postgres) run(ctx context.Context, opts *sql.TxOptions, keys []string, fn func(*Tx) error) error {
 	bounded, cancel := context.WithTimeout(ctx, pg.timeout)
 	defer cancel()
@@ -575,17 +583,75 @@ func (pg *Postgres) run(ctx context.Context, opts *sql.TxOptions, keys []string,
 		if ctx.Err() != nil {
 			return fmt.Errorf("state: %w", ctx.Err())
 		}
+		again := retryable(err)
 		if unknownCommit(err, opts) {
-			return fmt.Errorf("state: PostgreSQL at %s: the answer to a transaction's COMMIT was lost (%v): "+
-				"whether it committed is unknown, so it is not run again: %w", pg.where, pgCause(err), ErrUnavailable)
+			done, why := pg.committed(bounded, err)
+			switch {
+			case done:
+				return nil
+			case why != "":
+				return fmt.Errorf("state: PostgreSQL at %s: the answer to a transaction's COMMIT was lost (%v), "+
+					"and %s: whether it committed is unknown, so it is not run again: %w", pg.where, pgCause(err), why, ErrUnavailable)
+			}
+			again = true // the server aborted it: as if cut off before its COMMIT
 		}
 		// A server that ended the connection (pg_terminate_backend, a
 		// restart) ended the pool's idle ones too, which fail one by one:
 		// those are tried through, within the bound.
-		if bounded.Err() == nil && retryable(err) && (try < 4 || (ended(err) && try < 4+pg.maxConns)) {
+		if bounded.Err() == nil && again && (try < 4 || (ended(err) && try < 4+pg.maxConns)) {
 			continue
 		}
 		return pg.failed("transaction", bounded, err)
+	}
+}
+
+// pgXactStatus asks what became of a transaction, by its ID (see
+// pgXactID): "committed", "aborted", "in progress", or NULL when the
+// server no longer knows (an ID older than it keeps the status of).
+// txid_status is pg_xact_status under its older name, as pgXactID.
+const pgXactStatus = `SELECT txid_status($1::bigint)`
+
+// committed asks the server, on a connection other than the lost one,
+// whether the transaction whose COMMIT's answer err lost committed: done
+// when it did; otherwise why, empty when it was aborted (nothing it wrote
+// stands), else why it cannot be known.
+//
+// A transaction still in progress is asked about again, a little later
+// each time, until the bound: its server process is finishing the COMMIT,
+// or has not yet seen that its client is gone — it then rolls back. The
+// wait stops at the bound because the server may not see it for long (a
+// network partition leaves its socket open until TCP's keepalive gives
+// up, minutes later, and the row it locked stays locked until then): the
+// call fails within the bound it was promised, as when the COMMIT's
+// answer is lost and nobody asks.
+func (pg *Postgres) committed(ctx context.Context, err error) (done bool, why string) {
+	var ce *commitError
+	if !errors.As(err, &ce) || ce.xid == "" {
+		return false, "its ID was not read"
+	}
+	wait := time.Millisecond
+	for {
+		var status sql.NullString
+		if err := pg.db.QueryRowContext(ctx, pgXactStatus, ce.xid).Scan(&status); err != nil {
+			return false, fmt.Sprintf("asking the server what became of it failed (%v)", pgCause(err))
+		}
+		switch status.String {
+		case "committed":
+			return true, ""
+		case "aborted":
+			return false, ""
+		case "in progress":
+		default:
+			return false, "the server no longer knows what became of it"
+		}
+		t, c := pg.clock.NewTimer(wait)
+		select {
+		case <-c:
+		case <-ctx.Done():
+			t.Stop()
+			return false, "it was still in progress at the end of the bound"
+		}
+		wait = min(2*wait, 50*time.Millisecond)
 	}
 }
 
@@ -668,8 +734,12 @@ func (pg *Postgres) conn(ctx context.Context) (*sql.Conn, error) {
 }
 
 // A commitError is the failure of a transaction's COMMIT: the server may
-// have committed it before the answer was lost.
-type commitError struct{ err error }
+// have committed it before the answer was lost. xid is the transaction's
+// ID, "" when it was not read.
+type commitError struct {
+	err error
+	xid string
+}
 
 func (e *commitError) Error() string { return e.err.Error() }
 func (e *commitError) Unwrap() error { return e.err }
@@ -774,6 +844,7 @@ type pgTx struct {
 
 	opts    pgx.TxOptions // its BEGIN's
 	begun   bool          // BEGIN was sent
+	xid     string        // a read-write transaction's ID, read with its BEGIN (see pgXactID); "" before
 	waiting []pgWrite     // writes that go with the next round trip (see later)
 	nextID  int64         // the ID its next attempt takes (see insertAttemptLater); 0 when none
 }

@@ -27,21 +27,29 @@ import (
 )
 
 // A transaction whose connection is cut: before it asks to commit, it is
-// run again; once its COMMIT has gone out, it is never run again — the
-// server may have committed it, and a second run would record a second
-// admission for one call.
+// run again; once its COMMIT has gone out, it is what the server says
+// became of it, asked on another connection — committed, Update
+// succeeds and fn is not run again (a second run would record a second
+// admission for one call); aborted, it is run again; when the server
+// cannot say, Update fails with ErrUnavailable and it is not run again.
 
 func TestPostgresCutConnection(t *testing.T) {
 	srv := startPostgres(t)
 	for _, c := range []struct {
 		name string
 		cut  cutAt
-		// want is the number of attempts the store may hold after a
-		// failed Update: what the server did with the COMMIT.
-		want int
+		// refuse: the server is out of reach once the connection is cut.
+		refuse bool
+		// runs is how many times fn runs; fails, whether Update fails
+		// (ErrUnavailable, the outcome unknown). The store holds one
+		// attempt of the call whatever happened.
+		runs  int
+		fails bool
 	}{
-		{"the answer to COMMIT is lost after the server committed", cutAfterCommit, 1},
-		{"the COMMIT never reaches the server", cutAtCommit, 0},
+		{"the answer to COMMIT is lost after the server committed", cutAfterCommit, false, 1, false},
+		{"the server shuts down in answer to a COMMIT it committed", shutdownAfterCommit, false, 1, false},
+		{"the COMMIT never reaches the server", cutAtCommit, false, 2, false},
+		{"the answer to COMMIT is lost and the server is out of reach", cutAfterCommit, true, 1, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			url := srv.CreateDatabase(t)
@@ -51,25 +59,27 @@ func TestPostgresCutConnection(t *testing.T) {
 			insert(t, pg, "warm", nil) // connected, migrated, the statements prepared
 			runs := 0
 			p.arm(c.cut)
+			if c.refuse {
+				p.refuse(1000)
+			}
 			err := insertErr(pg, "c1", func() { runs++ })
+			p.refuse(0)
 			if n := p.cuts.Load(); n != 1 {
 				t.Fatalf("the proxy cut %d connections, want 1", n)
 			}
-			got := attempts(t, direct, "c1")
-			if err == nil {
-				if got != 1 {
-					t.Errorf("Update succeeded and the store holds %d attempts of the call, want 1", got)
-				}
-			} else {
-				if !errors.Is(err, state.ErrUnavailable) || !strings.Contains(err.Error(), "unknown") {
-					t.Errorf("Update: %v; want ErrUnavailable that says the outcome is unknown", err)
-				}
-				if got != c.want {
-					t.Errorf("Update failed (%v) and the store holds %d attempts of the call, want %d", err, got, c.want)
-				}
+			switch {
+			case c.fails && err == nil:
+				t.Errorf("Update succeeded; want ErrUnavailable: nobody could say whether it committed")
+			case c.fails && (!errors.Is(err, state.ErrUnavailable) || !strings.Contains(err.Error(), "unknown")):
+				t.Errorf("Update: %v; want ErrUnavailable that says the outcome is unknown", err)
+			case !c.fails && err != nil:
+				t.Errorf("Update: %v; want success, as the server decided it", err)
 			}
-			if runs != 1 {
-				t.Errorf("fn ran %d times, want once: its COMMIT had been sent", runs)
+			if got := attempts(t, direct, "c1"); got != 1 {
+				t.Errorf("the store holds %d attempts of the call, want 1", got)
+			}
+			if runs != c.runs {
+				t.Errorf("fn ran %d times, want %d", runs, c.runs)
 			}
 			insert(t, pg, "after", nil) // the store serves on a new connection
 			if got := attempts(t, direct, "after"); got != 1 {
@@ -108,9 +118,10 @@ func TestPostgresCutConnection(t *testing.T) {
 }
 
 // A call whose admission's COMMIT committed but whose answer was lost
-// is not sent upstream: Do fails with ErrStateUnavailable, the one
-// admission it left counts in the key's window, and the next call goes.
-func TestPostgresLostCommitIsNotSent(t *testing.T) {
+// goes upstream once: the server says the admission committed, so the
+// call is admitted, its one admission counts in the key's window, and
+// nothing is admitted or sent twice for it.
+func TestPostgresLostCommitIsSentOnce(t *testing.T) {
 	srv := startPostgres(t)
 	var sent atomic.Int64
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { sent.Add(1) }))
@@ -144,12 +155,14 @@ func TestPostgresLostCommitIsNotSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.arm(cutAfterCommit)
-	err = call()
-	if !errors.Is(err, upstream.ErrStateUnavailable) {
-		t.Errorf("the call whose admission's answer was lost: %v; want ErrStateUnavailable", err)
+	if err := call(); err != nil {
+		t.Errorf("the call whose admission's answer was lost: %v; want it admitted, as the server committed it", err)
 	}
-	if n := sent.Load(); n != 1 {
-		t.Errorf("the upstream got %d calls, want 1: the call whose admission's outcome is unknown is not sent", n)
+	if n := p.cuts.Load(); n != 1 {
+		t.Fatalf("the proxy cut %d connections, want 1", n)
+	}
+	if n := sent.Load(); n != 2 {
+		t.Errorf("the upstream got %d calls, want 2: the call whose admission's answer was lost goes once", n)
 	}
 	var sends int
 	view(t, direct, func(tx ledger.Tx) error {
@@ -158,21 +171,22 @@ func TestPostgresLostCommitIsNotSent(t *testing.T) {
 		return err
 	})
 	if sends != 2 {
-		t.Errorf("the key's window counts %d sends, want 2: the call sent and the admission whose answer was lost", sends)
+		t.Errorf("the key's window counts %d sends, want 2: one admission for each call", sends)
 	}
 	if err := call(); err != nil {
 		t.Errorf("the next call: %v", err)
 	}
-	if n := sent.Load(); n != 2 {
-		t.Errorf("after the next call the upstream got %d calls, want 2", n)
+	if n := sent.Load(); n != 3 {
+		t.Errorf("after the next call the upstream got %d calls, want 3", n)
 	}
 }
 
 // A journal's batch of outcomes whose COMMIT committed but whose answer
-// was lost is applied again — by the journal's next try, or, once its
-// process has closed, by the next one's Recover: the second time finds
-// each slot recorded and records nothing, so every outcome and its
-// observation are there once.
+// was lost, when the server cannot be asked what became of it (the
+// connection that asks is refused), is applied again — by the journal's
+// next try, or, once its process has closed, by the next one's Recover:
+// the second time finds each slot recorded and records nothing, so every
+// outcome and its observation are there once.
 func TestPostgresJournalBatchAppliedTwice(t *testing.T) {
 	srv := startPostgres(t)
 	url := srv.CreateDatabase(t)
@@ -189,6 +203,7 @@ func TestPostgresJournalBatchAppliedTwice(t *testing.T) {
 		return err
 	}, "k")
 	p.arm(cutAfterCommit)
+	p.refuse(1) // the connection that would ask what became of the batch
 	for id := first; id <= last; id++ {
 		if err := pg.FinishLater(context.Background(), conformance.FinishedSlot(id, 1)); err != nil {
 			t.Fatal(err)
@@ -200,6 +215,9 @@ func TestPostgresJournalBatchAppliedTwice(t *testing.T) {
 	}
 	if n := p.cuts.Load(); n != 1 {
 		t.Fatalf("the proxy cut %d connections, want 1: the batch's", n)
+	}
+	if n := p.refused.Load(); n != 1 {
+		t.Fatalf("the proxy refused %d connections, want 1: the one asking what became of the batch", n)
 	}
 	pg.Close() // what its journal could not record yet is left for the next process
 	next := openPostgres(t, url, state.PostgresOptions{JournalDir: journals})
@@ -275,6 +293,10 @@ const (
 	cutAfterCommit cutAt = iota + 1
 	// cutAtCommit cuts instead of forwarding the COMMIT.
 	cutAtCommit
+	// shutdownAfterCommit forwards the COMMIT, lets the server answer,
+	// passes on what it said before the COMMIT's own answer, and ends the
+	// connection with the server's FATAL of a shutdown (57P01) instead.
+	shutdownAfterCommit
 )
 
 // A commitCutter is a TCP proxy to a PostgreSQL server that reads the
@@ -290,17 +312,19 @@ type commitCutter struct {
 	url  string // the database's URL through the proxy
 	cuts atomic.Int64
 
-	mu    sync.Mutex
-	armed cutAt
-	links []*link
-	wg    sync.WaitGroup
+	mu       sync.Mutex
+	armed    cutAt
+	refusing int          // how many of the next connections are closed at once: the server out of reach
+	refused  atomic.Int64 // how many were
+	links    []*link
+	wg       sync.WaitGroup
 }
 
 // A link is one client's connection, and its own to the server.
 type link struct {
 	client, server net.Conn
-	lost           atomic.Bool   // the server's answers are dropped
-	answered       chan struct{} // the server said something while lost
+	lost           atomic.Bool // the server's answers are held back
+	answered       chan []byte // what the server said while lost, once it was ready for a query again
 }
 
 func newCommitCutter(t *testing.T, url string) *commitCutter {
@@ -332,6 +356,13 @@ func (p *commitCutter) arm(where cutAt) {
 	p.armed = where
 }
 
+// refuse has the proxy close the next n connections it accepts at once.
+func (p *commitCutter) refuse(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refusing = n
+}
+
 // cutNow closes every connection.
 func (p *commitCutter) cutNow() {
 	p.mu.Lock()
@@ -350,12 +381,23 @@ func (p *commitCutter) accept() {
 		if err != nil {
 			return
 		}
+		p.mu.Lock()
+		refuse := p.refusing > 0
+		if refuse {
+			p.refusing--
+		}
+		p.mu.Unlock()
+		if refuse {
+			p.refused.Add(1)
+			client.Close()
+			continue
+		}
 		server, err := net.Dial("tcp", p.to)
 		if err != nil {
 			client.Close()
 			continue
 		}
-		l := &link{client: client, server: server, answered: make(chan struct{}, 1)}
+		l := &link{client: client, server: server, answered: make(chan []byte, 1)}
 		p.mu.Lock()
 		p.links = append(p.links, l)
 		p.mu.Unlock()
@@ -369,6 +411,7 @@ func (p *commitCutter) accept() {
 func (p *commitCutter) answers(l *link) {
 	defer l.client.Close()
 	buf := make([]byte, 32<<10)
+	var held []byte
 	for {
 		n, err := l.server.Read(buf)
 		if n > 0 {
@@ -376,9 +419,10 @@ func (p *commitCutter) answers(l *link) {
 			// Query: one that ends with ReadyForQuery ('Z', length 5).
 			ready := n >= 6 && buf[n-6] == 'Z' && binary.BigEndian.Uint32(buf[n-5:n-1]) == 5
 			if l.lost.Load() {
+				held = append(held, buf[:n]...)
 				if ready {
 					select {
-					case l.answered <- struct{}{}:
+					case l.answered <- held:
 					default:
 					}
 				}
@@ -441,7 +485,7 @@ func (p *commitCutter) requests(l *link) {
 			p.armed = 0
 			p.mu.Unlock()
 			switch where {
-			case cutAfterCommit:
+			case cutAfterCommit, shutdownAfterCommit:
 				p.cuts.Add(1)
 				l.lost.Store(true)
 				if _, err := l.server.Write(msg); err != nil {
@@ -457,7 +501,10 @@ func (p *commitCutter) requests(l *link) {
 					}
 				}
 				select { // the server has committed
-				case <-l.answered:
+				case held := <-l.answered:
+					if where == shutdownAfterCommit {
+						l.client.Write(shutdownAnswer(held))
+					}
 				case <-time.After(time.Minute):
 				}
 				return
@@ -470,6 +517,33 @@ func (p *commitCutter) requests(l *link) {
 			return
 		}
 	}
+}
+
+// shutdownAnswer returns the server's answer held, a pipeline's, cut
+// before the COMMIT's own answer (its CommandComplete) and ended by the
+// FATAL error a server sends when it shuts down (admin_shutdown, 57P01).
+func shutdownAnswer(held []byte) []byte {
+	var out []byte
+	for len(held) >= 5 {
+		n := int(binary.BigEndian.Uint32(held[1:5])) + 1
+		if n < 5 || n > len(held) {
+			break
+		}
+		msg := held[:n]
+		held = held[n:]
+		if msg[0] == 'C' && string(bytes.TrimRight(msg[5:], "\x00")) == "COMMIT" {
+			break
+		}
+		out = append(out, msg...)
+	}
+	var body []byte
+	for _, f := range []string{"SFATAL", "VFATAL", "C57P01", "Mterminating connection due to administrator command"} {
+		body = append(append(body, f...), 0)
+	}
+	body = append(body, 0)
+	out = append(out, 'E')
+	out = binary.BigEndian.AppendUint32(out, uint32(len(body)+4))
+	return append(out, body...)
 }
 
 // readMessage reads one frontend message from r: a type byte (when

@@ -64,13 +64,19 @@ func waitQueued(p *Pacer, s *gatedStore, key string, n int) {
 // seven queued behind it in one transaction, of which four are admitted
 // and three refused, and the log holds exactly 10.
 func TestAdmitTogether(t *testing.T) {
+	onBothStores(t, testAdmitTogether)
+}
+
+// onBothStores runs test on a new SQLite file and on a new database of a
+// throwaway PostgreSQL server.
+func onBothStores(t *testing.T, test func(*testing.T, ledger.Store)) {
 	t.Run("store=sqlite", func(t *testing.T) {
 		db, err := state.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer db.Close()
-		testAdmitTogether(t, db)
+		test(t, db)
 	})
 	t.Run("store=postgres", func(t *testing.T) {
 		srv := pgtest.Start(t)
@@ -80,7 +86,7 @@ func TestAdmitTogether(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer db.Close()
-		testAdmitTogether(t, db)
+		test(t, db)
 	})
 }
 
@@ -209,24 +215,7 @@ func (s *lostCommitStore) Update(ctx context.Context, fn func(ledger.Tx) error, 
 // ended, one of them is the new probe, the two others refused (they do
 // not wait) as they wait for its answer.
 func TestAdmitTogetherLostCommit(t *testing.T) {
-	t.Run("store=sqlite", func(t *testing.T) {
-		db, err := state.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer db.Close()
-		testAdmitTogetherLostCommit(t, db)
-	})
-	t.Run("store=postgres", func(t *testing.T) {
-		srv := pgtest.Start(t)
-		t.Setenv("PGPASSWORD", srv.Password())
-		db, err := state.OpenPostgres(context.Background(), srv.CreateDatabase(t), state.PostgresOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer db.Close()
-		testAdmitTogetherLostCommit(t, db)
-	})
+	onBothStores(t, testAdmitTogetherLostCommit)
 }
 
 func testAdmitTogetherLostCommit(t *testing.T, db ledger.Store) {

@@ -84,6 +84,13 @@ func (s *rerunning) Update(ctx context.Context, fn func(ledger.Tx) error, keys .
 	return s.rerun.Update(ctx, s.Store.Update, fn, keys...)
 }
 
+// DefersOutcomes answers as the wrapped store does, so a pacer on it takes
+// the quick path it would take on the store itself.
+func (s *rerunning) DefersOutcomes() bool {
+	d, ok := s.Store.(interface{ DefersOutcomes() bool })
+	return ok && d.DefersOutcomes()
+}
+
 // backend returns the back end's own store behind s.
 func backend(s state.Store) state.Store {
 	if r, ok := s.(*rerunning); ok {

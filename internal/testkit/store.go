@@ -118,3 +118,11 @@ func (s *FailStore) Update(ctx context.Context, fn func(ledger.Tx) error, keys .
 	}
 	return s.Store.Update(ctx, fn, keys...)
 }
+
+// DefersOutcomes answers as the wrapped store does: a store that records
+// routine outcomes through its journal still does so under a RerunStore
+// (see pacer's quick path).
+func (s *RerunStore) DefersOutcomes() bool {
+	d, ok := s.Store.(interface{ DefersOutcomes() bool })
+	return ok && d.DefersOutcomes()
+}

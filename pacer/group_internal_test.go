@@ -67,6 +67,25 @@ func TestAdmitTogether(t *testing.T) {
 	onBothStores(t, testAdmitTogether)
 }
 
+// syncCall is the sync job's i-th call of k.
+func syncCall(k *keystore.Key, i int) Call {
+	return Call{Key: k, Caller: "sync", Transport: "rest", Method: "GET", Target: "/items", CallID: fmt.Sprint("call-", i), Attempt: 1}
+}
+
+// admitLeading starts c's admission on p and returns once its transaction
+// is held at store's gate, so calls admitted from then on queue behind
+// it; wait returns c's admission's error once it has ended.
+func admitLeading(ctx context.Context, p *Pacer, store *gatedStore, c Call) (wait func() error) {
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, err = p.Admit(ctx, c)
+	}()
+	<-store.entered
+	return func() error { <-done; return err }
+}
+
 // onBothStores runs test on a new SQLite file and on a new database of a
 // throwaway PostgreSQL server.
 func onBothStores(t *testing.T, test func(*testing.T, ledger.Store)) {
@@ -127,8 +146,7 @@ func testAdmitTogether(t *testing.T, db ledger.Store) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tickets[i], errs[i] = p.Admit(ctx, Call{Key: k, Caller: "sync", Transport: "rest", Method: "GET", Target: "/items",
-				CallID: fmt.Sprint("call-", i), Attempt: 1})
+			tickets[i], errs[i] = p.Admit(ctx, syncCall(k, i))
 		}()
 	}
 	<-store.entered
@@ -238,26 +256,17 @@ func testAdmitTogetherLostCommit(t *testing.T, db ledger.Store) {
 	}
 	p := New(store, WithClock(clk), WithJitter(func() float64 { return 0.5 }))
 	defer p.Close(ctx)
-	call := func(i int) Call {
-		return Call{Key: k, Caller: "sync", Transport: "rest", Method: "GET", Target: "/items", CallID: fmt.Sprint("call-", i), Attempt: 1}
-	}
 
-	var firstErr error
-	firstDone := make(chan struct{})
-	go func() {
-		defer close(firstDone)
-		_, firstErr = p.Admit(ctx, call(0))
-	}()
-	<-store.entered
+	first := admitLeading(ctx, p, store, syncCall(k, 0))
 	tickets := make([]Ticket, queued)
 	errs := make([]error, queued)
 	var wg sync.WaitGroup
 	for i := range queued {
-		wg.Go(func() { tickets[i], errs[i] = p.Admit(ctx, call(i+1)) })
+		wg.Go(func() { tickets[i], errs[i] = p.Admit(ctx, syncCall(k, i+1)) })
 	}
 	waitQueued(p, store, k.Name, queued)
 	close(store.release)
-	<-firstDone
+	firstErr := first()
 	wg.Wait()
 
 	if !errors.Is(firstErr, ledger.ErrUnavailable) {
@@ -325,23 +334,14 @@ func TestAdmitTogetherQueuedLeave(t *testing.T) {
 	store := &gatedStore{Store: db, gateAt: 1, entered: make(chan struct{}), release: make(chan struct{})}
 	p := New(store, WithClock(testkit.NewClock(time.Now())), WithJitter(func() float64 { return 0.5 }))
 	defer p.Close(ctx)
-	call := func(i int) Call {
-		return Call{Key: k, Caller: "sync", Transport: "rest", Method: "GET", Target: "/items", CallID: fmt.Sprint("call-", i), Attempt: 1}
-	}
 
-	var leaderErr error
-	leaderDone := make(chan struct{})
-	go func() {
-		defer close(leaderDone)
-		_, leaderErr = p.Admit(ctx, call(0))
-	}()
-	<-store.entered
+	leader := admitLeading(ctx, p, store, syncCall(k, 0))
 	const queued = 3
 	qctx, cancel := context.WithCancel(ctx)
 	errs := make([]error, queued)
 	var wg sync.WaitGroup
 	for i := range queued {
-		wg.Go(func() { _, errs[i] = p.Admit(qctx, call(i+1)) })
+		wg.Go(func() { _, errs[i] = p.Admit(qctx, syncCall(k, i+1)) })
 	}
 	waitQueued(p, store, k.Name, queued)
 	cancel()
@@ -357,11 +357,10 @@ func TestAdmitTogetherQueuedLeave(t *testing.T) {
 	}
 	p.groups.mu.Unlock()
 	close(store.release)
-	<-leaderDone
-	if leaderErr != nil {
+	if leaderErr := leader(); leaderErr != nil {
 		t.Errorf("the leader: %v", leaderErr)
 	}
-	if _, err := p.Admit(ctx, call(queued+1)); err != nil {
+	if _, err := p.Admit(ctx, syncCall(k, queued+1)); err != nil {
 		t.Errorf("the next call: %v", err)
 	}
 	if n := store.updates.Load(); n != 2 {

@@ -435,7 +435,7 @@ func endedSince(before, after []report.Activity) []report.Activity {
 	out := slices.Clone(before)
 	for i := range min(len(out), len(after)) {
 		if a := after[i]; out[i].ID == a.ID && out[i].State == string(ledger.Admitted) && a.State != string(ledger.Admitted) {
-			out[i].State, out[i].Status, out[i].Reason = a.State, a.Status, a.Reason
+			out[i].State, out[i].Status, out[i].Reason, out[i].ReasonKind = a.State, a.Status, a.Reason, a.ReasonKind
 		}
 	}
 	return out

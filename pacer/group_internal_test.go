@@ -67,6 +67,15 @@ func TestAdmitTogether(t *testing.T) {
 	onBothStores(t, testAdmitTogether)
 }
 
+// clockOf is a test clock at db's time: the server's clock on
+// PostgreSQL, as the state records, and this machine's on SQLite.
+func clockOf(db ledger.Store) *testkit.Clock {
+	if pg, ok := db.(*state.Postgres); ok {
+		return testkit.NewClock(pg.Now())
+	}
+	return testkit.NewClock(time.Now())
+}
+
 // syncCall is the sync job's i-th call of k.
 func syncCall(k *keystore.Key, i int) Call {
 	return Call{Key: k, Caller: "sync", Transport: "rest", Method: "GET", Target: "/items", CallID: fmt.Sprint("call-", i), Attempt: 1}
@@ -130,13 +139,7 @@ func testAdmitTogether(t *testing.T, db ledger.Store) {
 			}, k.Name)
 		})
 	}
-	var clk *testkit.Clock
-	if pg, ok := db.(*state.Postgres); ok {
-		clk = testkit.NewClock(pg.Now()) // the server's clock, as the state records
-	} else {
-		clk = testkit.NewClock(time.Now())
-	}
-	p := New(store, WithClock(clk), WithJitter(func() float64 { return 0.5 }))
+	p := New(store, WithClock(clockOf(db)), WithJitter(func() float64 { return 0.5 }))
 	defer p.Close(ctx)
 
 	tickets := make([]Ticket, calls)
@@ -248,13 +251,7 @@ func testAdmitTogetherLostCommit(t *testing.T, db ledger.Store) {
 	}
 	lost := &lostCommitStore{Store: db, lost: 1}
 	store := &gatedStore{Store: lost, gateAt: 1, entered: make(chan struct{}), release: make(chan struct{})}
-	var clk *testkit.Clock
-	if pg, ok := db.(*state.Postgres); ok {
-		clk = testkit.NewClock(pg.Now()) // the server's clock, as the state records
-	} else {
-		clk = testkit.NewClock(time.Now())
-	}
-	p := New(store, WithClock(clk), WithJitter(func() float64 { return 0.5 }))
+	p := New(store, WithClock(clockOf(db)), WithJitter(func() float64 { return 0.5 }))
 	defer p.Close(ctx)
 
 	first := admitLeading(ctx, p, store, syncCall(k, 0))

@@ -374,3 +374,91 @@ func TestAdmitTogetherQueuedLeave(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An admission that grants a lease, in a group or renewing a spent one
+// outside it, whose COMMIT's answer is lost, fails its call (not sent);
+// were its attempt and the new lease's slots left in the log, they would
+// count as in flight for two minutes, with no call to answer them and no
+// process to hand the slots out. The key's next transaction in the
+// process ends the attempt, not sent, and gives the slots back.
+func TestLeaseGrantLostCommit(t *testing.T) {
+	onBothStores(t, func(t *testing.T, db ledger.Store) {
+		for _, renew := range []bool{false, true} {
+			t.Run(fmt.Sprint("renew=", renew), func(t *testing.T) { testLeaseGrantLostCommit(t, db, renew) })
+		}
+	})
+}
+
+func testLeaseGrantLostCommit(t *testing.T, db ledger.Store, renew bool) {
+	ctx := context.Background()
+	k := &keystore.Key{Name: fmt.Sprint("k-renew-", renew), MaxRate: 1e6, MaxConcurrency: 10_000,
+		Policies: []keystore.Policy{{Name: "default", Quota: 100_000, Window: time.Minute, Unit: ratelimit.Requests}}}
+	lost := &lostCommitStore{Store: db}
+	clk := clockOf(db)
+	p := New(lost, WithClock(clk), WithJitter(func() float64 { return 0.5 }))
+	defer p.Close(ctx)
+	p.mu.Lock()
+	busy := &admissions{} // a pace that leases: the key's latest admissions here, all at once
+	for range leaseRecent {
+		busy.note(clk.Now())
+	}
+	p.recent[k.Name] = busy
+	if renew { // a lease every slot of which was handed out: the next call renews it
+		p.leases[k.Name] = &lease{key: k.Name, first: 1, next: 2, last: 1, at: clk.Now(), until: clk.Now().Add(LeaseTime)}
+	}
+	p.mu.Unlock()
+
+	lost.lost = lost.updates.Load() + 1
+	if _, err := p.Admit(ctx, syncCall(k, 0)); !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("the call whose admission's COMMIT got no answer: %v, want ledger.ErrUnavailable", err)
+	}
+	if l := p.currentLease(k.Name); l != nil {
+		t.Errorf("the lost admission's lease is installed: slots %d…%d", l.first, l.last)
+	}
+	if reserved, admitted := logOf(t, db, k.Name, "call-0"); reserved == 0 || admitted != 1 {
+		t.Fatalf("the log after the lost COMMIT holds %d reserved slots and call-0 admitted %d times; "+
+			"want a lease granted with the call's admission (the test's premise)", reserved, admitted)
+	}
+
+	clk.Advance(time.Millisecond)                           // past the pace the lost lease took for its slots
+	if _, err := p.Admit(ctx, syncCall(k, 1)); err != nil { // the key's next transaction
+		t.Fatal(err)
+	}
+	want := 0
+	if l := p.currentLease(k.Name); l != nil {
+		want = int(l.last - l.first + 1) // the next call's own lease
+	}
+	if reserved, admitted := logOf(t, db, k.Name, "call-0"); reserved != want || admitted != 0 {
+		t.Errorf("after the key's next transaction the log holds %d reserved slots and call-0 admitted %d times; "+
+			"want %d (the next call's lease) and 0: the lost admission's attempt ended and its slots given back",
+			reserved, admitted, want)
+	}
+}
+
+// logOf returns how many of key's attempts are reserved slots, and how
+// many attempts of call are admitted and open.
+func logOf(t *testing.T, db ledger.Store, key, call string) (reserved, admitted int) {
+	t.Helper()
+	err := db.View(context.Background(), func(tx ledger.Tx) error {
+		sends, err := tx.Sends(key, time.Time{}, 1<<20)
+		if err != nil {
+			return err
+		}
+		for _, s := range sends {
+			if s.State == ledger.Reserved {
+				reserved++
+			}
+		}
+		as, err := tx.Call(key, call)
+		for _, a := range as {
+			if a.State == ledger.Admitted {
+				admitted++
+			}
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reserved, admitted
+}

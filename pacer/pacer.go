@@ -158,6 +158,11 @@ type Ticket struct {
 	grant      *lease        // that lease, once installed; nil when none
 	send       sendAllowance // how late after AdmittedAt it may leave (see Pacer.Leaving)
 	quick      []Budget      // unleased: the budgets its answer is judged routine by (see quickBudgets); nil when none
+	// unconfirmed are the leases whose slots its admission's transaction
+	// reserved or gave back, when that transaction's COMMIT got no answer:
+	// the transaction that ends its attempt gives them back (see
+	// admissionUnknown).
+	unconfirmed []*lease
 }
 
 // Leased says t was admitted from its process's lease on a batch of
@@ -303,6 +308,9 @@ func (p *Pacer) admitOnce(ctx context.Context, c Call, start, deadline time.Time
 		run.t.grant = run.granted
 	case renewing:
 		p.notGranted(c.Key.Name) // the calls waiting for a lease go their own way
+	}
+	if errors.Is(err, ledger.ErrUnavailable) {
+		p.admissionUnknown(run, spent, err) // it may have committed: as a group's (see group.go)
 	}
 	if err != nil {
 		return run, fmt.Errorf("pacer: admit %s: %w", c.Key.Name, err)

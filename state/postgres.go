@@ -522,7 +522,8 @@ func (pg *Postgres) View(ctx context.Context, fn func(ledger.Tx) error) error {
 // says became of it, asked on another connection: committed, Update
 // succeeds; aborted, it is run again; when the server cannot say within
 // the bound, Update fails with ErrUnavailable, and the transaction may
-// have committed.
+// have committed; so it does, with ctx's error too, when ctx ends while
+// the COMMIT's answer is awaited.
 func (pg *Postgres) Update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
 	return pg.update(ctx, func(tx *Tx) error { return fn(tx) }, keys...)
 }
@@ -565,7 +566,8 @@ func (pg *Postgres) Sweep(ctx context.Context, now, before time.Time) (Swept, er
 // run succeeds, as the COMMIT's answer would have said; aborted, it is
 // run again, as one cut off before its COMMIT is. When the server cannot
 // say within the bound, run fails with ErrUnavailable, saying that the
-// outcome is unknown.
+// outcome is unknown; so it does, besides ctx's error, when ctx ends while
+// the COMMIT's answer is awaited.
 func (pg *Postgres) run(ctx context.Context, opts *sql.TxOptions, keys []string, fn func(*Tx) error) error {
 	bounded, cancel := context.WithTimeout(ctx, pg.timeout)
 	defer cancel()
@@ -581,6 +583,14 @@ func (pg *Postgres) run(ctx context.Context, opts *sql.TxOptions, keys []string,
 			return nil
 		}
 		if ctx.Err() != nil {
+			if unknownCommit(err, opts) {
+				// The caller left while the COMMIT was on its way: the
+				// server may have committed it. Not asked (nobody waits
+				// for the answer), it is an outcome unknown, for the
+				// caller to treat as one (see ErrUnavailable).
+				return fmt.Errorf("state: %w while a transaction's COMMIT was on its way to PostgreSQL at %s: "+
+					"whether it committed is unknown: %w", ctx.Err(), pg.where, ErrUnavailable)
+			}
 			return fmt.Errorf("state: %w", ctx.Err())
 		}
 		again := retryable(err)

@@ -181,6 +181,60 @@ func TestPostgresLostCommitIsSentOnce(t *testing.T) {
 	}
 }
 
+// A caller that leaves while its admission's COMMIT is on its way is
+// told that whether the admission was recorded is unknown
+// (ErrUnavailable, besides its context's error): the server may have
+// committed it, as here. Its call is not sent, and the key's next
+// transaction in the process ends the attempt, not sent, as after a
+// COMMIT whose answer was lost: an attempt left open would count as in
+// flight for two minutes, and hold the key as a probe would.
+func TestPostgresCallerLeavesDuringCommit(t *testing.T) {
+	srv := startPostgres(t)
+	url := srv.CreateDatabase(t)
+	direct := openPostgres(t, url, state.PostgresOptions{})
+	p := newCommitCutter(t, url)
+	pg := openPostgres(t, p.url, state.PostgresOptions{MaxConns: 1, Timeout: 10 * time.Second})
+	pc := pacer.New(pg)
+	t.Cleanup(func() { pc.Close(context.Background()) })
+	k := &keystore.Key{Name: "k", MaxRate: 1000, MaxConcurrency: 100,
+		Policies: []keystore.Policy{{Name: "default", Quota: 100, Window: time.Minute, Unit: "requests"}}}
+	call := func(id string) pacer.Call {
+		return pacer.Call{Key: k, Caller: "sync", Transport: "rest", Method: "GET", Target: "/items", CallID: id, Attempt: 1,
+			MaxWait: time.Minute}
+	}
+	if _, err := pc.Admit(context.Background(), call("warm")); err != nil {
+		t.Fatal(err)
+	}
+
+	p.arm(holdAfterCommit)
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() {
+		_, err := pc.Admit(ctx, call("c1"))
+		left <- err
+	}()
+	<-p.holding // the COMMIT went out; its answer is held
+	cancel()
+	err := <-left
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, state.ErrUnavailable) {
+		t.Errorf("the call that left during its COMMIT: %v; want its context's error and ErrUnavailable: the admission may stand", err)
+	}
+	if got := attempts(t, direct, "c1"); got != 1 {
+		t.Fatalf("the store holds %d attempts of the call, want 1: the server committed its admission (the test's premise)", got)
+	}
+
+	if _, err := pc.Admit(context.Background(), call("c2")); err != nil { // the key's next transaction
+		t.Fatal(err)
+	}
+	view(t, direct, func(tx ledger.Tx) error {
+		as, err := tx.Call("k", "c1")
+		if len(as) != 1 || as[0].State == ledger.Admitted {
+			t.Errorf("the attempts of the call that left: %+v; want one, ended not sent", as)
+		}
+		return err
+	})
+}
+
 // A journal's batch of outcomes whose COMMIT committed but whose answer
 // was lost, when the server cannot be asked what became of it (the
 // connection that asks is refused), is applied again — by the journal's
@@ -297,6 +351,10 @@ const (
 	// passes on what it said before the COMMIT's own answer, and ends the
 	// connection with the server's FATAL of a shutdown (57P01) instead.
 	shutdownAfterCommit
+	// holdAfterCommit forwards the COMMIT, holds back every answer of the
+	// server from then on, says on holding once the server has answered
+	// it, and goes on until the client closes the connection.
+	holdAfterCommit
 )
 
 // A commitCutter is a TCP proxy to a PostgreSQL server that reads the
@@ -314,8 +372,9 @@ type commitCutter struct {
 
 	mu       sync.Mutex
 	armed    cutAt
-	refusing int          // how many of the next connections are closed at once: the server out of reach
-	refused  atomic.Int64 // how many were
+	holding  chan struct{} // told once a COMMIT went out that holdAfterCommit holds the answer of
+	refusing int           // how many of the next connections are closed at once: the server out of reach
+	refused  atomic.Int64  // how many were
 	links    []*link
 	wg       sync.WaitGroup
 }
@@ -337,7 +396,7 @@ func newCommitCutter(t *testing.T, url string) *commitCutter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &commitCutter{ln: ln, to: u.Host}
+	p := &commitCutter{ln: ln, to: u.Host, holding: make(chan struct{}, 1)}
 	u.Host = ln.Addr().String()
 	p.url = u.String()
 	p.wg.Go(p.accept)
@@ -485,6 +544,26 @@ func (p *commitCutter) requests(l *link) {
 			p.armed = 0
 			p.mu.Unlock()
 			switch where {
+			case holdAfterCommit:
+				p.cuts.Add(1)
+				l.lost.Store(true)
+				for msg[0] == 'B' || msg[0] == 'E' || msg[0] == 'D' { // the rest of its pipeline
+					if _, err := l.server.Write(msg); err != nil {
+						return
+					}
+					if msg, err = readMessage(l.client, true); err != nil {
+						return
+					}
+				}
+				if _, err := l.server.Write(msg); err != nil {
+					return
+				}
+				select { // the server has committed
+				case <-l.answered:
+				case <-time.After(time.Minute):
+				}
+				p.holding <- struct{}{}
+				continue
 			case cutAfterCommit, shutdownAfterCommit:
 				p.cuts.Add(1)
 				l.lost.Store(true)

@@ -77,9 +77,21 @@ type pgRead struct {
 	// key has none.
 	lastSeq, lastAt, lastBytes int64
 	hasLast                    bool
+	// windows are the key's window counts the transaction read (qFirstSend),
+	// by the start of their window, in microseconds.
+	windows map[int64]pgFirstSend
 	// Which of them still hold: the transaction wrote nothing that could
-	// change them since.
+	// change them since, but the attempts it recorded itself, which it
+	// counted in them (see ownAttempt).
 	hasSeenPolicies, hasGates, hasFlight, hasLastSend bool
+}
+
+// A pgFirstSend is what qFirstSend read: the number and time of the key's
+// first admission after a time and the number of its last; ok is false
+// when it has none after that time.
+type pgFirstSend struct {
+	seq, at, last int64
+	ok            bool
 }
 
 // holdReading locks key's row, as hold does, and reads what a decision
@@ -309,8 +321,76 @@ func (p *pgTx) wrote(text string) {
 	r.hasSeenPolicies = r.hasSeenPolicies && !strings.Contains(text, "policies")
 	r.hasGates = r.hasGates && !strings.Contains(text, "gates")
 	if strings.Contains(text, "attempts") {
-		r.hasFlight, r.hasLastSend = false, false
+		r.hasFlight, r.hasLastSend, r.windows = false, false, nil
 	}
+}
+
+// ownAttempt updates what the transaction read of the log of the key it
+// holds with an attempt it records itself, of qInsertAttempt's arguments
+// args, as the same reads sent again would find it: the attempts of a
+// key are recorded only by a transaction that holds its row, so no other
+// could have changed the log's end meanwhile. An admission becomes the
+// key's latest (counted in every window it falls in, and in flight until
+// its lease); another attempt changes none of it. The calls of a key
+// decided together (see pacer/group.go) then cost the round trips of the
+// first alone. An admission recorded before the key's latest, which
+// renumbers the log, drops what was read instead.
+func (p *pgTx) ownAttempt(args []any) {
+	key, _ := args[2].(string)
+	r := p.readFor(key)
+	if r == nil {
+		p.wrote(pgInsertAttemptAs)
+		return
+	}
+	counted, _ := args[11].(bool)
+	at, _ := args[12].(int64)
+	if counted {
+		seq, ok1 := args[15].(int64)
+		cbytes, ok2 := args[19].(int64)
+		if !ok1 || !ok2 || !r.hasLastSend || r.hasLast && at < r.lastAt {
+			r.hasFlight, r.hasLastSend, r.windows = false, false, nil
+			return
+		}
+		r.lastSeq, r.lastAt, r.lastBytes, r.hasLast = seq, at, cbytes, true
+		for since, w := range r.windows {
+			if w.ok {
+				w.last = seq
+			} else if at > since {
+				w = pgFirstSend{seq: seq, at: at, last: seq, ok: true}
+			}
+			r.windows[since] = w
+		}
+	}
+	if until, ok := args[14].(int64); ok && until > r.now && r.hasFlight {
+		if r.flight.Count == 0 || fromMicros(at).Before(r.flight.Oldest) {
+			r.flight.Oldest = fromMicros(at)
+		}
+		r.flight.Count++
+	}
+}
+
+// readFirstSend answers qFirstSend of key after since from what the
+// transaction read, when it holds.
+func (p *pgTx) readFirstSend(key string, since int64) (pgFirstSend, bool) {
+	r := p.readFor(key)
+	if r == nil || !r.hasLastSend {
+		return pgFirstSend{}, false
+	}
+	w, ok := r.windows[since]
+	return w, ok
+}
+
+// keepFirstSend keeps what qFirstSend read of key after since, for the
+// transaction's later reads of it (see readFirstSend).
+func (p *pgTx) keepFirstSend(key string, since int64, w pgFirstSend) {
+	r := p.readFor(key)
+	if r == nil || !r.hasLastSend {
+		return
+	}
+	if r.windows == nil {
+		r.windows = map[int64]pgFirstSend{}
+	}
+	r.windows[since] = w
 }
 
 // readFor returns what the pipeline read of key, while it holds.

@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -192,5 +193,85 @@ func TestPostgresAdmissionReadsWithTheLock(t *testing.T) {
 	}
 	if id <= first {
 		t.Errorf("attempt IDs %d then %d", first, id)
+	}
+}
+
+// The calls of a key decided together in one transaction (pacer/group.go)
+// read the log as the attempts recorded before them in it left it: the
+// calls in flight, the latest admission and the window counts are
+// answered from what the transaction read, each attempt it records
+// counted in them, and the attempts take IDs of the block the lock's
+// pipeline took. Four admissions, each reading its calls in flight and
+// its window, with a refusal among them, cost the round trips of one: the
+// lock's pipeline, the window's count, and the commit's pipeline. What
+// they read is what the server holds, as a transaction after them reads.
+func TestPostgresGroupReadsTheLogOnce(t *testing.T) {
+	pg, trips := tracedPostgres(t)
+	ctx := context.Background()
+	const key = "k"
+	var ids []int64
+	admit := func(tx ledger.Tx, call string, now time.Time) error {
+		id, err := tx.InsertAttempt(ledger.Attempt{CallID: call, Attempt: 1, Key: key, State: ledger.Admitted,
+			At: now, InFlightUntil: now.Add(time.Hour)})
+		ids = append(ids, id)
+		return err
+	}
+	if err := pg.Update(ctx, func(tx ledger.Tx) error { return admit(tx, "c0", tx.Clock(time.Now())) }, key); err != nil {
+		t.Fatal(err)
+	}
+	const calls = 4
+	before := trips.n.Load()
+	err := pg.Update(ctx, func(tx ledger.Tx) error {
+		now := tx.Clock(time.Now())
+		for i := range calls {
+			f, err := tx.Flight(key, now)
+			if err != nil {
+				return err
+			}
+			w, err := tx.Window(key, now.Add(-time.Hour))
+			if err != nil {
+				return err
+			}
+			if f.Count != 1+i || w.Count != 1+i {
+				t.Errorf("call %d of the transaction reads %d in flight and %d in the window, want %d: the attempts before it", i, f.Count, w.Count, 1+i)
+			}
+			if i == 1 {
+				if _, err := tx.InsertAttempt(ledger.Attempt{CallID: "refused", Attempt: 1, Key: key, State: ledger.RejectedLocal, At: now}); err != nil {
+					return err
+				}
+			}
+			if err := admit(tx, fmt.Sprint("c", i+1), now); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := trips.n.Load() - before; n != 3 {
+		t.Errorf("%d admissions in one transaction took %d round trips, want 3: the lock's pipeline, one window count, the commit's", calls, n)
+	}
+	err = pg.View(ctx, func(tx ledger.Tx) error {
+		now := tx.Clock(time.Now())
+		f, err := tx.Flight(key, now)
+		if err != nil {
+			return err
+		}
+		w, err := tx.Window(key, now.Add(-time.Hour))
+		if f.Count != 1+calls || w.Count != 1+calls {
+			t.Errorf("the server holds %d in flight and %d in the window, want %d", f.Count, w.Count, 1+calls)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int64]bool{}
+	for _, id := range ids {
+		if seen[id] || id == 0 {
+			t.Errorf("attempt IDs %v: want each its own", ids)
+		}
+		seen[id] = true
 	}
 }

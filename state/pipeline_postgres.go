@@ -279,14 +279,25 @@ func insertWithID(text string) string {
 }
 
 // insertAttemptLater queues the INSERT of an attempt with args
-// (qInsertAttempt's) under the ID the transaction took beforehand, and
-// returns it; ok is false when it has none left (the statement must then
-// run at once).
+// (qInsertAttempt's) under an ID of the block the transaction took
+// beforehand, and returns it; ok is false when it has none left (the
+// statement must then run at once). What the transaction read of the log
+// is updated with the attempt (see ownAttempt).
 func (p *pgTx) insertAttemptLater(args []any) (id int64, ok bool) {
 	if p == nil || p.nextID == 0 {
 		return 0, false
 	}
-	id, p.nextID = p.nextID, 0
-	p.later("record attempt", pgInsertAttemptAs, append(args, id)...)
+	id = p.nextID
+	if p.nextID++; p.nextID%attemptBlock == 0 {
+		p.nextID = 0 // the block is spent
+	}
+	p.waiting = append(p.waiting, pgWrite{"record attempt", pgInsertAttemptAs, append(args, id)})
+	p.ownAttempt(args)
 	return id, true
 }
+
+// attemptBlock is how many attempt IDs one value of the sequence
+// attempt_blocks stands for: a block of IDs of its own, which the schema's
+// default takes one of for each INSERT, and a transaction that took it
+// beforehand (pgNextAttemptID) one after another for its attempts.
+const attemptBlock = 1024

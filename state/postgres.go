@@ -856,7 +856,7 @@ type pgTx struct {
 	begun   bool          // BEGIN was sent
 	xid     string        // a read-write transaction's ID, read with its BEGIN (see pgXactID); "" before
 	waiting []pgWrite     // writes that go with the next round trip (see later)
-	nextID  int64         // the ID its next attempt takes (see insertAttemptLater); 0 when none
+	nextID  int64         // the ID its next attempt takes, of a block it took (see insertAttemptLater); 0 when none
 }
 
 type heldKeyState struct {

@@ -267,11 +267,17 @@ var qFirstSend = newQuery("FirstSend")
 // firstSend returns the number and time of key's first attempt admitted
 // after since and the number of its last; ok is false when there is none.
 func (tx *Tx) firstSend(key string, since time.Time) (seq, at, last int64, ok bool, err error) {
+	if w, found := tx.pg.readFirstSend(key, micros(since)); found { // PostgreSQL: read once a transaction
+		return w.seq, w.at, w.last, w.ok, nil
+	}
 	err = tx.queryRow(qFirstSend, key, micros(since)).Scan(&seq, &at, &last)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, 0, 0, false, nil
+		err = nil
 	}
-	return seq, at, last, err == nil, err
+	if ok = err == nil && last > 0; err == nil {
+		tx.pg.keepFirstSend(key, micros(since), pgFirstSend{seq, at, last, ok})
+	}
+	return seq, at, last, ok, err
 }
 
 // Count returns how many attempts of key were admitted after since (the

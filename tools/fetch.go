@@ -486,7 +486,7 @@ func (f *fetchCall) fitted(r fetchResult, raw []byte, complete bool) *mcp.CallTo
 	}
 	r.Warnings = f.waitCapped(r.Warnings)
 	res := render(r, false)
-	if r.Binary || resultChars(res) <= f.lim.MaxResult {
+	if r.Binary || resultFits(res, f.lim.MaxResult) {
 		return res
 	}
 	warnings := r.Warnings
@@ -535,6 +535,29 @@ func resultChars(res *mcp.CallToolResult) int {
 	}
 	return utf8.RuneCount(b) + len(`,"structuredContent":`) + utf8.RuneCount(sc)
 }
+
+// resultFits reports whether res, as render made it, is at most max
+// characters as a client receives it (see resultChars). A result that
+// would fit even if JSON escaped every byte of its text block into six
+// characters (\u00XX, the longest escape of one) is not encoded again to
+// be measured: most results are far below the limit.
+func resultFits(res *mcp.CallToolResult, max int) bool {
+	sc, ok := res.StructuredContent.(json.RawMessage)
+	if ok && len(res.Content) == 1 {
+		if t, ok := res.Content[0].(mcp.TextContent); ok && resultEnvelope+6*len(t.Text)+len(sc) <= max {
+			return true
+		}
+	}
+	return resultChars(res) <= max
+}
+
+// resultEnvelope is what a result of render's shape measures besides its
+// text and its structured form: the most of it, an error's.
+var resultEnvelope = func() int {
+	res := mcp.NewToolResultStructured(json.RawMessage(nil), "")
+	res.IsError = true
+	return resultChars(res)
+}()
 
 // waitCapped adds to warnings that max_wait_s was capped, when it was:
 // the agent must not believe it waited as long as it asked.

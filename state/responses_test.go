@@ -161,8 +161,18 @@ func keepLater(t *testing.T, s laterKeeper) {
 // the last of them; one whose next has another limit is trimmed to its
 // own first.
 func TestKeepLaterTogether(t *testing.T) {
-	clk := testkit.NewClock(t0) // the applier lingers until a View hurries it: everything below is one batch
-	db := open(t, filepath.Join(t.TempDir(), "state.db"), state.WithClock(clk))
+	// The applier lingers on a clock that does not move, until a View
+	// hurries it: what is kept before each View is one batch.
+	t.Run("SQLite", func(t *testing.T) {
+		keepLaterTogether(t, open(t, filepath.Join(t.TempDir(), "state.db"), state.WithClock(testkit.NewClock(t0))))
+	})
+	t.Run("PostgreSQL", func(t *testing.T) {
+		keepLaterTogether(t, openPostgres(t, startPostgres(t).CreateDatabase(t),
+			state.PostgresOptions{JournalDir: t.TempDir(), Clock: testkit.NewClock(t0)}))
+	})
+}
+
+func keepLaterTogether(t *testing.T, db laterKeeper) {
 	heard := map[string][]string{}
 	var mu sync.Mutex
 	keep := func(key, target string, i, limit int) {

@@ -191,10 +191,11 @@ func (o *outcomes) finishLater(ctx context.Context, f ledger.Finished) error {
 // bytes; otherwise, or where the process has no journal, at once in a
 // transaction of its own, which ctx bounds. A View of this process reads
 // r kept. listed, when not nil, is called with the key's kept targets
-// as the transaction that kept r read them, once it has committed; it
-// must not wait, nor use the DB. It is not called when r was not kept
-// (the state file refused it, or the process ended first: the next
-// process to open the state file keeps it then).
+// as the transaction that kept r read them (after r, and after the
+// answers of the key it kept beside r: see keepAll), once it has
+// committed; it must not wait, nor use the DB. It is not called when r
+// was not kept (the state file refused it, or the process ended first:
+// the next process to open the state file keeps it then).
 func (db *DB) KeepLater(ctx context.Context, r ledger.StoredResponse, keep int, listed func(targets []string)) error {
 	return db.out.keepLater(ctx, r, keep, listed)
 }

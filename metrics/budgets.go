@@ -148,7 +148,7 @@ func (b *budgets) read(ctx context.Context, k *keystore.Key) (*keySeries, error)
 		return nil, err
 	}
 	var ls ledger.KeyState
-	if err := b.db.View(ctx, func(tx ledger.Tx) error {
+	if err := b.db.View(ctx, func(tx ledger.ReadTx) error {
 		var err error
 		ls, err = tx.KeyState(k.Name)
 		return err
@@ -194,7 +194,7 @@ func (b *budgets) read(ctx context.Context, k *keystore.Key) (*keySeries, error)
 		ks.left[src] = max(ks.left[src], g.Until.Sub(now).Seconds(), 0)
 	}
 	for _, w := range st.Warnings {
-		kind := w.Kind
+		kind := string(w.Kind)
 		if _, ok := ks.warnings[kind]; !ok && len(ks.warnings) >= maxKinds-1 {
 			kind = "other"
 		}

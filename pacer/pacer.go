@@ -461,7 +461,7 @@ func slowStart(k *keystore.Key, known []ledger.SeenPolicy) time.Duration {
 // load reads what a decision about c needs, inside tx. ks, when not nil,
 // is the key's pacing state as tx already holds it; calls in flight are
 // counted only when inFlight.
-func (p *Pacer) load(tx ledger.Tx, c Call, now time.Time, ks *ledger.KeyState, inFlight bool) (snapshot, error) {
+func (p *Pacer) load(tx ledger.Reader, c Call, now time.Time, ks *ledger.KeyState, inFlight bool) (snapshot, error) {
 	key := c.Key.Name
 	if ks == nil {
 		s, err := tx.KeyState(key)
@@ -502,14 +502,14 @@ func (p *Pacer) load(tx ledger.Tx, c Call, now time.Time, ks *ledger.KeyState, i
 // remembering what it read: a decision asks about the same windows more
 // than once (a documented policy and the upstream's twin of it).
 type txLog struct {
-	tx      ledger.Tx
+	tx      ledger.Reader
 	key     string
 	callers []string // count these callers' calls too: those with reservations
 	counts  map[time.Time]int
 	windows map[time.Time]ledger.Window
 }
 
-func newTxLog(tx ledger.Tx, k *keystore.Key) *txLog {
+func newTxLog(tx ledger.Reader, k *keystore.Key) *txLog {
 	var callers []string
 	for _, r := range k.Reserves {
 		callers = append(callers, r.Caller)

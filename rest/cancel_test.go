@@ -55,7 +55,7 @@ func TestCancelledCallGetsNoAnswer(t *testing.T) {
 	}
 
 	var attempts []ledger.Attempt
-	if err := s.DB.View(t.Context(), func(tx ledger.Tx) error {
+	if err := s.DB.View(t.Context(), func(tx ledger.ReadTx) error {
 		var err error
 		attempts, err = tx.Activity(ledger.ActivityFilter{Key: "demo", Limit: 10})
 		return err

@@ -80,7 +80,7 @@ func keepResponse(t *testing.T, s ledger.Store) {
 	if diff := cmp.Diff(got, []string{"/1", "/3", "/2"}); diff != "" {
 		t.Errorf("after an older answer of /1 (-got +want):\n%s", diff)
 	}
-	err = s.View(context.Background(), func(tx ledger.Tx) error {
+	err = s.View(context.Background(), func(tx ledger.ReadTx) error {
 		if _, ok, err := tx.Response("k", "/0"); ok || err != nil {
 			t.Errorf("the oldest answer: kept (%v), want it gone", err)
 		}
@@ -135,7 +135,7 @@ func keepLater(t *testing.T, s laterKeeper) {
 		}
 		var got ledger.StoredResponse
 		var ok bool
-		if err := s.View(context.Background(), func(tx ledger.Tx) error {
+		if err := s.View(context.Background(), func(tx ledger.ReadTx) error {
 			var err error
 			got, ok, err = tx.Response("k", target)
 			return err
@@ -245,7 +245,7 @@ func TestRecoverKeepsAnAnswer(t *testing.T) {
 	other := open(t, path)
 	var got ledger.StoredResponse
 	var ok bool
-	if err := other.View(context.Background(), func(tx ledger.Tx) error {
+	if err := other.View(context.Background(), func(tx ledger.ReadTx) error {
 		var err error
 		got, ok, err = tx.Response("k", "/kept")
 		return err

@@ -282,7 +282,7 @@ func (f *fetchCall) fromStored(ctx context.Context, header http.Header) (*mcp.Ca
 	}
 	var targets []string
 	var listed bool
-	err := f.d.DB.View(ctx, func(tx ledger.Tx) error {
+	err := f.d.DB.View(ctx, func(tx ledger.ReadTx) error {
 		var err error
 		if !f.d.stored.known(f.k.Name) {
 			if targets, listed, err = readStoredTargets(tx, f.k.Name); err != nil {

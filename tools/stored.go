@@ -126,7 +126,7 @@ func keepResponse(tx ledger.Tx, r ledger.StoredResponse, keep int) ([]string, bo
 
 // readStoredTargets returns key's targets as tx sees them, and whether tx could
 // tell. Call it inside the transaction, and set after it committed.
-func readStoredTargets(tx ledger.Tx, key string) ([]string, bool, error) {
+func readStoredTargets(tx ledger.Reader, key string) ([]string, bool, error) {
 	l, ok := tx.(storedTargetLister)
 	if !ok {
 		return nil, false, nil

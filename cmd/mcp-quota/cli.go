@@ -165,7 +165,7 @@ func (e environment) activity(ctx context.Context, args []string) error {
 	}
 	defer a.Close()
 	var list []ledger.Attempt
-	err = a.View(ctx, func(tx ledger.Tx) error {
+	err = a.View(ctx, func(tx ledger.ReadTx) error {
 		var err error
 		list, err = tx.Activity(ledger.ActivityFilter{Key: *key, Limit: *limit})
 		return err

@@ -262,7 +262,7 @@ func drainUnderLoad(t *testing.T, finish bool) {
 	defer db.Close()
 	var attempts []ledger.Attempt
 	var sends []ledger.Send
-	if err := db.View(t.Context(), func(tx ledger.Tx) error {
+	if err := db.View(t.Context(), func(tx ledger.ReadTx) error {
 		var err error
 		if attempts, err = tx.Activity(ledger.ActivityFilter{Key: "demo", Limit: 1_000_000}); err != nil {
 			return err

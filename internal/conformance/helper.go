@@ -153,7 +153,7 @@ func (h *helping) victimize(ctx context.Context) error {
 	var first, last int64
 	err = h.store.Update(ctx, func(tx ledger.Tx) error {
 		at := tx.Clock(time.Now())
-		first, last, err = tx.Reserve("leased", victimSlots, at, at.Add(h.job.InFlightTimeout), "a batch")
+		first, last, err = tx.Reserve("leased", victimSlots, at, at.Add(h.job.InFlightTimeout))
 		return err
 	}, "leased")
 	if err != nil {

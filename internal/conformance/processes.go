@@ -247,7 +247,7 @@ func checkKilled(t *testing.T, s state.Store, before map[int64]bool, committed [
 			t.Errorf("the victim's slot %d: got %q before its lease ran out, want reserved (its outcome only in its journal)", id, st)
 		}
 	}
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		f, err := tx.Flight("leased", killedAt)
 		if f.Count != victimSlots {
 			t.Errorf("the victim's slots in flight after the kill: %d, want %d", f.Count, victimSlots)
@@ -268,7 +268,7 @@ func checkKilled(t *testing.T, s state.Store, before map[int64]bool, committed [
 // others released, its stuck call interrupted, nothing in flight.
 func checkSwept(t *testing.T, s state.Store, finished, reserved []int64, stuck int64, killedAt time.Time) {
 	t.Helper()
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		for _, id := range finished {
 			obs, err := tx.ObservationsOf("leased", id)
 			if err != nil {
@@ -308,7 +308,7 @@ func checkSwept(t *testing.T, s state.Store, finished, reserved []int64, stuck i
 	// Their reasons, as data: the answers its journal held, replayed
 	// after the kill, and the ends the sweep gave the rest.
 	whys := map[int64]reason.Reason{}
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		for _, key := range []string{"shared", "leased"} {
 			list, err := tx.Activity(ledger.ActivityFilter{Key: key, Limit: 1 << 20})
 			if err != nil {
@@ -344,7 +344,7 @@ func checkSwept(t *testing.T, s state.Store, finished, reserved []int64, stuck i
 func instancesOfProcesses(t *testing.T, s ledger.Viewer, hs ...*Helper) {
 	t.Helper()
 	instance := map[int64]string{}
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		for before := int64(0); ; {
 			page, err := tx.Activity(ledger.ActivityFilter{Key: "shared", Before: before, Limit: 1000})
 			if err != nil || len(page) == 0 {

@@ -88,7 +88,7 @@ func BenchmarkKeepLater(b *testing.B) {
 					}
 					i++
 				}
-				if err := db.View(context.Background(), func(ledger.Tx) error { return nil }); err != nil {
+				if err := db.View(context.Background(), func(ledger.ReadTx) error { return nil }); err != nil {
 					b.Fatal(err)
 				}
 			}

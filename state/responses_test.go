@@ -190,7 +190,7 @@ func keepLaterTogether(t *testing.T, db laterKeeper) {
 	read := func(key string) []string {
 		t.Helper()
 		var targets []string
-		if err := db.View(context.Background(), func(tx ledger.Tx) error {
+		if err := db.View(context.Background(), func(tx ledger.ReadTx) error {
 			var err error
 			targets, err = tx.(*state.Tx).StoredTargets(key)
 			return err

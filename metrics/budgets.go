@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
@@ -50,7 +51,7 @@ type budgets struct {
 	pacer   *pacer.Pacer
 	db      ledger.Viewer
 	keys    []*keystore.Key
-	now     func() time.Time
+	clock   clock.Clock // the pacer's
 }
 
 func (b *budgets) Describe(ch chan<- *prometheus.Desc) {
@@ -155,7 +156,7 @@ func (b *budgets) read(ctx context.Context, k *keystore.Key) (*keySeries, error)
 	}); err != nil {
 		return nil, err
 	}
-	now := b.now()
+	now := b.clock.Now()
 	ks := newKeySeries()
 	rows := map[string]int{} // origin → rows by name
 	for _, bu := range append(slices.Clone(st.Local), st.Upstream...) {

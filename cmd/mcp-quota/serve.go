@@ -100,6 +100,7 @@ func servedParts(a *app, keys *keystore.Store, tr *telemetry.Tracing) (*server.M
 	deps.Watch = tr.MCP("tcp")
 	mcpServer := tools.NewServer(deps, version)
 	m := metrics.New(keys, a.pacer, a.db)
+	m.Clock = a.clock            // the pacer's: ages and times left are read on it
 	a.client.Observe = m.Observe // before the first call: every call through this process is counted
 	a.client.Watch = tr.Watch()
 	return mcpServer, m
@@ -170,7 +171,8 @@ func (o serveOptions) listener(keys *keystore.Store, log *slog.Logger) (net.List
 	var certs *certFiles
 	if certPath != "" {
 		var err error
-		if certs, err = newCertFiles(certPath, keyPath, time.Now, log); err != nil {
+		// nil: the files are looked at again in real time.
+		if certs, err = newCertFiles(certPath, keyPath, nil, log); err != nil {
 			return nil, "", err
 		}
 	}

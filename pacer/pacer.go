@@ -43,7 +43,7 @@ type Pacer struct {
 
 	clock    clock.Clock    // the time it reads and waits on; never nil (see WithClock)
 	random   func() float64 // uniform numbers in [0, 1) for jitter (see WithJitter)
-	inFlight time.Duration  // how long an admitted attempt counts as in flight (see WithLease)
+	inFlight time.Duration  // how long an admitted attempt counts as in flight (see WithInFlightTimeout)
 
 	timers sync.WaitGroup // the answers being recorded and the timers' functions running (see enter): Close waits for them
 
@@ -74,9 +74,10 @@ func WithClock(c clock.Clock) Option { return func(p *Pacer) { p.clock = clock.O
 // uniform number in [0, 1); nil means math/rand/v2's Float64.
 func WithJitter(f func() float64) Option { return func(p *Pacer) { p.random = f } }
 
-// WithLease sets how long an admitted attempt counts as in flight without
-// an answer (its process crashed); zero means DefaultInFlightTimeout.
-func WithLease(d time.Duration) Option { return func(p *Pacer) { p.inFlight = d } }
+// WithInFlightTimeout sets how long an admitted attempt counts as in
+// flight without an answer (its process crashed); zero means
+// DefaultInFlightTimeout.
+func WithInFlightTimeout(d time.Duration) Option { return func(p *Pacer) { p.inFlight = d } }
 
 // New returns a Pacer keeping its state in db, with the given options.
 func New(db ledger.Store, opts ...Option) *Pacer {

@@ -33,7 +33,7 @@ var (
 	descReset     = desc("budget_reset_seconds", "Seconds until the oldest call leaves the window (local) or the observation's effective window ends (upstream).", budgetLabels...)
 	descWindow    = desc("budget_window_seconds", "The policy's window (w) in seconds; absent when unknown.", budgetLabels...)
 	descAge       = desc("observation_age_seconds", "Seconds since the upstream last said this policy's values.", "key", "policy", "partition")
-	descExpired   = desc("observation_expired", "1 when the upstream's latest word on the policy is past its effective window (a probe asks again), else 0.", "key", "policy", "partition")
+	descExpired   = desc("observation_expired", "1 when the upstream's latest observation of the policy is past its effective window (a probe asks again), else 0.", "key", "policy", "partition")
 	descHidden    = desc("hidden_limits", "Limits the upstream never announced, inferred from its refusals and enforced locally.", "key")
 	descGates     = desc("gates_active", "Gates closed now (nothing is sent before they open), by what closed them: retry-after, backoff, circuit, abnormal-usage.", "key", "source")
 	descGateLeft  = desc("gate_seconds_left", "Seconds until the latest gate of that source opens.", "key", "source")

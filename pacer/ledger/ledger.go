@@ -323,7 +323,7 @@ type ObservationRecord struct {
 	Status     int       // the answer's HTTP status
 	ReceivedAt time.Time // when the answer came (local clock)
 	ServerDate time.Time // the answer's Date; zero when it had none
-	FromCache  bool      // the answer came from a cache: not a fresh word
+	FromCache  bool      // the answer came from a cache: not a fresh observation
 	Method     string    // of the request
 	Target     string    // of the request, credential-free
 }

@@ -244,7 +244,7 @@ func (p *Pacer) awaitLease(ctx context.Context, c Call, start time.Time) (Ticket
 		now := p.now()
 		t, ok, wait := p.fromLease(c, now)
 		if ok {
-			t.Waited = now.Sub(start)
+			t.Waited = max(now.Sub(start), 0)
 			return t, true, nil
 		}
 		// A lease being reserved serves this call too, once it is; one
@@ -336,7 +336,11 @@ func (p *Pacer) admitStep(tx ledger.Tx, c Call, start, deadline time.Time, spent
 	if err := p.noteWaiting(tx, c, run.now, run.d); err != nil {
 		return err
 	}
-	waited := run.now.Sub(start)
+	// How long it waited, on the clock start was read on: the
+	// transaction's instant is the database server's own clock, which
+	// the pacer's reckoning of it (on PostgreSQL) may be ahead of by a
+	// fraction of a second. Never negative, whatever the clock did.
+	waited := max(p.now().Sub(start), 0)
 	if run.d.admit {
 		return p.admitted(tx, c, snap, waited, run)
 	}

@@ -213,7 +213,7 @@ func TestLeaseEndsAtARefusal(t *testing.T) {
 func TestLeaseOfADeadProcess(t *testing.T) {
 	e := newEnv(t)
 	k := busyKey(100_000)
-	e.p = pacer.New(e.rerun, pacer.WithClock(e.clk), pacer.WithLease(time.Minute))
+	e.p = pacer.New(e.rerun, pacer.WithClock(e.clk), pacer.WithInFlightTimeout(time.Minute))
 	e.warmUp(e.p, k, nil) // never answered, never closed: the process "dies"
 	reserved, _ := e.countReserved(k)
 	if reserved == 0 {

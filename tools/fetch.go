@@ -284,7 +284,7 @@ func (f *fetchCall) fromStored(ctx context.Context, header http.Header) (*mcp.Ca
 	var listed bool
 	err := f.d.DB.View(ctx, func(tx ledger.ReadTx) error {
 		var err error
-		if !f.d.stored.known(f.k.Name) {
+		if !f.d.stored.loaded(f.k.Name) {
 			if targets, listed, err = readStoredTargets(tx, f.k.Name); err != nil {
 				return err
 			}
@@ -597,10 +597,11 @@ func (f *fetchCall) failed(err error) *mcp.CallToolResult {
 	return failure("failed", reason.Sentence(err.Error()))
 }
 
-// loopAdvice adds the loop guard's word to a.
-func loopAdvice(a report.Advice, n int, window time.Duration, fromKept bool) report.Advice {
+// loopAdvice adds the loop guard's advice to a: n identical requests in
+// window, the last answered from the stored copy when stored.
+func loopAdvice(a report.Advice, n int, window time.Duration, stored bool) report.Advice {
 	msg := fmt.Sprintf("You made this same request %d times in %s and the answer did not change", n, ago(window))
-	if fromKept {
+	if stored {
 		msg += "; this answer is mcp-quota's kept copy and spent no quota"
 	}
 	msg += ". Instead of repeating it: ask for large pages (limit=500), sync with updatedSince, or use webhooks for what just happened."

@@ -88,8 +88,8 @@ func (x *storedIndex) absent(key, target string) bool {
 	return ok && !set.targets[target] && x.pending[storedTarget{key, target}] == 0
 }
 
-// known reports whether key's set has been read.
-func (x *storedIndex) known(key string) bool {
+// loaded reports whether key's set has been read.
+func (x *storedIndex) loaded(key string) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	_, ok := x.keys[key]

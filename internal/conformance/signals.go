@@ -108,7 +108,7 @@ func known(t *testing.T, b Backend) {
 		t.Errorf("a hidden limit inferred again (-got +want):\n%s", diff)
 	}
 	if ks := get("never"); len(ks) != 0 {
-		t.Errorf("Known of a key never seen: %+v, want none", ks)
+		t.Errorf("SeenPolicies of a key never seen: %+v, want none", ks)
 	}
 
 	// A policy forgotten is gone, its other partitions and keys stay.

@@ -87,7 +87,7 @@ func TestWaitNeverNegativeOnPostgres(t *testing.T) {
 		}
 	}
 	var list []ledger.Attempt
-	if err := pg.View(ctx, func(tx ledger.Tx) error {
+	if err := pg.View(ctx, func(tx ledger.ReadTx) error {
 		var err error
 		list, err = tx.Activity(ledger.ActivityFilter{Key: "k", Limit: 100})
 		return err

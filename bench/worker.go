@@ -69,7 +69,7 @@ func runCaller(ctx context.Context, c caller, name string, start, end time.Time)
 	}
 	cctx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
-	t := greedy(cctx, c, end, time.Now)
+	t := greedy(cctx, c, end, nil)
 	t.Caller = name
 	return t, ctx.Err()
 }

@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"time"
+
+	"github.com/mcp-quota/mcp-quota/clock"
 )
 
 // A Tally is what one caller saw in a run.
@@ -27,14 +29,15 @@ type Tally struct {
 }
 
 // greedy is the workload: a caller that makes calls as fast as the client
-// lets it until end, one after another. now is its clock; ctx should end
-// at end, so that a call in progress then is cut short.
-func greedy(ctx context.Context, c caller, end time.Time, now func() time.Time) Tally {
+// lets it until end, one after another, on clk (nil means real time). ctx
+// should end at end, so that a call in progress then is cut short.
+func greedy(ctx context.Context, c caller, end time.Time, clk clock.Clock) Tally {
+	clk = clock.Or(clk)
 	var t Tally
-	wanted := now()
-	for now().Before(end) {
+	wanted := clk.Now()
+	for clk.Now().Before(end) {
 		ok, err := c.call(ctx)
-		at := now()
+		at := clk.Now()
 		if ctx.Err() != nil || !at.Before(end) {
 			break // the run ended while the call waited
 		}
@@ -52,7 +55,7 @@ func greedy(ctx context.Context, c caller, end time.Time, now func() time.Time) 
 			t.GaveUp++
 		}
 	}
-	at := now()
+	at := clk.Now()
 	if at.After(end) {
 		at = end
 	}

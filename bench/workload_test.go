@@ -7,12 +7,14 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
-// script is a fake caller on a fake clock: each call takes its step's
-// time and ends as the step says.
+// script is a fake caller on a test's clock: each call moves the clock
+// on by its step's time and ends as the step says.
 type script struct {
-	now   time.Time
+	clock *testkit.Clock
 	steps []step
 	i     int
 }
@@ -26,7 +28,7 @@ type step struct {
 func (s *script) call(context.Context) (bool, error) {
 	st := s.steps[s.i%len(s.steps)]
 	s.i++
-	s.now = s.now.Add(st.took)
+	s.clock.Advance(st.took)
 	return st.ok, st.err
 }
 
@@ -70,8 +72,8 @@ func TestGreedy(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := &script{now: start, steps: tt.steps}
-			got := greedy(context.Background(), s, start.Add(tt.run), func() time.Time { return s.now })
+			s := &script{clock: testkit.NewClock(start), steps: tt.steps}
+			got := greedy(context.Background(), s, start.Add(tt.run), s.clock)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("greedy tally (-want +got):\n%s", diff)
 			}

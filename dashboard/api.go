@@ -254,7 +254,7 @@ func (h *Handler) call(w http.ResponseWriter, r *http.Request) {
 	}
 	hidden := false
 	out := callPage{Call: id, Attempts: []callAttempt{}}
-	err := h.c.DB.View(r.Context(), func(tx ledger.Tx) error {
+	err := h.c.DB.View(r.Context(), func(tx ledger.ReadTx) error {
 		list, err := tx.Call(key, id)
 		if err != nil {
 			return err

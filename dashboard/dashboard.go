@@ -71,7 +71,7 @@ func New(c Config) *Handler {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
 	c.Clock = clock.Or(c.Clock)
-	h := &Handler{c: c, mux: http.NewServeMux(), sessions: &sessions{now: c.Clock.Now, m: map[[32]byte]*session{}}}
+	h := &Handler{c: c, mux: http.NewServeMux(), sessions: &sessions{clock: c.Clock, m: map[[32]byte]*session{}}}
 	files, _ := fs.Sub(static, "static")
 	h.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		page, _ := fs.ReadFile(files, "index.html")

@@ -154,7 +154,7 @@ func (h *Handler) detail(r *http.Request, c *keystore.Caller, k *keystore.Key, k
 	if w == 0 {
 		w = span / 2
 	}
-	err := h.c.DB.View(r.Context(), func(tx ledger.Tx) error {
+	err := h.c.DB.View(r.Context(), func(tx ledger.ReadTx) error {
 		if err := d.count(tx, k.Name, since, step, back); err != nil {
 			return err
 		}
@@ -168,7 +168,7 @@ func (h *Handler) detail(r *http.Request, c *keystore.Caller, k *keystore.Key, k
 
 // count fills the timeline from since, in steps of step, and the budget's
 // line, which needs back steps before since.
-func (d *detail) count(tx ledger.Tx, key string, since time.Time, step time.Duration, back int) error {
+func (d *detail) count(tx ledger.ReadTx, key string, since time.Time, step time.Duration, back int) error {
 	from := since.Add(-time.Duration(back) * step)
 	buckets, err := tx.Timeline(key, from, step)
 	if err != nil {
@@ -196,7 +196,7 @@ func (d *detail) count(tx ledger.Tx, key string, since time.Time, step time.Dura
 
 // mark adds when each local policy frees, and the gates and warnings
 // since since.
-func (d *detail) mark(tx ledger.Tx, key string, ks report.KeyStatus, since, now time.Time) error {
+func (d *detail) mark(tx ledger.ReadTx, key string, ks report.KeyStatus, since, now time.Time) error {
 	for _, l := range ks.Local {
 		if l.Limit <= 0 || l.WindowS <= 0 {
 			continue
@@ -219,14 +219,14 @@ func (d *detail) mark(tx ledger.Tx, key string, ks report.KeyStatus, since, now 
 		return err
 	}
 	for _, wa := range warnings {
-		d.Warnings = append(d.Warnings, mark{At: stamp(wa.At), Kind: wa.Kind, Reason: wa.Reason.String()})
+		d.Warnings = append(d.Warnings, mark{At: stamp(wa.At), Kind: string(wa.Kind), Reason: wa.Reason.String()})
 	}
 	return nil
 }
 
 // spending adds who spends k's window of w (of q calls) that c may see,
 // and the latest call's id.
-func (d *detail) spending(tx ledger.Tx, k *keystore.Key, c *keystore.Caller, w time.Duration, q int64, now time.Time) error {
+func (d *detail) spending(tx ledger.ReadTx, k *keystore.Key, c *keystore.Caller, w time.Duration, q int64, now time.Time) error {
 	win, err := tx.WindowByCaller(k.Name, now.Add(-w))
 	if err != nil {
 		return err
@@ -285,11 +285,18 @@ func leftPerStep(counted []int64, back int, q int64) []int64 {
 	return out
 }
 
+// windowLog is what frees reads of the log.
+type windowLog interface {
+	Window(key string, since time.Time) (ledger.Window, error)
+	Latest(key string) (time.Time, error)
+	Count(key string, since time.Time) (int, error)
+}
+
 // frees says when the calls spent in l's window come back, as the pacer
 // counts them: a send stays in a window of w for w and a margin of up to
 // pacer.MaxMargin; the longest is assumed, so that the page never names
 // a time before the pacer's.
-func frees(tx ledger.Log, key string, l report.Local, now time.Time) (freeing, error) {
+func frees(tx windowLog, key string, l report.Local, now time.Time) (freeing, error) {
 	w := time.Duration(l.WindowS) * time.Second
 	stay := w + pacer.MaxMargin
 	f := freeing{Policy: l.Policy, Limit: l.Limit, WindowS: l.WindowS}

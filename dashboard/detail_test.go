@@ -101,7 +101,7 @@ func TestFrees(t *testing.T) {
 	now := t0.Add(40 * time.Second)
 	stay := time.Minute + pacer.MaxMargin
 	var got, none freeing
-	err = db.View(context.Background(), func(tx ledger.Tx) error {
+	err = db.View(context.Background(), func(tx ledger.ReadTx) error {
 		var err error
 		got, err = frees(tx, "k", report.Local{Policy: "default", Limit: 20, WindowS: 60}, now)
 		if err != nil {

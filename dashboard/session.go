@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/keystore"
 )
 
@@ -41,9 +42,10 @@ type session struct {
 }
 
 // sessions are the sign-ins this process gave out, by the hash of their
-// ID (the ID itself is kept only by the browser). Safe for concurrent use.
+// ID (the ID itself is kept only by the browser), on clock (nil means
+// real time). Safe for concurrent use.
 type sessions struct {
-	now     func() time.Time
+	clock   clock.Clock
 	perCall int // 0 means MaxSignInsPerCaller
 	most    int // 0 means MaxSignIns
 	mu      sync.Mutex
@@ -59,10 +61,10 @@ func newID() string {
 // start signs a browser in as c and returns the session's ID.
 func (s *sessions) start(c *keystore.Caller) (string, *session) {
 	id := newID()
-	se := &session{caller: c, csrf: newID(), expires: s.now().Add(SessionLifetime)}
+	se := &session{caller: c, csrf: newID(), expires: clock.Or(s.clock).Now().Add(SessionLifetime)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
+	now := clock.Or(s.clock).Now()
 	count := map[string]int{} // caller → live sign-ins
 	for h, old := range s.m {
 		if !now.Before(old.expires) {
@@ -119,7 +121,7 @@ func (s *sessions) find(r *http.Request) (*session, bool) {
 	if !ok {
 		return nil, false
 	}
-	if !s.now().Before(se.expires) {
+	if !clock.Or(s.clock).Now().Before(se.expires) {
 		delete(s.m, h)
 		return nil, false
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 )
 
@@ -22,20 +23,20 @@ func signedIn(s *sessions, id string) bool {
 // newest, and signs no other caller out; when all sign-ins together reach
 // their bound, the caller holding the most gives way.
 func TestSignInsBoundedPerCaller(t *testing.T) {
-	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
-	s := &sessions{now: func() time.Time { return now }, m: map[[32]byte]*session{}}
+	clk := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	s := &sessions{clock: clk, m: map[[32]byte]*session{}}
 	a, b := keystore.Local("a"), keystore.Local("b")
 	var as []string
 	for range 3 {
 		id, _ := s.start(a)
 		as = append(as, id)
-		now = now.Add(time.Second)
+		clk.Advance(time.Second)
 	}
 	var bs []string
 	for range 1030 {
 		id, _ := s.start(b)
 		bs = append(bs, id)
-		now = now.Add(time.Millisecond)
+		clk.Advance(time.Millisecond)
 	}
 	for i, id := range as {
 		if !signedIn(s, id) {
@@ -62,7 +63,7 @@ func TestSignInsBoundedPerCaller(t *testing.T) {
 		c := keystore.Local(fmt.Sprint("c", i))
 		for range MaxSignInsPerCaller {
 			s.start(c)
-			now = now.Add(time.Millisecond)
+			clk.Advance(time.Millisecond)
 		}
 	}
 	if n := len(s.m); n > s.most {

@@ -53,21 +53,21 @@ type Mode string
 // The modes. Every mode enforces its limit per key (and per server, see
 // [Config].Servers); they differ in the window and in what they tell.
 const (
-	// FixedWindow is the reference API: a fixed window of Quota calls per Window per
-	// key; RateLimit-Policy/RateLimit and X-RateLimit-Limit/-Remaining/
-	// -Reset (delta seconds) on every answer, including 304 and 429; a
-	// refusal is 429 with Retry-After and a problem+json body with
-	// "code": "rateLimited".
+	// FixedWindow is the reference API: a fixed window of Quota calls per
+	// Window per key; RateLimit-Policy/RateLimit and X-RateLimit-Limit/
+	// -Remaining/-Reset (delta seconds) on every answer, including 304 and
+	// 429; a refusal is 429 with Retry-After and a problem+json body with
+	// "code": "rateLimited". Its name on the command line is "seed".
 	FixedWindow Mode = "seed"
 	// Sliding is a sliding-window log: no more than Quota accepted calls in
-	// any rolling Window. It tells and refuses like Seed; t and Retry-After
+	// any rolling Window. It tells and refuses like FixedWindow; t and Retry-After
 	// are the seconds until the oldest counted call leaves the window.
 	Sliding Mode = "sliding"
 	// HiddenLong enforces two fixed-window policies at once, "minute"
 	// (Quota per Window) and the tighter-in-the-long-run "hour" (LongQuota
 	// per LongWindow). RateLimit-Policy lists both; RateLimit shows only
 	// the one closest to exhaustion (fewest calls left; on a tie, the
-	// longer wait); no X-RateLimit-* fields. Refusals as in Seed, for the
+	// longer wait); no X-RateLimit-* fields. Refusals as in FixedWindow, for the
 	// policy that refused.
 	HiddenLong Mode = "hidden"
 	// GitHubStyle sends only GitHub's vendor fields X-RateLimit-Limit,
@@ -90,12 +90,12 @@ const (
 	Liar Mode = "liar"
 )
 
-// Modes returns every mode, Seed first.
+// Modes returns every mode, FixedWindow first.
 func Modes() []Mode {
 	return []Mode{FixedWindow, Sliding, HiddenLong, GitHubStyle, RetryAfterOnly, Silent, Liar}
 }
 
-// ParseMode returns the Mode named s ("" is Seed), or an error naming the
+// ParseMode returns the Mode named s ("" is FixedWindow), or an error naming the
 // modes there are.
 func ParseMode(s string) (Mode, error) {
 	if s == "" {
@@ -113,11 +113,11 @@ func ParseMode(s string) (Mode, error) {
 	return "", fmt.Errorf("unknown demo mode %q (want one of %s)", s, strings.Join(names, ", "))
 }
 
-// Config configures the demo API. Its zero value is the seed's API:
+// Config configures the demo API. Its zero value is the reference API:
 // 120 calls per 60 s fixed window per key, one server, 10,000
 // participants, any bearer token, the system clock.
 type Config struct {
-	// Mode says how the limit is announced and enforced; "" means Seed.
+	// Mode says how the limit is announced and enforced; "" means FixedWindow.
 	Mode Mode
 	// Quota is the calls per Window per key; 0 means 120.
 	Quota int
@@ -145,7 +145,7 @@ type Config struct {
 	// first servers taking the remainder). Together they admit Quota calls
 	// per window when the key's traffic starts evenly; once a pause has
 	// put their windows out of line, a rolling window can hold more than
-	// Quota — the seed's warning, "Das Zeitfenster wird pro Server
+	// Quota — the reference API's warning, "Das Zeitfenster wird pro Server
 	// gezählt". (Servers never add to the quota itself.) Each server
 	// reports the key's remaining calls as it sees them: its own
 	// remaining times Servers, at most the quota. 0 or 1 means one server.
@@ -368,7 +368,7 @@ type gitHubRefusal struct {
 	Status           string `json:"status"`
 }
 
-// spell names a window the way the seed's problem detail does: "a
+// spell names a window the way the reference API's problem detail does: "a
 // minute", "an hour", "5 minutes", "90 seconds".
 func spell(d time.Duration) string {
 	switch {

@@ -23,7 +23,7 @@ const liarValue = 1000000
 //
 //	RateLimit-Policy: "default";q=120;w=60
 //	RateLimit: "default";r=117;t=42
-//	X-RateLimit-Limit: 120          (Seed, Sliding, Liar)
+//	X-RateLimit-Limit: 120          (FixedWindow, Sliding, Liar)
 //	X-RateLimit-Remaining: 117
 //	X-RateLimit-Reset: 42           (delta seconds)
 //	X-RateLimit-Reset: 1767225642   (GitHubStyle: Unix epoch seconds)

@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// problem is an RFC 9457 problem in the seed's shape: status, a stable
+// problem is an RFC 9457 problem in the reference API's shape: status, a stable
 // code, and a sentence to act on.
 type problem struct {
 	Status int    `json:"status"`

@@ -159,7 +159,7 @@ func New(c Config) http.Handler {
 // newMCP returns the Streamable HTTP side of c.MCP behind the sessions
 // that keep it.
 func newMCP(c Config) *sessions {
-	ss := newSessions(c.SessionIdle, clock.Or(c.Clock).Now, c.SessionSecret)
+	ss := newSessions(c.SessionIdle, c.Clock, c.SessionSecret)
 	if c.MaxSessions > 0 {
 		ss.maxTotal = c.MaxSessions
 	}

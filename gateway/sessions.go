@@ -14,6 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/report/reason"
 )
@@ -105,7 +106,7 @@ const DefaultSessionIdle = time.Hour
 // Its methods are safe for concurrent use.
 type sessions struct {
 	idle         time.Duration
-	now          func() time.Time
+	clock        clock.Clock
 	ids          sessionIDs
 	maxTotal     int
 	maxPerCaller int
@@ -134,16 +135,14 @@ type sessionUse struct {
 }
 
 // newSessions returns the sessions that end after idle (0 means
-// DefaultSessionIdle), with IDs signed with secret (the zero Secret means
-// a random one of this process), bounded by the default bounds.
-func newSessions(idle time.Duration, now func() time.Time, secret keystore.Secret) *sessions {
+// DefaultSessionIdle) on c (nil means real time), with IDs signed with
+// secret (the zero Secret means a random one of this process), bounded by
+// the default bounds.
+func newSessions(idle time.Duration, c clock.Clock, secret keystore.Secret) *sessions {
 	if idle <= 0 {
 		idle = DefaultSessionIdle
 	}
-	if now == nil {
-		now = time.Now
-	}
-	return &sessions{idle: idle, now: now, ids: newSessionIDs(secret),
+	return &sessions{idle: idle, clock: clock.Or(c), ids: newSessionIDs(secret),
 		maxTotal: DefaultMaxSessions, maxPerCaller: DefaultMaxSessionsPerCaller,
 		live: map[string]*sessionUse{}, perCaller: map[string]int{}, ended: map[[sessionRandomLen]byte]time.Time{}}
 }
@@ -250,14 +249,14 @@ func (m callerSessions) Validate(id string) (isTerminated bool, err error) {
 func (m callerSessions) Terminate(id string) (isNotAllowed bool, err error) {
 	m.ss.mu.Lock()
 	defer m.ss.mu.Unlock()
-	m.ss.endLocked(id, m.ss.now())
+	m.ss.endLocked(id, m.ss.clock.Now())
 	return false, nil
 }
 
 // open makes a new session of caller live and returns its ID, in the
 // place p holds (nil: none was taken; the session counts all the same).
 func (ss *sessions) open(caller string, p *place) string {
-	now := ss.now()
+	now := ss.clock.Now()
 	id := ss.ids.issue(now, caller)
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -393,7 +392,7 @@ func (e errReader) Read([]byte) (int, error) {
 // is live here as caller's session. A session idle for too long ends
 // here, whether or not the sweep has come by.
 func (ss *sessions) enter(id, caller string) bool {
-	now := ss.now()
+	now := ss.clock.Now()
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	return ss.enterLocked(id, caller, now)
@@ -418,7 +417,7 @@ func (ss *sessions) enterLocked(id, caller string, now time.Time) bool {
 // not ended here, and the bounds leave room for it; it reports whether
 // id is live.
 func (ss *sessions) adopt(id, caller string) bool {
-	now := ss.now()
+	now := ss.clock.Now()
 	s, err := ss.ids.check(id, caller, now)
 	if err != nil {
 		return false
@@ -445,7 +444,7 @@ func (ss *sessions) leave(id string) {
 	defer ss.mu.Unlock()
 	if u, ok := ss.live[id]; ok {
 		u.busy--
-		u.last = ss.now()
+		u.last = ss.clock.Now()
 	}
 }
 
@@ -453,7 +452,7 @@ func (ss *sessions) leave(id string) {
 // that ended here once their IDs expire, at most once in a tenth of idle
 // (and once a second at most).
 func (ss *sessions) sweep() {
-	now := ss.now()
+	now := ss.clock.Now()
 	ss.mu.Lock()
 	if now.Before(ss.nextSweep) {
 		ss.mu.Unlock()

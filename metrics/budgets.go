@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
@@ -32,7 +33,7 @@ var (
 	descReset     = desc("budget_reset_seconds", "Seconds until the oldest call leaves the window (local) or the observation's effective window ends (upstream).", budgetLabels...)
 	descWindow    = desc("budget_window_seconds", "The policy's window (w) in seconds; absent when unknown.", budgetLabels...)
 	descAge       = desc("observation_age_seconds", "Seconds since the upstream last said this policy's values.", "key", "policy", "partition")
-	descExpired   = desc("observation_expired", "1 when the upstream's latest word on the policy is past its effective window (a probe asks again), else 0.", "key", "policy", "partition")
+	descExpired   = desc("observation_expired", "1 when the upstream's latest observation of the policy is past its effective window (a probe asks again), else 0.", "key", "policy", "partition")
 	descHidden    = desc("hidden_limits", "Limits the upstream never announced, inferred from its refusals and enforced locally.", "key")
 	descGates     = desc("gates_active", "Gates closed now (nothing is sent before they open), by what closed them: retry-after, backoff, circuit, abnormal-usage.", "key", "source")
 	descGateLeft  = desc("gate_seconds_left", "Seconds until the latest gate of that source opens.", "key", "source")
@@ -50,7 +51,7 @@ type budgets struct {
 	pacer   *pacer.Pacer
 	db      ledger.Viewer
 	keys    []*keystore.Key
-	now     func() time.Time
+	clock   clock.Clock // the pacer's
 }
 
 func (b *budgets) Describe(ch chan<- *prometheus.Desc) {
@@ -148,14 +149,14 @@ func (b *budgets) read(ctx context.Context, k *keystore.Key) (*keySeries, error)
 		return nil, err
 	}
 	var ls ledger.KeyState
-	if err := b.db.View(ctx, func(tx ledger.Tx) error {
+	if err := b.db.View(ctx, func(tx ledger.ReadTx) error {
 		var err error
 		ls, err = tx.KeyState(k.Name)
 		return err
 	}); err != nil {
 		return nil, err
 	}
-	now := b.now()
+	now := b.clock.Now()
 	ks := newKeySeries()
 	rows := map[string]int{} // origin → rows by name
 	for _, bu := range append(slices.Clone(st.Local), st.Upstream...) {
@@ -194,7 +195,7 @@ func (b *budgets) read(ctx context.Context, k *keystore.Key) (*keySeries, error)
 		ks.left[src] = max(ks.left[src], g.Until.Sub(now).Seconds(), 0)
 	}
 	for _, w := range st.Warnings {
-		kind := w.Kind
+		kind := string(w.Kind)
 		if _, ok := ks.warnings[kind]; !ok && len(ks.warnings) >= maxKinds-1 {
 			kind = "other"
 		}

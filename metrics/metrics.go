@@ -32,6 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
@@ -60,6 +61,11 @@ type Metrics struct {
 	// not read by then report state_up 0); 0 means 5 s. Set it before
 	// the first scrape.
 	ScrapeTimeout time.Duration
+	// Clock is the time the budget side reads to say how old an
+	// observation is and how long a gate stays closed: the pacer's (the
+	// state's, the database server's on PostgreSQL); nil means real
+	// time. Set it before the first scrape.
+	Clock clock.Clock
 
 	keys  *keystore.Store
 	pacer *pacer.Pacer
@@ -179,7 +185,7 @@ func (m *Metrics) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	shared := prometheus.NewRegistry()
-	shared.MustRegister(&budgets{timeout: m.ScrapeTimeout, pacer: m.pacer, db: m.db, keys: keys, now: time.Now})
+	shared.MustRegister(&budgets{timeout: m.ScrapeTimeout, pacer: m.pacer, db: m.db, keys: keys, clock: clock.Or(m.Clock)})
 	g := prometheus.Gatherers{onlyKeys{m.reg, may}, shared}
 	promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, EnableOpenMetrics: true}).ServeHTTP(w, r)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/metrics"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/state"
 	"github.com/mcp-quota/mcp-quota/upstream"
@@ -139,5 +140,47 @@ func TestBudgetIsReadAtScrapeTime(t *testing.T) {
 	m.Observe(upstream.Event{Kind: upstream.Ended, Key: "k", Caller: "x", Transport: "rest", State: string(ledger.Confirmed)})
 	if body := scrape(t, m, stranger); strings.Contains(body, `key="k"`) {
 		t.Errorf("a caller without key k sees it:\n%s", body)
+	}
+}
+
+// An observation's age and a gate's time left are read on the pacer's
+// clock (Metrics.Clock), the one they were recorded on, not on the
+// machine's: on a test's clock a year from now they are exact.
+func TestBudgetAgesOnThePacersClock(t *testing.T) {
+	keys, err := keystore.Parse([]byte(testkit.Keys(testkit.Key{Name: "k", BaseURL: "https://api.example.com", Auth: "none",
+		Policies: testkit.Window(10, time.Minute)})), keystore.Env{Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := testkit.NewClock(time.Now().AddDate(1, 0, 0).Truncate(time.Second))
+	db, err := state.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"), state.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	m := metrics.New(keys, pacer.New(db, pacer.WithClock(clk)), db)
+	m.Clock = clk
+	now := clk.Now()
+	err = db.Update(context.Background(), func(tx ledger.Tx) error {
+		if err := tx.PutSeenPolicy(ledger.SeenPolicy{Key: "k", Observation: ratelimit.Observation{Policy: "hourly", Unit: ratelimit.Requests,
+			Quota: 100, HasQuota: true, Window: time.Hour, Remaining: 90, HasRemaining: true, Reset: time.Hour, HasReset: true},
+			ReceivedAt: now, BasisAt: now}); err != nil {
+			return err
+		}
+		return tx.PutGate(ledger.Gate{Key: "k", Until: now.Add(time.Minute), Source: ledger.RetryAfterGate, SetAt: now,
+			Reason: reason.Reason{Kind: reason.Said, Said: "test"}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(15 * time.Second)
+	body := scrape(t, m, keystore.Local("local"))
+	for _, want := range []string{
+		`mcp_quota_gate_seconds_left{key="k",source="retry-after"} 45`,
+		`mcp_quota_observation_age_seconds{key="k",partition="",policy="hourly"} 15`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the scrape lacks %s:\n%s", want, body)
+		}
 	}
 }

@@ -370,7 +370,7 @@ func TestCallerAbortIsNotTheUpstreamsFault(t *testing.T) {
 		}
 		var gates []ledger.Gate
 		var ks ledger.KeyState
-		e.db.View(context.Background(), func(tx ledger.Tx) error {
+		e.db.View(context.Background(), func(tx ledger.ReadTx) error {
 			gates, _ = tx.Gates(k.Name, e.clk.Now())
 			ks, _ = tx.KeyState(k.Name)
 			return nil

@@ -35,7 +35,7 @@ func BenchmarkAdmitDone(b *testing.B) {
 }
 
 // BenchmarkAdmit measures admission alone (the attempt stays in flight
-// until its short lease runs out).
+// until its short in-flight timeout runs out).
 func BenchmarkAdmit(b *testing.B) {
 	for _, procs := range []int{1, 2} {
 		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) { benchAdmit(b, procs, false) })
@@ -53,13 +53,13 @@ func benchAdmit(b *testing.B, procs int, done bool) {
 		b.Fatal(err)
 	}
 	defer db.Close()
-	lease := 10 * time.Millisecond
-	p := pacer.New(db, pacer.WithLease(lease))
+	inFlight := 10 * time.Millisecond
+	p := pacer.New(db, pacer.WithInFlightTimeout(inFlight))
 	key := conformance.SharedKey(quota, window)
 	var others []*conformance.Helper
 	for i := 1; i < procs; i++ {
 		h := conformance.StartHelper(b, sqlite, conformance.Job{Location: path, Caller: fmt.Sprintf("other%d", i), Quota: quota,
-			Window: window, InFlightTimeout: lease, AdmitOnly: !done, Quiet: true})
+			Window: window, InFlightTimeout: inFlight, AdmitOnly: !done, Quiet: true})
 		others = append(others, h)
 	}
 	lat := make([]time.Duration, 0, b.N)

@@ -18,7 +18,7 @@ import (
 func (e *env) known(k *keystore.Key) []ledger.SeenPolicy {
 	e.t.Helper()
 	var ks []ledger.SeenPolicy
-	err := e.db.View(context.Background(), func(tx ledger.Tx) error {
+	err := e.db.View(context.Background(), func(tx ledger.ReadTx) error {
 		var err error
 		ks, err = tx.SeenPolicies(k.Name)
 		return err

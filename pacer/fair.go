@@ -71,7 +71,7 @@ type fairView struct {
 
 // txFairLog is fairLog inside a transaction.
 type txFairLog struct {
-	tx  ledger.Tx
+	tx  ledger.Reader
 	key string
 }
 
@@ -81,7 +81,7 @@ func (l txFairLog) PrincipalWindow(since time.Time, principals []string) (map[st
 
 // loadFair reads the fair view of c's key at now: nil when the key has
 // no shares.
-func loadFair(tx ledger.Tx, c Call, now time.Time) (*fairView, error) {
+func loadFair(tx ledger.Reader, c Call, now time.Time) (*fairView, error) {
 	if !c.Key.Fair() {
 		return nil, nil
 	}

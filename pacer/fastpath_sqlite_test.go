@@ -107,11 +107,11 @@ func TestUnleasedAnswerOnSQLiteGoesThroughTheJournal(t *testing.T) {
 
 	// A View of this process waits for its journal: the calls are in the
 	// state file then, for every process to read.
-	if err := e.db.View(context.Background(), func(ledger.Tx) error { return nil }); err != nil {
+	if err := e.db.View(context.Background(), func(ledger.ReadTx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	other, _ := e.open()
-	err := other.View(context.Background(), func(tx ledger.Tx) error {
+	err := other.View(context.Background(), func(tx ledger.ReadTx) error {
 		for _, tk := range append([]pacer.Ticket{first}, tickets...) {
 			got, err := tx.Call(k.Name, tk.Call.CallID)
 			if err != nil {
@@ -171,7 +171,7 @@ func TestUnleasedNewsOnSQLiteTakesATransaction(t *testing.T) {
 			// Recorded at once: another process reads it without waiting
 			// for this one's journal.
 			other, _ := e.open()
-			err := other.View(context.Background(), func(tx ledger.Tx) error {
+			err := other.View(context.Background(), func(tx ledger.ReadTx) error {
 				got, err := tx.Call(k.Name, tk.Call.CallID)
 				if len(got) != 1 || got[0].State != res.State || got[0].Status != c.status {
 					t.Errorf("another process reads the call as %+v; want %s with %d", got, res.State, c.status)

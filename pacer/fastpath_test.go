@@ -121,7 +121,7 @@ func TestUnleasedAnswerTakesNoTransaction(t *testing.T) {
 	latest := func() int64 {
 		t.Helper()
 		var got int64
-		if err := pg.View(ctx, func(tx ledger.Tx) error {
+		if err := pg.View(ctx, func(tx ledger.ReadTx) error {
 			known, err := tx.SeenPolicies("k")
 			if len(known) == 1 {
 				got = known[0].Remaining
@@ -147,7 +147,7 @@ func TestUnleasedAnswerTakesNoTransaction(t *testing.T) {
 	if tx := db.updates.Load() - before; tx != 1 {
 		t.Errorf("the admission after it took %d transactions, want 1", tx)
 	}
-	if err := pg.View(ctx, func(tx ledger.Tx) error {
+	if err := pg.View(ctx, func(tx ledger.ReadTx) error {
 		got, err := tx.Call("k", second.Call.CallID)
 		if err != nil {
 			return err

@@ -53,7 +53,7 @@ func TestGrantingCallsRoutineAnswerTakesNoTransaction(t *testing.T) {
 				res.State, res.Advice.Action, res.Binding)
 		}
 		var got ledger.State
-		if err := e.db.View(context.Background(), func(tx ledger.Tx) error {
+		if err := e.db.View(context.Background(), func(tx ledger.ReadTx) error {
 			sends, err := tx.Sends(k.Name, time.Time{}, 1<<20)
 			for _, s := range sends {
 				if s.ID == tk.ID {

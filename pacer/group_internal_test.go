@@ -180,7 +180,7 @@ func testAdmitTogether(t *testing.T, db ledger.Store) {
 		t.Errorf("%d admitted and %d paused, want %d and %d: the key allows %d, another host took %d",
 			admitted, paused, quota-others, calls-(quota-others), quota, others)
 	}
-	err := db.View(ctx, func(tx ledger.Tx) error {
+	err := db.View(ctx, func(tx ledger.ReadTx) error {
 		n, err := tx.Count(k.Name, time.Time{})
 		if err == nil && n != quota {
 			t.Errorf("the log holds %d admissions, want the key's %d", n, quota)
@@ -295,7 +295,7 @@ func testAdmitTogetherLostCommit(t *testing.T, db ledger.Store) {
 		t.Errorf("the key's group outlives its calls, %d queued", len(g.queue))
 	}
 	p.groups.mu.Unlock()
-	err := db.View(ctx, func(tx ledger.Tx) error {
+	err := db.View(ctx, func(tx ledger.ReadTx) error {
 		as, err := tx.Call(k.Name, "call-0")
 		if err != nil {
 			return err
@@ -363,7 +363,7 @@ func TestAdmitTogetherQueuedLeave(t *testing.T) {
 	if n := store.updates.Load(); n != 2 {
 		t.Errorf("%d transactions, want 2: the leader's, the next call's", n)
 	}
-	err = db.View(ctx, func(tx ledger.Tx) error {
+	err = db.View(ctx, func(tx ledger.ReadTx) error {
 		n, err := tx.Count(k.Name, time.Time{})
 		if err == nil && n != 2 {
 			t.Errorf("the log holds %d admissions, want 2: the calls that left the queue are in no transaction", n)
@@ -439,7 +439,7 @@ func testLeaseGrantLostCommit(t *testing.T, db ledger.Store, renew bool) {
 // many attempts of call are admitted and open.
 func logOf(t *testing.T, db ledger.Store, key, call string) (reserved, admitted int) {
 	t.Helper()
-	err := db.View(context.Background(), func(tx ledger.Tx) error {
+	err := db.View(context.Background(), func(tx ledger.ReadTx) error {
 		sends, err := tx.Sends(key, time.Time{}, 1<<20)
 		if err != nil {
 			return err

@@ -183,7 +183,7 @@ func listed(name string, q int64, w time.Duration) ratelimit.Observation {
 func (e *env) activity() []ledger.Attempt {
 	e.t.Helper()
 	var list []ledger.Attempt
-	err := e.db.View(context.Background(), func(tx ledger.Tx) error {
+	err := e.db.View(context.Background(), func(tx ledger.ReadTx) error {
 		var err error
 		list, err = tx.Activity(ledger.ActivityFilter{Limit: 10000})
 		return err

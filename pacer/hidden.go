@@ -321,11 +321,11 @@ func windowEdge(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now time.Time, kn
 		if p.hidden || p.q <= 0 {
 			continue // an inferred limit's timing explains nothing; q = 0 has no slot to take
 		}
-		ws, err := tx.Warnings(c.Key.Name, now.Add(-2*p.w))
+		warned, err := tx.Warned(c.Key.Name, windowEdgeKind, now.Add(-2*p.w))
 		if err != nil {
 			return reason.Reason{}, err
 		}
-		if slices.ContainsFunc(ws, func(w ledger.Warning) bool { return w.Kind == windowEdgeKind }) {
+		if warned {
 			continue
 		}
 		// A send admitted a lease before the window is answered or given up.

@@ -189,7 +189,7 @@ func openBenchHost(cfg hostConfig) (*benchHost, error) {
 	if pg, ok := db.(*state.Postgres); ok {
 		clk = clock.Source(pg.Now)
 	}
-	h := &benchHost{cfg: cfg, db: db, p: pacer.New(db, pacer.WithClock(clk), pacer.WithLease(10*time.Millisecond))}
+	h := &benchHost{cfg: cfg, db: db, p: pacer.New(db, pacer.WithClock(clk), pacer.WithInFlightTimeout(10*time.Millisecond))}
 	for i := range cfg.Keys {
 		k := conformance.SharedKey(benchQuotaFor(cfg.Window), cfg.Window)
 		k.Name = fmt.Sprintf("shared%d", i)

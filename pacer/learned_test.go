@@ -25,7 +25,7 @@ func (e *env) seenPolicy(k *keystore.Key) (ledger.SeenPolicy, ledger.KeyState) {
 	e.t.Helper()
 	var w ledger.SeenPolicy
 	var ks ledger.KeyState
-	err := e.db.View(context.Background(), func(tx ledger.Tx) error {
+	err := e.db.View(context.Background(), func(tx ledger.ReadTx) error {
 		known, err := tx.SeenPolicies(k.Name)
 		if err != nil {
 			return err
@@ -87,7 +87,7 @@ func TestRoutineAnswersAreWrittenTogether(t *testing.T) {
 		}
 	}
 	var obs []ledger.ObservationRecord
-	if err := e.db.View(context.Background(), func(tx ledger.Tx) (err error) {
+	if err := e.db.View(context.Background(), func(tx ledger.ReadTx) (err error) {
 		obs, err = tx.(*state.Tx).Observations(k.Name, 1)
 		return err
 	}); err != nil {

@@ -400,8 +400,7 @@ func (p *Pacer) grant(tx ledger.Tx, c Call, snap snapshot, d decision, ks *ledge
 	if n == 0 {
 		return nil, nil
 	}
-	first, last, err := tx.Reserve(c.Key.Name, n, now, now.Add(life+p.inFlightTimeout()),
-		"reserved for a batch of calls of one process, taken without a transaction each")
+	first, last, err := tx.Reserve(c.Key.Name, n, now, now.Add(life+p.inFlightTimeout()))
 	if err != nil {
 		return nil, err
 	}

@@ -48,7 +48,7 @@ func (e *env) warmUp(p *pacer.Pacer, k *keystore.Key, rd func() *ratelimit.Readi
 // countReserved returns how many of k's attempts are reserved slots.
 func (e *env) countReserved(k *keystore.Key) (reserved, released int) {
 	e.t.Helper()
-	err := e.db.View(context.Background(), func(tx ledger.Tx) error {
+	err := e.db.View(context.Background(), func(tx ledger.ReadTx) error {
 		sends, err := tx.Sends(k.Name, time.Time{}, 1<<20)
 		for _, s := range sends {
 			switch s.State {
@@ -213,7 +213,7 @@ func TestLeaseEndsAtARefusal(t *testing.T) {
 func TestLeaseOfADeadProcess(t *testing.T) {
 	e := newEnv(t)
 	k := busyKey(100_000)
-	e.p = pacer.New(e.rerun, pacer.WithClock(e.clk), pacer.WithLease(time.Minute))
+	e.p = pacer.New(e.rerun, pacer.WithClock(e.clk), pacer.WithInFlightTimeout(time.Minute))
 	e.warmUp(e.p, k, nil) // never answered, never closed: the process "dies"
 	reserved, _ := e.countReserved(k)
 	if reserved == 0 {

@@ -43,7 +43,7 @@ type Pacer struct {
 
 	clock    clock.Clock    // the time it reads and waits on; never nil (see WithClock)
 	random   func() float64 // uniform numbers in [0, 1) for jitter (see WithJitter)
-	inFlight time.Duration  // how long an admitted attempt counts as in flight (see WithLease)
+	inFlight time.Duration  // how long an admitted attempt counts as in flight (see WithInFlightTimeout)
 
 	timers sync.WaitGroup // the answers being recorded and the timers' functions running (see enter): Close waits for them
 
@@ -74,9 +74,10 @@ func WithClock(c clock.Clock) Option { return func(p *Pacer) { p.clock = clock.O
 // uniform number in [0, 1); nil means math/rand/v2's Float64.
 func WithJitter(f func() float64) Option { return func(p *Pacer) { p.random = f } }
 
-// WithLease sets how long an admitted attempt counts as in flight without
-// an answer (its process crashed); zero means DefaultInFlightTimeout.
-func WithLease(d time.Duration) Option { return func(p *Pacer) { p.inFlight = d } }
+// WithInFlightTimeout sets how long an admitted attempt counts as in
+// flight without an answer (its process crashed); zero means
+// DefaultInFlightTimeout.
+func WithInFlightTimeout(d time.Duration) Option { return func(p *Pacer) { p.inFlight = d } }
 
 // New returns a Pacer keeping its state in db, with the given options.
 func New(db ledger.Store, opts ...Option) *Pacer {
@@ -248,7 +249,7 @@ func (p *Pacer) awaitLease(ctx context.Context, c Call, start time.Time) (Ticket
 		now := p.now()
 		t, ok, wait := p.fromLease(c, now)
 		if ok {
-			t.Waited = now.Sub(start)
+			t.Waited = max(now.Sub(start), 0)
 			return t, true, nil
 		}
 		// A lease being reserved serves this call too, once it is; one
@@ -343,7 +344,11 @@ func (p *Pacer) admitStep(tx ledger.Tx, c Call, start, deadline time.Time, spent
 	if err := p.noteWaiting(tx, c, run.now, run.d); err != nil {
 		return err
 	}
-	waited := run.now.Sub(start)
+	// How long it waited, on the clock start was read on: the
+	// transaction's instant is the database server's own clock, which
+	// the pacer's reckoning of it (on PostgreSQL) may be ahead of by a
+	// fraction of a second. Never negative, whatever the clock did.
+	waited := max(p.now().Sub(start), 0)
 	if run.d.admit {
 		return p.admitted(tx, c, snap, waited, run)
 	}
@@ -469,7 +474,7 @@ func slowStart(k *keystore.Key, known []ledger.SeenPolicy) time.Duration {
 // load reads what a decision about c needs, inside tx. ks, when not nil,
 // is the key's pacing state as tx already holds it; calls in flight are
 // counted only when inFlight.
-func (p *Pacer) load(tx ledger.Tx, c Call, now time.Time, ks *ledger.KeyState, inFlight bool) (snapshot, error) {
+func (p *Pacer) load(tx ledger.Reader, c Call, now time.Time, ks *ledger.KeyState, inFlight bool) (snapshot, error) {
 	key := c.Key.Name
 	if ks == nil {
 		s, err := tx.KeyState(key)
@@ -510,14 +515,14 @@ func (p *Pacer) load(tx ledger.Tx, c Call, now time.Time, ks *ledger.KeyState, i
 // remembering what it read: a decision asks about the same windows more
 // than once (a documented policy and the upstream's twin of it).
 type txLog struct {
-	tx      ledger.Tx
+	tx      ledger.Reader
 	key     string
 	callers []string // count these callers' calls too: those with reservations
 	counts  map[time.Time]int
 	windows map[time.Time]ledger.Window
 }
 
-func newTxLog(tx ledger.Tx, k *keystore.Key) *txLog {
+func newTxLog(tx ledger.Reader, k *keystore.Key) *txLog {
 	var callers []string
 	for _, r := range k.Reserves {
 		callers = append(callers, r.Caller)

@@ -79,7 +79,7 @@ func TestCloseWaitsForLeasesGivenBack(t *testing.T) {
 func reservedLeft(t *testing.T, e *env, key string) int {
 	t.Helper()
 	n := 0
-	if err := e.db.View(context.Background(), func(tx ledger.Tx) error {
+	if err := e.db.View(context.Background(), func(tx ledger.ReadTx) error {
 		sends, err := tx.Sends(key, time.Time{}, 1<<20)
 		for _, s := range sends {
 			if s.State == ledger.Reserved {
@@ -148,7 +148,7 @@ func TestCloseWaitsForRoutineAnswers(t *testing.T) {
 
 		db, _ := e.open()
 		var got []ledger.Attempt
-		if err := db.View(context.Background(), func(tx ledger.Tx) error {
+		if err := db.View(context.Background(), func(tx ledger.ReadTx) error {
 			var err error
 			got, err = tx.Activity(ledger.ActivityFilter{Limit: 1000})
 			return err

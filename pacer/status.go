@@ -100,7 +100,7 @@ func (p *Pacer) Status(ctx context.Context, k *keystore.Key, caller string) (Key
 	// more than the newer ones would.
 	_ = p.writeLearnedNow(ctx, k.Name)
 	now := p.now()
-	err := p.db.View(ctx, func(tx ledger.Tx) error {
+	err := p.db.View(ctx, func(tx ledger.ReadTx) error {
 		snap, err := p.load(tx, Call{Key: k, Caller: caller}, now, nil, true)
 		if err != nil {
 			return err

@@ -139,16 +139,8 @@ func (p *Pacer) recordUnrecorded(tx ledger.Tx, us []unrecordedOutcome) error {
 
 // stillOpen says whether t's attempt is unfinished in tx.
 func stillOpen(tx ledger.Tx, t Ticket) (bool, error) {
-	list, err := tx.Call(t.Call.Key.Name, t.Call.CallID)
-	if err != nil {
-		return false, err
-	}
-	for _, a := range list {
-		if a.ID == t.ID {
-			return a.State == ledger.Admitted || a.State == ledger.Reserved, nil
-		}
-	}
-	return false, nil
+	st, err := tx.AttemptState(t.Call.Key.Name, t.ID)
+	return st == ledger.Admitted || st == ledger.Reserved, err
 }
 
 // recordOnce is record, unless retried (an earlier Done of t failed) and

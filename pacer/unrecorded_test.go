@@ -109,7 +109,7 @@ func TestUnrecordedProbeIsRecordedByTheNextTransaction(t *testing.T) {
 	// Recorded once, and counted: the probe and the call after it.
 	var obs []ledger.ObservationRecord
 	var n int
-	err = e.db.View(context.Background(), func(tx ledger.Tx) error {
+	err = e.db.View(context.Background(), func(tx ledger.ReadTx) error {
 		var err error
 		if obs, err = tx.ObservationsOf("k", probe.ID); err != nil {
 			return err
@@ -161,7 +161,7 @@ func TestUnrecordedOutcomeIsRecordedOnce(t *testing.T) {
 				}
 			}
 			var obs []ledger.ObservationRecord
-			err := e.db.View(context.Background(), func(tx ledger.Tx) error {
+			err := e.db.View(context.Background(), func(tx ledger.ReadTx) error {
 				var err error
 				obs, err = tx.ObservationsOf("k", probe.ID)
 				return err

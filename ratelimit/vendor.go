@@ -158,7 +158,7 @@ func parseGuessedReset(name, v string, ref time.Time) (d time.Duration, guessed 
 }
 
 // readXRateLimit reads X-RateLimit-Limit/-Remaining/-Reset, the shape the
-// seed API (IETF) and most generic servers send. X-RateLimit-Limit may
+// reference API (IETF) and most generic servers send. X-RateLimit-Limit may
 // also carry quota policies in the draft-03 list form ("10, 10;w=60", as
 // Envoy sends it, or "window=" as WHOOP does).
 func (rd *reader) readXRateLimit(p Profile, reset resetFunc) {

@@ -12,11 +12,12 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
 
-// TestCancelledCallGetsNoAnswer: a call the server cancels while the
-// upstream still holds it (as serve cancels its calls in flight at the
-// shutdown timeout, before it closes their connections) gets no answer
-// at all — its exchange is aborted — never an empty 200 its caller
-// would take for the upstream's; and its attempt is recorded as failed.
+// TestCancelledCallGetsNoAnswer: a call whose context the server cancels
+// while the upstream still holds it and its connection is still open
+// (serve closes the connections first, at its shutdown timeout; another
+// server embedding the gateway may not) gets no answer at all — its
+// exchange is aborted — never an empty 200 its caller would take for the
+// upstream's; and its attempt is recorded as failed.
 func TestCancelledCallGetsNoAnswer(t *testing.T) {
 	t.Parallel()
 	arrived := make(chan struct{}, 1)
@@ -55,7 +56,7 @@ func TestCancelledCallGetsNoAnswer(t *testing.T) {
 	}
 
 	var attempts []ledger.Attempt
-	if err := s.DB.View(t.Context(), func(tx ledger.Tx) error {
+	if err := s.DB.View(t.Context(), func(tx ledger.ReadTx) error {
 		var err error
 		attempts, err = tx.Activity(ledger.ActivityFilter{Key: "demo", Limit: 10})
 		return err

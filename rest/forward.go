@@ -17,7 +17,6 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
-	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/report"
 	"github.com/mcp-quota/mcp-quota/report/reason"
@@ -280,12 +279,12 @@ func (h *Handler) failed(w http.ResponseWriter, r *http.Request, k *keystore.Key
 	case errors.Is(err, upstream.ErrSentUnrecorded):
 		h.log().Error("the state failed after a call went upstream", "key", k.Name, "error", err)
 		writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable,
-			ledger.Unavailable(err)+": the call went upstream and may have taken effect there, but its outcome could not be recorded, "+
+			report.Unavailable(err)+": the call went upstream and may have taken effect there, but its outcome could not be recorded, "+
 				"so its answer is withheld. Check before repeating a request that changes something.", nil)
 	case errors.Is(err, upstream.ErrStateUnavailable):
 		h.log().Error("the state failed", "key", k.Name, "error", err)
 		writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable,
-			ledger.Unavailable(err)+", so no call can be admitted or recorded; nothing was sent upstream. Try again later; GET /healthz says when it is back.", nil)
+			report.Unavailable(err)+", so no call can be admitted or recorded; nothing was sent upstream. Try again later; GET /healthz says when it is back.", nil)
 	case errors.Is(err, upstream.ErrAnswerTimeout), errors.Is(err, errAnswerBroken):
 		h.log().Info("the upstream's answer failed", "key", k.Name, "error", err)
 		writeProblem(w, http.StatusBadGateway, CodeUpstreamUnavailable, reason.Sentence(err.Error()), nil)

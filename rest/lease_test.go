@@ -46,7 +46,7 @@ func TestBusySyncJobIsLeased(t *testing.T) {
 		t.Fatal(err)
 	}
 	var list []ledger.Attempt
-	err := s.DB.View(context.Background(), func(tx ledger.Tx) error {
+	err := s.DB.View(context.Background(), func(tx ledger.ReadTx) error {
 		var err error
 		list, err = tx.Activity(ledger.ActivityFilter{Key: "demo", Limit: 10 * calls})
 		return err

@@ -150,7 +150,7 @@ func (h *Handler) quota(w http.ResponseWriter, r *http.Request) {
 	st, err := report.Build(r.Context(), h.Pacer, keys, caller.Name, h.now())
 	if err != nil {
 		h.log().Error("quota status failed", "error", err)
-		writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable, ledger.Unavailable(err)+"; GET /healthz says why.", nil)
+		writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable, report.Unavailable(err)+"; GET /healthz says why.", nil)
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
@@ -204,14 +204,14 @@ func (h *Handler) activity(w http.ResponseWriter, r *http.Request) {
 	}
 	var list []ledger.Attempt
 	var next int64
-	err := h.DB.View(r.Context(), func(tx ledger.Tx) error {
+	err := h.DB.View(r.Context(), func(tx ledger.ReadTx) error {
 		var err error
 		list, next, err = seenActivity(tx, f, caller)
 		return err
 	})
 	if err != nil {
 		h.log().Error("activity failed", "error", err)
-		writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable, ledger.Unavailable(err)+"; GET /healthz says why.", nil)
+		writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable, report.Unavailable(err)+"; GET /healthz says why.", nil)
 		return
 	}
 	out := report.ActivityPage{Activity: make([]report.Activity, 0, len(list))}

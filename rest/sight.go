@@ -10,6 +10,11 @@ import (
 // stays bounded however few of the calls are the caller's to see.
 const maxSightPages = 8
 
+// activityReader reads the activity (ledger.History's Activity).
+type activityReader interface {
+	Activity(f ledger.ActivityFilter) ([]ledger.Attempt, error)
+}
+
 // seenActivity returns the page of the activity f selects, keeping only
 // the calls c may see (keystore.Caller.MaySee), and the cursor of the
 // page after it (0 when there is none). A caller that sees every call
@@ -17,7 +22,7 @@ const maxSightPages = 8
 // until f.Limit calls are seen or maxSightPages were read; then the next
 // page starts after the last call read, seen or not, so that paging goes
 // on where this one stopped.
-func seenActivity(tx ledger.Tx, f ledger.ActivityFilter, c *keystore.Caller) ([]ledger.Attempt, int64, error) {
+func seenActivity(tx activityReader, f ledger.ActivityFilter, c *keystore.Caller) ([]ledger.Attempt, int64, error) {
 	if f.Limit == 0 {
 		f.Limit = 100
 	}

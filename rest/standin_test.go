@@ -199,7 +199,7 @@ type try struct {
 func (s *stack) tries(t testing.TB, key string) []try {
 	t.Helper()
 	var out []try
-	if err := s.DB.View(t.Context(), func(tx ledger.Tx) error {
+	if err := s.DB.View(t.Context(), func(tx ledger.ReadTx) error {
 		list, err := tx.Activity(ledger.ActivityFilter{Key: key, Limit: 10_000})
 		for _, a := range list {
 			out = append(out, try{caller: a.Caller, at: a.At, asked: a.At.Add(-a.Wait), admitted: a.State != ledger.RejectedLocal})

@@ -121,7 +121,7 @@ func TestSyncJobBesideAnAgent(t *testing.T) {
 	// follow admissions by a latency that a loaded machine stretches
 	// unevenly; its own (fixed-window) count is the refusal check above.
 	var admitted []time.Time
-	if err := s.DB.View(ctx, func(tx ledger.Tx) error {
+	if err := s.DB.View(ctx, func(tx ledger.ReadTx) error {
 		list, err := tx.Activity(ledger.ActivityFilter{Key: "demo", Limit: 10_000})
 		for _, a := range list {
 			if a.State != ledger.RejectedLocal {

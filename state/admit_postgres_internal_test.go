@@ -228,7 +228,7 @@ func TestPostgresGroupReadsTheLogOnce(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			w, err := tx.Window(key, now.Add(-time.Hour))
+			w, err := tx.WindowOf(key, now.Add(-time.Hour), nil)
 			if err != nil {
 				return err
 			}
@@ -252,7 +252,7 @@ func TestPostgresGroupReadsTheLogOnce(t *testing.T) {
 	if n := trips.n.Load() - before; n != 3 {
 		t.Errorf("%d admissions in one transaction took %d round trips, want 3: the lock's pipeline, one window count, the commit's", calls, n)
 	}
-	err = pg.View(ctx, func(tx ledger.Tx) error {
+	err = pg.View(ctx, func(tx ledger.ReadTx) error {
 		now := tx.Clock(time.Now())
 		f, err := tx.Flight(key, now)
 		if err != nil {

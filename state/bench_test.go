@@ -26,11 +26,11 @@ import (
 func BenchmarkWindow(b *testing.B) {
 	reads := []struct {
 		name string
-		read func(ledger.Tx, string, time.Time) (ledger.Window, error)
+		read func(ledger.ReadTx, string, time.Time) (ledger.Window, error)
 	}{
-		{"total", (ledger.Tx).Window},
-		{"by-caller", (ledger.Tx).WindowByCaller},
-		{"of-callers", func(tx ledger.Tx, key string, since time.Time) (ledger.Window, error) {
+		{"total", (ledger.ReadTx).Window},
+		{"by-caller", (ledger.ReadTx).WindowByCaller},
+		{"of-callers", func(tx ledger.ReadTx, key string, since time.Time) (ledger.Window, error) {
 			return tx.WindowOf(key, since, []string{"caller0", "caller1"})
 		}},
 	}
@@ -103,8 +103,8 @@ func BenchmarkWindow(b *testing.B) {
 
 // benchWindow measures read over all but the first of the n sends of
 // three callers, a millisecond apart, that db holds.
-func benchWindow(b *testing.B, db ledger.Viewer, n int, read func(ledger.Tx, string, time.Time) (ledger.Window, error)) {
-	err := db.View(context.Background(), func(tx ledger.Tx) error {
+func benchWindow(b *testing.B, db ledger.Viewer, n int, read func(ledger.ReadTx, string, time.Time) (ledger.Window, error)) {
+	err := db.View(context.Background(), func(tx ledger.ReadTx) error {
 		for b.Loop() {
 			if w, err := read(tx, "k", t0); err != nil || w.Count != n-1 {
 				return fmt.Errorf("window: %+v, %v", w, err)

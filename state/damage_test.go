@@ -81,7 +81,7 @@ func TestDamagedFileFailsClosed(t *testing.T) {
 		finds func(*state.DB, *testkit.Clock) error // what finds the damage
 	}{
 		{"a read", func(db *state.DB, _ *testkit.Clock) error {
-			return db.View(context.Background(), func(tx ledger.Tx) error {
+			return db.View(context.Background(), func(tx ledger.ReadTx) error {
 				_, err := tx.Activity(ledger.ActivityFilter{Key: "k", Limit: 1000})
 				return err
 			})

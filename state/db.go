@@ -403,7 +403,7 @@ func (db *DB) migrate(ctx context.Context) error {
 
 // View runs fn in a read-only snapshot of the file, once every outcome
 // this process gave FinishLater is in it.
-func (db *DB) View(ctx context.Context, fn func(ledger.Tx) error) error {
+func (db *DB) View(ctx context.Context, fn func(ledger.ReadTx) error) error {
 	return db.view(ctx, func(tx *Tx) error { return fn(tx) })
 }
 

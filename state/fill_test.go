@@ -61,7 +61,7 @@ func readLog(t *testing.T, s ledger.Store, keys []string, from, until time.Time)
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = s.View(context.Background(), func(tx ledger.Tx) error {
+	err = s.View(context.Background(), func(tx ledger.ReadTx) error {
 		for _, key := range keys {
 			activity, err := tx.Activity(ledger.ActivityFilter{Key: key, Limit: 1000})
 			if err != nil {

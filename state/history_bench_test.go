@@ -141,7 +141,7 @@ func BenchmarkActivity(b *testing.B) {
 			name := fmt.Sprintf("key=%s/since=%v", f.Key, !f.Since.IsZero())
 			b.Run(name, func(b *testing.B) {
 				for b.Loop() {
-					err := db.View(context.Background(), func(tx ledger.Tx) error {
+					err := db.View(context.Background(), func(tx ledger.ReadTx) error {
 						list, err := tx.Activity(f)
 						if err == nil && len(list) == 0 {
 							err = fmt.Errorf("no activity")
@@ -170,13 +170,13 @@ func BenchmarkDashboardReads(b *testing.B) {
 		db := open(b, false)
 		reads := []struct {
 			name string
-			read func(ledger.Tx) (int, error)
+			read func(ledger.ReadTx) (int, error)
 		}{
-			{"timeline", func(tx ledger.Tx) (int, error) {
+			{"timeline", func(tx ledger.ReadTx) (int, error) {
 				buckets, err := tx.Timeline("busy", end.Add(-2*time.Minute), 5*time.Second)
 				return len(buckets), err
 			}},
-			{"call", func(tx ledger.Tx) (int, error) {
+			{"call", func(tx ledger.ReadTx) (int, error) {
 				i := n/2 + 1 // a busy call with an observation: i % 100 == 0 and i % 1000 != 0
 				i -= i % 100
 				if i%1000 == 0 {
@@ -193,7 +193,7 @@ func BenchmarkDashboardReads(b *testing.B) {
 		for _, r := range reads {
 			b.Run(r.name, func(b *testing.B) {
 				for b.Loop() {
-					err := db.View(context.Background(), func(tx ledger.Tx) error {
+					err := db.View(context.Background(), func(tx ledger.ReadTx) error {
 						got, err := r.read(tx)
 						if err == nil && got == 0 {
 							err = fmt.Errorf("%s: nothing read", r.name)

@@ -191,10 +191,11 @@ func (o *outcomes) finishLater(ctx context.Context, f ledger.Finished) error {
 // bytes; otherwise, or where the process has no journal, at once in a
 // transaction of its own, which ctx bounds. A View of this process reads
 // r kept. listed, when not nil, is called with the key's kept targets
-// as the transaction that kept r read them, once it has committed; it
-// must not wait, nor use the DB. It is not called when r was not kept
-// (the state file refused it, or the process ended first: the next
-// process to open the state file keeps it then).
+// as the transaction that kept r read them (after r, and after the
+// answers of the key it kept beside r: see keepAll), once it has
+// committed; it must not wait, nor use the DB. It is not called when r
+// was not kept (the state file refused it, or the process ended first:
+// the next process to open the state file keeps it then).
 func (db *DB) KeepLater(ctx context.Context, r ledger.StoredResponse, keep int, listed func(targets []string)) error {
 	return db.out.keepLater(ctx, r, keep, listed)
 }
@@ -510,16 +511,8 @@ func (o *outcomes) recordAll(ctx context.Context, qs []queued) (done []bool, rec
 			if n, err = tx.finishAll(fs); err != nil {
 				return err
 			}
-			lists = make([][]string, len(qs))
-			for i, q := range qs {
-				if q.kept == nil {
-					continue
-				}
-				if lists[i], err = tx.KeepResponse(q.kept.Response, q.kept.Keep); err != nil {
-					return err
-				}
-			}
-			return nil
+			lists, err = tx.keepAll(qs)
+			return err
 		})
 		if err != nil {
 			return n, err
@@ -549,6 +542,51 @@ func (o *outcomes) recordAll(ctx context.Context, qs []queued) (done []bool, rec
 		done[i], recorded = true, recorded+n // recorded, or refused: set aside
 	}
 	return done, recorded, nil
+}
+
+// keepAll keeps the answers among qs in tx, in their order, as
+// KeepResponse would one after another, and returns what each one's
+// listed hears (nil for an outcome). An answer followed in qs by another
+// of its key with the same limit is only put: its key's targets are read,
+// and trimmed to the limit, once after the last of them, which every one
+// of them is told. That leaves what trimming after each would: an answer
+// past the limit among the key's newest stays past it as newer ones come.
+// Each read of the targets sorts the key's answers, and was most of what
+// keeping an answer cost.
+func (tx *Tx) keepAll(qs []queued) ([][]string, error) {
+	lists := make([][]string, len(qs))
+	next := make([]int, len(qs)) // the index of the next answer of the same key with the same limit; 0 for none
+	last := map[string]int{}
+	for i := len(qs) - 1; i >= 0; i-- {
+		k := qs[i].kept
+		if k == nil {
+			continue
+		}
+		if j, ok := last[k.Response.Key]; ok && qs[j].kept.Keep == k.Keep {
+			next[i] = j
+		}
+		last[k.Response.Key] = i
+	}
+	for i, q := range qs {
+		switch {
+		case q.kept == nil:
+		case next[i] > 0:
+			if err := tx.putResponse(q.kept.Response); err != nil {
+				return nil, err
+			}
+		default:
+			var err error
+			if lists[i], err = tx.KeepResponse(q.kept.Response, q.kept.Keep); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for i := len(qs) - 1; i >= 0; i-- {
+		if next[i] > 0 {
+			lists[i] = lists[next[i]]
+		}
+	}
+	return lists, nil
 }
 
 // refused says the state file refused what a statement would write — a

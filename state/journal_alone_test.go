@@ -74,7 +74,7 @@ func journalsAdmittedAlone(t *testing.T, db state.Store) {
 	if err := db.FinishLater(ctx, wrong); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.View(ctx, func(tx ledger.Tx) error {
+	if err := db.View(ctx, func(tx ledger.ReadTx) error {
 		got, err := tx.Call("k", "call-1")
 		if err != nil {
 			return err

@@ -47,7 +47,7 @@ func BenchmarkFinishOutcomes(b *testing.B) {
 	reserve := func(pg *Postgres, at time.Time) []ledger.Finished {
 		var fs []ledger.Finished
 		err := pg.update(ctx, func(tx *Tx) error {
-			first, last, err := tx.Reserve("k", journalBatch, at, at.Add(time.Minute), "a batch")
+			first, last, err := tx.Reserve("k", journalBatch, at, at.Add(time.Minute))
 			for id := first; err == nil && id <= last; id++ {
 				fs = append(fs, routineOutcome(id, at))
 			}

@@ -3,6 +3,7 @@ package state
 import (
 	"bytes"
 	"encoding/json"
+	"time"
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/report/reason"
@@ -24,12 +25,21 @@ type journalLine struct {
 }
 
 // A journalAttempt is an attempt as a journal line holds it: its Reason
-// field hides the ledger.Attempt's own in the JSON.
+// field hides the ledger.Attempt's own in the JSON, and its InFlightUntil
+// is kept under the name the previous version reads, LeaseUntil.
 type journalAttempt struct {
 	ledger.Attempt
-	Reason journalReason
-	Why    *reason.Reason `json:",omitempty"`
+	Reason        journalReason
+	Why           *reason.Reason `json:",omitempty"`
+	LeaseUntil    time.Time      // the attempt's InFlightUntil
+	InFlightUntil hiddenField    `json:",omitzero"` // LeaseUntil holds it
 }
+
+// A hiddenField hides in the JSON the field of its name of a struct
+// embedded beside it: it writes nothing and reads anything.
+type hiddenField struct{}
+
+func (*hiddenField) UnmarshalJSON([]byte) error { return nil }
 
 // A journalReason is the Reason of a journal line: written as words, read
 // as words or as data.
@@ -50,7 +60,7 @@ func (r *journalReason) UnmarshalJSON(b []byte) error {
 
 // journalLineOf is f as a journal line holds it.
 func journalLineOf(f ledger.Finished) journalLine {
-	a := journalAttempt{Attempt: f.Attempt, Reason: journalReason{words: olderWords(f.Attempt.Reason)}}
+	a := journalAttempt{Attempt: f.Attempt, Reason: journalReason{words: olderWords(f.Attempt.Reason)}, LeaseUntil: f.Attempt.InFlightUntil}
 	if !f.Attempt.Reason.IsZero() {
 		a.Why = &f.Attempt.Reason
 	}
@@ -60,6 +70,7 @@ func journalLineOf(f ledger.Finished) journalLine {
 // finished is what l holds.
 func (l journalLine) finished() ledger.Finished {
 	a := l.Attempt.Attempt
+	a.InFlightUntil = l.Attempt.LeaseUntil
 	switch r := l.Attempt.Reason; {
 	case l.Attempt.Why != nil:
 		a.Reason = *l.Attempt.Why

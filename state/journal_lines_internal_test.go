@@ -13,8 +13,8 @@ import (
 
 // A journal line keeps its attempt's reason as data, and its words for
 // a process of the previous version; a line that version wrote (words
-// only) reads back as them, and one holding ledger.Finished's own JSON
-// as data.
+// only) reads back as them, and one as ledger.Finished's own JSON once
+// was, as data.
 func TestJournalLinesKeepTheReason(t *testing.T) {
 	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	why := reason.Reason{Kind: reason.Late, For: 700 * time.Millisecond, Allowed: 250 * time.Millisecond}
@@ -59,12 +59,22 @@ func TestJournalLinesKeepTheReason(t *testing.T) {
 		t.Errorf("a line of the previous version reads back as %+v, want its reason %+v", got, want)
 	}
 
-	// ledger.Finished's own JSON: the reason as data where the words go.
-	own, err := json.Marshal(f)
+	// A line as ledger.Finished's own JSON was written while it was the
+	// line's form: the reason as data where the words go, InFlightUntil
+	// under the journal's name.
+	var former struct {
+		Attempt struct {
+			ledger.Attempt
+			LeaseUntil    time.Time
+			InFlightUntil hiddenField `json:",omitzero"`
+		} `json:"attempt"`
+	}
+	former.Attempt.Attempt, former.Attempt.LeaseUntil = f.Attempt, f.Attempt.InFlightUntil
+	own, err := json.Marshal(former)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(read(own), f); diff != "" {
-		t.Errorf("ledger.Finished's own JSON read back (-got +want):\n%s", diff)
+		t.Errorf("ledger.Finished's former JSON %s read back (-got +want):\n%s", own, diff)
 	}
 }

@@ -35,7 +35,7 @@ func BenchmarkApplySQLite(b *testing.B) {
 			reserve := func() {
 				err := db.update(ctx, func(tx *Tx) error {
 					at = at.Add(time.Millisecond)
-					first, last, err := tx.Reserve("k", 64, at, at.Add(time.Minute), "a batch")
+					first, last, err := tx.Reserve("k", 64, at, at.Add(time.Minute))
 					for id := first; err == nil && id <= last; id++ {
 						fs = append(fs, routineOutcome(id, at))
 					}

@@ -21,7 +21,7 @@ func reserve(t *testing.T, db *state.DB, n int) []int64 {
 	t.Helper()
 	var ids []int64
 	update(t, db, func(tx ledger.Tx) error {
-		first, last, err := tx.Reserve("k", n, t0, t0.Add(time.Hour), "a batch")
+		first, last, err := tx.Reserve("k", n, t0, t0.Add(time.Hour))
 		for id := first; id <= last; id++ {
 			ids = append(ids, id)
 		}
@@ -63,7 +63,7 @@ func statesOf(t *testing.T, db *state.DB) map[ledger.State]int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	states := map[ledger.State]int{}
-	if err := db.View(ctx, func(tx ledger.Tx) error {
+	if err := db.View(ctx, func(tx ledger.ReadTx) error {
 		sends, err := tx.Sends("k", time.Time{}, 100)
 		for _, s := range sends {
 			states[s.State]++

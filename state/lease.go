@@ -32,6 +32,8 @@ var (
 	// releasedUnneeded is the reason of a slot given back unused, after
 	// later admissions.
 	releasedUnneeded = mustKeep(reason.Reason{Kind: reason.Unneeded})
+	// reservedSlot is the reason of a slot not handed out yet.
+	reservedSlot = mustKeep(reason.Reason{Kind: reason.Reserved})
 )
 
 // A lease's slots are found by their IDs, a range of the table itself:
@@ -44,10 +46,10 @@ var (
 )
 
 // Reserve records n slots of key admitted at at, each in flight until
-// inFlightUntil, with reason, and returns the first and last of their IDs
+// inFlightUntil, and returns the first and last of their IDs
 // (consecutive). They must not be recorded before the key's latest
 // admission: the pacer reserves in order of time.
-func (tx *Tx) Reserve(key string, n int, at, inFlightUntil time.Time, reason string) (first, last int64, err error) {
+func (tx *Tx) Reserve(key string, n int, at, inFlightUntil time.Time) (first, last int64, err error) {
 	if err := tx.admits(key); err != nil {
 		return 0, 0, fmt.Errorf("state: reserve: %w", err)
 	}
@@ -62,7 +64,7 @@ func (tx *Tx) Reserve(key string, n int, at, inFlightUntil time.Time, reason str
 	if n < 1 || n > maxReserve {
 		return 0, 0, fmt.Errorf("state: reserve: %d slots: a lease holds 1 to %d", n, maxReserve)
 	}
-	rows, err := tx.query(qReserve, n, key, ledger.Reserved, reason, micros(at), micros(inFlightUntil), seq, tx.instance, cbytes)
+	rows, err := tx.query(qReserve, n, key, ledger.Reserved, reservedSlot.words, micros(at), micros(inFlightUntil), seq, tx.instance, cbytes, reservedSlot.why)
 	if err != nil {
 		return 0, 0, fmt.Errorf("state: reserve: %w", err)
 	}

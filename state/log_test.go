@@ -65,7 +65,7 @@ func (s scanLog) nth(key string, since time.Time, n int) time.Time {
 // many windows.
 func (s scanLog) check(db *state.DB, keys []string, from, to time.Time) {
 	s.t.Helper()
-	view(s.t, db, func(tx ledger.Tx) error {
+	view(s.t, db, func(tx ledger.ReadTx) error {
 		for _, key := range keys {
 			for since := from.Add(-time.Second); !since.After(to); since = since.Add(2300 * time.Millisecond) {
 				want := s.window(key, since)
@@ -158,7 +158,7 @@ func TestKeyStateOfAnOlderFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := open(t, path)
-	view(t, db, func(tx ledger.Tx) error {
+	view(t, db, func(tx ledger.ReadTx) error {
 		ks, err := tx.KeyState("k")
 		if want := (ledger.KeyState{Key: "k", LastAdmitAt: t0, Failures: 2}); err != nil || !ks.LastAdmitAt.Equal(t0) ||
 			ks.Failures != 2 || ks.Latency != 0 || ks.PrevLatency != 0 || !ks.LatencySince.IsZero() {

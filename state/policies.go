@@ -333,3 +333,16 @@ func (tx *Tx) Warnings(key string, since time.Time) ([]ledger.Warning, error) {
 	}
 	return out, rows.Err()
 }
+
+// (since a time up to noLater)
+var qWarned = newQuery("Warned")
+
+// Warned reports whether a warning of kind was raised for key after
+// since.
+func (tx *Tx) Warned(key string, kind ledger.WarningKind, since time.Time) (bool, error) {
+	var warned bool
+	if err := tx.queryRow(qWarned, key, string(kind), micros(since), int64(noLater)).Scan(&warned); err != nil {
+		return false, fmt.Errorf("state: warned: %w", err)
+	}
+	return warned, nil
+}

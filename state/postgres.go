@@ -499,7 +499,7 @@ func (pg *Postgres) Recover(ctx context.Context) (int, error) { return pg.out.re
 
 // Check reports whether the database answers a read within the bound.
 func (pg *Postgres) Check(ctx context.Context) error {
-	return pg.View(ctx, func(tx ledger.Tx) error {
+	return pg.View(ctx, func(tx ledger.ReadTx) error {
 		var one int
 		return tx.(*Tx).pg.queryRow(tx.(*Tx).ctx, "SELECT 1").Scan(&one)
 	})
@@ -507,7 +507,7 @@ func (pg *Postgres) Check(ctx context.Context) error {
 
 // View runs fn in a read-only snapshot of the database, once every
 // outcome this process gave FinishLater is in it.
-func (pg *Postgres) View(ctx context.Context, fn func(ledger.Tx) error) error {
+func (pg *Postgres) View(ctx context.Context, fn func(ledger.ReadTx) error) error {
 	if err := pg.out.flush(ctx); err != nil {
 		return err
 	}

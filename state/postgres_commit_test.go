@@ -102,7 +102,7 @@ func TestPostgresCutConnection(t *testing.T) {
 			if runs == 1 {
 				p.cutNow() // the next statement finds the connection gone
 			}
-			_, err := tx.Activity(ledger.ActivityFilter{Key: "k", Limit: 1})
+			_, err := tx.(*state.Tx).Activity(ledger.ActivityFilter{Key: "k", Limit: 1})
 			return err
 		}, "k")
 		if err != nil {
@@ -165,7 +165,7 @@ func TestPostgresLostCommitIsSentOnce(t *testing.T) {
 		t.Errorf("the upstream got %d calls, want 2: the call whose admission's answer was lost goes once", n)
 	}
 	var sends int
-	view(t, direct, func(tx ledger.Tx) error {
+	view(t, direct, func(tx ledger.ReadTx) error {
 		s, err := tx.Sends("k", time.Time{}, 100)
 		sends = len(s)
 		return err
@@ -226,7 +226,7 @@ func TestPostgresCallerLeavesDuringCommit(t *testing.T) {
 	if _, err := pc.Admit(context.Background(), call("c2")); err != nil { // the key's next transaction
 		t.Fatal(err)
 	}
-	view(t, direct, func(tx ledger.Tx) error {
+	view(t, direct, func(tx ledger.ReadTx) error {
 		as, err := tx.Call("k", "c1")
 		if len(as) != 1 || as[0].State == ledger.Admitted {
 			t.Errorf("the attempts of the call that left: %+v; want one, ended not sent", as)
@@ -253,7 +253,7 @@ func TestPostgresJournalBatchAppliedTwice(t *testing.T) {
 	var first, last int64
 	update(t, pg, func(tx ledger.Tx) error {
 		var err error
-		first, last, err = tx.Reserve("k", 3, t0, t0.Add(time.Hour), "a batch")
+		first, last, err = tx.Reserve("k", 3, t0, t0.Add(time.Hour))
 		return err
 	}, "k")
 	p.arm(cutAfterCommit)
@@ -264,7 +264,7 @@ func TestPostgresJournalBatchAppliedTwice(t *testing.T) {
 		}
 	}
 	// View waits for the journal's applier to apply the batch, or to fail.
-	if err := pg.View(context.Background(), func(ledger.Tx) error { return nil }); err != nil {
+	if err := pg.View(context.Background(), func(ledger.ReadTx) error { return nil }); err != nil {
 		t.Fatalf("View: %v", err)
 	}
 	if n := p.cuts.Load(); n != 1 {
@@ -280,7 +280,7 @@ func TestPostgresJournalBatchAppliedTwice(t *testing.T) {
 	}
 	states := map[ledger.State]int{}
 	obs := 0
-	view(t, next, func(tx ledger.Tx) error {
+	view(t, next, func(tx ledger.ReadTx) error {
 		sends, err := tx.Sends("k", time.Time{}, 100)
 		for _, s := range sends {
 			states[s.State]++
@@ -323,7 +323,7 @@ func insertErr(s ledger.Store, call string, ran func()) error {
 func attempts(t *testing.T, s ledger.Store, call string) int {
 	t.Helper()
 	n := 0
-	if err := s.View(context.Background(), func(tx ledger.Tx) error {
+	if err := s.View(context.Background(), func(tx ledger.ReadTx) error {
 		all, err := tx.Activity(ledger.ActivityFilter{Key: "k", Limit: 1000})
 		for _, a := range all {
 			if a.CallID == call {

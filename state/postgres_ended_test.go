@@ -67,7 +67,7 @@ func TestPostgresEndedConnection(t *testing.T) {
 	if runs < 2 {
 		t.Errorf("the transaction ran %d times, want at least 2", runs)
 	}
-	view(t, pg, func(tx ledger.Tx) error {
+	view(t, pg, func(tx ledger.ReadTx) error {
 		n, err := tx.Count("k", t0.Add(-1))
 		if n != 1 {
 			t.Errorf("%d attempts recorded, want 1", n)

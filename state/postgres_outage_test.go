@@ -222,7 +222,7 @@ func (l *load) work(w int, key string) {
 			}, key)
 		} else {
 			what = "View"
-			err = l.pg.View(context.Background(), func(tx ledger.Tx) error {
+			err = l.pg.View(context.Background(), func(tx ledger.ReadTx) error {
 				_, err := tx.Window(key, time.Time{})
 				return err
 			})
@@ -324,7 +324,7 @@ func outage(t *testing.T, url string, down, up func(), extra func() int64) {
 	t.Logf("the slowest of %d failures took %v", len(l.failures), slowest)
 
 	got := map[int64]bool{}
-	view(t, pg, func(tx ledger.Tx) error {
+	view(t, pg, func(tx ledger.ReadTx) error {
 		for _, key := range []string{"key0", "key1", "key2"} {
 			sends, err := tx.Sends(key, time.Time{}, 1<<20)
 			if err != nil {
@@ -380,7 +380,7 @@ func waitForServer(t *testing.T, srv *pgtest.Server) {
 	}
 	calls := map[string]func() error{
 		"Update": func() error { return pg.Update(context.Background(), admit, "k") },
-		"View":   func() error { return pg.View(context.Background(), func(tx ledger.Tx) error { return nil }) },
+		"View":   func() error { return pg.View(context.Background(), func(tx ledger.ReadTx) error { return nil }) },
 		"Check":  func() error { return pg.Check(context.Background()) },
 	}
 	for _, name := range slices.Sorted(maps.Keys(calls)) {
@@ -472,7 +472,7 @@ func TestPostgresServerNeverAnswers(t *testing.T) {
 			if i%2 == 0 {
 				errs[i] = pg.Update(context.Background(), func(tx ledger.Tx) error { return nil }, "k")
 			} else {
-				errs[i] = pg.View(context.Background(), func(tx ledger.Tx) error { return nil })
+				errs[i] = pg.View(context.Background(), func(tx ledger.ReadTx) error { return nil })
 			}
 			took[i] = time.Since(start)
 		})

@@ -118,7 +118,7 @@ func keywordValue(t *testing.T, srv *pgtest.Server) {
 		return err
 	}, "k")
 	var got []ledger.Attempt
-	if err := byURL.View(context.Background(), func(tx ledger.Tx) error {
+	if err := byURL.View(context.Background(), func(tx ledger.ReadTx) error {
 		var err error
 		got, err = tx.Activity(ledger.ActivityFilter{Key: "k", Limit: 10})
 		return err
@@ -220,7 +220,7 @@ func admissionNeedsItsKey(t *testing.T, srv *pgtest.Server) {
 			return err
 		},
 		"Reserve": func(tx ledger.Tx) error {
-			_, _, err := tx.Reserve("k", 2, t0, t0.Add(time.Minute), "a batch")
+			_, _, err := tx.Reserve("k", 2, t0, t0.Add(time.Minute))
 			return err
 		},
 	} {
@@ -235,7 +235,7 @@ func admissionNeedsItsKey(t *testing.T, srv *pgtest.Server) {
 	if err != nil {
 		t.Errorf("a refusal recorded without holding its key: %v", err)
 	}
-	view(t, pg, func(tx ledger.Tx) error {
+	view(t, pg, func(tx ledger.ReadTx) error {
 		n, err := tx.Count("k", time.Time{})
 		if n != 0 {
 			t.Errorf("after admissions of a key not held: %d counted, want none", n)
@@ -285,7 +285,7 @@ func oneClock(t *testing.T, srv *pgtest.Server) {
 	}
 	since := recorded[9] // the window after the tenth admission
 	for _, h := range hosts {
-		view(t, h, func(tx ledger.Tx) error {
+		view(t, h, func(tx ledger.ReadTx) error {
 			w, err := tx.WindowByCaller("k", since)
 			if w.Count != 10 || w.ByCaller["ahead"] != 5 || w.ByCaller["behind"] != 5 {
 				t.Errorf("the window read by %s: %+v, want 10 admissions, 5 of each host", h.Instance(), w)
@@ -332,7 +332,7 @@ func pacersShareOneClock(t *testing.T, srv *pgtest.Server) {
 		}
 	}
 	var at []time.Time
-	view(t, openPostgres(t, url, state.PostgresOptions{}), func(tx ledger.Tx) error {
+	view(t, openPostgres(t, url, state.PostgresOptions{}), func(tx ledger.ReadTx) error {
 		sends, err := tx.Sends("shared", time.Time{}, 1000)
 		for _, s := range sends {
 			at = append(at, s.At)
@@ -430,7 +430,7 @@ func refusedOutcome(t *testing.T, srv *pgtest.Server) {
 	var first, last int64
 	update(t, pg, func(tx ledger.Tx) error {
 		var err error
-		first, last, err = tx.Reserve("k", 3, t0, t0.Add(time.Hour), "a batch")
+		first, last, err = tx.Reserve("k", 3, t0, t0.Add(time.Hour))
 		return err
 	}, "k")
 	for id := first; id <= last; id++ {
@@ -446,7 +446,7 @@ func refusedOutcome(t *testing.T, srv *pgtest.Server) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	states := map[int64]ledger.State{}
-	err := pg.View(ctx, func(tx ledger.Tx) error {
+	err := pg.View(ctx, func(tx ledger.ReadTx) error {
 		sends, err := tx.Sends("k", time.Time{}, 10)
 		for _, s := range sends {
 			states[s.ID] = s.State

@@ -52,7 +52,7 @@ func checkReasonsMigrated(t *testing.T, s ledger.Store) {
 	read := func() (ledger.Gate, ledger.Warning) {
 		var gates []ledger.Gate
 		var warnings []ledger.Warning
-		view(t, s, func(tx ledger.Tx) error {
+		view(t, s, func(tx ledger.ReadTx) error {
 			var err error
 			if gates, err = tx.Gates("k", t0); err != nil {
 				return err
@@ -108,7 +108,7 @@ func checkAttemptReasonsMigrated(t *testing.T, s ledger.Store) {
 	t.Helper()
 	activity := func() map[string]reason.Reason {
 		var list []ledger.Attempt
-		view(t, s, func(tx ledger.Tx) (err error) {
+		view(t, s, func(tx ledger.ReadTx) (err error) {
 			list, err = tx.Activity(ledger.ActivityFilter{Key: "k"})
 			return err
 		})

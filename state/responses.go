@@ -48,14 +48,8 @@ func (tx *Tx) PutResponse(r ledger.StoredResponse, keep int) error {
 // twice as much. An answer of r.Target kept before, and newer than r (a
 // journal replayed after a crash may bring an older one), stays.
 func (tx *Tx) KeepResponse(r ledger.StoredResponse, keep int) ([]string, error) {
-	body := r.Body
-	if body == nil {
-		body = []byte{} // no body is an empty one: a nil slice would be NULL, which the column refuses
-	}
-	_, err := tx.exec(qPutResponse,
-		r.Key, r.Target, r.ETag, r.LastModified, r.Status, r.ContentType, body, r.Digest, micros(r.StoredAt), r.Unchanged, r.Vary, r.Varied)
-	if err != nil {
-		return nil, fmt.Errorf("state: store response: %w", err)
+	if err := tx.putResponse(r); err != nil {
+		return nil, err
 	}
 	targets, err := tx.StoredTargets(r.Key)
 	if err != nil {
@@ -71,6 +65,21 @@ func (tx *Tx) KeepResponse(r ledger.StoredResponse, keep int) ([]string, error) 
 		}
 	}
 	return targets[:keep:keep], nil
+}
+
+// putResponse stores r, unless an answer of its target newer than r is
+// stored, and leaves the key's other answers as they are.
+func (tx *Tx) putResponse(r ledger.StoredResponse) error {
+	body := r.Body
+	if body == nil {
+		body = []byte{} // no body is an empty one: a nil slice would be NULL, which the column refuses
+	}
+	_, err := tx.exec(qPutResponse,
+		r.Key, r.Target, r.ETag, r.LastModified, r.Status, r.ContentType, body, r.Digest, micros(r.StoredAt), r.Unchanged, r.Vary, r.Varied)
+	if err != nil {
+		return fmt.Errorf("state: store response: %w", err)
+	}
+	return nil
 }
 
 var qStoredTargets = newQuery("StoredTargets")

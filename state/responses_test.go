@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/mcp-quota/mcp-quota/internal/conformance"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/state"
 )
@@ -79,7 +80,7 @@ func keepResponse(t *testing.T, s ledger.Store) {
 	if diff := cmp.Diff(got, []string{"/1", "/3", "/2"}); diff != "" {
 		t.Errorf("after an older answer of /1 (-got +want):\n%s", diff)
 	}
-	err = s.View(context.Background(), func(tx ledger.Tx) error {
+	err = s.View(context.Background(), func(tx ledger.ReadTx) error {
 		if _, ok, err := tx.Response("k", "/0"); ok || err != nil {
 			t.Errorf("the oldest answer: kept (%v), want it gone", err)
 		}
@@ -134,7 +135,7 @@ func keepLater(t *testing.T, s laterKeeper) {
 		}
 		var got ledger.StoredResponse
 		var ok bool
-		if err := s.View(context.Background(), func(tx ledger.Tx) error {
+		if err := s.View(context.Background(), func(tx ledger.ReadTx) error {
 			var err error
 			got, ok, err = tx.Response("k", target)
 			return err
@@ -150,6 +151,76 @@ func keepLater(t *testing.T, s laterKeeper) {
 	want := [][]string{{"/a"}, {"/b", "/a"}, {"/c", "/b"}}
 	if diff := cmp.Diff(lists, want); diff != "" {
 		t.Errorf("what listed heard (-got +want):\n%s", diff)
+	}
+}
+
+// TestKeepLaterTogether: answers the journal's applier keeps in one
+// transaction leave what keeping them one after another would: at most
+// the limit of each key, the newest. Every answer of a key with the same
+// limit as the next of its key hears the key's targets as they are after
+// the last of them; one whose next has another limit is trimmed to its
+// own first.
+func TestKeepLaterTogether(t *testing.T) {
+	// The applier lingers on a clock that does not move, until a View
+	// hurries it: what is kept before each View is one batch.
+	t.Run("SQLite", func(t *testing.T) {
+		keepLaterTogether(t, open(t, filepath.Join(t.TempDir(), "state.db"), state.WithClock(testkit.NewClock(t0))))
+	})
+	t.Run("PostgreSQL", func(t *testing.T) {
+		keepLaterTogether(t, openPostgres(t, startPostgres(t).CreateDatabase(t),
+			state.PostgresOptions{JournalDir: t.TempDir(), Clock: testkit.NewClock(t0)}))
+	})
+}
+
+func keepLaterTogether(t *testing.T, db laterKeeper) {
+	heard := map[string][]string{}
+	var mu sync.Mutex
+	keep := func(key, target string, i, limit int) {
+		t.Helper()
+		r := ledger.StoredResponse{Key: key, Target: target, Status: 200, Body: []byte(target), Digest: "d",
+			StoredAt: t0.Add(time.Duration(i) * time.Second)}
+		if err := db.KeepLater(context.Background(), r, limit, func(targets []string) {
+			mu.Lock()
+			heard[key+target] = targets
+			mu.Unlock()
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(key string) []string {
+		t.Helper()
+		var targets []string
+		if err := db.View(context.Background(), func(tx ledger.ReadTx) error {
+			var err error
+			targets, err = tx.(*state.Tx).StoredTargets(key)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return targets
+	}
+	keep("k", "/0", 0, 3)
+	keep("other", "/x", 1, 3)
+	for i := 1; i <= 4; i++ {
+		keep("k", fmt.Sprintf("/%d", i), i+1, 3)
+	}
+	if diff := cmp.Diff(read("k"), []string{"/4", "/3", "/2"}); diff != "" {
+		t.Errorf("k's targets after one batch (-got +want):\n%s", diff)
+	}
+	want := map[string][]string{"other/x": {"/x"}}
+	for i := range 5 {
+		want[fmt.Sprintf("k/%d", i)] = []string{"/4", "/3", "/2"}
+	}
+	keep("k", "/5", 6, 3)
+	keep("k", "/6", 7, 2)
+	if diff := cmp.Diff(read("k"), []string{"/6", "/5"}); diff != "" {
+		t.Errorf("k's targets after a batch whose last answer has a lower limit (-got +want):\n%s", diff)
+	}
+	want["k/5"], want["k/6"] = []string{"/5", "/4", "/3"}, []string{"/6", "/5"}
+	mu.Lock()
+	defer mu.Unlock()
+	if diff := cmp.Diff(heard, want); diff != "" {
+		t.Errorf("what each answer's listed heard (-got +want):\n%s", diff)
 	}
 }
 
@@ -174,7 +245,7 @@ func TestRecoverKeepsAnAnswer(t *testing.T) {
 	other := open(t, path)
 	var got ledger.StoredResponse
 	var ok bool
-	if err := other.View(context.Background(), func(tx ledger.Tx) error {
+	if err := other.View(context.Background(), func(tx ledger.ReadTx) error {
 		var err error
 		got, ok, err = tx.Response("k", "/kept")
 		return err

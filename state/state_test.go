@@ -43,7 +43,7 @@ func sweep(t *testing.T, db *state.DB, now, before time.Time) state.Swept {
 }
 
 // view runs fn in a View of s, failing t on an error.
-func view(t *testing.T, s ledger.Viewer, fn func(ledger.Tx) error) {
+func view(t *testing.T, s ledger.Viewer, fn func(ledger.ReadTx) error) {
 	t.Helper()
 	if err := s.View(context.Background(), fn); err != nil {
 		t.Fatal(err)
@@ -81,7 +81,7 @@ func TestOpen(t *testing.T) {
 	// Opened again (another process): the schema is not applied twice and
 	// what was written is there.
 	other := open(t, path)
-	view(t, other, func(tx ledger.Tx) error {
+	view(t, other, func(tx ledger.ReadTx) error {
 		n, err := tx.Count("k", time.Time{})
 		if n != 1 {
 			t.Errorf("count in the file opened again: got %d, want 1", n)

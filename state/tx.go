@@ -31,9 +31,10 @@ type Tx struct {
 }
 
 var (
-	_ ledger.Tx    = (*Tx)(nil)
-	_ ledger.Store = (*DB)(nil)
-	_ ledger.Store = (*Postgres)(nil)
+	_ ledger.Tx     = (*Tx)(nil)
+	_ ledger.ReadTx = (*Tx)(nil)
+	_ ledger.Store  = (*DB)(nil)
+	_ ledger.Store  = (*Postgres)(nil)
 )
 
 // Clock returns local on SQLite, whose processes share the host's
@@ -506,6 +507,22 @@ var (
 	qActivityKey = newQuery("ActivityKey")
 	qActivityAll = newQuery("ActivityAll")
 )
+
+// AttemptState returns where attempt id of key stands, or "" when key has
+// no such attempt.
+func (tx *Tx) AttemptState(key string, id int64) (ledger.State, error) {
+	var st ledger.State
+	var callID string
+	var attempt int64
+	err := tx.queryRow(qOpenState, id, key).Scan(&st, &callID, &attempt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("state: attempt %d: %w", id, err)
+	}
+	return st, nil
+}
 
 // Activity returns attempts matching f, newest first (by time, then ID). Reserved slots are
 // not attempts yet: they appear once reported (or released).

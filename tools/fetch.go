@@ -282,9 +282,9 @@ func (f *fetchCall) fromStored(ctx context.Context, header http.Header) (*mcp.Ca
 	}
 	var targets []string
 	var listed bool
-	err := f.d.DB.View(ctx, func(tx ledger.Tx) error {
+	err := f.d.DB.View(ctx, func(tx ledger.ReadTx) error {
 		var err error
-		if !f.d.stored.known(f.k.Name) {
+		if !f.d.stored.loaded(f.k.Name) {
 			if targets, listed, err = readStoredTargets(tx, f.k.Name); err != nil {
 				return err
 			}
@@ -486,7 +486,7 @@ func (f *fetchCall) fitted(r fetchResult, raw []byte, complete bool) *mcp.CallTo
 	}
 	r.Warnings = f.waitCapped(r.Warnings)
 	res := render(r, false)
-	if r.Binary || resultChars(res) <= f.lim.MaxResult {
+	if r.Binary || resultFits(res, f.lim.MaxResult) {
 		return res
 	}
 	warnings := r.Warnings
@@ -536,6 +536,29 @@ func resultChars(res *mcp.CallToolResult) int {
 	return utf8.RuneCount(b) + len(`,"structuredContent":`) + utf8.RuneCount(sc)
 }
 
+// resultFits reports whether res, as render made it, is at most max
+// characters as a client receives it (see resultChars). A result that
+// would fit even if JSON escaped every byte of its text block into six
+// characters (\u00XX, the longest escape of one) is not encoded again to
+// be measured: most results are far below the limit.
+func resultFits(res *mcp.CallToolResult, max int) bool {
+	sc, ok := res.StructuredContent.(json.RawMessage)
+	if ok && len(res.Content) == 1 {
+		if t, ok := res.Content[0].(mcp.TextContent); ok && resultEnvelope+6*len(t.Text)+len(sc) <= max {
+			return true
+		}
+	}
+	return resultChars(res) <= max
+}
+
+// resultEnvelope is what a result of render's shape measures besides its
+// text and its structured form: the most of it, an error's.
+var resultEnvelope = func() int {
+	res := mcp.NewToolResultStructured(json.RawMessage(nil), "")
+	res.IsError = true
+	return resultChars(res)
+}()
+
 // waitCapped adds to warnings that max_wait_s was capped, when it was:
 // the agent must not believe it waited as long as it asked.
 func (f *fetchCall) waitCapped(warnings []string) []string {
@@ -574,10 +597,11 @@ func (f *fetchCall) failed(err error) *mcp.CallToolResult {
 	return failure("failed", reason.Sentence(err.Error()))
 }
 
-// loopAdvice adds the loop guard's word to a.
-func loopAdvice(a report.Advice, n int, window time.Duration, fromKept bool) report.Advice {
+// loopAdvice adds the loop guard's advice to a: n identical requests in
+// window, the last answered from the stored copy when stored.
+func loopAdvice(a report.Advice, n int, window time.Duration, stored bool) report.Advice {
 	msg := fmt.Sprintf("You made this same request %d times in %s and the answer did not change", n, ago(window))
-	if fromKept {
+	if stored {
 		msg += "; this answer is mcp-quota's kept copy and spent no quota"
 	}
 	msg += ". Instead of repeating it: ask for large pages (limit=500), sync with updatedSince, or use webhooks for what just happened."

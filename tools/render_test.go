@@ -127,7 +127,9 @@ func TestExplainArguments(t *testing.T) {
 // TestResultCharsCountsWhatIsSent: the size fitted measures a result by
 // (its structured form encoded once, at render) is the size of the JSON
 // a client receives, in characters, whatever the body holds: quotes,
-// markup and control characters JSON escapes, characters beyond ASCII.
+// markup and control characters JSON escapes, characters beyond ASCII;
+// and resultFits, which spares measuring a result far below the limit,
+// says what that size says, just below, at and far above it.
 func TestResultCharsCountsWhatIsSent(t *testing.T) {
 	bodies := []string{"", `{"a":"b"}`, "<a href=\"x\">&amp;</a>\n\t\x01", "äöü € 𝄞 \u2028", strings.Repeat(`"\`, 500)}
 	for _, body := range bodies {
@@ -142,6 +144,11 @@ func TestResultCharsCountsWhatIsSent(t *testing.T) {
 			}
 			if got, want := resultChars(res), utf8.RuneCount(b); got != want {
 				t.Errorf("body %q, isError %v: resultChars %d, want %d, the characters of %s", body, isError, got, want, b)
+			}
+			for _, max := range []int{utf8.RuneCount(b) - 1, utf8.RuneCount(b), 6*utf8.RuneCount(b) + 200} {
+				if got, want := resultFits(res, max), utf8.RuneCount(b) <= max; got != want {
+					t.Errorf("body %q, isError %v: resultFits(%d) %v for %d characters", body, isError, max, got, utf8.RuneCount(b))
+				}
 			}
 			var sent fetchResult
 			var wire struct {

@@ -67,7 +67,7 @@ type Deps struct {
 	SkipOutputCheck bool
 
 	fetchTools fetchTools  // the fetch tool as each set of keys shows it (see ownKeysOnly)
-	stored     storedIndex // which targets have a kept answer (see fromKept)
+	stored     storedIndex // which targets have a stored answer (see fetchCall.fromStored)
 }
 
 func (d *Deps) now() time.Time {

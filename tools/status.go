@@ -259,7 +259,7 @@ func (d *Deps) readActivity(ctx context.Context, req mcp.ReadResourceRequest) ([
 		return nil, err
 	}
 	var list []ledger.Attempt
-	err = d.DB.View(ctx, func(tx ledger.Tx) error {
+	err = d.DB.View(ctx, func(tx ledger.ReadTx) error {
 		var err error
 		list, err = tx.Activity(ledger.ActivityFilter{Key: k.Name, Limit: 100})
 		return err

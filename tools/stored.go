@@ -88,8 +88,8 @@ func (x *storedIndex) absent(key, target string) bool {
 	return ok && !set.targets[target] && x.pending[storedTarget{key, target}] == 0
 }
 
-// known reports whether key's set has been read.
-func (x *storedIndex) known(key string) bool {
+// loaded reports whether key's set has been read.
+func (x *storedIndex) loaded(key string) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	_, ok := x.keys[key]
@@ -126,7 +126,7 @@ func keepResponse(tx ledger.Tx, r ledger.StoredResponse, keep int) ([]string, bo
 
 // readStoredTargets returns key's targets as tx sees them, and whether tx could
 // tell. Call it inside the transaction, and set after it committed.
-func readStoredTargets(tx ledger.Tx, key string) ([]string, bool, error) {
+func readStoredTargets(tx ledger.Reader, key string) ([]string, bool, error) {
 	l, ok := tx.(storedTargetLister)
 	if !ok {
 		return nil, false, nil

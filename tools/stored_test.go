@@ -29,7 +29,7 @@ type viewCounter struct {
 	views atomic.Int64
 }
 
-func (v *viewCounter) View(ctx context.Context, fn func(ledger.Tx) error) error {
+func (v *viewCounter) View(ctx context.Context, fn func(ledger.ReadTx) error) error {
 	v.views.Add(1)
 	return v.Store.View(ctx, fn)
 }
@@ -66,7 +66,7 @@ func newStoringProcess(t *testing.T, keys *keystore.Store, path string) *storing
 // moment later, once the journal's applier has run).
 func (p *storingProcess) settle(t *testing.T) {
 	t.Helper()
-	if err := p.store.Store.View(p.ctx, func(ledger.Tx) error { return nil }); err != nil {
+	if err := p.store.Store.View(p.ctx, func(ledger.ReadTx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 }

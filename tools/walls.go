@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report"
 	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/upstream"
 )
@@ -38,7 +39,7 @@ func (f *fetchCall) namedFailure(err error) *mcp.CallToolResult {
 		return failure("badArguments", reason.Sentence(err.Error())+" Nothing was sent, and the key's budget and backoff are untouched.")
 	case errors.Is(err, upstream.ErrSentUnrecorded):
 		f.d.Log.Error("the state failed after a call went upstream", "key", f.k.Name, "error", err)
-		return failure("stateUnavailable", ledger.Unavailable(err)+": the call went upstream and may have taken effect there, "+
+		return failure("stateUnavailable", report.Unavailable(err)+": the call went upstream and may have taken effect there, "+
 			"but its outcome could not be recorded, so its answer is withheld. Tell the user; check before repeating a request that changes something.")
 	case errors.Is(err, upstream.ErrStateUnavailable):
 		return f.d.stateUnavailable(f.k.Name, err)
@@ -57,7 +58,7 @@ func (f *fetchCall) namedFailure(err error) *mcp.CallToolResult {
 // failed, and logs why.
 func (d *Deps) stateUnavailable(key string, err error) *mcp.CallToolResult {
 	d.Log.Error("the state failed", "key", key, "error", err)
-	return failure("stateUnavailable", ledger.Unavailable(err)+", so no call can be admitted or recorded; nothing was sent. Tell the user; try again later.")
+	return failure("stateUnavailable", report.Unavailable(err)+", so no call can be admitted or recorded; nothing was sent. Tell the user; try again later.")
 }
 
 // stateFailed marks err, from reading or writing the state file, as

@@ -91,7 +91,7 @@ func newClient(t *testing.T, f http.RoundTripper) (*Client, *state.DB) {
 func activity(t *testing.T, db *state.DB) []ledger.Attempt {
 	t.Helper()
 	var list []ledger.Attempt
-	db.View(context.Background(), func(tx ledger.Tx) error {
+	db.View(context.Background(), func(tx ledger.ReadTx) error {
 		var err error
 		list, err = tx.Activity(ledger.ActivityFilter{Key: "k"})
 		return err

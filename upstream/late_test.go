@@ -132,7 +132,7 @@ func TestOutcomeOfASentCallIsTriedAgain(t *testing.T) {
 				t.Fatalf("activity %+v; want the call confirmed, 200", list)
 			}
 			var obs []ledger.ObservationRecord
-			db.View(context.Background(), func(tx ledger.Tx) error {
+			db.View(context.Background(), func(tx ledger.ReadTx) error {
 				obs, err = tx.ObservationsOf("k", list[0].ID)
 				return err
 			})

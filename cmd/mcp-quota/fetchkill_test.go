@@ -38,7 +38,7 @@ func TestServeKilledLosesNoFetch(t *testing.T) {
 	}
 	db := killAndRecover(t, cmd, s.state, calls)
 	kept := 0
-	if err := db.View(t.Context(), func(tx ledger.Tx) error {
+	if err := db.View(t.Context(), func(tx ledger.ReadTx) error {
 		for n := range calls {
 			_, ok, err := tx.Response("demo", target(n))
 			if err != nil {

@@ -131,7 +131,7 @@ func TestTwoProcessesShareOneBudget(t *testing.T) {
 	}
 	defer db.Close()
 	var list []ledger.Attempt
-	if err := db.View(t.Context(), func(tx ledger.Tx) error {
+	if err := db.View(t.Context(), func(tx ledger.ReadTx) error {
 		var err error
 		list, err = tx.Activity(ledger.ActivityFilter{Key: "demo", Limit: 10000})
 		return err
@@ -174,7 +174,7 @@ func TestServeGivesBackLeasedSlots(t *testing.T) {
 	}
 	defer db.Close()
 	var sends []ledger.Send
-	if err := db.View(t.Context(), func(tx ledger.Tx) error {
+	if err := db.View(t.Context(), func(tx ledger.ReadTx) error {
 		var err error
 		sends, err = tx.Sends("demo", time.Time{}, 10*calls)
 		return err
@@ -285,7 +285,7 @@ func killAndRecover(t *testing.T, cmd *exec.Cmd, statePath string, calls int) *s
 	t.Cleanup(func() { db.Close() })
 	var sends []ledger.Send
 	var obs []ledger.ObservationRecord
-	if err := db.View(t.Context(), func(tx ledger.Tx) error {
+	if err := db.View(t.Context(), func(tx ledger.ReadTx) error {
 		var err error
 		if sends, err = tx.Sends("demo", time.Time{}, 10*calls); err != nil {
 			return err

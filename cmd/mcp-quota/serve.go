@@ -100,6 +100,7 @@ func servedParts(a *app, keys *keystore.Store, tr *telemetry.Tracing) (*server.M
 	deps.Watch = tr.MCP("tcp")
 	mcpServer := tools.NewServer(deps, version)
 	m := metrics.New(keys, a.pacer, a.db)
+	m.Clock = a.clock            // the pacer's: ages and times left are read on it
 	a.client.Observe = m.Observe // before the first call: every call through this process is counted
 	a.client.Watch = tr.Watch()
 	return mcpServer, m
@@ -170,7 +171,8 @@ func (o serveOptions) listener(keys *keystore.Store, log *slog.Logger) (net.List
 	var certs *certFiles
 	if certPath != "" {
 		var err error
-		if certs, err = newCertFiles(certPath, keyPath, time.Now, log); err != nil {
+		// nil: the files are looked at again in real time.
+		if certs, err = newCertFiles(certPath, keyPath, nil, log); err != nil {
 			return nil, "", err
 		}
 	}
@@ -229,8 +231,9 @@ func serveUntil(ctx context.Context, srv *http.Server, ln net.Listener) error {
 // /readyz turns unready for delay while the listener still takes calls,
 // so that a load balancer stops sending; then the listener closes, the
 // MCP sessions end, and calls in flight have timeout to finish. Past it
-// their contexts are cancelled (each records its outcome as it ends) and
-// the server waits a little longer for their handlers to return.
+// their connections are closed, then their contexts cancelled (each
+// records its outcome as it ends), and the server waits a little longer
+// for their handlers to return.
 type stopping struct {
 	drain   *gateway.Drain // nil: no /readyz, no sessions to end
 	delay   time.Duration
@@ -284,11 +287,14 @@ func (s stopping) serve(ctx context.Context, srv *http.Server, ln net.Listener) 
 	}
 	err := <-shut
 	if err != nil {
-		// Past the bound: cancel what still runs, close its connections,
-		// and give the handlers a moment to record their outcomes.
+		// Past the bound: close the connections of what still runs, then
+		// cancel it, and give the handlers a moment to record their
+		// outcomes. Closed first, no connection carries an answer a
+		// cancelled handler did not give (net/http's empty 200 for one
+		// that returns without writing): its caller sees the exchange cut.
 		log.Warn("calls in flight did not finish within the shutdown timeout: cancelling them", "in_flight", handlers.count())
-		cancelCalls()
 		srv.Close()
+		cancelCalls()
 		grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), handlersGrace)
 		defer cancel()
 		if handlers.wait(grace) != nil {

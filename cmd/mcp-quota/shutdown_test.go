@@ -262,7 +262,7 @@ func drainUnderLoad(t *testing.T, finish bool) {
 	defer db.Close()
 	var attempts []ledger.Attempt
 	var sends []ledger.Send
-	if err := db.View(t.Context(), func(tx ledger.Tx) error {
+	if err := db.View(t.Context(), func(tx ledger.ReadTx) error {
 		var err error
 		if attempts, err = tx.Activity(ledger.ActivityFilter{Key: "demo", Limit: 1_000_000}); err != nil {
 			return err
@@ -282,7 +282,7 @@ func drainUnderLoad(t *testing.T, finish bool) {
 			confirmed[a.Target] = true
 		}
 		if a.State == ledger.Admitted || a.State == ledger.Reserved || a.State == ledger.Interrupted || !a.InFlightUntil.IsZero() {
-			t.Errorf("attempt %d (%s) ended %s, lease until %v: want a final state", a.ID, a.Target, a.State, a.InFlightUntil)
+			t.Errorf("attempt %d (%s) ended %s, in flight until %v: want a final state", a.ID, a.Target, a.State, a.InFlightUntil)
 		}
 	}
 	var missing []string

@@ -7,6 +7,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/mcp-quota/mcp-quota/clock"
 )
 
 // certCheckEvery is how often, at most, the certificate's files are
@@ -21,7 +23,7 @@ const certCheckEvery = time.Second
 // logged once for each change.
 type certFiles struct {
 	certPath, keyPath string
-	now               func() time.Time
+	clock             clock.Clock
 	log               *slog.Logger
 
 	mu      sync.Mutex
@@ -36,11 +38,11 @@ type fileMark struct {
 	modTime time.Time
 }
 
-// newCertFiles loads the pair: a pair that does not load is an error
-// serve stops with.
-func newCertFiles(certPath, keyPath string, now func() time.Time, log *slog.Logger) (*certFiles, error) {
-	c := &certFiles{certPath: certPath, keyPath: keyPath, now: now, log: log}
-	marks, err := c.marks()
+// newCertFiles loads the pair, to be looked at again on c (nil means real
+// time): a pair that does not load is an error serve stops with.
+func newCertFiles(certPath, keyPath string, c clock.Clock, log *slog.Logger) (*certFiles, error) {
+	cf := &certFiles{certPath: certPath, keyPath: keyPath, clock: clock.Or(c), log: log}
+	marks, err := cf.marks()
 	if err != nil {
 		return nil, err
 	}
@@ -48,8 +50,8 @@ func newCertFiles(certPath, keyPath string, now func() time.Time, log *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("the TLS certificate %s and key %s (--tls-cert and --tls-key, or tls_cert and tls_key) do not load as a certificate and its private key in PEM: %w", certPath, keyPath, err)
 	}
-	c.cert, c.seen, c.checked = &cert, marks, now()
-	return c, nil
+	cf.cert, cf.seen, cf.checked = &cert, marks, cf.clock.Now()
+	return cf, nil
 }
 
 func (c *certFiles) marks() ([2]fileMark, error) {
@@ -69,7 +71,7 @@ func (c *certFiles) marks() ([2]fileMark, error) {
 func (c *certFiles) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := c.now()
+	now := c.clock.Now()
 	if now.Sub(c.checked) < certCheckEvery && !now.Before(c.checked) {
 		return c.cert, nil
 	}

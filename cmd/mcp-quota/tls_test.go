@@ -23,6 +23,7 @@ import (
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-quota/mcp-quota/demo"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // selfSigned returns a self-signed certificate for 127.0.0.1 and
@@ -100,9 +101,9 @@ func TestCertFilesReloadWhenChanged(t *testing.T) {
 	_, certA, keyA := selfSigned(t, 1)
 	writeReplacing(t, certPath, certA, t0)
 	writeReplacing(t, keyPath, keyA, t0)
-	now := t0
+	clk := testkit.NewClock(t0)
 	var logs lockedBuffer
-	c, err := newCertFiles(certPath, keyPath, func() time.Time { return now }, slog.New(slog.NewTextHandler(&logs, nil)))
+	c, err := newCertFiles(certPath, keyPath, clk, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,11 +114,11 @@ func TestCertFilesReloadWhenChanged(t *testing.T) {
 	_, certB, keyB := selfSigned(t, 2)
 	writeReplacing(t, certPath, certB, t0.Add(time.Minute))
 	writeReplacing(t, keyPath, keyB, t0.Add(time.Minute))
-	now = now.Add(certCheckEvery / 2)
+	clk.Advance(certCheckEvery / 2)
 	if got := servedSerial(t, c); got != 1 {
 		t.Errorf("serial %d within a second of the last look; want 1 (the files are looked at once a second)", got)
 	}
-	now = now.Add(certCheckEvery)
+	clk.Advance(certCheckEvery)
 	if got := servedSerial(t, c); got != 2 {
 		t.Errorf("serial %d a second after the files changed; want 2", got)
 	}
@@ -125,7 +126,7 @@ func TestCertFilesReloadWhenChanged(t *testing.T) {
 	// A certificate whose key is another's: refused, the one in use stays.
 	_, certC, _ := selfSigned(t, 3)
 	writeReplacing(t, certPath, certC, t0.Add(2*time.Minute))
-	now = now.Add(certCheckEvery)
+	clk.Advance(certCheckEvery)
 	if got := servedSerial(t, c); got != 2 {
 		t.Errorf("serial %d after a pair that does not match; want 2 still", got)
 	}
@@ -136,7 +137,7 @@ func TestCertFilesReloadWhenChanged(t *testing.T) {
 		t.Errorf("the logs show a private key")
 	}
 
-	if _, err := newCertFiles(certPath, keyPath, time.Now, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "--tls-cert") {
+	if _, err := newCertFiles(certPath, keyPath, nil, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "--tls-cert") {
 		t.Errorf("a pair that does not match at the start: %v; want an error naming --tls-cert", err)
 	}
 }

@@ -88,7 +88,7 @@ func policyFlood(t *testing.T, b Backend) {
 		answerOn(t, s, p, tk, http.StatusOK, obs...)
 	}
 	var known []ledger.SeenPolicy
-	view(t, s, func(tx ledger.Tx) (err error) { known, err = tx.SeenPolicies("k"); return err })
+	view(t, s, func(tx ledger.ReadTx) (err error) { known, err = tx.SeenPolicies("k"); return err })
 	if len(known) > pacer.MaxPolicies+1 {
 		t.Errorf("policies kept after 192 announced: %d, want at most %d and the folded one", len(known), pacer.MaxPolicies)
 	}

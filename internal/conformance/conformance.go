@@ -158,7 +158,7 @@ func update(t testing.TB, s ledger.Store, fn func(ledger.Tx) error, keys ...stri
 }
 
 // view runs fn in a View of s, failing t on an error.
-func view(t testing.TB, s ledger.Viewer, fn func(ledger.Tx) error) {
+func view(t testing.TB, s ledger.Viewer, fn func(ledger.ReadTx) error) {
 	t.Helper()
 	if err := s.View(context.Background(), fn); err != nil {
 		t.Fatal(err)
@@ -216,7 +216,7 @@ func ids(list []ledger.Attempt) []int64 {
 func sends(t testing.TB, s ledger.Viewer, key string) []ledger.Send {
 	t.Helper()
 	var out []ledger.Send
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		var err error
 		out, err = tx.Sends(key, time.Time{}, 1<<30)
 		return err
@@ -229,7 +229,7 @@ func sends(t testing.TB, s ledger.Viewer, key string) []ledger.Send {
 func txTime(t testing.TB, s ledger.Viewer) time.Time {
 	t.Helper()
 	var now time.Time
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		now = tx.Clock(time.Now())
 		return nil
 	})
@@ -239,7 +239,7 @@ func txTime(t testing.TB, s ledger.Viewer) time.Time {
 // own is the back end's own transaction behind tx, for what only tests
 // read (the latest observations of a key), which ledger.Tx does not
 // offer: both back ends hand their functions a *state.Tx.
-func own(tx ledger.Tx) *state.Tx {
+func own(tx ledger.Reader) *state.Tx {
 	return tx.(*state.Tx)
 }
 

@@ -34,7 +34,7 @@ func principalWindow(t *testing.T, b Backend) {
 		})
 		return nil
 	}, "k", "other")
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		for since, want := range map[time.Time]map[string]ledger.Use{
 			t0.Add(-time.Second):    {"alice": {Count: 2, Oldest: t0}, "sync": {Count: 2, Oldest: t0.Add(time.Second)}},
 			t0:                      {"alice": {Count: 1, Oldest: t0.Add(2 * time.Second)}, "sync": {Count: 2, Oldest: t0.Add(time.Second)}},
@@ -59,7 +59,7 @@ func waiters(t *testing.T, b Backend) {
 	waiting := func(st ledger.Store, key string, now time.Time) []string {
 		t.Helper()
 		var got []string
-		view(t, st, func(tx ledger.Tx) error {
+		view(t, st, func(tx ledger.ReadTx) error {
 			var err error
 			got, err = tx.Waiting(key, now)
 			return err

@@ -43,7 +43,7 @@ type Job struct {
 	Caller          string        // the caller name its calls have
 	Quota           int64         // key "shared"'s documented policy: Quota calls…
 	Window          time.Duration // …per Window
-	InFlightTimeout time.Duration // how long an admitted attempt counts as in flight (pacer.WithLease)
+	InFlightTimeout time.Duration // how long an admitted attempt counts as in flight (pacer.WithInFlightTimeout)
 	Run             time.Duration // stop after this long; 0 means once stdin closes
 	Quiet           bool          // do not report each admission
 	Victim          bool          // admit one call first and never finish it, hold slots, and take "finish" orders
@@ -102,7 +102,7 @@ func (job Job) run(ctx context.Context) error {
 	}
 	defer s.Close()
 	h := &helping{job: job, store: s, out: bufio.NewWriter(os.Stdout),
-		pacer: pacer.New(s, pacer.WithClock(clockOf(s)), pacer.WithLease(job.InFlightTimeout)),
+		pacer: pacer.New(s, pacer.WithClock(clockOf(s)), pacer.WithInFlightTimeout(job.InFlightTimeout)),
 		key:   SharedKey(job.Quota, job.Window)}
 	if job.Victim {
 		if err := h.victimize(ctx); err != nil {
@@ -153,7 +153,7 @@ func (h *helping) victimize(ctx context.Context) error {
 	var first, last int64
 	err = h.store.Update(ctx, func(tx ledger.Tx) error {
 		at := tx.Clock(time.Now())
-		first, last, err = tx.Reserve("leased", victimSlots, at, at.Add(h.job.InFlightTimeout), "a batch")
+		first, last, err = tx.Reserve("leased", victimSlots, at, at.Add(h.job.InFlightTimeout))
 		return err
 	}, "leased")
 	if err != nil {

@@ -39,7 +39,7 @@ func activityPages(t *testing.T, b Backend) {
 		}
 		return nil
 	})
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		for _, c := range []struct {
 			name string
 			f    ledger.ActivityFilter
@@ -88,7 +88,7 @@ func activityPagesInOrder(t *testing.T, b Backend) {
 	sweep(t, s, t0, t0.Add(-time.Minute))
 	for _, key := range []string{"", "k1"} {
 		var all []ledger.Attempt
-		view(t, s, func(tx ledger.Tx) error {
+		view(t, s, func(tx ledger.ReadTx) error {
 			var err error
 			all, err = tx.Activity(ledger.ActivityFilter{Key: key, Limit: 1000})
 			return err
@@ -97,7 +97,7 @@ func activityPagesInOrder(t *testing.T, b Backend) {
 		var before int64
 		for {
 			var page []ledger.Attempt
-			view(t, s, func(tx ledger.Tx) error {
+			view(t, s, func(tx ledger.ReadTx) error {
 				var err error
 				page, err = tx.Activity(ledger.ActivityFilter{Key: key, Before: before, Limit: 7})
 				return err
@@ -117,7 +117,7 @@ func activityPagesInOrder(t *testing.T, b Backend) {
 			}
 		}
 	}
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		for _, key := range []string{"", "k1"} {
 			page, err := tx.Activity(ledger.ActivityFilter{Key: key, Before: swept})
 			if err != nil {
@@ -160,7 +160,7 @@ func timelineCallAndObservationsOf(t *testing.T, b Backend) {
 		return tx.AddObservation(ledger.ObservationRecord{Key: "k", AttemptID: second, Status: 200, ReceivedAt: t0.Add(2200 * time.Millisecond),
 			Observation: ratelimit.Observation{Policy: "default", Unit: ratelimit.Requests, Quota: 10, HasQuota: true, Remaining: 3, HasRemaining: true}})
 	}, "k")
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		got, err := tx.Timeline("k", t0, time.Second)
 		if err != nil {
 			return err
@@ -216,7 +216,7 @@ func observations(t *testing.T, b Backend) {
 		return errors.Join(tx.AddObservation(o), tx.AddObservation(bare),
 			tx.AddObservation(ledger.ObservationRecord{Key: "other", ReceivedAt: t0, Observation: ratelimit.Observation{Policy: "p"}}))
 	})
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		list, err := own(tx).Observations("k", 10)
 		if err != nil {
 			return err
@@ -246,7 +246,7 @@ func warnings(t *testing.T, b Backend) {
 		}
 		return tx.AddWarning(ledger.Warning{Key: "other", At: t0.Add(time.Hour), Kind: "circuit-open", Reason: reason.Reason{Kind: reason.Said, Said: "x"}})
 	})
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		ws, err := tx.Warnings("k", t0.Add(20*time.Second))
 		if err != nil {
 			return err
@@ -283,7 +283,7 @@ func sweepInterruptsAndDrops(t *testing.T, b Backend) {
 		a = admission("k", "agent", t0)
 		a.InFlightUntil = t0.Add(time.Minute)
 		recent = insert(t, tx, a)
-		first, _, err := tx.Reserve("k", 1, t0, t0, "a batch") // its lease ran out
+		first, _, err := tx.Reserve("k", 1, t0, t0) // its lease ran out
 		slot = first
 		if err := tx.AddObservation(ledger.ObservationRecord{Key: "k", ReceivedAt: t0.Add(-2 * time.Hour), Observation: ratelimit.Observation{Policy: "old"}}); err != nil {
 			return err
@@ -300,7 +300,7 @@ func sweepInterruptsAndDrops(t *testing.T, b Backend) {
 	if want := (state.Swept{Interrupted: 2, Attempts: 1, Observations: 1, Warnings: 1}); got != want {
 		t.Errorf("Sweep: got %+v, want %+v", got, want)
 	}
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		states := map[int64]ledger.State{}
 		for _, s := range sendsIn(t, tx, "k") {
 			states[s.ID] = s.State
@@ -331,7 +331,7 @@ func sweepInterruptsAndDrops(t *testing.T, b Backend) {
 }
 
 // sendsIn is Sends of every admission of key, in tx.
-func sendsIn(t *testing.T, tx ledger.Tx, key string) []ledger.Send {
+func sendsIn(t *testing.T, tx ledger.Reader, key string) []ledger.Send {
 	t.Helper()
 	out, err := tx.Sends(key, time.Time{}, 1<<30)
 	if err != nil {
@@ -359,7 +359,7 @@ func sweepInBatches(t *testing.T, b Backend) {
 	if got.Attempts != int64(old) {
 		t.Errorf("swept %d attempts, want %d", got.Attempts, old)
 	}
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		list, err := tx.Activity(ledger.ActivityFilter{Limit: 1000})
 		if len(list) != 10 {
 			t.Errorf("%d attempts left, want the 10 younger than the bound", len(list))

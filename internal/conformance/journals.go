@@ -33,7 +33,7 @@ func reserve(t *testing.T, s ledger.Store, n int) []int64 {
 	var out []int64
 	update(t, s, func(tx ledger.Tx) error {
 		out = nil // set afresh: the function may run twice
-		first, last, err := tx.Reserve("k", n, t0, t0.Add(time.Hour), "a batch")
+		first, last, err := tx.Reserve("k", n, t0, t0.Add(time.Hour))
 		for id := first; id <= last; id++ {
 			out = append(out, id)
 		}
@@ -65,7 +65,7 @@ func ended(t testing.TB, s ledger.Viewer, ids []int64) (map[ledger.State]int, ma
 	for _, id := range ids {
 		want[id] = true
 	}
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		sends, err := tx.Sends("k", time.Time{}, 1<<20)
 		if err != nil {
 			return err
@@ -130,19 +130,27 @@ func finishLater(t *testing.T, b Backend) {
 	}
 }
 
+// A journalLine is an outcome as a line of a journal holds it: the format
+// every version sharing a journal directory reads. An attempt's
+// InFlightUntil is written as LeaseUntil; the lines here leave it zero.
+type journalLine struct {
+	Attempt      ledger.Attempt             `json:"attempt"`
+	Observations []ledger.ObservationRecord `json:"observations,omitempty"`
+}
+
 // writeJournal leaves in location's journal directory the journal of a
 // process that ended after writing fs, and a line its end cut short.
 func writeJournal(t *testing.T, b Backend, location string, fs []ledger.Finished, torn ledger.Finished) {
 	t.Helper()
 	var journal strings.Builder
 	for _, f := range fs {
-		line, err := json.Marshal(f)
+		line, err := json.Marshal(journalLine(f))
 		if err != nil {
 			t.Fatal(err)
 		}
 		journal.Write(append(line, '\n'))
 	}
-	line, _ := json.Marshal(torn)
+	line, _ := json.Marshal(journalLine(torn))
 	journal.Write(line[:len(line)/2])
 	dir := b.JournalDir(location)
 	if err := os.MkdirAll(dir, 0o700); err != nil {

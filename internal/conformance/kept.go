@@ -31,7 +31,7 @@ func keptResponses(t *testing.T, b Backend) {
 		// Another key's answers count against its own limit only.
 		return tx.PutResponse(ledger.StoredResponse{Key: "other", Target: "/a", Status: 200, Body: []byte("x"), StoredAt: t0}, 2)
 	})
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		if _, ok, err := tx.Response("k", "/a"); ok || err != nil {
 			t.Errorf("the oldest answer: kept (%v), want it gone beyond the limit of 2", err)
 		}
@@ -52,7 +52,7 @@ func keptResponses(t *testing.T, b Backend) {
 		return tx.PutResponse(ledger.StoredResponse{Key: "k", Target: "/b", LastModified: "Fri, 01 May 2026 12:00:00 GMT", Status: 200,
 			Body: []byte("new"), Digest: "e", StoredAt: t0.Add(3 * time.Second)}, 2)
 	})
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		r, ok, err := tx.Response("k", "/b")
 		if !ok || err != nil || !bytes.Equal(r.Body, []byte("new")) || r.ETag != "" || r.LastModified == "" {
 			t.Errorf("an answer replaced: got %+v, %v, %v", r, ok, err)
@@ -75,7 +75,7 @@ func emptyResponse(t *testing.T, b Backend) {
 			t.Errorf("keeping an answer with body %#v: %v", body, err)
 			continue
 		}
-		view(t, s, func(tx ledger.Tx) error {
+		view(t, s, func(tx ledger.ReadTx) error {
 			r, ok, err := tx.Response("k", "/empty")
 			if !ok || len(r.Body) != 0 {
 				t.Errorf("an answer with body %#v reads back %v, %q", body, ok, r.Body)

@@ -17,7 +17,7 @@ var leases = []behaviour{
 
 // countAll is the window of key after since read both ways: through the
 // log's numbering (Count) and by its rows (Sends); they must agree.
-func countAll(t *testing.T, tx ledger.Tx, key string, since time.Time) int {
+func countAll(t *testing.T, tx ledger.Reader, key string, since time.Time) int {
 	t.Helper()
 	n, err := tx.Count(key, since)
 	if err != nil {
@@ -51,7 +51,7 @@ func reserveAndRelease(t *testing.T, b Backend) {
 		refuseBadReservations(t, tx, at)
 		return nil
 	}, "k")
-	view(t, s, func(tx ledger.Tx) error { return checkReservedActivity(t, tx) })
+	view(t, s, func(tx ledger.ReadTx) error { return checkReservedActivity(t, tx) })
 }
 
 // admitLeased records an admission of key k at at, in flight for a
@@ -67,7 +67,7 @@ func admitLeased(t *testing.T, tx ledger.Tx, at time.Time) {
 // and end, and the other three, given back while they end the log, are
 // gone.
 func releaseAtTheEnd(t *testing.T, tx ledger.Tx, at time.Time) error {
-	first, last, err := tx.Reserve("k", 5, at, at.Add(time.Minute), "a batch")
+	first, last, err := tx.Reserve("k", 5, at, at.Add(time.Minute))
 	if err != nil {
 		return err
 	}
@@ -105,7 +105,7 @@ func releaseAtTheEnd(t *testing.T, tx ledger.Tx, at time.Time) error {
 // flight. An empty range gives back nothing, and a slot never recorded
 // cannot be finished.
 func releaseBeforeAnAdmission(t *testing.T, tx ledger.Tx, at time.Time) error {
-	first, last, err := tx.Reserve("k", 3, at, at.Add(time.Minute), "a batch")
+	first, last, err := tx.Reserve("k", 3, at, at.Add(time.Minute))
 	if err != nil {
 		return err
 	}
@@ -132,10 +132,10 @@ func releaseBeforeAnAdmission(t *testing.T, tx ledger.Tx, at time.Time) error {
 // refuseBadReservations: slots must not precede the log's latest
 // admission (at and later), and a lease holds at least one.
 func refuseBadReservations(t *testing.T, tx ledger.Tx, at time.Time) {
-	if _, _, err := tx.Reserve("k", 2, t0, t0.Add(time.Minute), "a batch"); err == nil {
+	if _, _, err := tx.Reserve("k", 2, t0, t0.Add(time.Minute)); err == nil {
 		t.Error("reserving slots before the latest admission: got no error")
 	}
-	if _, _, err := tx.Reserve("k", 0, at.Add(time.Second), at.Add(time.Minute), "a batch"); err == nil {
+	if _, _, err := tx.Reserve("k", 0, at.Add(time.Second), at.Add(time.Minute)); err == nil {
 		t.Error("reserving no slot: got no error")
 	}
 }
@@ -143,7 +143,7 @@ func refuseBadReservations(t *testing.T, tx ledger.Tx, at time.Time) {
 // checkReservedActivity reads the activity reserveAndRelease left: the
 // two finished slots confirmed as they were finished, three released,
 // three admissions, and no slot still reserved.
-func checkReservedActivity(t *testing.T, tx ledger.Tx) error {
+func checkReservedActivity(t *testing.T, tx ledger.ReadTx) error {
 	list, err := tx.Activity(ledger.ActivityFilter{Key: "k"})
 	states := map[ledger.State]int{}
 	for _, a := range list {
@@ -172,12 +172,12 @@ func reservedSlotsAreNoActivity(t *testing.T, b Backend) {
 	var first, last int64
 	update(t, s, func(tx ledger.Tx) error {
 		var err error
-		first, last, err = tx.Reserve("k", 3, t0, t0.Add(time.Minute), "a batch")
+		first, last, err = tx.Reserve("k", 3, t0, t0.Add(time.Minute))
 		return err
 	}, "k")
 	check := func(wantActivity int) {
 		t.Helper()
-		view(t, s, func(tx ledger.Tx) error {
+		view(t, s, func(tx ledger.ReadTx) error {
 			if n := countAll(t, tx, "k", time.Time{}); n != 3 {
 				t.Errorf("%d sent, want the 3 slots", n)
 			}

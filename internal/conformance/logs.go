@@ -22,6 +22,52 @@ var logs = []behaviour{
 	{"the log's bytes count what each admission carried, reserved slots none", bytesOfReservedSlots},
 	{"an attempt reads back as it was recorded and finished", attemptLifecycle},
 	{"repeats count one caller's first attempts with one digest", repeats},
+	{"an attempt's state reads by its key and ID, in a write transaction too", attemptStates},
+}
+
+// An attempt's state, by its key and ID: what an outcome recorded twice is
+// told apart by. Another key's ID, or none, reads as no state.
+func attemptStates(t *testing.T, b Backend) {
+	s, _ := b.fresh(t)
+	var admitted, refused, slot int64
+	update(t, s, func(tx ledger.Tx) error {
+		admitted = insert(t, tx, admission("k", "agent", t0))
+		refused = insert(t, tx, ledger.Attempt{CallID: "r", Attempt: 1, Key: "k", Caller: "agent", State: ledger.RejectedLocal, At: t0})
+		var err error
+		slot, _, err = tx.Reserve("k", 1, t0.Add(time.Second), t0.Add(time.Minute))
+		return err
+	}, "k")
+	read := func(tx ledger.Reader) map[string]ledger.State {
+		got := map[string]ledger.State{}
+		for name, q := range map[string]struct {
+			key string
+			id  int64
+		}{"admitted": {"k", admitted}, "refused": {"k", refused}, "slot": {"k", slot}, "of another key": {"other", admitted}, "none": {"k", slot + 1000}} {
+			st, err := tx.AttemptState(q.key, q.id)
+			if err != nil {
+				t.Fatalf("AttemptState(%s %d): %v", q.key, q.id, err)
+			}
+			got[name] = st
+		}
+		return got
+	}
+	want := map[string]ledger.State{"admitted": ledger.Admitted, "refused": ledger.RejectedLocal, "slot": ledger.Reserved, "of another key": "", "none": ""}
+	view(t, s, func(tx ledger.ReadTx) error {
+		if diff := cmp.Diff(read(tx), want); diff != "" {
+			t.Errorf("in a View (-got +want):\n%s", diff)
+		}
+		return nil
+	})
+	update(t, s, func(tx ledger.Tx) error {
+		if err := tx.FinishAttempt(admitted, ledger.Confirmed, reason.Reason{Kind: reason.Answered, Status: 200}, 200, t0, t0.Add(time.Second)); err != nil {
+			return err
+		}
+		want["admitted"] = ledger.Confirmed
+		if diff := cmp.Diff(read(tx), want); diff != "" {
+			t.Errorf("in the Update that finished it (-got +want):\n%s", diff)
+		}
+		return nil
+	}, "k")
 }
 
 // The sliding-window log: attempts admitted after a time, counted only
@@ -38,7 +84,7 @@ func windowCounts(t *testing.T, b Backend) {
 		})
 		return nil
 	}, "k", "other")
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		w, err := tx.Window("k", t0)
 		if err != nil {
 			return err
@@ -144,7 +190,7 @@ func (m *logModel) admittedBytes(key string, since time.Time) ([]time.Time, map[
 
 // checkBytes compares the bytes of key's log after since as tx reads
 // them with what the admissions there carried (at, bytes: oldest first).
-func checkBytes(t *testing.T, tx ledger.Tx, key string, since time.Time, at []time.Time, bytes []int64) {
+func checkBytes(t *testing.T, tx ledger.Reader, key string, since time.Time, at []time.Time, bytes []int64) {
 	t.Helper()
 	var sum int64
 	for _, n := range bytes {
@@ -175,7 +221,7 @@ func checkBytes(t *testing.T, tx ledger.Tx, key string, since time.Time, at []ti
 // many windows.
 func (m *logModel) check(t *testing.T, s state.Store, keys, callers []string, from, to time.Time) {
 	t.Helper()
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		for _, key := range keys {
 			for since := from.Add(-time.Second); !since.After(to); since = since.Add(2300 * time.Millisecond) {
 				at, by, bytes := m.admittedBytes(key, since)
@@ -281,7 +327,7 @@ func bytesOfReservedSlots(t *testing.T, b Backend) {
 	}
 	update(t, s, func(tx ledger.Tx) error {
 		insert(t, tx, carried(t0, 100))
-		first, last, err := tx.Reserve("k", 3, t0.Add(time.Millisecond), t0.Add(time.Minute), "a batch")
+		first, last, err := tx.Reserve("k", 3, t0.Add(time.Millisecond), t0.Add(time.Minute))
 		if err != nil {
 			return err
 		}
@@ -291,7 +337,7 @@ func bytesOfReservedSlots(t *testing.T, b Backend) {
 		if err := tx.Release("k", first, last); err != nil {
 			return err
 		}
-		first, last, err = tx.Reserve("k", 2, t0.Add(3*time.Millisecond), t0.Add(time.Minute), "a batch")
+		first, last, err = tx.Reserve("k", 2, t0.Add(3*time.Millisecond), t0.Add(time.Minute))
 		if err != nil {
 			return err
 		}
@@ -301,7 +347,7 @@ func bytesOfReservedSlots(t *testing.T, b Backend) {
 		insert(t, tx, carried(t0.Add(4*time.Millisecond), 7))
 		return nil
 	}, "k")
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		checkBytes(t, tx, "k", t0.Add(-time.Second), []time.Time{t0, t0.Add(2 * time.Millisecond), t0.Add(4 * time.Millisecond)},
 			[]int64{100, 50, 7})
 		checkBytes(t, tx, "k", t0.Add(time.Hour), nil, nil)
@@ -325,7 +371,7 @@ func attemptLifecycle(t *testing.T, b Backend) {
 		}
 		return tx.FinishAttempt(id, ledger.Confirmed, reason.Reason{Kind: reason.Answered, Status: 200}, 200, t0.Add(time.Millisecond), t0.Add(time.Second))
 	}, "k")
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		want := []ledger.Attempt{{ID: id, CallID: "c1", Attempt: 1, Key: "k", Caller: "agent", Transport: "stdio",
 			Method: "GET", Target: "/items?q=1", Digest: "d", State: ledger.Confirmed, Reason: reason.Reason{Kind: reason.Answered, Status: 200}, Probe: true,
 			At: t0, Wait: 1500 * time.Millisecond, SentAt: t0.Add(time.Millisecond), AnsweredAt: t0.Add(time.Second), Status: 200}}
@@ -370,7 +416,7 @@ func repeats(t *testing.T, b Backend) {
 		}
 		return nil
 	}, "k")
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		for _, c := range []struct {
 			caller, digest string
 			since          time.Time

@@ -136,9 +136,9 @@ func processKilledMidLoad(t *testing.T, b Backend) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	const lease = 10 * time.Second
+	const inFlight = 10 * time.Second
 	s, loc := b.fresh(t)
-	job := Job{Location: loc, Quota: 1 << 30, Window: time.Second, InFlightTimeout: lease}
+	job := Job{Location: loc, Quota: 1 << 30, Window: time.Second, InFlightTimeout: inFlight}
 	job.Caller, job.Victim = "victim", true
 	victim := StartHelper(t, b, job)
 	job.Caller, job.Victim = "survivor", false
@@ -175,8 +175,8 @@ func processKilledMidLoad(t *testing.T, b Backend) {
 	if n, err := s.Recover(context.Background()); err != nil || n < len(finished) {
 		t.Errorf("Recover: got %d, %v; want the %d outcomes its journal held at least", n, err, len(finished))
 	}
-	// Once the leases have run out, a sweep ends what the victim left.
-	sweep(t, s, killedAt.Add(lease+time.Minute), time.Time{})
+	// Once its in-flight timeout has run out, a sweep ends what the victim left.
+	sweep(t, s, killedAt.Add(inFlight+time.Minute), time.Time{})
 	checkSwept(t, s, finished, reserved, stuck, killedAt)
 	instancesOfProcesses(t, s, victim, survivor)
 }
@@ -240,14 +240,14 @@ func checkKilled(t *testing.T, s state.Store, before map[int64]bool, committed [
 		}
 	}
 	if st := after[stuck].State; st != ledger.Admitted {
-		t.Errorf("the victim's call in flight: got %q before its lease ran out, want admitted", st)
+		t.Errorf("the victim's call in flight: got %q before its in-flight timeout ran out, want admitted", st)
 	}
 	for _, id := range reserved {
 		if st := after[id].State; st != ledger.Reserved {
-			t.Errorf("the victim's slot %d: got %q before its lease ran out, want reserved (its outcome only in its journal)", id, st)
+			t.Errorf("the victim's slot %d: got %q before its in-flight timeout ran out, want reserved (its outcome only in its journal)", id, st)
 		}
 	}
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		f, err := tx.Flight("leased", killedAt)
 		if f.Count != victimSlots {
 			t.Errorf("the victim's slots in flight after the kill: %d, want %d", f.Count, victimSlots)
@@ -259,16 +259,17 @@ func checkKilled(t *testing.T, s state.Store, before map[int64]bool, committed [
 		return errors.Join(err, err2)
 	})
 	if n := sweep(t, s, killedAt, time.Time{}); n.Interrupted != 0 {
-		t.Errorf("a sweep before the victim's leases ran out interrupted %d attempts, want none", n.Interrupted)
+		t.Errorf("a sweep before the victim's in-flight timeout ran out interrupted %d attempts, want none", n.Interrupted)
 	}
 }
 
-// checkSwept checks what the victim left once a sweep after its leases
-// ran out ended it: its finished slots recovered from its journal, the
-// others released, its stuck call interrupted, nothing in flight.
+// checkSwept checks what the victim left once a sweep after its in-flight
+// timeout ran out ended it: its finished slots recovered from its
+// journal, the others released, its stuck call interrupted, nothing in
+// flight.
 func checkSwept(t *testing.T, s state.Store, finished, reserved []int64, stuck int64, killedAt time.Time) {
 	t.Helper()
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		for _, id := range finished {
 			obs, err := tx.ObservationsOf("leased", id)
 			if err != nil {
@@ -308,7 +309,7 @@ func checkSwept(t *testing.T, s state.Store, finished, reserved []int64, stuck i
 	// Their reasons, as data: the answers its journal held, replayed
 	// after the kill, and the ends the sweep gave the rest.
 	whys := map[int64]reason.Reason{}
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		for _, key := range []string{"shared", "leased"} {
 			list, err := tx.Activity(ledger.ActivityFilter{Key: key, Limit: 1 << 20})
 			if err != nil {
@@ -344,7 +345,7 @@ func checkSwept(t *testing.T, s state.Store, finished, reserved []int64, stuck i
 func instancesOfProcesses(t *testing.T, s ledger.Viewer, hs ...*Helper) {
 	t.Helper()
 	instance := map[int64]string{}
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		for before := int64(0); ; {
 			page, err := tx.Activity(ledger.ActivityFilter{Key: "shared", Before: before, Limit: 1000})
 			if err != nil || len(page) == 0 {

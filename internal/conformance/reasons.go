@@ -45,7 +45,7 @@ func reasonsKept(t *testing.T, b Backend) {
 		for i, why := range whys {
 			g := ledger.Gate{Key: "k", Scope: fmt.Sprintf("route GET /%d", i), Until: t0.Add(time.Duration(i+1) * time.Hour),
 				Source: ledger.BackoffGate, SetAt: t0, Reason: why}
-			w := ledger.Warning{Key: "k", At: t0.Add(time.Duration(i) * time.Second), Kind: string(why.Kind), Reason: why}
+			w := ledger.Warning{Key: "k", At: t0.Add(time.Duration(i) * time.Second), Kind: ledger.WarningKind(why.Kind), Reason: why}
 			if err := errors.Join(tx.PutGate(g), tx.AddWarning(w)); err != nil {
 				return err
 			}
@@ -54,7 +54,7 @@ func reasonsKept(t *testing.T, b Backend) {
 	}, "k")
 	var gates []ledger.Gate
 	var warnings []ledger.Warning
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		var err1, err2 error
 		gates, err1 = tx.Gates("k", t0)
 		warnings, err2 = tx.Warnings("k", t0.Add(-time.Second))
@@ -93,7 +93,7 @@ func reasonOfPacersGate(t *testing.T, b Backend) {
 	}
 	want := reason.Reason{Kind: reason.RetryAfterAsked, Status: http.StatusTooManyRequests, For: time.Hour}
 	var gates []ledger.Gate
-	view(t, s, func(tx ledger.Tx) (err error) { gates, err = tx.Gates("k", now); return err })
+	view(t, s, func(tx ledger.ReadTx) (err error) { gates, err = tx.Gates("k", now); return err })
 	if len(gates) != 1 {
 		t.Fatalf("gates after a 429 with Retry-After: %+v, want one", gates)
 	}
@@ -146,7 +146,7 @@ func (a attemptsOf) done(tk pacer.Ticket, o pacer.Outcome) {
 func (a attemptsOf) reasonOf(key string, id int64) reason.Reason {
 	a.t.Helper()
 	var list []ledger.Attempt
-	view(a.t, a.s, func(tx ledger.Tx) (err error) {
+	view(a.t, a.s, func(tx ledger.ReadTx) (err error) {
 		list, err = tx.Activity(ledger.ActivityFilter{Key: key})
 		return err
 	})

@@ -20,6 +20,40 @@ var signals = []behaviour{
 	{"a claim is never shortened, and ends at its time", claims},
 	{"a key's pacing state reads back as recorded, a key never used as the zero state", keyState},
 	{"the keys are those with a pacing state or a policy", keys},
+	{"a key is warned of a kind by a warning of that kind after the time asked about", warned},
+}
+
+// Warned: a warning of the kind, of the key, raised after since; not one
+// of another kind or key, nor one raised at since or before.
+func warned(t *testing.T, b Backend) {
+	s, _ := b.fresh(t)
+	update(t, s, func(tx ledger.Tx) error {
+		said := reason.Reason{Kind: reason.Said, Said: "w"}
+		return errors.Join(
+			tx.AddWarning(ledger.Warning{Key: "k", At: t0, Kind: ledger.WindowEdgeWarning, Reason: said}),
+			tx.AddWarning(ledger.Warning{Key: "k", At: t0.Add(time.Minute), Kind: ledger.CircuitOpenWarning, Reason: said}),
+			tx.AddWarning(ledger.Warning{Key: "other", At: t0.Add(time.Minute), Kind: ledger.WindowEdgeWarning, Reason: said}))
+	}, "k", "other")
+	for _, c := range []struct {
+		key   string
+		kind  ledger.WarningKind
+		since time.Time
+		want  bool
+	}{
+		{"k", ledger.WindowEdgeWarning, t0.Add(-time.Second), true},
+		{"k", ledger.WindowEdgeWarning, t0, false}, // raised at since, not after
+		{"k", ledger.CircuitOpenWarning, t0, true},
+		{"k", ledger.HiddenLimitWarning, t0.Add(-time.Hour), false},
+		{"none", ledger.WindowEdgeWarning, t0.Add(-time.Hour), false},
+	} {
+		update(t, s, func(tx ledger.Tx) error {
+			got, err := tx.Warned(c.key, c.kind, c.since)
+			if got != c.want {
+				t.Errorf("Warned(%s, %s, t0%+v): %v, want %v", c.key, c.kind, c.since.Sub(t0), got, c.want)
+			}
+			return err
+		}, c.key)
+	}
 }
 
 // A policy's latest state: fields a new observation does not state keep
@@ -35,7 +69,7 @@ func known(t *testing.T, b Backend) {
 	}
 	get := func(key string) []ledger.SeenPolicy {
 		var ks []ledger.SeenPolicy
-		view(t, s, func(tx ledger.Tx) error {
+		view(t, s, func(tx ledger.ReadTx) error {
 			var err error
 			ks, err = tx.SeenPolicies(key)
 			return err
@@ -74,7 +108,7 @@ func known(t *testing.T, b Backend) {
 		t.Errorf("a hidden limit inferred again (-got +want):\n%s", diff)
 	}
 	if ks := get("never"); len(ks) != 0 {
-		t.Errorf("Known of a key never seen: %+v, want none", ks)
+		t.Errorf("SeenPolicies of a key never seen: %+v, want none", ks)
 	}
 
 	// A policy forgotten is gone, its other partitions and keys stay.
@@ -101,7 +135,7 @@ func gates(t *testing.T, b Backend) {
 	}
 	read := func(now time.Time) []ledger.Gate {
 		var gs []ledger.Gate
-		view(t, s, func(tx ledger.Tx) error {
+		view(t, s, func(tx ledger.ReadTx) error {
 			var err error
 			gs, err = tx.Gates("k", now)
 			return err
@@ -140,7 +174,7 @@ func claims(t *testing.T, b Backend) {
 			tx.Claim("k", "sync", t0.Add(10*time.Second)),
 			tx.Claim("other", "x", t0.Add(time.Hour)))
 	}, "k", "other")
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		for now, want := range map[time.Time]map[string]bool{
 			t0:                       {"agent": true, "sync": true},
 			t0.Add(30 * time.Second): {"agent": true},
@@ -154,7 +188,7 @@ func claims(t *testing.T, b Backend) {
 		return nil
 	})
 	update(t, s, func(tx ledger.Tx) error { return tx.Claim("k", "agent", t0.Add(2*time.Minute)) }, "k") // extended
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		got, err := tx.Claimed("k", t0.Add(90*time.Second))
 		if diff := cmp.Diff(got, map[string]bool{"agent": true}); diff != "" {
 			t.Errorf("Claimed after a claim was extended (-got +want):\n%s", diff)
@@ -171,7 +205,7 @@ func keyState(t *testing.T, b Backend) {
 	update(t, s, func(tx ledger.Tx) error { return tx.PutKeyState(ks) }, "k")
 	read := func(key string) ledger.KeyState {
 		var got ledger.KeyState
-		view(t, s, func(tx ledger.Tx) error {
+		view(t, s, func(tx ledger.ReadTx) error {
 			var err error
 			got, err = tx.KeyState(key)
 			return err
@@ -200,8 +234,8 @@ func keys(t *testing.T, b Backend) {
 			tx.PutSeenPolicy(ledger.SeenPolicy{Key: "a", ReceivedAt: t0, Observation: ratelimit.Observation{Policy: "p", Unit: ratelimit.Requests}}),
 			tx.PutSeenPolicy(ledger.SeenPolicy{Key: "b", ReceivedAt: t0, Observation: ratelimit.Observation{Policy: "p", Unit: ratelimit.Requests}}))
 	}, "a", "b")
-	view(t, s, func(tx ledger.Tx) error {
-		got, err := tx.Keys()
+	view(t, s, func(tx ledger.ReadTx) error {
+		got, err := own(tx).Keys() // the state's own health check reads it; no consumer does
 		if diff := cmp.Diff(got, []string{"a", "b"}); diff != "" {
 			t.Errorf("Keys (-got +want):\n%s", diff)
 		}
@@ -217,11 +251,11 @@ func pathFailures(t *testing.T, b Backend) {
 		update(t, s, func(tx ledger.Tx) error { return tx.PutPathState(ps) }, ps.Key)
 	}
 	get := func(key, scope string) (ps ledger.PathState) {
-		view(t, s, func(tx ledger.Tx) (err error) { ps, err = tx.PathState(key, scope); return err })
+		view(t, s, func(tx ledger.ReadTx) (err error) { ps, err = tx.PathState(key, scope); return err })
 		return ps
 	}
 	failing := func(since time.Time) (n int) {
-		view(t, s, func(tx ledger.Tx) (err error) { n, err = tx.FailingPaths("k", since); return err })
+		view(t, s, func(tx ledger.ReadTx) (err error) { n, err = tx.FailingPaths("k", since); return err })
 		return n
 	}
 	if diff := cmp.Diff(get("k", "route GET /a"), ledger.PathState{Key: "k", Scope: "route GET /a"}); diff != "" {
@@ -267,7 +301,7 @@ func pathFailures(t *testing.T, b Backend) {
 		t.Errorf("another key's route after ForgetPaths: %+v, want kept", got)
 	}
 	var scopes []string
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		gs, err := tx.Gates("k", t0)
 		for _, g := range gs {
 			scopes = append(scopes, g.Scope)

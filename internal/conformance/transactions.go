@@ -38,8 +38,8 @@ func newStoreIsEmpty(t *testing.T, b Backend) {
 	if err := s.Check(context.Background()); err != nil {
 		t.Errorf("Check of a new store: %v", err)
 	}
-	view(t, s, func(tx ledger.Tx) error {
-		keys, err := tx.Keys()
+	view(t, s, func(tx ledger.ReadTx) error {
+		keys, err := own(tx).Keys()
 		if len(keys) != 0 {
 			t.Errorf("Keys of a new store: got %q, want none", keys)
 		}
@@ -62,7 +62,7 @@ func openedAgain(t *testing.T, b Backend) {
 	}, "k")
 	// Opened again, as by another process: its schema is there already.
 	other := b.Open(t, loc)
-	view(t, other, func(tx ledger.Tx) error {
+	view(t, other, func(tx ledger.ReadTx) error {
 		n, err := tx.Count("k", time.Time{})
 		if n != 1 {
 			t.Errorf("Count in the store opened again: got %d, want 1", n)
@@ -73,7 +73,7 @@ func openedAgain(t *testing.T, b Backend) {
 		_, err := tx.InsertAttempt(admission("k", "sync", t0.Add(time.Second)))
 		return err
 	}, "k")
-	view(t, a, func(tx ledger.Tx) error {
+	view(t, a, func(tx ledger.ReadTx) error {
 		w, err := tx.Window("k", time.Time{})
 		if want := (ledger.Window{Count: 2, Oldest: t0}); !cmp.Equal(w, want) {
 			t.Errorf("Window read by the first store: got %+v, want %+v", w, want)
@@ -100,7 +100,7 @@ func updateRollsBack(t *testing.T, b Backend) {
 	if state.Storage(err) {
 		t.Errorf("Storage(%v) = true for the function's own error, want false", err)
 	}
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		n, err := tx.Count("k", time.Time{})
 		if n != 0 {
 			t.Errorf("got %d attempts, want the insert rolled back", n)
@@ -181,7 +181,7 @@ func updatesOfOneKeyAreSerialised(t *testing.T, b Backend) {
 		}
 	}
 	for _, s := range stores {
-		view(t, s, func(tx ledger.Tx) error {
+		view(t, s, func(tx ledger.ReadTx) error {
 			w, err := tx.Window("k", time.Time{})
 			if want := (ledger.Window{Count: len(seen), Oldest: t0}); !cmp.Equal(w, want) {
 				t.Errorf("Window after the updates: got %+v, want %+v", w, want)
@@ -231,7 +231,7 @@ func updateWaitsForAnotherStore(t *testing.T, b Backend) {
 	if ran {
 		t.Error("the update whose context ended ran its function")
 	}
-	view(t, waiter, func(tx ledger.Tx) error {
+	view(t, waiter, func(tx ledger.ReadTx) error {
 		n, err := tx.Count("k", time.Time{})
 		if n != 0 {
 			t.Errorf("a reader during another's transaction: got %d, want the last commit's 0", n)
@@ -252,7 +252,7 @@ func updateWaitsForAnotherStore(t *testing.T, b Backend) {
 	if err := <-waited; err != nil {
 		t.Fatalf("an Update waiting for another store's transaction: %v", err)
 	}
-	view(t, holder, func(tx ledger.Tx) error {
+	view(t, holder, func(tx ledger.ReadTx) error {
 		n, err := tx.Count("k", time.Time{})
 		if n != 2 {
 			t.Errorf("got %d admissions, want both stores' 2", n)
@@ -398,14 +398,14 @@ func instanceOnAttempts(t *testing.T, b Backend) {
 	update(t, s, func(tx ledger.Tx) error {
 		insert(t, tx, admission("k", "agent", t0))
 		insert(t, tx, ledger.Attempt{CallID: "r", Attempt: 1, Key: "k", Caller: "agent", State: ledger.RejectedLocal, At: t0})
-		first, _, err := tx.Reserve("k", 2, t0.Add(time.Second), t0.Add(time.Minute), "a batch")
+		first, _, err := tx.Reserve("k", 2, t0.Add(time.Second), t0.Add(time.Minute))
 		if err != nil {
 			return err
 		}
 		return tx.FinishReserved(ledger.Attempt{ID: first, CallID: "x", Attempt: 1, Key: "k", Caller: "sync",
 			State: ledger.Confirmed, Status: 200})
 	}, "k")
-	view(t, b.Open(t, loc), func(tx ledger.Tx) error {
+	view(t, b.Open(t, loc), func(tx ledger.ReadTx) error {
 		list, err := tx.Activity(ledger.ActivityFilter{Key: "k"})
 		if len(list) != 3 {
 			t.Fatalf("Activity: got %d attempts, want 3 (a reserved slot is not one yet)", len(list))
@@ -464,7 +464,7 @@ func commitFailureLeavesNothing(t *testing.T, b Backend) {
 		} else if err := tx.FinishAttempt(first, ledger.Confirmed, reason.Reason{Kind: reason.Answered, Status: 200}, 200, at, at); err != nil {
 			return err
 		}
-		_, _, err = tx.Reserve("k", 3, at, at.Add(time.Minute), "a batch")
+		_, _, err = tx.Reserve("k", 3, at, at.Add(time.Minute))
 		return errors.Join(err,
 			tx.PutSeenPolicy(ledger.SeenPolicy{Key: "k", ReceivedAt: at, Observation: ratelimit.Observation{Policy: caller, Unit: ratelimit.Requests,
 				Quota: 10, HasQuota: true, Window: time.Minute, Remaining: 5, HasRemaining: true, Shape: ratelimit.ShapeDraft}}),
@@ -510,9 +510,9 @@ func snapshot(t *testing.T, s state.Store) stateSnapshot {
 	t.Helper()
 	var n stateSnapshot
 	now := t0.Add(30 * time.Second)
-	view(t, s, func(tx ledger.Tx) error {
+	view(t, s, func(tx ledger.ReadTx) error {
 		var errs [12]error
-		n.Keys, errs[0] = tx.Keys()
+		n.Keys, errs[0] = own(tx).Keys()
 		n.Activity, errs[1] = tx.Activity(ledger.ActivityFilter{})
 		n.Sends, errs[2] = tx.Sends("k", time.Time{}, 100)
 		n.Flight, errs[3] = tx.Flight("k", now)

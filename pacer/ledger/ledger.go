@@ -24,16 +24,12 @@ import (
 // apart from it meanwhile: calls fail rather than go unaccounted.
 var ErrUnavailable = errors.New("the state database is unavailable")
 
-// Unavailable says in words why the state cannot be used, for a caller:
-// its database does not answer (ErrUnavailable), or else its file failed.
-func Unavailable(err error) string {
-	if errors.Is(err, ErrUnavailable) {
-		return "mcp-quota's state database does not answer"
-	}
-	return "mcp-quota's state file cannot be used (it is full, unwritable or damaged)"
-}
-
 // A Store keeps the ledger of every key for every process that shares it.
+//
+// It offers two kinds of transaction. Update hands its function a Tx: what
+// an admission or an outcome reads (Reader) and writes, and no history.
+// View hands its function a ReadTx: the same reads and the history people
+// read (History), and nothing that writes.
 type Store interface {
 	Viewer
 	// Update runs fn in a read-write transaction, and commits what it
@@ -43,7 +39,7 @@ type Store interface {
 	// a decision read in fn still holds when its admission is written.
 	// Transactions holding different keys do not wait for each other (on
 	// a back end that can tell them apart). An admission of a key not
-	// held (Log.InsertAttempt of an Admitted attempt, Log.Reserve) fails.
+	// held (Tx.InsertAttempt of an Admitted attempt, Tx.Reserve) fails.
 	//
 	// fn may run more than once: a back end retries the transaction after
 	// a deadlock, a serialisation failure or a connection that dropped
@@ -54,7 +50,7 @@ type Store interface {
 	// after Update returns nil, from what the last run left. The pacer's
 	// tests run every Update twice to hold it to this.
 	Update(ctx context.Context, fn func(Tx) error, keys ...string) error
-	// FinishLater records how a reserved slot's call (see Log.Reserve),
+	// FinishLater records how a reserved slot's call (see Tx.Reserve),
 	// or an attempt admitted alone, ended without waiting for a
 	// transaction of its own: once it returns, the outcome survives a
 	// crash of the process, and until it is recorded the attempt stays
@@ -66,17 +62,82 @@ type Store interface {
 type Viewer interface {
 	// View runs fn in a read-only transaction: a consistent snapshot that
 	// includes what this process's Updates and FinishLaters wrote.
-	View(ctx context.Context, fn func(Tx) error) error
+	View(ctx context.Context, fn func(ReadTx) error) error
 }
 
-// A Tx is one transaction on a Store. It is not safe for concurrent use
-// and must not be kept after the function it was passed to returns.
-type Tx interface {
-	Log
-	Signals
-	Responses
+// A ReadTx is one read-only transaction on a Store (Store.View): what a
+// decision reads, and the history. It writes nothing. It is not safe for
+// concurrent use and must not be kept after the function it was passed
+// to returns.
+type ReadTx interface {
+	Reader
 	History
-	Fair
+}
+
+// A Tx is one read-write transaction on a Store (Store.Update): what an
+// admission or an outcome reads and writes. It does not read the history
+// (see History), which no decision rests on. It is not safe for
+// concurrent use and must not be kept after the function it was passed
+// to returns. Times are kept to the microsecond: a time written reads
+// back truncated to it.
+type Tx interface {
+	Reader
+
+	// InsertAttempt records a and returns its ID. An attempt recorded as
+	// Admitted counts against its key's budget from then on, whatever its
+	// end.
+	InsertAttempt(a Attempt) (int64, error)
+	// FinishAttempt records how attempt id ended, and ends its time in flight.
+	FinishAttempt(id int64, state State, why reason.Reason, status int, sentAt, answeredAt time.Time) error
+	// Reserve records n slots of key admitted at at, each in flight until
+	// inFlightUntil, and returns the first and last of their IDs
+	// (consecutive). They must not precede the key's latest admission.
+	Reserve(key string, n int, at, inFlightUntil time.Time) (first, last int64, err error)
+	// FinishReserved records the call a reserved slot was handed to and
+	// how it ended, and ends its time in flight.
+	FinishReserved(a Attempt) error
+	// Release gives back key's reserved slots first…last, none of which
+	// was handed out.
+	Release(key string, first, last int64) error
+
+	// PutSeenPolicy records k, the latest fresh observation of its policy.
+	PutSeenPolicy(k SeenPolicy) error
+	// DeleteSeenPolicy forgets key's policy of unit in partition, if it is
+	// kept.
+	DeleteSeenPolicy(key, policy string, unit ratelimit.Unit, partition string) error
+	// AddObservation records o.
+	AddObservation(o ObservationRecord) error
+	// PutGate closes g's scope until g.Until; a gate is never shortened.
+	PutGate(g Gate) error
+	// PutKeyState records s.
+	PutKeyState(s KeyState) error
+	// PutPathState records s.
+	PutPathState(s PathState) error
+	// ForgetPaths forgets the failures of key's routes whose latest is
+	// before before, and the gates of its routes (a Scope other than "")
+	// that reopened before it.
+	ForgetPaths(key string, before time.Time) error
+	// AddWarning records w.
+	AddWarning(w Warning) error
+	// Claim says caller of key waits for admission until until.
+	Claim(key, caller string, until time.Time) error
+
+	// PutResponse keeps r, and at most keep answers of its key.
+	PutResponse(r StoredResponse, keep int) error
+
+	// Wait records that principal has calls of key waiting in waiter (a
+	// name each process's pacer draws for itself) until until, in place of
+	// what waiter recorded before (until now ends the record), and forgets
+	// every record of key that ran out before now (a process that ended
+	// while its calls waited): a key holds at most one record per
+	// principal and live waiter.
+	Wait(key, principal, waiter string, now, until time.Time) error
+}
+
+// A Reader is what a decision reads: the sliding-window log, the signals,
+// the stored answers and the principals' shares of one key, read in a
+// transaction of either kind.
+type Reader interface {
 	// Clock returns the instant the transaction takes place at, given the
 	// process's own clock: the database server's clock for a back end
 	// that many hosts share, so that every host counts one window, and
@@ -84,25 +145,13 @@ type Tx interface {
 	// transaction holds its first key, and does not go back from one
 	// transaction of a key to the next.
 	Clock(local time.Time) time.Time
-}
 
-// Log is the sliding-window log and the attempts in it.
-type Log interface {
-	// InsertAttempt records a and returns its ID. An attempt recorded as
-	// Admitted counts against its key's budget from then on, whatever its
-	// end.
-	InsertAttempt(a Attempt) (int64, error)
-	// FinishAttempt records how attempt id ended, and ends its time in flight.
-	FinishAttempt(id int64, state State, why reason.Reason, status int, sentAt, answeredAt time.Time) error
 	// Count returns how many attempts of key were admitted after since.
 	Count(key string, since time.Time) (int, error)
-	// Window returns how many attempts of key were admitted after since,
-	// and the oldest of them, at a cost that does not grow with the count.
-	Window(key string, since time.Time) (Window, error)
-	// WindowByCaller is Window with the count of every caller.
-	WindowByCaller(key string, since time.Time) (Window, error)
-	// WindowOf is Window with the counts of callers only, each at a cost
-	// that does not grow with the window (see Attempt.ByCaller).
+	// WindowOf returns how many attempts of key were admitted after
+	// since, and the oldest of them, with the counts of callers only,
+	// each at a cost that does not grow with the window (see
+	// Attempt.ByCaller).
 	WindowOf(key string, since time.Time, callers []string) (Window, error)
 	// Nth returns the admission time of the n-th (1-based) oldest
 	// admission of key after since, or the zero time when there are fewer.
@@ -121,72 +170,51 @@ type Log interface {
 	// Flight returns how many attempts of key are unfinished with a lease
 	// that has not run out by now, and the earliest admission among them.
 	Flight(key string, now time.Time) (Flight, error)
-	// Latest returns the time of key's latest admission, or zero.
-	Latest(key string) (time.Time, error)
+	// AttemptState returns where attempt id of key stands, or "" when key
+	// has no such attempt.
+	AttemptState(key string, id int64) (State, error)
 	// Repeats counts caller's attempts of key with digest after since.
 	Repeats(key, caller, digest string, since time.Time) (int, error)
-	// Reserve records n slots of key admitted at at, each in flight until
-	// inFlightUntil, and returns the first and last of their IDs
-	// (consecutive). They must not precede the key's latest admission.
-	Reserve(key string, n int, at, inFlightUntil time.Time, reason string) (first, last int64, err error)
-	// FinishReserved records the call a reserved slot was handed to and
-	// how it ended, and ends its time in flight.
-	FinishReserved(a Attempt) error
-	// Release gives back key's reserved slots first…last, none of which
-	// was handed out.
-	Release(key string, first, last int64) error
-}
 
-// Signals is what the upstream said of a key, and what the pacer made of it.
-type Signals interface {
 	// SeenPolicies returns every policy ever seen for key.
 	SeenPolicies(key string) ([]SeenPolicy, error)
-	// PutSeenPolicy records k, the latest fresh observation of its policy.
-	PutSeenPolicy(k SeenPolicy) error
-	// DeleteSeenPolicy forgets key's policy of unit in partition, if it is
-	// kept.
-	DeleteSeenPolicy(key, policy string, unit ratelimit.Unit, partition string) error
-	// AddObservation records o.
-	AddObservation(o ObservationRecord) error
 	// Gates returns key's gates still closed at now, the latest to open
 	// first.
 	Gates(key string, now time.Time) ([]Gate, error)
-	// PutGate closes g's scope until g.Until; a gate is never shortened.
-	PutGate(g Gate) error
 	// KeyState returns key's pacing state; a key never used has the zero
 	// state.
 	KeyState(key string) (KeyState, error)
-	// PutKeyState records s.
-	PutKeyState(s KeyState) error
 	// PathState returns the failures of key's calls on one route (scope);
 	// a route that has none has the zero state.
 	PathState(key, scope string) (PathState, error)
-	// PutPathState records s.
-	PutPathState(s PathState) error
 	// FailingPaths returns how many of key's routes have a failure after
 	// since.
 	FailingPaths(key string, since time.Time) (int, error)
-	// ForgetPaths forgets the failures of key's routes whose latest is
-	// before before, and the gates of its routes (a Scope other than "")
-	// that reopened before it.
-	ForgetPaths(key string, before time.Time) error
-	// AddWarning records w.
-	AddWarning(w Warning) error
+	// Warned reports whether a warning of kind was raised for key after
+	// since.
+	Warned(key string, kind WarningKind, since time.Time) (bool, error)
 	// Claimed returns the callers of key with a claim still open at now.
 	Claimed(key string, now time.Time) (map[string]bool, error)
-	// Claim says caller of key waits for admission until until.
-	Claim(key, caller string, until time.Time) error
-}
 
-// Responses is the last answer of each URL of a key, stored.
-type Responses interface {
 	// Response returns the stored answer for key and target, if any.
 	Response(key, target string) (StoredResponse, bool, error)
-	// PutResponse keeps r, and at most keep answers of its key.
-	PutResponse(r StoredResponse, keep int) error
+
+	// PrincipalWindow returns, for each of principals with an admission
+	// of key after since recorded with Attempt.Principal, how many and
+	// the oldest, at a cost that grows with the principals asked about,
+	// not with the calls the window holds. Admissions recorded without a
+	// principal (slots of a lease, calls made before the key had shares)
+	// are not counted.
+	PrincipalWindow(key string, since time.Time, principals []string) (map[string]Use, error)
+	// Waiting returns the principals with calls of key waiting at now, on
+	// any host, once each, in no particular order.
+	Waiting(key string, now time.Time) ([]string, error)
 }
 
-// History is what people read of the ledger.
+// History is the read model: what people read of the ledger, through
+// the activity (REST, the MCP activity resource, the activity command),
+// quota_status and the status command, the dashboard and the metrics. No
+// admission or outcome is decided on it, so only a View reads it.
 type History interface {
 	// Activity returns attempts matching f, newest first.
 	Activity(f ActivityFilter) ([]Attempt, error)
@@ -198,11 +226,16 @@ type History interface {
 	Warnings(key string, since time.Time) ([]Warning, error)
 	// Timeline counts key's attempts from since on, per step and state.
 	Timeline(key string, since time.Time, step time.Duration) ([]Bucket, error)
-	// Keys returns every key the ledger holds anything of.
-	Keys() ([]string, error)
+	// Window returns how many attempts of key were admitted after since,
+	// and the oldest of them, at a cost that does not grow with the count.
+	Window(key string, since time.Time) (Window, error)
+	// WindowByCaller is Window with the count of every caller.
+	WindowByCaller(key string, since time.Time) (Window, error)
+	// Latest returns the time of key's latest admission, or zero.
+	Latest(key string) (time.Time, error)
 }
 
-// A State is where an attempt stands; it is stored as its text.
+// A State is where an attempt stands.
 type State string
 
 // States of an attempt.
@@ -219,8 +252,7 @@ const (
 	Released         State = "released"          // a slot of a lease that was never reported: counted, nothing known of it
 )
 
-// A GateSource is what closed a gate; it is stored as its text. It is
-// never a policy's name: a policy named "circuit" is not the circuit
+// A GateSource is what closed a gate. It is never a policy's name: a policy named "circuit" is not the circuit
 // breaker.
 type GateSource string
 
@@ -232,10 +264,21 @@ const (
 	AbnormalUsageGate GateSource = "abnormal-usage" // the upstream said the usage looks abnormal
 )
 
+// A WarningKind is what a warning warns of.
+type WarningKind string
+
+// Kinds of warning.
+const (
+	HiddenLimitWarning   WarningKind = "hidden-limit"   // a limit never announced, inferred from a refusal
+	AbnormalUsageWarning WarningKind = "abnormal-usage" // the upstream said the usage looks abnormal
+	CircuitOpenWarning   WarningKind = "circuit-open"   // the circuit breaker opened, for the key or one route
+	PolicyBoundWarning   WarningKind = "policy-bound"   // the upstream announced more policies than are kept for one key: the least restrictive were folded
+	WindowEdgeWarning    WarningKind = "window-edge"    // a refusal a known policy's window explains: a send reached the upstream later than the log's margin allowed
+)
+
 // An Attempt is one try to reach an upstream, or a call refused before
 // any try (State RejectedLocal) or answered from a stored copy (Cached). It
-// is a value; times are kept to the microsecond, and zero times and
-// statuses mean "not yet" or "never".
+// is a value; zero times and statuses mean "not yet" or "never".
 type Attempt struct {
 	ID            int64         // assigned by InsertAttempt
 	CallID        string        // the call it belongs to; its attempts share it
@@ -255,14 +298,14 @@ type Attempt struct {
 	SentAt        time.Time     // when the request left
 	AnsweredAt    time.Time     // when the answer came
 	Status        int           // the upstream's HTTP status
-	InFlightUntil time.Time     `json:"LeaseUntil"` // in flight until then; zero once finished (a journal keeps its former name)
+	InFlightUntil time.Time     // in flight until then; zero once finished
 	Instance      string        // the process that recorded it (host and process ID), set by the store
 	// ByCaller numbers an admission in its caller's own log too, for
 	// WindowOf: set it for keys whose callers have reservations (only
 	// they are counted per caller), and leave the others the cost.
 	ByCaller bool
 	// Principal numbers an admission in its principal's own log, for
-	// PrincipalWindow: set it for keys with shares (see Fair), to the
+	// Reader.PrincipalWindow: set it for keys with shares, to the
 	// principal the caller speaks for.
 	Principal string
 }
@@ -323,7 +366,7 @@ type ObservationRecord struct {
 	Status     int       // the answer's HTTP status
 	ReceivedAt time.Time // when the answer came (local clock)
 	ServerDate time.Time // the answer's Date; zero when it had none
-	FromCache  bool      // the answer came from a cache: not a fresh word
+	FromCache  bool      // the answer came from a cache: not a fresh observation
 	Method     string    // of the request
 	Target     string    // of the request, credential-free
 }
@@ -378,7 +421,7 @@ type Warning struct {
 	ID     int64         // assigned when stored
 	Key    string        // the key it is about
 	At     time.Time     // when it was raised
-	Kind   string        // hidden-limit, abnormal-usage, circuit-open
+	Kind   WarningKind   // what it warns of
 	Reason reason.Reason // what it says, as data (reason.Said for a warning kept as words only)
 }
 
@@ -420,6 +463,6 @@ type Bucket struct {
 // alone, ended: the attempt as FinishReserved (or FinishAttempt) records
 // it, and the observations of its answer.
 type Finished struct {
-	Attempt      Attempt             `json:"attempt"`
-	Observations []ObservationRecord `json:"observations,omitempty"`
+	Attempt      Attempt
+	Observations []ObservationRecord
 }

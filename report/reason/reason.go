@@ -136,6 +136,9 @@ const (
 	// Unreported: a reserved slot's process ended before reporting its
 	// call, and the slot stays counted as sent.
 	Unreported Kind = "unreported"
+	// Reserved: a slot of a lease, reserved for a batch of calls of one
+	// process and not handed out yet.
+	Reserved Kind = "reserved"
 	// Unneeded: a reserved slot given back unused, counted because later
 	// admissions follow it.
 	Unneeded Kind = "unneeded"

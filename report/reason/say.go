@@ -61,6 +61,7 @@ var words = map[Kind]func(Reason) string{
 	Interrupted:      sayInterrupted,
 	Unreported:       sayUnreported,
 	Unneeded:         sayUnneeded,
+	Reserved:         sayReserved,
 	KeptPage:         sayKeptPage,
 	LoopGuard:        sayLoopGuard,
 	CallsLeft:        sayCallsLeft,
@@ -247,6 +248,10 @@ func sayInterrupted(Reason) string {
 
 func sayUnreported(Reason) string {
 	return "reserved by a process that ended before reporting it: counted as sent, whether or not it was"
+}
+
+func sayReserved(Reason) string {
+	return "reserved for a batch of calls of one process, taken without a transaction each"
 }
 
 func sayUnneeded(Reason) string {

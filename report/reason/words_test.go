@@ -174,6 +174,7 @@ func TestString(t *testing.T) {
 		{Reason{Kind: Interrupted}, "the process handling it ended before an answer was recorded"},
 		{Reason{Kind: Unreported}, "reserved by a process that ended before reporting it: counted as sent, whether or not it was"},
 		{Reason{Kind: Unneeded}, "reserved for a batch of calls and not needed; counted, since later admissions follow it"},
+		{Reason{Kind: Reserved}, "reserved for a batch of calls of one process, taken without a transaction each"},
 		{Reason{Kind: KeptPage, For: 90 * time.Second}, "page read from the answer kept 90 s ago"},
 		{Reason{Kind: LoopGuard}, "loop guard: identical request, unchanged answer"},
 		{Reason{Kind: CallsLeft, Left: 1, For: 40 * time.Second}, "You can make 1 more call in the next 40 s"},

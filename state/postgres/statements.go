@@ -38,8 +38,8 @@ var Statements = map[string]string{
 	"OpenState": `SELECT state, call_id, attempt FROM attempts WHERE id = $1 AND key = $2`,
 	// lease
 	"Reserve": `INSERT INTO attempts (id, call_id, attempt, key, caller, transport, method, target, digest, state, reason,
-		probe, counted, at, wait_us, lease_until, seq, instance, cbytes)
-	SELECT b.base + i - 1, '', 0, $2, '', '', '', '', '', $3, $4, false, true, $5, 0, $6, $7 + i, $8, $9
+		probe, counted, at, wait_us, lease_until, seq, instance, cbytes, why)
+	SELECT b.base + i - 1, '', 0, $2, '', '', '', '', '', $3, $4, false, true, $5, 0, $6, $7 + i, $8, $9, $10
 	FROM (SELECT nextval('attempt_blocks') * 1024 AS base) AS b, generate_series(1, $1::integer) AS i ORDER BY i RETURNING id`,
 	"ReservedCount": `SELECT count(*) FROM attempts WHERE (key || '') = $1 AND id BETWEEN $2 AND $3 AND state = 'reserved'`,
 	"FinishReserved": `UPDATE attempts SET call_id = $1, attempt = $2, caller = $3, transport = $4, method = $5,
@@ -101,6 +101,7 @@ var Statements = map[string]string{
 	"AddWarning":      `INSERT INTO warnings (key, at, kind, message, why) VALUES ($1, $2, $3, $5, $4)`,
 	"Warnings": `SELECT id, at, kind, message, why FROM warnings
 	WHERE key = $1 AND at > $2 AND at <= $3 ORDER BY id DESC LIMIT 20`,
+	"Warned": `SELECT EXISTS (SELECT 1 FROM warnings WHERE key = $1 AND kind = $2 AND at > $3 AND at <= $4)`,
 	// responses
 	"Response": `SELECT etag, last_modified, status, content_type, body, digest, stored_at, unchanged, vary, varied
 	FROM responses WHERE key = $1 AND target = $2`,

@@ -39,8 +39,8 @@ var Statements = map[string]string{
 	// lease
 	"Reserve": `WITH RECURSIVE slot(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM slot WHERE i < ?1)
 	INSERT INTO attempts (call_id, attempt, key, caller, transport, method, target, digest, state, reason,
-		probe, counted, at, wait_us, lease_until, seq, instance, cbytes)
-	SELECT '', 0, ?2, '', '', '', '', '', ?3, ?4, 0, 1, ?5, 0, ?6, ?7 + i, ?8, ?9 FROM slot ORDER BY i RETURNING id`,
+		probe, counted, at, wait_us, lease_until, seq, instance, cbytes, why)
+	SELECT '', 0, ?2, '', '', '', '', '', ?3, ?4, 0, 1, ?5, 0, ?6, ?7 + i, ?8, ?9, ?10 FROM slot ORDER BY i RETURNING id`,
 	"ReservedCount": `SELECT count(*) FROM attempts WHERE +key = ? AND id BETWEEN ? AND ? AND state = 'reserved'`,
 	"FinishReserved": `UPDATE attempts SET call_id = ?1, attempt = ?2, caller = ?3, transport = ?4, method = ?5,
 	target = ?6, digest = ?7, state = ?8, reason = ?9, wait_us = ?10, status = ?11, sent_at = ?12, answered_at = ?13, lease_until = NULL,
@@ -100,6 +100,7 @@ var Statements = map[string]string{
 	"AddWarning":      `INSERT INTO warnings (key, at, kind, message, why) VALUES (?1, ?2, ?3, ?5, ?4)`,
 	"Warnings": `SELECT id, at, kind, message, why FROM warnings
 	WHERE key = ? AND at > ? AND at <= ? ORDER BY id DESC LIMIT 20`,
+	"Warned": `SELECT EXISTS (SELECT 1 FROM warnings WHERE key = ?1 AND kind = ?2 AND at > ?3 AND at <= ?4)`,
 	// responses
 	"Response": `SELECT etag, last_modified, status, content_type, body, digest, stored_at, unchanged, vary, varied
 	FROM responses WHERE key = ? AND target = ?`,

@@ -144,7 +144,7 @@ func (p *Pacer) admitTogether(ctx context.Context, c Call, start, deadline time.
 				run.t.grant = run.granted
 			}
 		},
-		unknown: func(err error) { p.admissionUnknown(run, nil, err) }}
+		unknown: func(err error) { p.admissionUnknown(c.Key.Name, run, nil, err) }}
 	if err := p.together(g); err != nil {
 		return run, fmt.Errorf("pacer: admit %s: %w", c.Key.Name, err)
 	}
@@ -234,44 +234,26 @@ func (p *Pacer) runTogether(batch []*groupCall) {
 var errNotConfirmed = errors.New("not sent: the state database did not answer whether its admission was recorded")
 
 // admissionUnknown keeps, for the key's next transaction in this process,
-// the end of what an admission's transaction that failed with err, the
-// database not answering, may have recorded: the transaction may have
-// committed (its COMMIT went out, and the answer was lost, or the caller
-// left while it waited for it), and the call, failed, is never sent.
-// What it may have recorded is the attempt run admitted, the slots of the
-// lease it granted, which is never installed, and the release of spent,
-// the lease it renewed (nil when none). Were they left in the log, the
-// attempt would count as in flight until its lease ran out, and as a
-// probe (an expired observation's, a half-open circuit's) hold every call
-// of its key, in every process, for as long: two minutes; and the slots
-// would count as in flight as long, with nobody to hand them out. The
-// next transaction gives the slots back and ends the attempt, not sent,
-// when it is there and still open (see unrecorded.go), and leaves the
-// log as it is otherwise. Every admission goes through here, in a group
-// (see admitTogether) or renewing a lease (see admitOnce).
-func (p *Pacer) admissionUnknown(run admitRun, spent *lease, err error) {
-	if !run.d.admit || run.t.ID == 0 {
-		return // a call held back records no attempt in flight
+// the undoing of what an admission's transaction that failed with err,
+// the database not answering, may have recorded: the transaction may
+// have committed (its COMMIT went out, and the answer was lost, or the
+// caller left while it waited for it), or not, and the call, failed, is
+// never sent. What it may have recorded is the attempt run admitted, and
+// the slots of the lease it granted, which is never installed; and it
+// may have given back spent, the lease it renewed (nil when none), or
+// not, whatever it decided. Were they left in the log, the attempt would
+// count as in flight until its lease ran out, and as a probe (an expired
+// observation's, a half-open circuit's) hold every call of its key, in
+// every process, for as long: two minutes; and the slots would count as
+// sent and in flight as long, with nobody to hand them out. The next
+// transaction gives back the slots still reserved (see keepUnconfirmed)
+// and ends the attempt, not sent, when it is there and still open (see
+// unrecorded.go), and leaves the log as it is otherwise. Every admission
+// goes through here, in a group (see admitTogether) or renewing a lease
+// (see admitOnce).
+func (p *Pacer) admissionUnknown(key string, run admitRun, spent *lease, err error) {
+	p.keepUnconfirmed(key, run.granted, spent)
+	if run.d.admit && run.t.ID != 0 { // a call held back records no attempt in flight
+		p.keepUnrecorded(run.t, Outcome{Err: errNotConfirmed, CallerAbort: true}, err)
 	}
-	t := run.t
-	for _, l := range []*lease{run.granted, spent} {
-		if l != nil {
-			t.unconfirmed = append(t.unconfirmed, l)
-		}
-	}
-	p.keepUnrecorded(t, Outcome{Err: errNotConfirmed, CallerAbort: true}, err)
-}
-
-// giveBackUnconfirmed gives back, in tx, the slots of the leases whose
-// grant or release t's admission's transaction may have committed without
-// saying so (see admissionUnknown): those of them still reserved and
-// never handed out. It changes nothing in memory, so that a transaction
-// run again gives back the same.
-func (t Ticket) giveBackUnconfirmed(tx ledger.Tx) error {
-	for _, l := range t.unconfirmed {
-		if err := l.release(tx); err != nil {
-			return err
-		}
-	}
-	return nil
 }

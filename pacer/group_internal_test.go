@@ -207,16 +207,35 @@ func testAdmitTogether(t *testing.T, db ledger.Store) {
 
 // lostCommitStore commits its lost-th Update and fails it as a database
 // that did not answer the COMMIT does: whether it committed is unknown
-// to the caller (ledger.ErrUnavailable). The others run as they are.
+// to the caller (ledger.ErrUnavailable). With rollback set, it rolls
+// that Update back instead and fails it with rollback. The others run as
+// they are.
 type lostCommitStore struct {
 	ledger.Store
-	lost    int32
-	updates atomic.Int32
+	lost     int32
+	rollback error
+	updates  atomic.Int32
 }
 
+var errRolledBack = errors.New("rolled back by the test")
+
 func (s *lostCommitStore) Update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
+	if s.updates.Add(1) != s.lost {
+		return s.Store.Update(ctx, fn, keys...)
+	}
+	if run := fn; s.rollback != nil {
+		fn = func(tx ledger.Tx) error {
+			if err := run(tx); err != nil {
+				return err
+			}
+			return errRolledBack
+		}
+	}
 	err := s.Store.Update(ctx, fn, keys...)
-	if s.updates.Add(1) == s.lost && err == nil {
+	switch {
+	case errors.Is(err, errRolledBack):
+		return s.rollback
+	case err == nil:
 		return fmt.Errorf("the answer to COMMIT was lost: %w", ledger.ErrUnavailable)
 	}
 	return err
@@ -461,4 +480,88 @@ func logOf(t *testing.T, db ledger.Store, key, call string) (reserved, admitted 
 		t.Fatal(err)
 	}
 	return reserved, admitted
+}
+
+// A call that renews its key's spent lease gives back the lease's unused
+// slots in its admission's transaction, whatever it decides. When that
+// transaction does not commit, the slots are still reserved: counted as
+// sent, and in flight for the lease's life and two minutes more, with
+// nobody to hand them out. So when its COMMIT's answer is lost, whether
+// it committed or not, the key's next transaction in the process gives
+// them back; and when it fails otherwise (the caller left before the
+// COMMIT), the call gives them back in a transaction of its own. Here the
+// spent lease has three slots, and the renewal admits its call or holds
+// it back (a gate is closed).
+func TestSpentLeaseLostCommit(t *testing.T) {
+	unknown := fmt.Errorf("the answer to COMMIT was lost: %w", ledger.ErrUnavailable)
+	onBothStores(t, func(t *testing.T, db ledger.Store) {
+		for _, held := range []bool{false, true} {
+			for _, end := range []struct {
+				name     string
+				rollback error // nil: committed
+			}{{"committed-unknown", nil}, {"aborted-unknown", unknown}, {"caller-left", context.Canceled}} {
+				t.Run(fmt.Sprintf("held=%v/%s", held, end.name), func(t *testing.T) {
+					testSpentLeaseLostCommit(t, db, fmt.Sprintf("k-%v-%s", held, end.name), held, end.rollback)
+				})
+			}
+		}
+	})
+}
+
+func testSpentLeaseLostCommit(t *testing.T, db ledger.Store, key string, held bool, rollback error) {
+	ctx := context.Background()
+	k := &keystore.Key{Name: key, MaxRate: 1e6, MaxConcurrency: 10,
+		Policies: []keystore.Policy{{Name: "default", Quota: 1000, Window: time.Minute, Unit: ratelimit.Requests}}}
+	clk := clockOf(db)
+	var first, last int64
+	if err := db.Update(ctx, func(tx ledger.Tx) error {
+		now := tx.Clock(clk.Now())
+		var err error
+		if first, last, err = tx.Reserve(k.Name, 3, now, now.Add(time.Hour)); err != nil {
+			return err
+		}
+		if !held {
+			return nil
+		}
+		return tx.PutGate(ledger.Gate{Key: k.Name, Until: now.Add(time.Hour), Source: "backoff", SetAt: now})
+	}, k.Name); err != nil {
+		t.Fatal(err)
+	}
+	lost := &lostCommitStore{Store: db, rollback: rollback}
+	p := New(lost, WithClock(clk), WithJitter(func() float64 { return 0.5 }))
+	defer p.Close(ctx)
+	p.mu.Lock() // the lease ran out with its three slots unused: the next call renews it
+	p.leases[k.Name] = &lease{key: k.Name, first: first, next: first, last: last, at: clk.Now(), until: clk.Now()}
+	p.mu.Unlock()
+	clk.Advance(time.Millisecond)
+
+	lost.lost = lost.updates.Load() + 1
+	if _, err := p.Admit(ctx, syncCall(k, 0)); err == nil || errors.Is(err, ErrPaused) {
+		t.Fatalf("the renewal whose transaction did not commit, or said nothing: %v, want its failure", err)
+	}
+	if _, err := p.Admit(ctx, syncCall(k, 1)); err != nil && !errors.Is(err, ErrPaused) { // the key's next transaction
+		t.Fatal(err)
+	}
+	if n := reservedIn(t, db, k.Name, first, last); n != 0 {
+		t.Errorf("after the key's next transaction %d of the spent lease's 3 slots are still reserved, want 0: given back", n)
+	}
+}
+
+// reservedIn returns how many of key's attempts first…last are reserved
+// slots.
+func reservedIn(t *testing.T, db ledger.Store, key string, first, last int64) (n int) {
+	t.Helper()
+	err := db.View(context.Background(), func(tx ledger.ReadTx) error {
+		sends, err := tx.Sends(key, time.Time{}, 1<<20)
+		for _, s := range sends {
+			if s.State == ledger.Reserved && s.ID >= first && s.ID <= last {
+				n++
+			}
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -61,6 +61,10 @@ type Pacer struct {
 	// unrecorded holds, per key and attempt, the outcomes Done could not
 	// record (see unrecorded.go).
 	unrecorded map[string]map[int64]unrecordedOutcome
+	// unconfirmed holds, per key, the leases whose slots a transaction
+	// that got no answer may have reserved or left reserved, for the
+	// key's next transaction to give back (see keepUnconfirmed).
+	unconfirmed map[string][]*lease
 }
 
 // An Option sets one of a Pacer's settings in New.
@@ -159,11 +163,6 @@ type Ticket struct {
 	grant      *lease        // that lease, once installed; nil when none
 	send       sendAllowance // how late after AdmittedAt it may leave (see Pacer.Leaving)
 	quick      []Budget      // unleased: the budgets its answer is judged routine by (see quickBudgets); nil when none
-	// unconfirmed are the leases whose slots its admission's transaction
-	// reserved or gave back, when that transaction's COMMIT got no answer:
-	// the transaction that ends its attempt gives them back (see
-	// admissionUnknown).
-	unconfirmed []*lease
 }
 
 // Leased says t was admitted from its process's lease on a batch of
@@ -213,6 +212,10 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 	deadline := start.Add(c.MaxWait)
 	done, err := p.here.line(ctx, p.clock, c, deadline.Sub(p.now())) // one call of a principal at a time, on a key with shares
 	if err != nil {
+		if spent != nil { // renewed by none: given back, and the calls waiting for its renewal go their own way
+			p.giveBack(spent)
+			p.notGranted(c.Key.Name)
+		}
 		return Ticket{}, err
 	}
 	defer done()
@@ -303,15 +306,21 @@ func (p *Pacer) admitOnce(ctx context.Context, c Call, start, deadline time.Time
 		run = admitRun{held: held}
 		return p.admitStep(tx, c, start, deadline, spent, &run)
 	}, c.Key.Name)
+	// What a transaction that got no answer may have written is kept
+	// before the calls waiting for a lease are woken: the first of them
+	// to run a transaction undoes it.
+	switch {
+	case errors.Is(err, ledger.ErrUnavailable):
+		p.admissionUnknown(c.Key.Name, run, spent, err) // it may have committed: as a group's (see group.go)
+	case err != nil:
+		p.giveBack(spent) // rolled back: spent's slots are still reserved
+	}
 	switch {
 	case run.granted != nil && err == nil:
 		p.install(run.granted)
 		run.t.grant = run.granted
 	case renewing:
 		p.notGranted(c.Key.Name) // the calls waiting for a lease go their own way
-	}
-	if errors.Is(err, ledger.ErrUnavailable) {
-		p.admissionUnknown(run, spent, err) // it may have committed: as a group's (see group.go)
 	}
 	if err != nil {
 		return run, fmt.Errorf("pacer: admit %s: %w", c.Key.Name, err)

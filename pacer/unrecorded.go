@@ -120,9 +120,6 @@ func (p *Pacer) recordedNow(us []unrecordedOutcome) {
 // same.
 func (p *Pacer) recordUnrecorded(tx ledger.Tx, us []unrecordedOutcome) error {
 	for _, u := range us {
-		if err := u.t.giveBackUnconfirmed(tx); err != nil {
-			return err
-		}
 		open, err := stillOpen(tx, u.t)
 		if err != nil {
 			return err

@@ -21,9 +21,9 @@ import (
 // transaction's BEGIN and the lock of the key's row in one pipeline — one
 // round trip to the server instead of seven — and the transaction's reads
 // of them are answered from what came back, until the transaction writes
-// anything that could change them. The pipeline also takes the ID of the
-// attempt the transaction may record, whose INSERT then waits for the
-// COMMIT (see pipeline_postgres.go).
+// anything that could change them. The pipeline also takes a block of IDs
+// for the attempts the transaction may record, whose INSERTs then wait for
+// the COMMIT (see pipeline_postgres.go).
 //
 // Each statement of the pipeline runs after the one before it has
 // finished, on a snapshot of its own (the transaction is READ COMMITTED):
@@ -325,45 +325,51 @@ func (p *pgTx) wrote(text string) {
 	}
 }
 
+// An ownedAttempt is what the reads of the log need of an attempt the
+// transaction records (see ownAttempt), computed by InsertAttempt.
+type ownedAttempt struct {
+	key     string
+	counted bool  // admitted: counted in its key's windows from then on
+	at      int64 // admitted at, in microseconds
+	until   int64 // in flight until, in microseconds; 0 when never
+	seq     int64 // its number in its key's log, when counted
+	bytes   int64 // the bytes its key's log carried up to it, itself included, when counted
+}
+
 // ownAttempt updates what the transaction read of the log of the key it
-// holds with an attempt it records itself, of qInsertAttempt's arguments
-// args, as the same reads sent again would find it: the attempts of a
-// key are recorded only by a transaction that holds its row, so no other
-// could have changed the log's end meanwhile. An admission becomes the
-// key's latest (counted in every window it falls in, and in flight until
-// its lease); another attempt changes none of it. The calls of a key
-// decided together (see pacer/group.go) then cost the round trips of the
-// first alone. An admission recorded before the key's latest, which
-// renumbers the log, drops what was read instead.
-func (p *pgTx) ownAttempt(args []any) {
-	key, _ := args[2].(string)
-	r := p.readFor(key)
+// holds with a, an attempt it records itself, as the same reads sent
+// again would find it: the attempts of a key are recorded only by a
+// transaction that holds its row, so no other could have changed the
+// log's end meanwhile. An admission becomes the key's latest (counted in
+// every window it falls in); any attempt with a lease not run out counts
+// in flight, admitted or not. The calls of a key decided together (see
+// pacer/group.go) then cost the round trips of the first alone. An
+// admission recorded before the key's latest, which renumbers the log,
+// drops what was read instead.
+func (p *pgTx) ownAttempt(a ownedAttempt) {
+	r := p.readFor(a.key)
 	if r == nil {
 		p.wrote(pgInsertAttemptAs)
 		return
 	}
-	counted, _ := args[11].(bool)
-	at, _ := args[12].(int64)
-	if counted {
-		seq, ok1 := args[15].(int64)
-		cbytes, ok2 := args[19].(int64)
-		if !ok1 || !ok2 || !r.hasLastSend || r.hasLast && at < r.lastAt {
+	if a.counted {
+		if !r.hasLastSend || r.hasLast && a.at < r.lastAt {
 			r.hasFlight, r.hasLastSend, r.windows = false, false, nil
 			return
 		}
-		r.lastSeq, r.lastAt, r.lastBytes, r.hasLast = seq, at, cbytes, true
+		r.lastSeq, r.lastAt, r.lastBytes, r.hasLast = a.seq, a.at, a.bytes, true
 		for since, w := range r.windows {
 			if w.ok {
-				w.last = seq
-			} else if at > since {
-				w = pgFirstSend{seq: seq, at: at, last: seq, ok: true}
+				w.last = a.seq
+			} else if a.at > since {
+				w = pgFirstSend{seq: a.seq, at: a.at, last: a.seq, ok: true}
 			}
 			r.windows[since] = w
 		}
 	}
-	if until, ok := args[14].(int64); ok && until > r.now && r.hasFlight {
-		if r.flight.Count == 0 || fromMicros(at).Before(r.flight.Oldest) {
-			r.flight.Oldest = fromMicros(at)
+	if a.until > r.now && r.hasFlight {
+		if r.flight.Count == 0 || fromMicros(a.at).Before(r.flight.Oldest) {
+			r.flight.Oldest = fromMicros(a.at)
 		}
 		r.flight.Count++
 	}

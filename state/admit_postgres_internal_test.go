@@ -3,6 +3,9 @@ package state
 import (
 	"context"
 	"fmt"
+	"io/fs"
+	"regexp"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +16,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/report/reason"
+	"github.com/mcp-quota/mcp-quota/state/postgres"
 )
 
 // roundTrips counts the exchanges a connection has with the server: a
@@ -273,5 +277,103 @@ func TestPostgresGroupReadsTheLogOnce(t *testing.T) {
 			t.Errorf("attempt IDs %v: want each its own", ids)
 		}
 		seen[id] = true
+	}
+}
+
+// The block of IDs a transaction takes for its attempts (pgNextAttemptID)
+// is the one the schema's default and Reserve take, and a lease holds no
+// more slots than a block: the IDs of one never run into the next's.
+func TestPostgresAttemptBlockAgrees(t *testing.T) {
+	block := regexp.MustCompile(`nextval\('attempt_blocks'\) \* ([0-9]+)`)
+	texts := map[string]string{"pgNextAttemptID": pgNextAttemptID, "Reserve": queries[qReserve].postgres}
+	migrations, err := fs.Glob(postgres.Migrations, "*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range migrations {
+		b, err := fs.ReadFile(postgres.Migrations, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts[name] = string(b)
+	}
+	found := 0
+	for name, text := range texts {
+		for _, m := range block.FindAllStringSubmatch(text, -1) {
+			found++
+			if m[1] != strconv.Itoa(attemptBlock) {
+				t.Errorf("%s takes blocks of %s attempt IDs, want attemptBlock, %d", name, m[1], attemptBlock)
+			}
+		}
+	}
+	if found < 3 {
+		t.Errorf("%d statements take a block of attempt IDs, want 3 at least: the schema's default, Reserve and pgNextAttemptID", found)
+	}
+	if maxReserve > attemptBlock {
+		t.Errorf("a lease holds up to %d slots, more than a block of %d IDs", maxReserve, attemptBlock)
+	}
+}
+
+// A transaction that records more attempts than its block of IDs holds
+// records the ones past it at once, under IDs of the table's default, and
+// reads the log as its attempts left it all along.
+func TestPostgresAttemptBlockRunsOut(t *testing.T) {
+	pg, _ := tracedPostgres(t)
+	ctx := context.Background()
+	const key, n = "k", attemptBlock + 3
+	seen := map[int64]bool{}
+	var base int64 // the first ID of the transaction's block
+	err := pg.Update(ctx, func(tx ledger.Tx) error {
+		clear(seen)
+		now := tx.Clock(time.Now())
+		for i := range n {
+			if i >= attemptBlock-2 { // what the transaction reads, about the block's end
+				f, err := tx.Flight(key, now)
+				if err != nil {
+					return err
+				}
+				w, err := tx.WindowOf(key, now.Add(-time.Hour), nil)
+				if err != nil {
+					return err
+				}
+				if f.Count != i || w.Count != i {
+					t.Errorf("before attempt %d the transaction reads %d in flight and %d in the window, want %d", i+1, f.Count, w.Count, i)
+				}
+			}
+			id, err := tx.InsertAttempt(ledger.Attempt{CallID: fmt.Sprint("c", i), Attempt: 1, Key: key, State: ledger.Admitted,
+				At: now, InFlightUntil: now.Add(time.Hour)})
+			if err != nil {
+				return err
+			}
+			if seen[id] || id == 0 {
+				t.Errorf("attempt %d took ID %d, taken before", i+1, id)
+			}
+			seen[id] = true
+			if i == 0 {
+				base = id
+			}
+			if inBlock := id >= base && id < base+attemptBlock; inBlock != (i < attemptBlock) {
+				t.Errorf("attempt %d took ID %d, in the block from %d: %v; want the block's IDs for the first %d alone", i+1, id, base, inBlock, attemptBlock)
+			}
+		}
+		return nil
+	}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = pg.View(ctx, func(tx ledger.ReadTx) error {
+		now := tx.Clock(time.Now())
+		f, err := tx.Flight(key, now)
+		if err != nil {
+			return err
+		}
+		w, err := tx.Window(key, now.Add(-time.Hour))
+		if f.Count != n || w.Count != n {
+			t.Errorf("the server holds %d in flight and %d in the window, want %d", f.Count, w.Count, n)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

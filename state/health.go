@@ -18,11 +18,14 @@ import (
 // past BusyTimeout — rather than a caller's context ending or what a
 // statement wrote being refused.
 func Storage(err error) bool {
-	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrDamaged) {
-		return true
-	}
+	// A caller that left while its COMMIT was on its way gets
+	// ErrUnavailable with its context's error (see Postgres.Update): its
+	// leaving, not the storage.
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
+	}
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrDamaged) {
+		return true
 	}
 	var e *sqlite.Error
 	if errors.As(err, &e) {

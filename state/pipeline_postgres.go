@@ -246,16 +246,16 @@ func (p *pgTx) abandon(ctx context.Context) {
 	})
 }
 
-// The attempt an admission records waits for the commit (see pgTx.later),
-// with the ID it will have taken beforehand from the table's sequence in
-// the pipeline that locks the key's row: InsertAttempt returns it at once.
-// pgInsertAttemptAs is qInsertAttempt with the ID as its last parameter.
+// The attempts a transaction records wait for its commit, each with an
+// ID of the block the transaction took beforehand from the table's
+// sequence, in the pipeline that locks the key's row: InsertAttempt
+// returns it at once (see insertAttemptLater). pgInsertAttemptAs is
+// qInsertAttempt with the ID as its last parameter.
 var pgInsertAttemptAs = insertWithID(queries[qInsertAttempt].postgres)
 
-// pgNextAttemptID takes the ID of the next attempt, as the table's
-// default would (a block of IDs of its own: see the schema's
-// attempt_blocks).
-const pgNextAttemptID = `SELECT nextval('attempt_blocks') * 1024`
+// pgNextAttemptID takes the first ID of a block of attemptBlock, as the
+// table's default takes one (see the schema's attempt_blocks).
+var pgNextAttemptID = "SELECT nextval('attempt_blocks') * " + strconv.Itoa(attemptBlock)
 
 var pgParam = regexp.MustCompile(`\$([0-9]+)`)
 
@@ -282,8 +282,8 @@ func insertWithID(text string) string {
 // (qInsertAttempt's) under an ID of the block the transaction took
 // beforehand, and returns it; ok is false when it has none left (the
 // statement must then run at once). What the transaction read of the log
-// is updated with the attempt (see ownAttempt).
-func (p *pgTx) insertAttemptLater(args []any) (id int64, ok bool) {
+// is updated with own, the same attempt (see ownAttempt).
+func (p *pgTx) insertAttemptLater(args []any, own ownedAttempt) (id int64, ok bool) {
 	if p == nil || p.nextID == 0 {
 		return 0, false
 	}
@@ -292,12 +292,14 @@ func (p *pgTx) insertAttemptLater(args []any) (id int64, ok bool) {
 		p.nextID = 0 // the block is spent
 	}
 	p.waiting = append(p.waiting, pgWrite{"record attempt", pgInsertAttemptAs, append(args, id)})
-	p.ownAttempt(args)
+	p.ownAttempt(own)
 	return id, true
 }
 
 // attemptBlock is how many attempt IDs one value of the sequence
 // attempt_blocks stands for: a block of IDs of its own, which the schema's
 // default takes one of for each INSERT, and a transaction that took it
-// beforehand (pgNextAttemptID) one after another for its attempts.
+// beforehand (pgNextAttemptID) one after another for its attempts. The
+// schema's default, Reserve's statement and maxReserve agree with it
+// (TestPostgresAttemptBlockAgrees).
 const attemptBlock = 1024

@@ -219,6 +219,9 @@ func TestPostgresCallerLeavesDuringCommit(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, state.ErrUnavailable) {
 		t.Errorf("the call that left during its COMMIT: %v; want its context's error and ErrUnavailable: the admission may stand", err)
 	}
+	if state.Storage(err) {
+		t.Errorf("state.Storage(%v) = true, want false: the caller left, the storage did not fail", err)
+	}
 	if got := attempts(t, direct, "c1"); got != 1 {
 		t.Fatalf("the store holds %d attempts of the call, want 1: the server committed its admission (the test's premise)", got)
 	}

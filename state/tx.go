@@ -175,8 +175,9 @@ const (
 // log, at a cost that grows with it.
 func (tx *Tx) InsertAttempt(a ledger.Attempt) (int64, error) {
 	var lease, seq, cseq, cbytes any
+	own := ownedAttempt{key: a.Key, counted: a.State == ledger.Admitted, at: micros(a.At)}
 	if !a.InFlightUntil.IsZero() {
-		lease = micros(a.InFlightUntil)
+		lease, own.until = micros(a.InFlightUntil), micros(a.InFlightUntil)
 	}
 	renumber := false
 	if a.State == ledger.Admitted {
@@ -193,7 +194,8 @@ func (tx *Tx) InsertAttempt(a ledger.Attempt) (int64, error) {
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return 0, fmt.Errorf("state: record attempt: %w", err)
 		}
-		seq, cbytes, renumber = last+1, lastBytes+max(a.Bytes, 0), micros(a.At) < lastAt
+		own.seq, own.bytes, renumber = last+1, lastBytes+max(a.Bytes, 0), micros(a.At) < lastAt
+		seq, cbytes = own.seq, own.bytes
 		if a.ByCaller && a.Caller != "" {
 			var lastOfCaller int64
 			err := tx.queryRow(qLastCallerSend, a.Key, a.Caller).Scan(&lastOfCaller)
@@ -212,7 +214,7 @@ func (tx *Tx) InsertAttempt(a ledger.Attempt) (int64, error) {
 		max(a.Bytes, 0), cbytes, why.why}
 	// On PostgreSQL the INSERT goes with the next round trip, under the
 	// ID the transaction took beforehand (see insertAttemptLater).
-	id, later := tx.pg.insertAttemptLater(args)
+	id, later := tx.pg.insertAttemptLater(args, own)
 	if !later {
 		if err := tx.queryRow(qInsertAttempt, args...).Scan(&id); err != nil {
 			return 0, fmt.Errorf("state: record attempt: %w", err)
@@ -275,7 +277,8 @@ func (tx *Tx) firstSend(key string, since time.Time) (seq, at, last int64, ok bo
 	if errors.Is(err, sql.ErrNoRows) {
 		err = nil
 	}
-	if ok = err == nil && last > 0; err == nil {
+	ok = err == nil && last > 0
+	if err == nil {
 		tx.pg.keepFirstSend(key, micros(since), pgFirstSend{seq, at, last, ok})
 	}
 	return seq, at, last, ok, err

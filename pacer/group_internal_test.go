@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -564,4 +565,53 @@ func reservedIn(t *testing.T, db ledger.Store, key string, first, last int64) (n
 		t.Fatal(err)
 	}
 	return n
+}
+
+// heldKeysStore notes the keys each Update holds.
+type heldKeysStore struct {
+	ledger.Store
+	mu   sync.Mutex
+	held [][]string
+}
+
+func (s *heldKeysStore) Update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
+	s.mu.Lock()
+	s.held = append(s.held, keys)
+	s.mu.Unlock()
+	return s.Store.Update(ctx, fn, keys...)
+}
+
+// Close gives back the slots of the leases it holds in a transaction that
+// holds their keys, as any that gives slots back must: another host
+// holding the key's row could otherwise be recording after them while
+// they are deleted from the log's end.
+func TestCloseHoldsLeaseKeys(t *testing.T) {
+	ctx := context.Background()
+	db, err := state.Open(ctx, filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	clk := clockOf(db)
+	var first, last int64
+	if err := db.Update(ctx, func(tx ledger.Tx) error {
+		first, last, err = tx.Reserve("k", 3, clk.Now(), clk.Now().Add(time.Hour))
+		return err
+	}, "k"); err != nil {
+		t.Fatal(err)
+	}
+	s := &heldKeysStore{Store: db}
+	p := New(s, WithClock(clk))
+	p.mu.Lock()
+	p.leases["k"] = &lease{key: "k", first: first, next: first, last: last, at: clk.Now(), until: clk.Now().Add(time.Hour)}
+	p.mu.Unlock()
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.held) != 1 || !slices.Equal(s.held[0], []string{"k"}) {
+		t.Errorf("Close's transactions held %q, want one holding [k]", s.held)
+	}
+	if n := reservedIn(t, db, "k", first, last); n != 0 {
+		t.Errorf("%d of the lease's 3 slots still reserved after Close, want 0", n)
+	}
 }

@@ -2,6 +2,8 @@ package pacer
 
 import (
 	"context"
+	"maps"
+	"slices"
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
@@ -24,12 +26,24 @@ func (p *Pacer) Close(ctx context.Context) error {
 	// What the answers still being recorded teach is kept in memory
 	// (see learn), to be written below.
 	p.timers.Wait()
+	// The transaction holds the keys of the leases it gives back, as any
+	// that gives back slots must (a slot of the log's end is deleted),
+	// and those of what is kept for a key's next transaction: what was
+	// learned, and the leases a transaction that got no answer may have
+	// left reserved (see keepUnconfirmed).
 	p.mu.Lock()
-	var keys []string
+	held := map[string]bool{}
+	for _, l := range ls {
+		held[l.key] = true
+	}
 	for key := range p.learned {
-		keys = append(keys, key)
+		held[key] = true
+	}
+	for key := range p.unconfirmed {
+		held[key] = true
 	}
 	p.mu.Unlock()
+	keys := slices.Sorted(maps.Keys(held))
 	if len(ls) == 0 && len(keys) == 0 {
 		return nil
 	}

@@ -172,7 +172,11 @@ func writeLearned(tx ledger.Tx, l *learned) error {
 	}
 	ks.LastResponseAt = maxTime(ks.LastResponseAt, l.answeredAt)
 	if grew && full(l.key, known) {
-		if _, err := bound(tx, l.key, l.answeredAt, ks.LastResponseAt); err != nil {
+		part, err := bound(tx, l.key, l.answeredAt, ks.LastResponseAt)
+		if err != nil {
+			return err
+		}
+		if err := apply(tx, part); err != nil {
 			return err
 		}
 	}

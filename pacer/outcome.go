@@ -67,9 +67,10 @@ type Result struct {
 // end of a probe. It returns the quota that now holds and the advice.
 //
 // What the answer changes is planned in a transaction (see record) and
-// written there; what it changes in memory changes only once that
-// transaction committed, from its last run's plan: the function given to
-// ledger.Store.Update may run more than once.
+// written there. Nothing in memory changes in that transaction's
+// function, which may run more than once (see ledger.Store): a lease the
+// answer alone ends stops before it (see endLeaseBefore), one that only
+// what it read ends stops once it committed, from its last run's plan.
 func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 	defer p.signal(t.Call.Key.Name)
 	end, _ := p.enter() // Close waits for it: an answer in the journal is there before the state closes
@@ -155,9 +156,10 @@ func (l *lease) unused() *slotRange {
 }
 
 // recordDone is Done's work in tx: it records t's outcome (unless retried
-// and recorded already), advises, and gives back the slots of the lease
-// ending ended. Its plan says which lease ends once tx committed, when
-// only what tx holds says one does. It changes nothing in memory.
+// and recorded already), advises, and gives back the unused slots of the
+// lease the answer ended before (ending). Its plan says which lease ends
+// once tx committed, when only what tx holds says one does. It changes
+// nothing in memory.
 func (p *Pacer) recordDone(tx ledger.Tx, t Ticket, o Outcome, retried bool, ending leaseEnding) (outcomePlan, error) {
 	plan, err := p.recordOnce(tx, t, o, retried)
 	if err != nil {

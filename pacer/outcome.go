@@ -98,6 +98,7 @@ func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 	}, t.Call.Key.Name)
 	if err != nil {
 		p.keepUnrecorded(t, o, err)
+		p.giveBackSlots(ending.unused) // the transaction did not: one of their own
 		return plan.res, fmt.Errorf("pacer: record %s: %w", t.Call.Key.Name, err)
 	}
 	if l := p.breakLease(plan.endLease); l != nil {
@@ -153,6 +154,17 @@ func (p *Pacer) endLeaseBefore(t Ticket, o Outcome) leaseEnding {
 // Pacer's (see breakLease): none will be.
 func (l *lease) unused() *slotRange {
 	return &slotRange{key: l.key, first: l.next, last: l.last}
+}
+
+// giveBackSlots releases r (when not nil), slots of a lease no longer the
+// Pacer's, in a transaction of its own. A failure leaves them reserved:
+// counted as sent until the sweep releases them, which spends budget but
+// never overspends it.
+func (p *Pacer) giveBackSlots(r *slotRange) {
+	if r == nil {
+		return
+	}
+	_ = p.update(context.Background(), func(tx ledger.Tx) error { return apply(tx, outcomePlan{release: r}) }, r.key)
 }
 
 // recordDone is Done's work in tx: it records t's outcome (unless retried

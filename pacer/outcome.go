@@ -2,6 +2,7 @@ package pacer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -69,152 +70,172 @@ type Result struct {
 // What the answer changes is planned in a transaction (see record) and
 // written there. Nothing in memory changes in that transaction's
 // function, which may run more than once (see ledger.Store): a lease the
-// answer alone ends stops before it (see endLeaseBefore), one that only
-// what it read ends stops once it committed, from its last run's plan.
+// answer alone ends stops before it (see endLeaseBefore); once it
+// committed, a lease its plan says ends stops too, and so does the key's
+// lease when the answer is news, though it was granted since the first
+// stopped (an admission that took the key's lock first could not see the
+// answer).
 func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 	defer p.signal(t.Call.Key.Name)
 	end, _ := p.enter() // Close waits for it: an answer in the journal is there before the state closes
 	defer end()
-	if res, ok := p.routineResult(t, o); ok {
+	j := p.judge(t, o)
+	if j.routine {
 		// Only the call and its answer's observations are recorded now,
 		// through the process's journal (see state.FinishLater); what they
 		// teach waits for the key's next transaction (see learned).
-		fin := ledger.Finished{Attempt: finished(t, o, res.State), Observations: observations(t, o)}
+		fin := ledger.Finished{Attempt: finished(t, o, j.res.State), Observations: observations(t, o)}
 		if err := p.db.FinishLater(ctx, fin); err != nil {
-			return res, fmt.Errorf("pacer: record %s: %w", t.Call.Key.Name, err)
+			return j.res, fmt.Errorf("pacer: record %s: %w", t.Call.Key.Name, err)
 		}
 		p.learn(t, o)
-		return res, nil
+		return j.res, nil
 	}
-	ending := p.endLeaseBefore(t, o)
+	ended := p.endLeaseBefore(t, j)
 	// An outcome that failed before is kept for the key's next
 	// transaction, which may have recorded it already (see unrecorded.go).
 	retried := p.dropUnrecorded(t)
 	var plan outcomePlan
 	err := p.update(ctx, func(tx ledger.Tx) error {
 		var err error
-		plan, err = p.recordDone(tx, t, o, retried, ending)
+		plan, err = p.recordDone(tx, t, o, retried, ended)
 		return err
 	}, t.Call.Key.Name)
 	if err != nil {
 		p.keepUnrecorded(t, o, err)
-		p.giveBackSlots(ending.unused) // the transaction did not: one of their own
+		if ended != nil && !errors.Is(err, ledger.ErrUnavailable) {
+			// The transaction did not give its slots back: one of their
+			// own does. A database that did not answer would not answer
+			// it either: they stay reserved, counted as sent, until the
+			// sweep releases them, which spends budget but never
+			// overspends it.
+			p.giveBack(ended)
+		}
 		return plan.res, fmt.Errorf("pacer: record %s: %w", t.Call.Key.Name, err)
 	}
-	if l := p.breakLease(plan.endLease); l != nil {
-		p.giveBack(l)
-	}
+	p.endLeases(plan)
 	return plan.res, nil
 }
 
-// A leaseEnding is what Done learned of a lease before its transaction,
+// A judgement is what Done makes of an answer before any transaction,
 // from the answer alone.
-type leaseEnding struct {
-	// judged: the answer alone ends a lease (t's own, or the key's for an
-	// unleased call), so the transaction ends none.
-	judged bool
-	// unused are the slots of the lease this answer ended, to give back
-	// in Done's transaction; nil when it ended none (or another ended it).
-	unused *slotRange
+type judgement struct {
+	res     Result // what the caller is told when routine: its State otherwise
+	routine bool   // the answer is routine: no transaction of its own records it
+	// endsLease: the answer alone ends a lease: t's own, for which it is
+	// not routine, or, for an unleased call, the key's, for it is news.
+	endsLease bool
 }
 
-// endLeaseBefore ends the lease the answer o to t ends by itself (a
-// refusal, a failure, a gate or a warning it carries, a budget t's lease
-// did not know or holds too little of): t's own lease, or, for an
-// unleased call, the key's. It stops handing out slots at once, before
-// Done's transaction, once; that transaction gives the unused ones back.
-// An answer that ends a lease only by what the transaction reads (the
-// first policy past the bound) ends it once that transaction committed.
-func (p *Pacer) endLeaseBefore(t Ticket, o Outcome) leaseEnding {
+// judge judges the answer o to t: whether it is routine (t came from a
+// lease, not broken, for which o is routine, see leaseResult, or was
+// admitted with budgets by which it is, see quickResult), and whether it
+// ends a lease by itself.
+func (p *Pacer) judge(t Ticket, o Outcome) judgement {
 	rd := o.Reading
 	if rd == nil {
 		rd = &ratelimit.Reading{}
 	}
 	said := Result{State: classify(o, rd)}
-	var l *lease
-	switch {
-	case t.lease != nil:
-		if _, routine := p.leaseResult(t, o, said, p.now()); routine {
-			return leaseEnding{}
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	j := judgement{res: said}
+	if t.lease != nil {
+		j.res, j.routine = p.leaseResult(t, o, said, p.now())
+		j.endsLease = !j.routine
+	} else {
+		if !closed {
+			j.res, j.routine = p.quickResult(t, o)
 		}
-		l = t.lease
-	case bringsNews(o, said):
+		j.endsLease = bringsNews(o, said)
+	}
+	if closed {
+		j.routine = false // nothing would write what it teaches
+	}
+	if !j.routine {
+		j.res = said
+	}
+	return j
+}
+
+// endLeaseBefore ends the lease the answer judged j ends by itself (a
+// refusal, a failure, a gate or a warning it carries, a budget t's lease
+// did not know or holds too little of): t's own lease, or, for an
+// unleased call, the key's. It stops handing out slots at once, before
+// Done's transaction, once, and returns the lease, whose unused slots
+// that transaction gives back; nil when it ended none (or another ended
+// it).
+func (p *Pacer) endLeaseBefore(t Ticket, j judgement) *lease {
+	if !j.endsLease {
+		return nil
+	}
+	l := t.lease
+	if l == nil {
 		l = p.currentLease(t.Call.Key.Name)
-	default:
-		return leaseEnding{}
 	}
-	ended := leaseEnding{judged: true}
-	if l = p.breakLease(l); l != nil {
-		ended.unused = l.unused()
-	}
-	return ended
+	return p.breakLease(l)
 }
 
 // unused are the slots of l never handed out, once l is no longer the
-// Pacer's (see breakLease): none will be.
+// Pacer's (see breakLease): none will be. nil when l is.
 func (l *lease) unused() *slotRange {
+	if l == nil {
+		return nil
+	}
 	return &slotRange{key: l.key, first: l.next, last: l.last}
 }
 
-// giveBackSlots releases r (when not nil), slots of a lease no longer the
-// Pacer's, in a transaction of its own. A failure leaves them reserved:
-// counted as sent until the sweep releases them, which spends budget but
-// never overspends it.
-func (p *Pacer) giveBackSlots(r *slotRange) {
-	if r == nil {
+// endLeases ends, once Done's transaction committed, the leases its plan
+// says end, and gives their unused slots back, in a transaction of their
+// own: t's lease, for which only what the transaction read made the
+// answer not routine (the first policy past the bound), and, when the
+// answer is news, the key's current lease.
+func (p *Pacer) endLeases(plan outcomePlan) {
+	if l := p.breakLease(plan.endLease); l != nil {
+		p.giveBack(l)
+	}
+	if plan.endKeyLease == "" {
 		return
 	}
-	_ = p.update(context.Background(), func(tx ledger.Tx) error { return apply(tx, outcomePlan{release: r}) }, r.key)
+	if l := p.breakLease(p.currentLease(plan.endKeyLease)); l != nil {
+		p.giveBack(l)
+	}
 }
 
 // recordDone is Done's work in tx: it records t's outcome (unless retried
-// and recorded already), advises, and gives back the unused slots of the
-// lease the answer ended before (ending). Its plan says which lease ends
-// once tx committed, when only what tx holds says one does. It changes
-// nothing in memory.
-func (p *Pacer) recordDone(tx ledger.Tx, t Ticket, o Outcome, retried bool, ending leaseEnding) (outcomePlan, error) {
+// and recorded already), advises, and gives back the unused slots of
+// ended, the lease the answer ended before. Its plan says which leases end once tx
+// committed (see endLeases). It changes nothing in memory.
+func (p *Pacer) recordDone(tx ledger.Tx, t Ticket, o Outcome, retried bool, ended *lease) (outcomePlan, error) {
 	plan, err := p.recordOnce(tx, t, o, retried)
 	if err != nil {
 		return plan, err
 	}
 	now := p.now()
-	switch {
-	case t.lease != nil:
-		if r, ok := p.leaseResult(t, o, plan.res, now); ok {
+	routine := false
+	if t.lease != nil {
+		var r Result
+		if r, routine = p.leaseResult(t, o, plan.res, now); routine {
 			plan.res = r
-			return plan, nil
+		} else {
+			plan.endLease = t.lease // ended before, unless only what tx read ends it
 		}
-		if !ending.judged {
-			plan.endLease = t.lease
+	}
+	if !routine && bringsNews(o, plan.res) {
+		// Whatever call brought it, it is not routine for the key's
+		// lease: the one current once tx committed, though granted
+		// after the lease ended before (or none was).
+		plan.endKeyLease = t.Call.Key.Name
+	}
+	if !routine {
+		if plan.res.Budgets, plan.res.Binding, plan.res.Advice, err = p.advise(tx, t.Call, now, *plan.keyState); err != nil {
+			return plan, err
 		}
-	case !ending.judged && bringsNews(o, plan.res):
-		// Whatever call brought it, it is not routine for the key's lease.
-		plan.endLease = p.currentLease(t.Call.Key.Name)
 	}
-	if plan.res.Budgets, plan.res.Binding, plan.res.Advice, err = p.advise(tx, t.Call, now, *plan.keyState); err != nil {
-		return plan, err
-	}
-	give := outcomePlan{release: ending.unused}
+	// Whether routine or not, and after advising (the order Done always
+	// had: the budgets it tells count them as reserved).
+	give := outcomePlan{release: ended.unused()}
 	plan.add(give)
 	return plan, apply(tx, give)
-}
-
-// routineResult returns what Done tells the caller of t when t came from a
-// lease, not broken, for which the answer o is routine (see leaseResult), or was
-// admitted with budgets by which it is routine (see quickResult).
-func (p *Pacer) routineResult(t Ticket, o Outcome) (Result, bool) {
-	p.mu.Lock()
-	closed := p.closed
-	p.mu.Unlock()
-	if closed {
-		return Result{}, false // nothing would write what it teaches
-	}
-	if t.lease == nil {
-		return p.quickResult(t, o)
-	}
-	rd := o.Reading
-	if rd == nil {
-		rd = &ratelimit.Reading{}
-	}
-	return p.leaseResult(t, o, Result{State: classify(o, rd)}, p.now())
 }

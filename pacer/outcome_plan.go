@@ -1,6 +1,7 @@
 package pacer
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
@@ -29,6 +30,10 @@ type outcomePlan struct {
 	// when only what the transaction read says it ends (see
 	// endLeaseBefore); nil when none. Nothing writes it: Done does.
 	endLease *lease
+	// endKeyLease is the key whose lease, whichever is current once the
+	// transaction committed, ends then: the answer is news (see
+	// bringsNews); "" when none.
+	endKeyLease string
 }
 
 // A seenChange puts a policy the upstream announced (or one inferred), or
@@ -77,6 +82,7 @@ func (p *outcomePlan) add(part outcomePlan) {
 	p.finish = cmpOr(part.finish, p.finish)
 	p.release = cmpOr(part.release, p.release)
 	p.endLease = cmpOr(part.endLease, p.endLease)
+	p.endKeyLease = cmp.Or(part.endKeyLease, p.endKeyLease)
 	if part.res.State != "" {
 		p.res.State = part.res.State
 	}

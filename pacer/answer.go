@@ -256,3 +256,20 @@ func violated(pr *ratelimit.Problem) string {
 	}
 	return strings.Join(pr.ViolatedPolicies, " ")
 }
+
+// recordBasis is what the answer o to t is taken to follow: later sends
+// are subtracted from what it says.
+func recordBasis(t Ticket, o Outcome) time.Time {
+	basis := o.SentAt
+	if basis.IsZero() {
+		basis = t.AdmittedAt
+	}
+	if t.Leased() || t.granted {
+		// The lease's slots are all recorded at its grant, whenever they
+		// go: the answer to one of them, or to the call whose admission
+		// granted them, is taken to precede every one of them, lest one
+		// sent after it go uncounted.
+		basis = t.AdmittedAt.Add(-time.Microsecond)
+	}
+	return basis
+}

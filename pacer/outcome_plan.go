@@ -11,7 +11,7 @@ import (
 // writes its rules decided (see record), what Done tells the caller, and
 // what changes in memory once the transaction committed. A rule returns
 // the part of the plan it decided; record applies each part to the
-// transaction (apply) and adds it to the whole (add). The zero
+// transaction and adds it to the whole (recorder.applyPart). The zero
 // outcomePlan changes nothing.
 type outcomePlan struct {
 	observations []ledger.ObservationRecord // every observation of the answer, with its context
@@ -76,12 +76,12 @@ func (p *outcomePlan) add(part outcomePlan) {
 	p.seen = append(p.seen, part.seen...)
 	p.gates = append(p.gates, part.gates...)
 	p.warnings = append(p.warnings, part.warnings...)
-	p.forget = cmpOr(part.forget, p.forget)
-	p.path = cmpOr(part.path, p.path)
-	p.keyState = cmpOr(part.keyState, p.keyState)
-	p.finish = cmpOr(part.finish, p.finish)
-	p.release = cmpOr(part.release, p.release)
-	p.endLease = cmpOr(part.endLease, p.endLease)
+	p.forget = cmp.Or(part.forget, p.forget)
+	p.path = cmp.Or(part.path, p.path)
+	p.keyState = cmp.Or(part.keyState, p.keyState)
+	p.finish = cmp.Or(part.finish, p.finish)
+	p.release = cmp.Or(part.release, p.release)
+	p.endLease = cmp.Or(part.endLease, p.endLease)
 	p.endKeyLease = cmp.Or(part.endKeyLease, p.endKeyLease)
 	if part.res.State != "" {
 		p.res.State = part.res.State
@@ -89,14 +89,6 @@ func (p *outcomePlan) add(part outcomePlan) {
 	p.res.Warnings = append(p.res.Warnings, part.res.Warnings...)
 	p.res.DoNotRetry = p.res.DoNotRetry || part.res.DoNotRetry
 	p.res.RetryIn = max(p.res.RetryIn, part.res.RetryIn)
-}
-
-// cmpOr returns a unless it is nil, else b.
-func cmpOr[T any](a, b *T) *T {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // apply writes plan in tx, in this order: observations, policies, route
@@ -181,82 +173,14 @@ type recorder struct {
 	plan outcomePlan
 }
 
-// add applies part to the transaction and adds it to the plan. Each part
+// applyPart applies part to the transaction and adds it to the plan. Each part
 // is applied before the next rule reads: the hidden-limit and bound rules
 // weigh the policies as the store merged what earlier parts put (a put
 // keeps what the store held of a field the observation lacks).
-func (r *recorder) add(part outcomePlan, err error) error {
+func (r *recorder) applyPart(part outcomePlan, err error) error {
 	if err != nil {
 		return err
 	}
 	r.plan.add(part)
 	return apply(r.tx, part)
-}
-
-// record is Done's work in tx: it reads what the answer o to t's attempt
-// is weighed against, runs the outcome's rules in order, applying each
-// one's part of the plan, and returns the whole. It changes nothing in
-// memory.
-func (p *Pacer) record(tx ledger.Tx, t Ticket, o Outcome) (outcomePlan, error) {
-	a, err := readAnswer(tx, t, o, p.now())
-	if err != nil {
-		return outcomePlan{}, err
-	}
-	r := &recorder{tx: tx, plan: outcomePlan{res: Result{State: classify(o, a.rd)}}}
-	if err := p.recordSignals(r, a); err != nil {
-		return r.plan, err
-	}
-	part, routeOnly, err := a.routeFailure(tx, p.rand)
-	if err := r.add(part, err); err != nil {
-		return r.plan, err
-	}
-	part, ks := a.breaker(routeOnly, p.rand)
-	if err := r.add(part, nil); err != nil {
-		return r.plan, err
-	}
-	return r.plan, r.add(a.close(ks), nil)
-}
-
-// recordSignals runs the rules of what the answer said: its
-// observations, its Retry-After, an abnormal-usage problem, and the limits
-// it revealed (a hidden one, one policy too many).
-func (p *Pacer) recordSignals(r *recorder, a *answer) error {
-	if err := r.add(a.observe(r.tx)); err != nil {
-		return err
-	}
-	if err := r.add(a.retryAfter(p.rand), nil); err != nil {
-		return err
-	}
-	if err := r.add(a.abnormal(), nil); err != nil {
-		return err
-	}
-	grew := a.grew
-	if a.hidesLimit() {
-		part, err := a.hiddenLimit(r.tx, p.inFlightTimeout())
-		if err := r.add(part, err); err != nil {
-			return err
-		}
-		grew = grew || len(part.res.Warnings) > 0
-	}
-	if k := a.t.Call.Key; grew && full(k, a.known) {
-		return r.add(bound(r.tx, k, a.now, maxTime(a.ks.LastResponseAt, a.now)))
-	}
-	return nil
-}
-
-// recordBasis is what the answer o to t is taken to follow: later sends
-// are subtracted from what it says.
-func recordBasis(t Ticket, o Outcome) time.Time {
-	basis := o.SentAt
-	if basis.IsZero() {
-		basis = t.AdmittedAt
-	}
-	if t.Leased() || t.granted {
-		// The lease's slots are all recorded at its grant, whenever they
-		// go: the answer to one of them, or to the call whose admission
-		// granted them, is taken to precede every one of them, lest one
-		// sent after it go uncounted.
-		basis = t.AdmittedAt.Add(-time.Microsecond)
-	}
-	return basis
 }

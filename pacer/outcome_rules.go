@@ -10,7 +10,61 @@ import (
 
 // The outcome's rules. Each returns its part of the plan (see
 // outcomePlan) from the answer and, for some, what it reads in the
-// transaction; none writes. record runs them in this file's order.
+// transaction; none writes. record runs them in this order, applying
+// each part before the next rule reads: observe (answer.go), retryAfter,
+// abnormal, hiddenLimit (hidden.go), bound (bound.go), routeFailure
+// (failRoute in routefail.go), breaker, close.
+
+// record is Done's work in tx: it reads what the answer o to t's attempt
+// is weighed against, runs the outcome's rules in order, applying each
+// one's part of the plan, and returns the whole. It changes nothing in
+// memory.
+func (p *Pacer) record(tx ledger.Tx, t Ticket, o Outcome) (outcomePlan, error) {
+	a, err := readAnswer(tx, t, o, p.now())
+	if err != nil {
+		return outcomePlan{}, err
+	}
+	r := &recorder{tx: tx, plan: outcomePlan{res: Result{State: classify(o, a.rd)}}}
+	if err := p.recordSignals(r, a); err != nil {
+		return r.plan, err
+	}
+	part, routeOnly, err := a.routeFailure(tx, p.rand)
+	if err := r.applyPart(part, err); err != nil {
+		return r.plan, err
+	}
+	part, ks := a.breaker(routeOnly, p.rand)
+	if err := r.applyPart(part, nil); err != nil {
+		return r.plan, err
+	}
+	return r.plan, r.applyPart(a.close(ks), nil)
+}
+
+// recordSignals runs the rules of what the answer said: its
+// observations, its Retry-After, an abnormal-usage problem, and the limits
+// it revealed (a hidden one, one policy too many).
+func (p *Pacer) recordSignals(r *recorder, a *answer) error {
+	if err := r.applyPart(a.observe(r.tx)); err != nil {
+		return err
+	}
+	if err := r.applyPart(a.retryAfter(p.rand), nil); err != nil {
+		return err
+	}
+	if err := r.applyPart(a.abnormal(), nil); err != nil {
+		return err
+	}
+	grew := a.grew
+	if a.hidesLimit() {
+		part, err := a.hiddenLimit(r.tx, p.inFlightTimeout())
+		if err := r.applyPart(part, err); err != nil {
+			return err
+		}
+		grew = grew || len(part.res.Warnings) > 0
+	}
+	if k := a.t.Call.Key; grew && full(k, a.known) {
+		return r.applyPart(bound(r.tx, k, a.now, maxTime(a.ks.LastResponseAt, a.now)))
+	}
+	return nil
+}
 
 // retryAfter gates the key until the answer's Retry-After. It is the
 // server's decision: nothing goes before it. Jitter (from rand) only adds,

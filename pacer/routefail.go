@@ -99,7 +99,7 @@ func failRoute(v outcomeView, t Ticket, o Outcome, now time.Time, rand func() fl
 	if err != nil {
 		return outcomePlan{}, false, err
 	}
-	if ps.LastAt.Before(forget.Truncate(time.Microsecond)) {
+	if forgottenBy(ps.LastAt, forget) {
 		ps = ledger.PathState{Key: key, Scope: scope} // forgotten by this plan
 	}
 	if ps.LastAt.IsZero() || now.Sub(ps.LastAt) > PathWindow {
@@ -121,4 +121,13 @@ func failRoute(v outcomeView, t Ticket, o Outcome, now time.Time, rand func() fl
 	}
 	part.gates = []ledger.Gate{g}
 	return part, true, nil
+}
+
+// forgottenBy says whether ForgetPaths(key, before) forgets a route whose
+// latest failure was at last, so that a plan weighs the route as the
+// store will have left it. It is the store's rule, copied: see
+// ledger.Tx.ForgetPaths (a latest failure before before) and the
+// stores, which keep times to the microsecond (state's micros).
+func forgottenBy(last, before time.Time) bool {
+	return last.Before(before.Truncate(time.Microsecond))
 }

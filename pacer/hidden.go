@@ -373,4 +373,3 @@ func windowEdge(v outcomeView, t Ticket, rd *ratelimit.Reading, now time.Time, k
 	}
 	return reason.Reason{}, nil
 }
-

@@ -16,7 +16,6 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/mcp-quota/mcp-quota/ratelimit"
-	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // Defaults for the local safety limits of a key.
@@ -37,6 +36,14 @@ type Env struct {
 	// unset token variable or a missing token file is no mistake there.
 	// Such a Store's callers match no token.
 	NoCallerTokens bool
+
+	// CheckState checks the configuration's state location (the state
+	// knows what a location may hold: cmd/mcp-quota gives it the state's
+	// refusal of a password). Its error, which completes "the state …",
+	// is reported at the line of state with the file's other mistakes.
+	// nil means the location is kept as written; opening the state checks
+	// it again.
+	CheckState func(location string) error
 }
 
 func (e Env) getenv(name string) string {
@@ -303,7 +310,7 @@ func Parse(data []byte, env Env) (*Store, error) {
 		s.callers = append(s.callers, c)
 	}
 	errs = append(errs, s.parseOAuth(fc.OAuth, fc.Principals, env, declared)...)
-	errs = append(errs, s.settings(fc)...)
+	errs = append(errs, s.settings(fc, env)...)
 	if len(errs) > 0 {
 		return nil, located(errs, lines)
 	}
@@ -312,7 +319,7 @@ func Parse(data []byte, env Env) (*Store, error) {
 
 // settings checks and sets the file's top-level settings: retention, the
 // state, its timeout, the memory for bodies and TLS.
-func (s *contents) settings(fc fileConfig) []*ConfigError {
+func (s *contents) settings(fc fileConfig, env Env) []*ConfigError {
 	var errs []*ConfigError
 	if fc.Retention != 0 {
 		s.retention = time.Duration(fc.Retention)
@@ -328,7 +335,7 @@ func (s *contents) settings(fc fileConfig) []*ConfigError {
 				s.retention, shortest, shortest.String())})
 		}
 	}
-	if err := checkState(fc.State); err != nil {
+	if err := env.checkState(fc.State); err != nil {
 		errs = append(errs, err)
 	}
 	s.state = fc.State
@@ -354,11 +361,14 @@ func (s *contents) settings(fc fileConfig) []*ConfigError {
 	return errs
 }
 
-// checkState refuses a state location with a password in it: a config
-// file is no place for a credential.
-func checkState(location string) *ConfigError {
-	if state.HasPassword(location) {
-		return &ConfigError{Field: "state", Msg: "the state " + state.ErrPassword.Error()}
+// checkState refuses a state location that CheckState refuses, such as
+// one with a password in it: a config file is no place for a credential.
+func (e Env) checkState(location string) *ConfigError {
+	if e.CheckState == nil || location == "" {
+		return nil
+	}
+	if err := e.CheckState(location); err != nil {
+		return &ConfigError{Field: "state", Msg: "the state " + err.Error()}
 	}
 	return nil
 }

@@ -235,35 +235,36 @@ func full(k *keystore.Key, known []ledger.SeenPolicy) bool {
 	return plain >= MaxPolicies || scoped >= MaxRouteBuckets
 }
 
-// bound keeps what tx holds of k within the bounds at now, answered being
-// the key's latest answer, and returns the warning to show when it
-// reached a bound for the first time (the zero Reason otherwise).
-func bound(tx ledger.Tx, k *keystore.Key, now, answered time.Time) (reason.Reason, error) {
-	known, err := tx.SeenPolicies(k.Name)
+// bound plans to keep what v holds of k within the bounds at now,
+// answered being the key's latest answer: the policies evicted, folded
+// into the key's EvictedPolicy, and the warning to show when it reached a
+// bound for the first time.
+func bound(v outcomeView, k *keystore.Key, now, answered time.Time) (outcomePlan, error) {
+	var part outcomePlan
+	known, err := v.SeenPolicies(k.Name)
 	if err != nil {
-		return reason.Reason{}, err
+		return part, err
 	}
 	plain, scoped, folded := groupSeen(k, known)
 	victims := append(evictions(plain, MaxPolicies, now, answered), evictions(scoped, MaxRouteBuckets, now, answered)...)
 	if len(victims) == 0 {
-		return reason.Reason{}, nil
+		return part, nil
 	}
 	first := len(folded) == 0
-	changed, err := evict(tx, k, victims, folded, now)
+	changed, err := evict(v, k, victims, folded, now)
 	if err != nil {
-		return reason.Reason{}, err
+		return part, err
 	}
+	part.seen = changed.seen
 	if first {
-		changed[ratelimit.Requests] = true // the first fold marks that the bound was reached
+		changed.units[ratelimit.Requests] = true // the first fold marks that the bound was reached
 	}
-	if err := putFolds(tx, k, folded, changed, now); err != nil {
-		return reason.Reason{}, err
-	}
+	part.seen = append(part.seen, putFolds(v, k, folded, changed.units, now)...)
 	if !first {
-		return reason.Reason{}, nil
+		return part, nil
 	}
 	msg := reason.Reason{Kind: reason.PolicyBound, Key: k.Name, Limit: MaxPolicies, Buckets: MaxRouteBuckets, Policy: EvictedPolicy}
-	return msg, tx.AddWarning(ledger.Warning{Key: k.Name, At: now, Kind: "policy-bound", Reason: msg})
+	return raise(part, k.Name, now, ledger.PolicyBoundWarning, msg), nil
 }
 
 // groupSeen sorts what the state keeps of k into plain policies, the
@@ -284,51 +285,54 @@ func groupSeen(k *keystore.Key, known []ledger.SeenPolicy) (plain, scoped []ledg
 	return plain, scoped, folded
 }
 
-// evict deletes each of victims from tx, folding it first into folded's
-// policy of its unit, and returns the units whose fold changed.
-func evict(tx ledger.Tx, k *keystore.Key, victims []ledger.SeenPolicy, folded map[ratelimit.Unit]ledger.SeenPolicy, now time.Time) (map[ratelimit.Unit]bool, error) {
-	changed := map[ratelimit.Unit]bool{}
-	for _, v := range victims {
-		unit := foldUnit(v.Unit)
-		f, err := fold(folded[unit], v, now, counter(tx, k.Name, unit))
-		if err != nil {
-			return nil, err
-		}
-		folded[unit], changed[unit] = f, true
-		if err := tx.DeleteSeenPolicy(k.Name, v.Policy, v.Unit, v.Partition); err != nil {
-			return nil, err
-		}
-	}
-	return changed, nil
+// An eviction is what evict decided: the policies to delete, and the
+// units whose fold changed.
+type eviction struct {
+	seen  []seenChange
+	units map[ratelimit.Unit]bool
 }
 
-// putFolds writes the folds of the changed units to tx, each replacing
-// the one before whole (what that held is in its new values); a unit
-// without one gets an empty fold, at now.
-func putFolds(tx ledger.Tx, k *keystore.Key, folded map[ratelimit.Unit]ledger.SeenPolicy, changed map[ratelimit.Unit]bool, now time.Time) error {
+// evict deletes each of victims, folding it first into folded's policy of
+// its unit (folded is updated), and returns the deletions and the units
+// whose fold changed.
+func evict(v outcomeView, k *keystore.Key, victims []ledger.SeenPolicy, folded map[ratelimit.Unit]ledger.SeenPolicy, now time.Time) (eviction, error) {
+	e := eviction{units: map[ratelimit.Unit]bool{}}
+	for _, vic := range victims {
+		unit := foldUnit(vic.Unit)
+		f, err := fold(folded[unit], vic, now, counter(v, k.Name, unit))
+		if err != nil {
+			return e, err
+		}
+		folded[unit], e.units[unit] = f, true
+		e.seen = append(e.seen, deleteSeen(vic))
+	}
+	return e, nil
+}
+
+// putFolds returns the writes of the folds of the changed units, each
+// replacing the one before whole (what that held is in its new values); a
+// unit without one gets an empty fold, at now.
+func putFolds(v outcomeView, k *keystore.Key, folded map[ratelimit.Unit]ledger.SeenPolicy, changed map[ratelimit.Unit]bool, now time.Time) []seenChange {
+	var out []seenChange
 	for unit := range changed {
 		f, had := folded[unit]
 		if !had {
-			f, _ = fold(ledger.SeenPolicy{}, ledger.SeenPolicy{Key: k.Name, Observation: ratelimit.Observation{Unit: unit}}, now, counter(tx, k.Name, unit))
+			f, _ = fold(ledger.SeenPolicy{}, ledger.SeenPolicy{Key: k.Name, Observation: ratelimit.Observation{Unit: unit}}, now, counter(v, k.Name, unit))
 		}
-		if err := tx.DeleteSeenPolicy(k.Name, EvictedPolicy, unit, ""); err != nil {
-			return err
-		}
-		if err := tx.PutSeenPolicy(f); err != nil {
-			return err
-		}
+		out = append(out, deleteSeen(ledger.SeenPolicy{Key: k.Name, Observation: ratelimit.Observation{Policy: EvictedPolicy, Unit: unit}}),
+			putSeen(f))
 	}
-	return nil
+	return out
 }
 
-// counter counts what tx's log holds of key's unit since a time: bytes
+// counter counts what v's log holds of key's unit since a time: bytes
 // for ContentBytes, calls for every other unit.
-func counter(tx ledger.Tx, key string, unit ratelimit.Unit) func(since time.Time) (int64, error) {
+func counter(v outcomeView, key string, unit ratelimit.Unit) func(since time.Time) (int64, error) {
 	if unit == ratelimit.ContentBytes {
-		return func(since time.Time) (int64, error) { return tx.Bytes(key, since) }
+		return func(since time.Time) (int64, error) { return v.Bytes(key, since) }
 	}
 	return func(since time.Time) (int64, error) {
-		n, err := tx.Count(key, since)
+		n, err := v.Count(key, since)
 		return int64(n), err
 	}
 }

@@ -94,9 +94,10 @@ func maxBefore(sends []time.Time, w time.Duration) int64 {
 	return most
 }
 
-// hiddenLimit records the limit a refusal revealed when nothing the
-// pacer knew explains it, and returns the warning to show (empty when the
-// refusal was explained). The limit is named by the problem's
+// hiddenLimit plans to record the limit a refusal revealed when nothing
+// the pacer knew explains it, with the warning to show (none when the
+// refusal was explained); it reads the policies seen (the answer's own
+// put), the log and the warnings in v. The limit is named by the problem's
 // violated-policies when it names a policy nobody announced, else
 // "hidden" (or "hidden-2"…, for a second limit of a different window).
 //
@@ -107,51 +108,61 @@ func maxBefore(sends []time.Time, w time.Duration) int64 {
 // since means the latest limit's window is longer than it seemed: it is
 // stretched to reach past the refusal (by Retry-After, or, without one,
 // to at least twice its length).
-func (p *Pacer) hiddenLimit(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now time.Time) (reason.Reason, error) {
+func (a *answer) hiddenLimit(v outcomeView, inFlightTimeout time.Duration) (outcomePlan, error) {
+	t, rd, now := a.t, a.rd, a.now
 	c := t.Call
 	key := c.Key.Name
-	known, err := tx.SeenPolicies(key)
+	var part outcomePlan
+	known, err := v.SeenPolicies(key)
 	if err != nil {
-		return reason.Reason{}, err
+		return part, err
 	}
 	hidden, latest, during := hiddenSoFar(known, t.AdmittedAt)
 	if during {
-		return reason.Reason{}, nil // discovered while this call was in flight
+		return part, nil // discovered while this call was in flight
 	}
 	name, explained := unannouncedName(rd, known, c.Key.Policies)
 	if explained {
-		return reason.Reason{}, nil // it names limits we know: our count of them was behind
+		return part, nil // it names limits we know: our count of them was behind
 	}
 	if name == "" {
 		// A call admitted as a known policy's window freed a slot can
 		// reach the upstream a moment before its own window frees it:
 		// that policy's timing explains the refusal, which reveals no
 		// new limit. Its Retry-After (or backoff) gate is all it sets.
-		edge, err := windowEdge(tx, t, rd, now, known, p.inFlightTimeout())
+		edge, err := windowEdge(v, t, rd, now, known, inFlightTimeout)
 		if err != nil || !edge.IsZero() {
-			return edge, err
+			return raise(part, key, now, ledger.WindowEdgeWarning, edge), err
 		}
 	}
-	sends, err := acceptedSends(tx, t, latest, now)
+	sends, err := acceptedSends(v, t, latest, now)
 	if err != nil {
-		return reason.Reason{}, err
+		return part, err
 	}
 	inf := inferHidden(name, hidden, latest, sends, rd, now)
 	if inf.renew {
 		// No quota to stretch: the latest discovery is renewed as it is.
-		return reason.Reason{}, tx.PutSeenPolicy(ledger.SeenPolicy{Key: key, ReceivedAt: now, BasisAt: latest.BasisAt, Hidden: true,
-			Route: latest.Route, Observation: latest.Observation})
+		part.seen = []seenChange{putSeen(ledger.SeenPolicy{Key: key, ReceivedAt: now, BasisAt: latest.BasisAt, Hidden: true,
+			Route: latest.Route, Observation: latest.Observation})}
+		return part, nil
 	}
 	// For a hidden limit (which has no r) BasisAt keeps the start of the
 	// window that revealed it.
-	k := ledger.SeenPolicy{Key: key, ReceivedAt: now, BasisAt: inf.lim.start, Hidden: true, Route: c.route(),
+	part.seen = []seenChange{putSeen(ledger.SeenPolicy{Key: key, ReceivedAt: now, BasisAt: inf.lim.start, Hidden: true, Route: c.route(),
 		Observation: ratelimit.Observation{Policy: inf.name, Unit: ratelimit.Requests, Quota: inf.lim.quota, HasQuota: inf.lim.quota > 0,
-			Window: inf.lim.window, Shape: ratelimit.ShapeInferred}}
-	if err := tx.PutSeenPolicy(k); err != nil {
-		return reason.Reason{}, err
+			Window: inf.lim.window, Shape: ratelimit.ShapeInferred}})}
+	return raise(part, key, now, ledger.HiddenLimitWarning, inf.warning(key)), nil
+}
+
+// raise adds to part the warning why of kind about key at now: recorded,
+// and told to the caller.
+func raise(part outcomePlan, key string, now time.Time, kind ledger.WarningKind, why reason.Reason) outcomePlan {
+	if why.IsZero() {
+		return part
 	}
-	msg := inf.warning(key)
-	return msg, tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "hidden-limit", Reason: msg})
+	part.warnings = append(part.warnings, ledger.Warning{Key: key, At: now, Kind: kind, Reason: why})
+	part.res.Warnings = append(part.res.Warnings, why)
+	return part
 }
 
 // hiddenSoFar returns the hidden limits among known and the latest
@@ -199,12 +210,12 @@ func unannouncedName(rd *ratelimit.Reading, known []ledger.SeenPolicy, policies 
 // before t was admitted, oldest first. Sends before the latest discovery
 // belong to windows its Retry-After waited out: a later refusal is
 // inferred from the sends since.
-func acceptedSends(tx ledger.Tx, t Ticket, latest *ledger.SeenPolicy, now time.Time) ([]time.Time, error) {
+func acceptedSends(v outcomeView, t Ticket, latest *ledger.SeenPolicy, now time.Time) ([]time.Time, error) {
 	since := now.Add(-MaxHiddenWindow)
 	if latest != nil {
 		since = maxTime(since, latest.ReceivedAt)
 	}
-	log, err := tx.Sends(t.Call.Key.Name, since, maxInferSends)
+	log, err := v.Sends(t.Call.Key.Name, since, maxInferSends)
 	if err != nil {
 		return nil, err
 	}
@@ -302,7 +313,7 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 // windowEdge returns the warning for a refusal of t that a known policy's
-// window explains, or "" when none does: the key's documented policies
+// window explains, or the zero Reason when none does: the key's documented policies
 // and those the upstream announced with q and w. A policy explains it
 // when its whole quota of other sends (by every caller, not refused) can
 // still have been in its window when t reached the upstream: each was
@@ -315,13 +326,13 @@ func maxTime(a, b time.Time) time.Time {
 // the rounding of Retry-After up to the second). A second such refusal
 // within two of the policy's windows is no race at a window's edge: then
 // nothing explains it.
-func windowEdge(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now time.Time, known []ledger.SeenPolicy, inFlightTimeout time.Duration) (reason.Reason, error) {
+func windowEdge(v outcomeView, t Ticket, rd *ratelimit.Reading, now time.Time, known []ledger.SeenPolicy, inFlightTimeout time.Duration) (reason.Reason, error) {
 	c := t.Call
 	for _, p := range policyWindows(c.Key, known) {
 		if p.hidden || p.q <= 0 {
 			continue // an inferred limit's timing explains nothing; q = 0 has no slot to take
 		}
-		warned, err := tx.Warned(c.Key.Name, windowEdgeKind, now.Add(-2*p.w))
+		warned, err := v.Warned(c.Key.Name, ledger.WindowEdgeWarning, now.Add(-2*p.w))
 		if err != nil {
 			return reason.Reason{}, err
 		}
@@ -329,7 +340,7 @@ func windowEdge(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now time.Time, kn
 			continue
 		}
 		// A send admitted a lease before the window is answered or given up.
-		sends, err := tx.Sends(c.Key.Name, t.AdmittedAt.Add(-p.w-inFlightTimeout), maxInferSends)
+		sends, err := v.Sends(c.Key.Name, t.AdmittedAt.Add(-p.w-inFlightTimeout), maxInferSends)
 		if err != nil {
 			return reason.Reason{}, err
 		}
@@ -358,12 +369,7 @@ func windowEdge(tx ledger.Tx, t Ticket, rd *ratelimit.Reading, now time.Time, kn
 		if rd.HasRetryAfter && now.Add(rd.RetryAfter).After(oldest.Add(p.w+time.Second)) {
 			continue
 		}
-		msg := reason.Reason{Kind: reason.WindowEdge, Key: c.Key.Name, Policy: p.name, Limit: p.q, Window: p.w}
-		return msg, tx.AddWarning(ledger.Warning{Key: c.Key.Name, At: now, Kind: windowEdgeKind, Reason: msg})
+		return reason.Reason{Kind: reason.WindowEdge, Key: c.Key.Name, Policy: p.name, Limit: p.q, Window: p.w}, nil
 	}
 	return reason.Reason{}, nil
 }
-
-// windowEdgeKind is the kind of warning a refusal at a window's edge
-// raises.
-const windowEdgeKind = "window-edge"

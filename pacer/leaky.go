@@ -75,7 +75,7 @@ func (s snapshot) leaky(k ledger.SeenPolicy, b Budget, end time.Time) (Budget, c
 // raises the rate); it is averaged with the rate known so far, so that
 // one noisy pair of answers moves the pace only halfway. Without an
 // estimate, the rate known so far stays.
-func learnLeak(tx ledger.Tx, key string, ob ratelimit.Observation, receivedAt, basis time.Time, status int,
+func learnLeak(v outcomeView, key string, ob ratelimit.Observation, receivedAt, basis time.Time, status int,
 	prev *ledger.SeenPolicy) (ratelimit.Observation, error) {
 	if prev == nil || !isLeaky(*prev) || !ob.HasQuota || ob.Quota != prev.Quota || !ob.HasRemaining {
 		return ob, nil
@@ -83,11 +83,11 @@ func learnLeak(tx ledger.Tx, key string, ob ratelimit.Observation, receivedAt, b
 	rate := leakRate(*prev)
 	span := receivedAt.Sub(prev.ReceivedAt)
 	if status < http.StatusBadRequest && span >= minLeakSpan && prev.BasisAt.Before(basis) {
-		since, err := tx.Count(key, prev.BasisAt)
+		since, err := v.Count(key, prev.BasisAt)
 		if err != nil {
 			return ob, err
 		}
-		after, err := tx.Count(key, basis)
+		after, err := v.Count(key, basis)
 		if err != nil {
 			return ob, err
 		}

@@ -134,8 +134,10 @@ func (p *Pacer) takeLearned(keys []string) []*learned {
 	return taken
 }
 
-// writeLearned writes l in tx. It changes nothing in memory, so that a
-// transaction run again writes the same.
+// writeLearned writes l in tx: the latest observations, then, when one
+// was new and the key's policies are at a bound, the evictions (see
+// bound), then the key's pacing state. It changes nothing in memory, so
+// that a transaction run again writes the same.
 func writeLearned(tx ledger.Tx, l *learned) error {
 	key := l.key.Name
 	ks, err := tx.KeyState(key)
@@ -146,7 +148,34 @@ func writeLearned(tx ledger.Tx, l *learned) error {
 	if err != nil {
 		return err
 	}
-	grew := false
+	part, grew, err := l.observe(tx, known, ks)
+	if err == nil {
+		err = apply(tx, part)
+	}
+	if err != nil {
+		return err
+	}
+	if l.timed {
+		noteLatency(&ks, l.latency, l.answeredAt, latencyPeriod(l.key, known))
+	}
+	ks.LastResponseAt = maxTime(ks.LastResponseAt, l.answeredAt)
+	if grew && full(l.key, known) {
+		part, err := bound(tx, l.key, l.answeredAt, ks.LastResponseAt)
+		if err == nil {
+			err = apply(tx, part)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return apply(tx, outcomePlan{keyState: &ks})
+}
+
+// observe plans to put each observation of l that is later than the one
+// known of its policy, its window's end tightened by what v's log proves
+// (see tightenReset), ks being the key's pacing state; grew says one was
+// of a policy not known.
+func (l *learned) observe(v outcomeView, known []ledger.SeenPolicy, ks ledger.KeyState) (part outcomePlan, grew bool, err error) {
 	for _, w := range l.observations {
 		var prev *ledger.SeenPolicy
 		for i, k := range known {
@@ -158,25 +187,14 @@ func writeLearned(tx ledger.Tx, l *learned) error {
 			continue // a later answer spoke already
 		}
 		grew = grew || prev == nil
-		ob, err := tightenReset(tx, l.key, w.ob, w.receivedAt, w.admitted, w.basis, prev, ks)
+		ob, err := tightenReset(v, l.key, w.ob, w.receivedAt, w.admitted, w.basis, prev, ks)
 		if err != nil {
-			return err
+			return part, grew, err
 		}
-		if err := tx.PutSeenPolicy(ledger.SeenPolicy{Key: key, Observation: ob, ReceivedAt: w.receivedAt, BasisAt: w.basis,
-			Route: w.route}); err != nil {
-			return err
-		}
+		part.seen = append(part.seen, putSeen(ledger.SeenPolicy{Key: l.key.Name, Observation: ob, ReceivedAt: w.receivedAt,
+			BasisAt: w.basis, Route: w.route}))
 	}
-	if l.timed {
-		noteLatency(&ks, l.latency, l.answeredAt, latencyPeriod(l.key, known))
-	}
-	ks.LastResponseAt = maxTime(ks.LastResponseAt, l.answeredAt)
-	if grew && full(l.key, known) {
-		if _, err := bound(tx, l.key, l.answeredAt, ks.LastResponseAt); err != nil {
-			return err
-		}
-	}
-	return tx.PutKeyState(ks)
+	return part, grew, nil
 }
 
 // relearn keeps again what a transaction that did not commit took to

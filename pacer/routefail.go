@@ -78,24 +78,29 @@ func routeFailure(ps ledger.PathState, now time.Time, r float64) (ledger.PathSta
 	return ps, backoff(ps.Failures, r), false
 }
 
-// failRoute records the failure of t's route at now, when o (read as rd)
-// is evidence about that route alone, and returns whether it stays the
-// route's (else it is the key's: its failures spread), with the wait it
-// sets and the warning it raises.
-func (p *Pacer) failRoute(tx ledger.Tx, t Ticket, o Outcome, rd *ratelimit.Reading, now time.Time) (bool, time.Duration, reason.Reason, error) {
+// failRoute plans the failure of t's route at now, when o is evidence
+// about that route alone, and says whether it stays the route's (else it
+// is the key's: its failures spread). The part it returns forgets old
+// route failures, records the route's, gates the route (backoff, or its
+// circuit with a warning) and sets the wait; rand gives the backoff's
+// jitter.
+func failRoute(v outcomeView, t Ticket, o Outcome, now time.Time, rand func() float64) (outcomePlan, bool, error) {
 	c := t.Call
 	key, route := c.Key.Name, c.route()
 	scope := routePartition(route)
-	if err := tx.ForgetPaths(key, now.Add(-pathMemory)); err != nil {
-		return false, 0, reason.Reason{}, err
-	}
-	failing, err := tx.FailingPaths(key, now.Add(-PathWindow))
+	// Failures older than pathMemory are forgotten, whatever this one is.
+	forget := now.Add(-pathMemory)
+	part := outcomePlan{forget: &pathsBefore{key: key, before: forget}}
+	failing, err := v.FailingPaths(key, now.Add(-PathWindow))
 	if err != nil {
-		return false, 0, reason.Reason{}, err
+		return outcomePlan{}, false, err
 	}
-	ps, err := tx.PathState(key, scope)
+	ps, err := v.PathState(key, scope)
 	if err != nil {
-		return false, 0, reason.Reason{}, err
+		return outcomePlan{}, false, err
+	}
+	if forgottenBy(ps.LastAt, forget) {
+		ps = ledger.PathState{Key: key, Scope: scope} // forgotten by this plan
 	}
 	if ps.LastAt.IsZero() || now.Sub(ps.LastAt) > PathWindow {
 		failing++ // this route is one more
@@ -103,22 +108,26 @@ func (p *Pacer) failRoute(tx ledger.Tx, t Ticket, o Outcome, rd *ratelimit.Readi
 	if widens(failing) {
 		// The key's failure: it is not kept per route, so that the routes
 		// kept stay a few, whatever fails.
-		return false, 0, reason.Reason{}, nil
+		return part, false, nil
 	}
-	ps, wait, opened := routeFailure(ps, now, p.rand())
-	if err := tx.PutPathState(ps); err != nil {
-		return false, 0, reason.Reason{}, err
-	}
+	ps, wait, opened := routeFailure(ps, now, rand())
 	g := ledger.Gate{Key: key, Scope: scope, Until: now.Add(wait), Source: ledger.BackoffGate, SetAt: now,
 		Reason: reason.Reason{Kind: reason.RouteBackOff, Status: o.Status, Route: route, Failures: int64(ps.Failures), Window: PathWindow}}
-	var msg reason.Reason
+	part.path, part.res.RetryIn = &ps, wait
 	if opened {
 		g.Source = ledger.CircuitGate
 		g.Reason = reason.Reason{Kind: reason.RouteCircuit, Route: route, Key: key, For: wait}
-		msg = g.Reason
-		if err := tx.AddWarning(ledger.Warning{Key: key, At: now, Kind: "circuit-open", Reason: msg}); err != nil {
-			return false, 0, reason.Reason{}, err
-		}
+		part = raise(part, key, now, ledger.CircuitOpenWarning, g.Reason)
 	}
-	return true, wait, msg, tx.PutGate(g)
+	part.gates = []ledger.Gate{g}
+	return part, true, nil
+}
+
+// forgottenBy says whether ForgetPaths(key, before) forgets a route whose
+// latest failure was at last, so that a plan weighs the route as the
+// store will have left it. It is the store's rule, copied: see
+// ledger.Tx.ForgetPaths (a latest failure before before) and the
+// stores, which keep times to the microsecond (state's micros).
+func forgottenBy(last, before time.Time) bool {
+	return last.Before(before.Truncate(time.Microsecond))
 }

@@ -27,8 +27,9 @@ import (
 //     margin): a sliding window then, a fixed one no later.
 //
 // Neither ever ends an observation later than its own t says. admitted
-// and basis are when the observing request was admitted and sent.
-func tightenReset(tx ledger.Tx, k *keystore.Key, ob ratelimit.Observation, receivedAt, admitted, basis time.Time,
+// and basis are when the observing request was admitted and sent; v's
+// log holds the sends.
+func tightenReset(v outcomeView, k *keystore.Key, ob ratelimit.Observation, receivedAt, admitted, basis time.Time,
 	prev *ledger.SeenPolicy, ks ledger.KeyState) (ratelimit.Observation, error) {
 	if !ob.HasRemaining || !ob.HasReset || ob.Unit != ratelimit.Requests || ob.Shape == ratelimit.ShapeLeaky {
 		return ob, nil // a leaky bucket's t is a leak, not a window's end
@@ -38,11 +39,11 @@ func tightenReset(tx ledger.Tx, k *keystore.Key, ob ratelimit.Observation, recei
 	sendsSince := func(since time.Time) (int, error) {
 		var err error
 		if later < 0 {
-			if later, err = tx.Count(k.Name, basis); err != nil {
+			if later, err = v.Count(k.Name, basis); err != nil {
 				return 0, err
 			}
 		}
-		n, err := tx.Count(k.Name, since)
+		n, err := v.Count(k.Name, since)
 		return n - later, err
 	}
 	// (r falls by at least this request: one that did not fall, or a
@@ -65,7 +66,7 @@ func tightenReset(tx ledger.Tx, k *keystore.Key, ob ratelimit.Observation, recei
 			return ob, err
 		}
 		if n > 0 && ob.Remaining == q-int64(n) {
-			oldest, err := tx.Nth(k.Name, since, 1)
+			oldest, err := v.Nth(k.Name, since, 1)
 			if err != nil {
 				return ob, err
 			}

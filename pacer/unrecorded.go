@@ -127,7 +127,7 @@ func (p *Pacer) recordUnrecorded(tx ledger.Tx, us []unrecordedOutcome) error {
 		if !open {
 			continue // an earlier try committed after all, or a retry of Done
 		}
-		if _, _, err := p.record(tx, u.t, u.o); err != nil {
+		if _, err := p.record(tx, u.t, u.o); err != nil {
 			return err
 		}
 	}
@@ -141,13 +141,13 @@ func stillOpen(tx ledger.Tx, t Ticket) (bool, error) {
 }
 
 // recordOnce is record, unless retried (an earlier Done of t failed) and
-// t's outcome is in tx already: then it records nothing, and returns
+// t's outcome is in tx already: then its plan records nothing, and holds
 // what the outcome says with the key's state as it is.
-func (p *Pacer) recordOnce(tx ledger.Tx, t Ticket, o Outcome, retried bool) (Result, ledger.KeyState, error) {
+func (p *Pacer) recordOnce(tx ledger.Tx, t Ticket, o Outcome, retried bool) (outcomePlan, error) {
 	if retried {
 		open, err := stillOpen(tx, t)
 		if err != nil {
-			return Result{}, ledger.KeyState{}, err
+			return outcomePlan{}, err
 		}
 		if !open {
 			rd := o.Reading
@@ -155,7 +155,7 @@ func (p *Pacer) recordOnce(tx ledger.Tx, t Ticket, o Outcome, retried bool) (Res
 				rd = &ratelimit.Reading{}
 			}
 			ks, err := tx.KeyState(t.Call.Key.Name)
-			return Result{State: classify(o, rd)}, ks, err
+			return outcomePlan{res: Result{State: classify(o, rd)}, keyState: &ks}, err
 		}
 	}
 	return p.record(tx, t, o)

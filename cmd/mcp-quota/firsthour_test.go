@@ -171,6 +171,11 @@ func TestExplicitConfigMustExist(t *testing.T) {
 func TestStateURLRefused(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir)
+	configs := t.TempDir()
+	withPassword := filepath.Join(configs, "config.toml")
+	if err := os.WriteFile(withPassword, []byte("# the shared state\nstate = \"postgres://mcp:hunter2@db.example/quota\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range []struct {
 		name   string
 		args   []string
@@ -186,6 +191,8 @@ func TestStateURLRefused(t *testing.T) {
 			"--state", "carries a password"},
 		{"keyword/value in the variable", []string{"status"}, map[string]string{"MCP_QUOTA_STATE": "dbname=mq password='hunter2 x'"},
 			"MCP_QUOTA_STATE", "PGPASSWORD"},
+		{"config file", []string{"status", "--config", withPassword}, nil, withPassword + ":2: state", "carries a password"},
+		{"config file, served", []string{"serve", "--config", withPassword}, nil, withPassword + ":2: state", "PGPASSWORD"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			env := map[string]string{"XDG_STATE_HOME": dir}

@@ -143,6 +143,16 @@ func (e environment) logger(c common) (*slog.Logger, error) {
 	return slog.New(keystore.NewScrubHandler(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))), nil
 }
 
+// stateInConfig is the configuration's check of its state location: a
+// config file is no place for a password, and the state knows where a
+// location holds one.
+func stateInConfig(location string) error {
+	if state.HasPassword(location) {
+		return state.ErrPassword
+	}
+	return nil
+}
+
 // configPath and statePath resolve the defaults.
 func (e environment) configPath(c common) string {
 	if c.config != "" {
@@ -247,7 +257,7 @@ const (
 // file named by --config or MCP_QUOTA_CONFIG must exist.
 func (e environment) loadKeys(c common, log *slog.Logger, use keysUse) (*keystore.Store, error) {
 	path := e.configPath(c)
-	s, err := keystore.Load(path, keystore.Env{Getenv: e.getenv, NoCallerTokens: use != keysToServe})
+	s, err := keystore.Load(path, keystore.Env{Getenv: e.getenv, NoCallerTokens: use != keysToServe, CheckState: stateInConfig})
 	if errors.Is(err, fs.ErrNotExist) {
 		if c.config != "" {
 			source := "--config"

@@ -59,7 +59,8 @@ type stackConfig struct {
 	// Secret is the key's credential (UPSTREAM_SECRET); "" means
 	// upstreamSecret.
 	Secret string
-	// StateDir holds the state file; "" means a new temporary directory.
+	// StateDir holds the state file, new and migrated by the stack; ""
+	// means a copy of a migrated one (testkit.StateFile).
 	StateDir string
 	// AnswerTimeout bounds each fetch's answer (tools.Deps.AnswerTimeout).
 	AnswerTimeout time.Duration
@@ -189,11 +190,11 @@ func openState(t testing.TB, s *stack, sc stackConfig) (state.Store, clock.Clock
 		}
 		return pg, sc.Clock
 	}
-	dir := sc.StateDir
-	if dir == "" {
-		dir = t.TempDir()
+	if sc.StateDir != "" {
+		s.DBPath = filepath.Join(sc.StateDir, "state.db")
+	} else {
+		s.DBPath = testkit.StateFile(t, state.Open)
 	}
-	s.DBPath = filepath.Join(dir, "state.db")
 	db, err := state.Open(context.Background(), s.DBPath)
 	if err != nil {
 		t.Fatal(err)

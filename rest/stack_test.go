@@ -229,6 +229,44 @@ func (s *stack) do(t testing.TB, method, path, token string, body io.Reader, hdr
 	return resp, b
 }
 
+// doOnClock sends a request as do does, while moving clk (the stack's
+// clock) to the end of every wait of up to pacer.BackoffCap the call sets
+// on it (a key held back after a refusal, a retry's backoff): a call
+// that waits for the pacer answers without waiting in real time.
+func (s *stack) doOnClock(t testing.TB, clk *testkit.Clock, method, path, token string, body io.Reader) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, s.URL+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	answered, done := context.WithCancel(context.Background())
+	var resp *http.Response
+	go func() {
+		defer done()
+		if resp, err = http.DefaultClient.Do(req); err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	// WaitTimer fails once the answer is in, and only then. The clock
+	// moves to each wait's end, no further: a call gives up a retry
+	// whose wait would pass what its caller waits.
+	for {
+		d, err := clk.WaitTimer(answered, 0, pacer.BackoffCap)
+		if err != nil {
+			break
+		}
+		clk.Advance(d)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
 // upstreamRequests is how many requests the demo upstream got with the
 // key's credential.
 func (s *stack) upstreamRequests() int {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -59,7 +58,7 @@ func BenchmarkOpenPage(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	db, err := state.Open(ctx, filepath.Join(b.TempDir(), "state.db"))
+	db, err := state.Open(ctx, testkit.StateFile(b, state.Open))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -3,13 +3,13 @@ package dashboard
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
@@ -70,7 +70,7 @@ func TestLeftPerStep(t *testing.T) {
 // any leaves (and how many leave by then), and the second the last one
 // does — after w and the pacer's longest margin, never before.
 func TestFrees(t *testing.T) {
-	db, err := state.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
+	db, err := state.Open(context.Background(), testkit.StateFile(t, state.Open))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -61,7 +60,7 @@ func newFleet(t *testing.T) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fleet{t: t, keys: keys, path: filepath.Join(t.TempDir(), "state.db"), clock: testkit.NewClock(time.Now())}
+	return &fleet{t: t, keys: keys, path: testkit.StateFile(t, state.Open), clock: testkit.NewClock(time.Now())}
 }
 
 // host starts one more host whose sessions are signed with secret ("":

@@ -3,7 +3,6 @@ package metrics_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -48,7 +47,7 @@ func TestSeriesBoundedWithManyKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := state.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
+	db, err := state.Open(context.Background(), testkit.StateFile(t, state.Open))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +30,7 @@ func newMetrics(t *testing.T) (*metrics.Metrics, *state.DB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := state.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
+	db, err := state.Open(context.Background(), testkit.StateFile(t, state.Open))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +152,7 @@ func TestBudgetAgesOnThePacersClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := testkit.NewClock(time.Now().AddDate(1, 0, 0).Truncate(time.Second))
-	db, err := state.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"), state.WithClock(clk))
+	db, err := state.Open(context.Background(), testkit.StateFile(t, state.Open), state.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}

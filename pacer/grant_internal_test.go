@@ -3,7 +3,6 @@ package pacer
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -20,7 +19,7 @@ import (
 // grant).
 func TestGrantChangesMemoryOnlyAfterCommit(t *testing.T) {
 	ctx := context.Background()
-	db, err := state.Open(ctx, filepath.Join(t.TempDir(), "state.db"))
+	db, err := state.Open(ctx, testkit.StateFile(t, state.Open))
 	if err != nil {
 		t.Fatal(err)
 	}

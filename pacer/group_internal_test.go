@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
@@ -100,7 +99,7 @@ func admitLeading(ctx context.Context, p *Pacer, store *gatedStore, c Call) (wai
 // throwaway PostgreSQL server.
 func onBothStores(t *testing.T, test func(*testing.T, ledger.Store)) {
 	t.Run("store=sqlite", func(t *testing.T) {
-		db, err := state.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
+		db, err := state.Open(context.Background(), testkit.StateFile(t, state.Open))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -341,7 +340,7 @@ func testAdmitTogetherLostCommit(t *testing.T, db ledger.Store) {
 // key leads a transaction of its own.
 func TestAdmitTogetherQueuedLeave(t *testing.T) {
 	ctx := context.Background()
-	db, err := state.Open(ctx, filepath.Join(t.TempDir(), "state.db"))
+	db, err := state.Open(ctx, testkit.StateFile(t, state.Open))
 	if err != nil {
 		t.Fatal(err)
 	}

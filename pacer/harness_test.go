@@ -58,7 +58,7 @@ func newBubbleEnv(t *testing.T) *env {
 
 func newEnvOn(t *testing.T, clk testClock, on clock.Clock) *env {
 	t.Helper()
-	e := &env{t: t, path: freshState(t), clk: clk, on: on}
+	e := &env{t: t, path: testkit.StateFile(t, state.Open), clk: clk, on: on}
 	e.db, e.p = e.open()
 	// e.p runs every transaction twice, as a database that retries one
 	// does: no test of the pacer passes on a closure that keeps anything

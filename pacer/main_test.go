@@ -11,9 +11,7 @@ import (
 // run several processes on one state file (conformance.StartHelper).
 func TestMain(m *testing.M) {
 	conformance.RunHelper()
-	code := m.Run()
-	removeMigrated()
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // sqlite is the state as the helper processes open a SQLite file: the

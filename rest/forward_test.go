@@ -163,7 +163,8 @@ func TestBodyLimits(t *testing.T) {
 // TestStreamedBody checks that a body past the replayable limit streams
 // to the upstream as it arrives — the upstream has read its first part
 // before the caller has written the rest — and that such a call is never
-// retried, while a small body is.
+// retried, while a small body is. The waits the pacer sets after the
+// upstream's refusals (RetryFloor and jitter) pass on a test clock.
 func TestStreamedBody(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
@@ -188,7 +189,8 @@ func TestStreamedBody(t *testing.T) {
 			}
 		}
 	})
-	s := newStack(t, stackConfig{Upstream: up, Limits: rest.Limits{ReplayableBody: 1 << 10}})
+	clk := testkit.NewClock(time.Now())
+	s := newStack(t, stackConfig{Upstream: up, Limits: rest.Limits{ReplayableBody: 1 << 10}, Clock: clk})
 
 	t.Run("streams as it arrives", func(t *testing.T) {
 		pr, pw := io.Pipe()
@@ -221,7 +223,7 @@ func TestStreamedBody(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			calls.Store(0)
-			resp, _ := s.do(t, "PUT", "/k/demo/unavailable-once", syncToken, tt.body())
+			resp := s.doOnClock(t, clk, "PUT", "/k/demo/unavailable-once", syncToken, tt.body())
 			if resp.StatusCode != tt.wantStatus || calls.Load() != tt.wantCalls {
 				t.Errorf("status %d after %d upstream requests, want %d after %d", resp.StatusCode, calls.Load(), tt.wantStatus, tt.wantCalls)
 			}

@@ -59,7 +59,8 @@ type stackConfig struct {
 	// Secret is the key's credential (UPSTREAM_SECRET); "" means
 	// upstreamSecret.
 	Secret string
-	// StateDir holds the state file; "" means a new temporary directory.
+	// StateDir holds the state file, new and migrated by the stack; ""
+	// means a copy of a migrated one (testkit.StateFile).
 	StateDir string
 	// AnswerTimeout bounds each fetch's answer (tools.Deps.AnswerTimeout).
 	AnswerTimeout time.Duration
@@ -189,11 +190,11 @@ func openState(t testing.TB, s *stack, sc stackConfig) (state.Store, clock.Clock
 		}
 		return pg, sc.Clock
 	}
-	dir := sc.StateDir
-	if dir == "" {
-		dir = t.TempDir()
+	if sc.StateDir != "" {
+		s.DBPath = filepath.Join(sc.StateDir, "state.db")
+	} else {
+		s.DBPath = testkit.StateFile(t, state.Open)
 	}
-	s.DBPath = filepath.Join(dir, "state.db")
 	db, err := state.Open(context.Background(), s.DBPath)
 	if err != nil {
 		t.Fatal(err)
@@ -226,6 +227,44 @@ func (s *stack) do(t testing.TB, method, path, token string, body io.Reader, hdr
 		t.Fatal(err)
 	}
 	return resp, b
+}
+
+// doOnClock sends a request as do does, while moving clk (the stack's
+// clock) to the end of every wait of up to pacer.BackoffCap the call sets
+// on it (a key held back after a refusal, a retry's backoff): a call
+// that waits for the pacer answers without waiting in real time.
+func (s *stack) doOnClock(t testing.TB, clk *testkit.Clock, method, path, token string, body io.Reader) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, s.URL+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	answered, done := context.WithCancel(context.Background())
+	var resp *http.Response
+	go func() {
+		defer done()
+		if resp, err = http.DefaultClient.Do(req); err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	// WaitTimer fails once the answer is in, and only then. The clock
+	// moves to each wait's end, no further: a call gives up a retry
+	// whose wait would pass what its caller waits.
+	for {
+		d, err := clk.WaitTimer(answered, 0, pacer.BackoffCap)
+		if err != nil {
+			break
+		}
+		clk.Advance(d)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
 }
 
 // upstreamRequests is how many requests the demo upstream got with the

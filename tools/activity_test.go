@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -25,7 +24,7 @@ import (
 func TestReadActivityNotFound(t *testing.T) {
 	keys := parseKeys(t, testkit.Config{Keys: []testkit.Key{openKey("mine"), openKey("theirs")},
 		Callers: []testkit.Caller{{Name: "me", TokenEnv: "ME", Keys: []string{"mine"}}}})
-	db, err := state.Open(t.Context(), filepath.Join(t.TempDir(), "state.db"))
+	db, err := state.Open(t.Context(), testkit.StateFile(t, state.Open))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -69,7 +68,7 @@ func TestReadyWaits(t *testing.T) {
 				t.Fatalf("a call answered before the state was open: %s", got)
 			}
 		}
-		db, err := state.Open(t.Context(), filepath.Join(t.TempDir(), "state.db"))
+		db, err := state.Open(t.Context(), testkit.StateFile(t, state.Open))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -124,7 +123,7 @@ func TestFetchReadsNothingWhenNothingIsStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "state.db")
+	path := testkit.StateFile(t, state.Open)
 	a, b := newStoringProcess(t, keys, path), newStoringProcess(t, keys, path)
 
 	b.fetch(t, map[string]any{"path": "/first"}) // b reads the key's kept targets: none

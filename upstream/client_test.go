@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -78,7 +77,7 @@ func newKey(t *testing.T, auth string) *keystore.Key {
 
 func newClient(t *testing.T, f http.RoundTripper) (*Client, *state.DB) {
 	t.Helper()
-	db, err := state.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
+	db, err := state.Open(context.Background(), testkit.StateFile(t, state.Open))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -192,7 +191,7 @@ func guardKey(t *testing.T, base string) *keystore.Key {
 
 func guardDB(t *testing.T) *state.DB {
 	t.Helper()
-	db, err := state.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
+	db, err := state.Open(context.Background(), testkit.StateFile(t, state.Open))
 	if err != nil {
 		t.Fatal(err)
 	}

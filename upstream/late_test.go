@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -45,7 +44,7 @@ func (s *stalling) Update(ctx context.Context, fn func(ledger.Tx) error, keys ..
 // hold it back (the key allows one call per 4 s).
 func TestLateSendIsAdmittedAgainBeforeItGoes(t *testing.T) {
 	f := &fake{answer: func(int, *http.Request) *http.Response { return respond(http.StatusOK) }}
-	db, err := state.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
+	db, err := state.Open(context.Background(), testkit.StateFile(t, state.Open))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +114,7 @@ func TestOutcomeOfASentCallIsTriedAgain(t *testing.T) {
 			f := &fake{answer: func(int, *http.Request) *http.Response {
 				return respond(http.StatusOK, "RateLimit-Policy", `"p";q=10;w=60`, "RateLimit", `"p";r=9;t=60`)
 			}}
-			db, err := state.Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
+			db, err := state.Open(context.Background(), testkit.StateFile(t, state.Open))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -20,6 +20,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/internal/pgtest"
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // Tokens of the fair-shares test's two agents.
@@ -72,7 +73,7 @@ func TestFairSharesOneHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"DEMO_SECRET": upstreamSecret, "SYNC_TOKEN": syncToken, "ALICE_TOKEN": aliceToken, "BOB_TOKEN": bobToken}
-	base, _, stop := startServe(t, func(k string) string { return env[k] }, "--config", cfg, "--state", filepath.Join(dir, "state.db"))
+	base, _, stop := startServe(t, func(k string) string { return env[k] }, "--config", cfg, "--state", testkit.StateFile(t, state.Open))
 	defer stop()
 	fairShares(t, up, []string{base})
 }
@@ -444,7 +445,7 @@ func TestShareAdviceOverMCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"DEMO_SECRET": upstreamSecret, "SYNC_TOKEN": syncToken, "ALICE_TOKEN": aliceToken, "BOB_TOKEN": bobToken}
-	base, _, stop := startServe(t, func(k string) string { return env[k] }, "--config", cfg, "--state", filepath.Join(dir, "state.db"))
+	base, _, stop := startServe(t, func(k string) string { return env[k] }, "--config", cfg, "--state", testkit.StateFile(t, state.Open))
 	defer stop()
 	alice := httpSession(t, base, aliceToken, nil)
 	bob := httpSession(t, base, bobToken, nil)

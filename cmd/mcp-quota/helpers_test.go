@@ -21,6 +21,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
+	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // Secrets the end-to-end tests configure; no output may contain them.
@@ -125,11 +126,13 @@ func newSetup(t testing.TB, demo testkit.Key, others ...testkit.Key) *setup {
 
 // setupOf writes cfg, with the environment that holds the demo's
 // credential (DEMO_SECRET) and the callers' tokens (AGENT_TOKEN,
-// SYNC_TOKEN).
+// SYNC_TOKEN). Its state is a new migrated state file
+// (testkit.StateFile); a test whose subject is creating one sets
+// s.state to a path where there is none yet.
 func setupOf(t testing.TB, cfg testkit.Config) *setup {
 	t.Helper()
 	dir := t.TempDir()
-	s := &setup{dir: dir, config: filepath.Join(dir, "config.toml"), state: filepath.Join(dir, "state.db"),
+	s := &setup{dir: dir, config: filepath.Join(dir, "config.toml"), state: testkit.StateFile(t, state.Open),
 		env: []string{"DEMO_SECRET=" + upstreamSecret, "AGENT_TOKEN=" + agentToken, "SYNC_TOKEN=" + syncToken}}
 	s.write(t, cfg)
 	return s

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,7 @@ import (
 func TestStdioAnswersWhileStateOpens(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{})
 	s := newSetup(t, demoKey(url, 120, time.Minute))
+	s.state = filepath.Join(t.TempDir(), "state.db")
 	// An SQLite file with no schema yet, its write lock held here.
 	other, err := sql.Open("sqlite", s.state+"?_pragma=journal_mode(WAL)")
 	if err != nil {
@@ -79,6 +81,7 @@ func (w *answerWatch) Write(p []byte) (int, error) {
 func TestStdioOpensStateAfterAnswer(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{})
 	s := newSetup(t, demoKey(url, 120, time.Minute))
+	s.state = filepath.Join(t.TempDir(), "state.db") // none yet
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	out := &answerWatch{WriteCloser: outW, state: s.state, found: make(chan bool, 1)}

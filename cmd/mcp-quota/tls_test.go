@@ -24,6 +24,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
+	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // selfSigned returns a self-signed certificate for 127.0.0.1 and
@@ -292,7 +293,7 @@ func TestServeRefusesBadTLSAndStopFlags(t *testing.T) {
 		{[]string{"--shutdown-timeout", "0s"}, "--shutdown-timeout must be positive"},
 	} {
 		var out, errOut strings.Builder
-		args := append([]string{"serve", "--listen", "127.0.0.1:0", "--config", filepath.Join(dir, "config.toml"), "--state", filepath.Join(dir, "state.db")}, tt.args...)
+		args := append([]string{"serve", "--listen", "127.0.0.1:0", "--config", filepath.Join(dir, "config.toml"), "--state", testkit.StateFile(t, state.Open)}, tt.args...)
 		err := run(t.Context(), args, nil, &out, &errOut, func(string) string { return "" })
 		if err == nil || !strings.Contains(err.Error(), tt.says) {
 			t.Errorf("%v: %v; want an error saying %q", tt.args, err, tt.says)

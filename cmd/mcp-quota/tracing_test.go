@@ -24,6 +24,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
+	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // otlpReceiver is an OTLP/HTTP trace receiver: it keeps every request's
@@ -145,7 +146,7 @@ func TestTracesOverOTLP(t *testing.T) {
 	}
 	env := map[string]string{"BEAR_SECRET": bearerSecret, "Q_SECRET": querySecret, "AGENT_TOKEN": agentToken, "SYNC_TOKEN": syncToken,
 		"OTEL_EXPORTER_OTLP_ENDPOINT": collector.URL, "OTEL_SERVICE_NAME": "quota-under-test"}
-	base, logs, stop := startServe(t, func(k string) string { return env[k] }, "--config", config, "--state", filepath.Join(dir, "state.db"))
+	base, logs, stop := startServe(t, func(k string) string { return env[k] }, "--config", config, "--state", testkit.StateFile(t, state.Open))
 
 	const (
 		traceA = "0af7651916cd43dd8448eb211c80319c" // the MCP session's HTTP traceparent

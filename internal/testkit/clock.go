@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"time"
@@ -17,8 +18,9 @@ import (
 type Clock struct {
 	mu     sync.Mutex
 	now    time.Time
-	timers []*timer // pending, in no particular order
-	n      int      // timers made, to fire timers due together in the order they were made
+	timers []*timer      // pending, in no particular order
+	n      int           // timers made, to fire timers due together in the order they were made
+	made   chan struct{} // closed when the next timer is made; nil until WaitTimer needs it
 }
 
 // NewClock returns a Clock reading at.
@@ -92,12 +94,48 @@ func (c *Clock) TimersBeyond(d time.Duration) int {
 	return n
 }
 
+// WaitTimer waits until a timer due more than from and at most to from
+// the clock's time is pending, and returns how far from now the first of
+// them is due; or until ctx is done, and returns its error. A test that
+// must move the clock past a wait the code under test sets in a
+// goroutine of its own (a retry's backoff) waits for that timer, then
+// moves the clock that far.
+func (c *Clock) WaitTimer(ctx context.Context, from, to time.Duration) (time.Duration, error) {
+	for {
+		c.mu.Lock()
+		first, found := to, false
+		for _, t := range c.timers {
+			if d := t.at.Sub(c.now); d > from && d <= first {
+				first, found = d, true
+			}
+		}
+		if found {
+			c.mu.Unlock()
+			return first, nil
+		}
+		if c.made == nil {
+			c.made = make(chan struct{})
+		}
+		made := c.made
+		c.mu.Unlock()
+		select {
+		case <-made:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
 // add registers a timer due d from now, firing at once when d <= 0.
 func (c *Clock) add(d time.Duration, f func(time.Time)) *timer {
 	c.mu.Lock()
 	c.n++
 	t := &timer{c: c, at: c.now.Add(d), seq: c.n, f: f}
 	c.timers = append(c.timers, t)
+	if c.made != nil {
+		close(c.made)
+		c.made = nil
+	}
 	c.mu.Unlock()
 	if d <= 0 {
 		c.fire()

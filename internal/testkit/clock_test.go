@@ -94,3 +94,42 @@ func TestSleepOnClock(t *testing.T) {
 		t.Errorf("Sleep with an ended context: %v, want context.Canceled", err)
 	}
 }
+
+// WaitTimer returns once a timer due within its span is pending, not
+// for one outside it, with how far from now it is due; it returns the
+// context's error when the context ends.
+func TestWaitTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := NewClock(t0)
+		c.NewTimer(time.Hour) // outside the span waited for
+		done := make(chan error, 1)
+		due := make(chan time.Duration, 1)
+		go func() {
+			d, err := c.WaitTimer(context.Background(), time.Second, 2*time.Second)
+			due <- d
+			done <- err
+		}()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("WaitTimer returned %v with no timer in (1s, 2s]", err)
+		default:
+		}
+		c.NewTimer(time.Second) // at the span's open end: not in it
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("WaitTimer returned %v for a timer due in 1s, want one due in (1s, 2s]", err)
+		default:
+		}
+		c.NewTimer(1500 * time.Millisecond)
+		if d, err := <-due, <-done; d != 1500*time.Millisecond || err != nil {
+			t.Errorf("WaitTimer: %s, %v; want 1.5s, nil", d, err)
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := NewClock(t0).WaitTimer(ctx, 0, time.Hour); err != context.Canceled {
+		t.Errorf("WaitTimer with an ended context and no timer: %v, want context.Canceled", err)
+	}
+}

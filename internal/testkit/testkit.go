@@ -2,8 +2,9 @@
 // clock, the ledger.Store wrappers that hold a transaction function to
 // ledger.Store.Update's contract (it may run twice; a commit may fail
 // after it returned), one harness for helper processes (the test
-// binary started again to do a job in a process of its own), and a
-// builder of configuration files' keys and callers (Config).
+// binary started again to do a job in a process of its own), a
+// builder of configuration files' keys and callers (Config), and new
+// SQLite state files migrated once per test binary (StateFile).
 //
 // It imports nothing of mcp-quota but pacer/ledger, so that any test,
 // including a package's internal tests, can use it.

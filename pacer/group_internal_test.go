@@ -586,7 +586,7 @@ func (s *heldKeysStore) Update(ctx context.Context, fn func(ledger.Tx) error, ke
 // they are deleted from the log's end.
 func TestCloseHoldsLeaseKeys(t *testing.T) {
 	ctx := context.Background()
-	db, err := state.Open(ctx, filepath.Join(t.TempDir(), "state.db"))
+	db, err := state.Open(ctx, testkit.StateFile(t, state.Open))
 	if err != nil {
 		t.Fatal(err)
 	}

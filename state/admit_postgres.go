@@ -34,8 +34,9 @@ import (
 
 // pgHoldReading locks key's row ($1) and reads the server's clock once
 // the row is locked (see qHoldKey), keeping the clock, in microseconds,
-// for the pipeline's later statements.
-const pgHoldReading = `SELECT c, set_config('mcp_quota.now', (extract(epoch FROM c) * 1000000)::bigint::text, true)
+// for the pipeline's later statements; and the statement's start, before
+// any wait for the lock (see clockOffset).
+const pgHoldReading = `SELECT c, set_config('mcp_quota.now', (extract(epoch FROM c) * 1000000)::bigint::text, true), statement_timestamp()
 	FROM (SELECT clock_timestamp() AS c FROM (SELECT key FROM keys WHERE key = $1 FOR UPDATE) AS held) AS t`
 
 // pgNow is the transaction's clock that pgHoldReading kept, in
@@ -106,10 +107,11 @@ func (p *pgTx) holdReading(tx *Tx, key string) error {
 		ended = []int64{}
 	}
 	before := p.db.local()
-	r, server, found, err := p.pipeline(tx, key, ended)
+	r, started, server, found, err := p.pipeline(tx, key, ended)
 	if err == nil && !found { // a key seen for the first time: add its row
 		if _, err = p.exec(tx.ctx, qAddKey, key); err == nil {
-			r, server, found, err = p.pipeline(tx, key, ended)
+			before = p.db.local() // the reading's round trip alone
+			r, started, server, found, err = p.pipeline(tx, key, ended)
 		}
 		if err == nil && !found {
 			err = sql.ErrNoRows
@@ -118,15 +120,17 @@ func (p *pgTx) holdReading(tx *Tx, key string) error {
 	if err != nil {
 		return fmt.Errorf("state: hold key %s: %w", key, err)
 	}
-	p.noteHeld(key, before, server)
+	p.noteHeld(key, before, started, server)
 	p.keepKeyState(r.ks, false)
 	p.read = r
 	return nil
 }
 
 // pipeline sends the lock of key's row and the reads, and reads their
-// answers; found is false when the key has no row.
-func (p *pgTx) pipeline(tx *Tx, key string, ended []int64) (r *pgRead, server time.Time, found bool, err error) {
+// answers (started and server: the lock's statement began, and the row
+// was locked, on the server's clock); found is false when the key has no
+// row.
+func (p *pgTx) pipeline(tx *Tx, key string, ended []int64) (r *pgRead, started, server time.Time, found bool, err error) {
 	r = &pgRead{key: key, ended: ended, hasSeenPolicies: true, hasGates: true, hasFlight: true, hasLastSend: true}
 	err = p.onConn(func(c *pgx.Conn) error {
 		b := p.batch() // BEGIN, when it has not gone
@@ -143,7 +147,7 @@ func (p *pgTx) pipeline(tx *Tx, key string, ended []int64) (r *pgRead, server ti
 			return err
 		}
 		var setting string
-		if err := br.QueryRow().Scan(&server, &setting); errors.Is(err, pgx.ErrNoRows) {
+		if err := br.QueryRow().Scan(&server, &setting, &started); errors.Is(err, pgx.ErrNoRows) {
 			return nil // the reads ran on a row not locked: not kept
 		} else if err != nil {
 			return err
@@ -175,7 +179,7 @@ func (p *pgTx) pipeline(tx *Tx, key string, ended []int64) (r *pgRead, server ti
 		}
 		return br.Close()
 	})
-	return r, server, found, err
+	return r, started, server, found, err
 }
 
 // scanKeyState reads the key's pacing state, as KeyState would.

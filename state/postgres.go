@@ -268,7 +268,7 @@ func (pg *Postgres) connect(ctx context.Context) error {
 		before := pg.local()
 		var server time.Time
 		if err = pg.db.QueryRowContext(ctx, "SELECT clock_timestamp()").Scan(&server); err == nil {
-			pg.noteClock(before, server, pg.local())
+			pg.noteClock(before, server, server, pg.local())
 			return nil
 		}
 	}
@@ -453,11 +453,35 @@ func (pg *Postgres) explainMigration(ctx context.Context, err error) error {
 	return pg.failed("migrate", ctx, err)
 }
 
-// noteClock records the server's clock as read at server, between the
-// process's before and after.
-func (pg *Postgres) noteClock(before, server, after time.Time) {
-	mid := before.Add(after.Sub(before) / 2)
-	pg.offset.Store(int64(server.Sub(mid)))
+// noteClock records the difference between the server's clock and the
+// process's, from one reading of the server's clock (see clockOffset).
+func (pg *Postgres) noteClock(before, started, read, after time.Time) {
+	pg.offset.Store(int64(clockOffset(before, started, read, after)))
+}
+
+// clockOffset returns how far the server's clock is ahead of the
+// process's, from one reading through a round trip, its four instants in
+// the order they happen: the process sent the statement at before and had
+// its answer at after, on its own clock; the server began the statement at
+// started (statement_timestamp()) and read its clock at read
+// (clock_timestamp()), once the statement's lock was granted. It is NTP's
+// offset, ((started − before) + (read − after)) / 2: the server's midpoint
+// minus the process's. The wait between started and read (another
+// transaction's lock on the key's row, as long as it holds it) is in the
+// round trip but not in its legs; the midpoint of the round trip alone
+// would place read that wait's half too early and reckon the server's
+// clock ahead by as much. Whatever the legs' lengths, the error is at most
+// half of the round trip less that wait. (Keeping only the readings of
+// short round trips, NTP's other remedy, would leave a process whose every
+// lock waits, a busy key's, with no reading to go by.) A wait read as
+// negative or longer than the round trip (a clock stepped meanwhile) is
+// taken as none or as the whole round trip: read is placed between before
+// and after.
+func clockOffset(before, started, read, after time.Time) time.Duration {
+	trip := after.Sub(before)
+	wait := min(max(read.Sub(started), 0), trip)
+	mid := before.Add(trip / 2)
+	return read.Add(-wait / 2).Sub(mid)
 }
 
 // Now returns the server's clock as this process reckons it: its own
@@ -923,7 +947,10 @@ const (
 	// the lock, it would be the time the row was found, before waiting
 	// for another host to let it go: an admission could then be timed
 	// before the one it waited for, and held back by the pace from it.
-	qHoldKey = `SELECT clock_timestamp() FROM (SELECT key FROM keys WHERE key = $1 FOR UPDATE) AS held`
+	// The statement's start, before that wait, comes with it, so that the
+	// wait is kept out of the measured difference between the clocks (see
+	// clockOffset).
+	qHoldKey = `SELECT statement_timestamp(), clock_timestamp() FROM (SELECT key FROM keys WHERE key = $1 FOR UPDATE) AS held`
 	qAddKey  = `INSERT INTO keys (key) VALUES ($1) ON CONFLICT DO NOTHING`
 )
 
@@ -933,31 +960,33 @@ func (p *pgTx) hold(tx *Tx, key string) error {
 		return nil
 	}
 	before := p.db.local()
-	var server time.Time
-	err := p.queryRow(tx.ctx, qHoldKey, key).Scan(&server)
+	var started, server time.Time
+	err := p.queryRow(tx.ctx, qHoldKey, key).Scan(&started, &server)
 	if errors.Is(err, sql.ErrNoRows) {
 		if _, err = p.exec(tx.ctx, qAddKey, key); err == nil {
-			err = p.queryRow(tx.ctx, qHoldKey, key).Scan(&server)
+			before = p.db.local() // the reading's round trip alone
+			err = p.queryRow(tx.ctx, qHoldKey, key).Scan(&started, &server)
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("state: hold key %s: %w", key, err)
 	}
-	p.noteHeld(key, before, server)
+	p.noteHeld(key, before, started, server)
 	return nil
 }
 
 // noteHeld marks key's row as held by the transaction; the first row it
 // locks gives the transaction its instant, the server's clock then (read
-// between before and now on this process's clock).
-func (p *pgTx) noteHeld(key string, before, server time.Time) {
+// between before and now on this process's clock, in a statement the
+// server began at started).
+func (p *pgTx) noteHeld(key string, before, started, server time.Time) {
 	if p.held == nil {
 		p.held = map[string]bool{}
 	}
 	p.held[key] = true
 	if p.now.IsZero() {
 		p.now = server
-		p.db.noteClock(before, server, p.db.local())
+		p.db.noteClock(before, started, server, p.db.local())
 	}
 }
 
@@ -973,7 +1002,7 @@ func (p *pgTx) clock(tx *Tx, local time.Time) time.Time {
 		return p.db.Now() // the statements after it fail the same way
 	}
 	p.now = server
-	p.db.noteClock(before, server, p.db.local())
+	p.db.noteClock(before, server, server, p.db.local())
 	return server
 }
 

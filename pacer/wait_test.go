@@ -58,13 +58,12 @@ func TestWaitIsOnThePacersClock(t *testing.T) {
 }
 
 // On PostgreSQL a process reckons the server's clock from its own and the
-// difference it last measured, and may reckon it ahead: measured through a
-// transaction that waited for another host's lock on the key, the
-// difference counts half of that wait (the server reads its clock once it
-// holds the lock, at the end of the round trip, not in its middle). An
-// admission is recorded at the server's own clock, which its wait was
-// once measured against: waits of -44 to -263 ms showed in the activity.
-// Measured on the pacer's clock alone, a wait is never negative.
+// difference it last measured, which is off by up to half a round trip
+// (it once counted half of a lock's wait too, before the lock statements
+// read the server's clock on both sides of the wait). An admission is
+// recorded at the server's own clock, which its wait was once measured
+// against: waits of -44 to -263 ms showed in the activity. Measured on the
+// pacer's clock alone, a wait is never negative.
 func TestWaitNeverNegativeOnPostgres(t *testing.T) {
 	srv := pgtest.Start(t)
 	t.Setenv("PGPASSWORD", srv.Password())

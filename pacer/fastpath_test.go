@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/clock"
-	"github.com/mcp-quota/mcp-quota/internal/pgtest"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
@@ -34,14 +33,8 @@ func (c *countingPostgres) Update(ctx context.Context, fn func(ledger.Tx) error,
 // what the answer taught is written by the key's next admission. An answer that is not routine (a new
 // policy, a refusal) is recorded in a transaction of its own, as before.
 func TestUnleasedAnswerTakesNoTransaction(t *testing.T) {
-	srv := pgtest.Start(t)
-	t.Setenv("PGPASSWORD", srv.Password())
 	ctx := context.Background()
-	pg, err := state.OpenPostgres(ctx, srv.CreateDatabase(t), state.PostgresOptions{JournalDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pg.Close() })
+	pg := openPostgres(t)
 	db := &countingPostgres{Postgres: pg}
 	// The server's clock, which the test moves away from the server's
 	// (see below), and no timer: what answers taught is written by
@@ -54,11 +47,16 @@ func TestUnleasedAnswerTakesNoTransaction(t *testing.T) {
 	k := &keystore.Key{Name: "k", MaxRate: 1000, MaxConcurrency: 8, LowWater: 0.1,
 		Policies: []keystore.Policy{{Name: "default", Quota: 1000, Window: time.Minute, Unit: ratelimit.Requests}}}
 	n := 0
+	// A call may wait the key's pace (a millisecond) when the one before
+	// it was admitted less than that ago. Its wait is bounded on the
+	// process's clock, which the test moves a minute back below: a bound
+	// of a second would then have passed already, and the call would be
+	// paused rather than wait its millisecond.
 	admit := func() pacer.Ticket {
 		t.Helper()
 		n++
 		tk, err := p.Admit(ctx, pacer.Call{Key: k, Caller: "sync", Transport: "rest", Method: "GET", Target: "/items",
-			CallID: fmt.Sprint("call-", n), Attempt: 1, MaxWait: time.Second})
+			CallID: fmt.Sprint("call-", n), Attempt: 1, MaxWait: 2 * time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +179,7 @@ func TestUnleasedAnswerTakesNoTransaction(t *testing.T) {
 	if _, tx := answer(third, 429, 500); tx != 1 {
 		t.Errorf("a refusal took %d transactions, want 1", tx)
 	}
-	_, err = p.Admit(ctx, pacer.Call{Key: k, Caller: "sync", Transport: "rest", Method: "GET", Target: "/items",
+	_, err := p.Admit(ctx, pacer.Call{Key: k, Caller: "sync", Transport: "rest", Method: "GET", Target: "/items",
 		CallID: "call-last", Attempt: 1})
 	var pe *pacer.PauseError
 	if !errors.As(err, &pe) || pe.RetryAfter < 19*time.Second {

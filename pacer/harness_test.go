@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/clock"
+	"github.com/mcp-quota/mcp-quota/internal/pgtest"
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
@@ -218,4 +219,19 @@ func upstreamBudget(t *testing.T, st pacer.KeyStatus, policy string) pacer.Budge
 	}
 	t.Fatalf("status shows no upstream policy %q: %+v", policy, st.Upstream)
 	return pacer.Budget{}
+}
+
+// openPostgres opens a PostgreSQL state on a database of its own, on a
+// throwaway server (see pgtest.Start), with a journal; it is closed when
+// the test ends.
+func openPostgres(t *testing.T) *state.Postgres {
+	t.Helper()
+	srv := pgtest.Start(t)
+	t.Setenv("PGPASSWORD", srv.Password())
+	pg, err := state.OpenPostgres(context.Background(), srv.CreateDatabase(t), state.PostgresOptions{JournalDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close() })
+	return pg
 }

@@ -7,11 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-quota/mcp-quota/internal/pgtest"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
-	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // behindStore is a store whose transactions' clock (Tx.Clock) is behind
@@ -65,14 +63,8 @@ func TestWaitIsOnThePacersClock(t *testing.T) {
 // against: waits of -44 to -263 ms showed in the activity. Measured on the
 // pacer's clock alone, a wait is never negative.
 func TestWaitNeverNegativeOnPostgres(t *testing.T) {
-	srv := pgtest.Start(t)
-	t.Setenv("PGPASSWORD", srv.Password())
 	ctx := context.Background()
-	pg, err := state.OpenPostgres(ctx, srv.CreateDatabase(t), state.PostgresOptions{JournalDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pg.Close() })
+	pg := openPostgres(t)
 	var ahead atomic.Int64
 	ahead.Store(int64(300 * time.Millisecond)) // as after a lock wait of 600 ms
 	p := pacer.New(pg, pacer.WithClock(aheadClock{pg: pg, ahead: &ahead}))

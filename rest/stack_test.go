@@ -203,9 +203,9 @@ func openState(t testing.TB, s *stack, sc stackConfig) (state.Store, clock.Clock
 	return db, sc.Clock
 }
 
-// do sends a request to the gateway with token as the caller's bearer
-// token ("" sends none) and returns the answer with its body read.
-func (s *stack) do(t testing.TB, method, path, token string, body io.Reader, hdr ...string) (*http.Response, []byte) {
+// request is a request to the gateway with token as the caller's bearer
+// token ("" sends none).
+func (s *stack) request(t testing.TB, method, path, token string, body io.Reader) *http.Request {
 	t.Helper()
 	req, err := http.NewRequest(method, s.URL+path, body)
 	if err != nil {
@@ -214,6 +214,14 @@ func (s *stack) do(t testing.TB, method, path, token string, body io.Reader, hdr
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	return req
+}
+
+// do sends a request to the gateway with token as the caller's bearer
+// token ("" sends none) and returns the answer with its body read.
+func (s *stack) do(t testing.TB, method, path, token string, body io.Reader, hdr ...string) (*http.Response, []byte) {
+	t.Helper()
+	req := s.request(t, method, path, token, body)
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Add(hdr[i], hdr[i+1])
 	}
@@ -235,15 +243,12 @@ func (s *stack) do(t testing.TB, method, path, token string, body io.Reader, hdr
 // that waits for the pacer answers without waiting in real time.
 func (s *stack) doOnClock(t testing.TB, clk *testkit.Clock, method, path, token string, body io.Reader) *http.Response {
 	t.Helper()
-	req, err := http.NewRequest(method, s.URL+path, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
+	req := s.request(t, method, path, token, body)
 	answered, done := context.WithCancel(context.Background())
-	var resp *http.Response
+	var (
+		resp *http.Response
+		err  error
+	)
 	go func() {
 		defer done()
 		if resp, err = http.DefaultClient.Do(req); err == nil {

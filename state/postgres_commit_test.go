@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/internal/conformance"
+	"github.com/mcp-quota/mcp-quota/internal/pgtest"
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
@@ -52,10 +53,7 @@ func TestPostgresCutConnection(t *testing.T) {
 		{"the answer to COMMIT is lost and the server is out of reach", cutAfterCommit, true, 1, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			url := srv.CreateDatabase(t)
-			direct := openPostgres(t, url, state.PostgresOptions{})
-			p := newCommitCutter(t, url)
-			pg := openPostgres(t, p.url, state.PostgresOptions{MaxConns: 1, Timeout: 10 * time.Second})
+			direct, p, pg := cutDatabase(t, srv)
 			insert(t, pg, "warm", nil) // connected, migrated, the statements prepared
 			runs := 0
 			p.arm(c.cut)
@@ -88,10 +86,7 @@ func TestPostgresCutConnection(t *testing.T) {
 		})
 	}
 	t.Run("the connection drops before the transaction asks to commit", func(t *testing.T) {
-		url := srv.CreateDatabase(t)
-		direct := openPostgres(t, url, state.PostgresOptions{})
-		p := newCommitCutter(t, url)
-		pg := openPostgres(t, p.url, state.PostgresOptions{MaxConns: 1, Timeout: 10 * time.Second})
+		direct, p, pg := cutDatabase(t, srv)
 		insert(t, pg, "warm", nil)
 		runs := 0
 		err := pg.Update(context.Background(), func(tx ledger.Tx) error {
@@ -137,10 +132,7 @@ func TestPostgresLostCommitIsSentOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := srv.CreateDatabase(t)
-	direct := openPostgres(t, url, state.PostgresOptions{})
-	p := newCommitCutter(t, url)
-	pg := openPostgres(t, p.url, state.PostgresOptions{MaxConns: 1, Timeout: 10 * time.Second})
+	direct, p, pg := cutDatabase(t, srv)
 	pc := pacer.New(pg)
 	t.Cleanup(func() { pc.Close(context.Background()) })
 	client := upstream.New(pc, nil)
@@ -190,10 +182,7 @@ func TestPostgresLostCommitIsSentOnce(t *testing.T) {
 // flight for two minutes, and hold the key as a probe would.
 func TestPostgresCallerLeavesDuringCommit(t *testing.T) {
 	srv := startPostgres(t)
-	url := srv.CreateDatabase(t)
-	direct := openPostgres(t, url, state.PostgresOptions{})
-	p := newCommitCutter(t, url)
-	pg := openPostgres(t, p.url, state.PostgresOptions{MaxConns: 1, Timeout: 10 * time.Second})
+	direct, p, pg := cutDatabase(t, srv)
 	pc := pacer.New(pg)
 	t.Cleanup(func() { pc.Close(context.Background()) })
 	k := &keystore.Key{Name: "k", MaxRate: 1000, MaxConcurrency: 100,
@@ -387,6 +376,18 @@ type link struct {
 	client, server net.Conn
 	lost           atomic.Bool // the server's answers are held back
 	answered       chan []byte // what the server said while lost, once it was ready for a query again
+}
+
+// cutDatabase makes a database on srv and opens it twice: direct, and
+// pg through the cutter p, on one connection (so that a cut connection is
+// the transaction's own) with a bound of 10 s.
+func cutDatabase(t *testing.T, srv *pgtest.Server) (direct *state.Postgres, p *commitCutter, pg *state.Postgres) {
+	t.Helper()
+	url := srv.CreateDatabase(t)
+	direct = openPostgres(t, url, state.PostgresOptions{})
+	p = newCommitCutter(t, url)
+	pg = openPostgres(t, p.url, state.PostgresOptions{MaxConns: 1, Timeout: 10 * time.Second})
+	return direct, p, pg
 }
 
 func newCommitCutter(t *testing.T, url string) *commitCutter {

@@ -228,16 +228,12 @@ func TestPostgresGroupReadsTheLogOnce(t *testing.T) {
 	err := pg.Update(ctx, func(tx ledger.Tx) error {
 		now := tx.Clock(time.Now())
 		for i := range calls {
-			f, err := tx.Flight(key, now)
+			flight, window, err := readCounts(tx, key, now)
 			if err != nil {
 				return err
 			}
-			w, err := tx.WindowOf(key, now.Add(-time.Hour), nil)
-			if err != nil {
-				return err
-			}
-			if f.Count != 1+i || w.Count != 1+i {
-				t.Errorf("call %d of the transaction reads %d in flight and %d in the window, want %d: the attempts before it", i, f.Count, w.Count, 1+i)
+			if flight != 1+i || window != 1+i {
+				t.Errorf("call %d of the transaction reads %d in flight and %d in the window, want %d: the attempts before it", i, flight, window, 1+i)
 			}
 			if i == 1 {
 				if _, err := tx.InsertAttempt(ledger.Attempt{CallID: "refused", Attempt: 1, Key: key, State: ledger.RejectedLocal, At: now}); err != nil {
@@ -328,16 +324,12 @@ func TestPostgresAttemptBlockRunsOut(t *testing.T) {
 		now := tx.Clock(time.Now())
 		for i := range n {
 			if i >= attemptBlock-2 { // what the transaction reads, about the block's end
-				f, err := tx.Flight(key, now)
+				flight, window, err := readCounts(tx, key, now)
 				if err != nil {
 					return err
 				}
-				w, err := tx.WindowOf(key, now.Add(-time.Hour), nil)
-				if err != nil {
-					return err
-				}
-				if f.Count != i || w.Count != i {
-					t.Errorf("before attempt %d the transaction reads %d in flight and %d in the window, want %d", i+1, f.Count, w.Count, i)
+				if flight != i || window != i {
+					t.Errorf("before attempt %d the transaction reads %d in flight and %d in the window, want %d", i+1, flight, window, i)
 				}
 			}
 			id, err := tx.InsertAttempt(ledger.Attempt{CallID: fmt.Sprint("c", i), Attempt: 1, Key: key, State: ledger.Admitted,
@@ -376,4 +368,15 @@ func TestPostgresAttemptBlockRunsOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// readCounts reads what an admission of key reads at now in tx: the calls
+// in flight, and the admissions of the last hour.
+func readCounts(tx ledger.Tx, key string, now time.Time) (flight, window int, err error) {
+	f, err := tx.Flight(key, now)
+	if err != nil {
+		return 0, 0, err
+	}
+	w, err := tx.WindowOf(key, now.Add(-time.Hour), nil)
+	return f.Count, w.Count, err
 }

@@ -30,9 +30,7 @@ type Activity struct {
 	Target    string `json:"target"`
 	State     string `json:"state" jsonschema:"admitted, confirmed, accepted, rejected_upstream, failed, rejected_local, cached or interrupted"`
 	Status    int    `json:"status,omitempty"`
-	// WaitMS is how long it waited for admission, in milliseconds: never
-	// negative (an attempt recorded by an older version on PostgreSQL may
-	// hold one, read as 0).
+	// WaitMS is how long it waited for admission, in milliseconds.
 	WaitMS int64  `json:"wait_ms"`
 	Probe  bool   `json:"probe,omitempty"`
 	Reason string `json:"reason,omitempty"`
@@ -49,5 +47,5 @@ type Activity struct {
 func NewActivity(a ledger.Attempt) Activity {
 	return Activity{ID: a.ID, At: a.At.UTC().Format(time.RFC3339Nano), Call: a.CallID, Attempt: a.Attempt, Key: a.Key,
 		Caller: a.Caller, Transport: a.Transport, Method: a.Method, Target: a.Target, State: string(a.State), Status: a.Status,
-		WaitMS: max(a.Wait, 0).Milliseconds(), Probe: a.Probe, Reason: a.Reason.String(), ReasonKind: a.Reason.Kind, Instance: a.Instance}
+		WaitMS: a.Wait.Milliseconds(), Probe: a.Probe, Reason: a.Reason.String(), ReasonKind: a.Reason.Kind, Instance: a.Instance}
 }

@@ -49,22 +49,3 @@ func TestActivityCarriesTheReasonsKind(t *testing.T) {
 		})
 	}
 }
-
-// An attempt's wait_ms is never negative: an attempt an older version
-// recorded on PostgreSQL with a negative wait (its two instants on two
-// clocks) reads as 0; others read as recorded, in whole milliseconds.
-func TestActivityWaitNeverNegative(t *testing.T) {
-	for _, tt := range []struct {
-		wait time.Duration
-		want int64
-	}{
-		{-263 * time.Millisecond, 0},
-		{0, 0},
-		{1500 * time.Microsecond, 1},
-		{2 * time.Second, 2000},
-	} {
-		if got := NewActivity(ledger.Attempt{ID: 1, Key: "demo", State: ledger.Admitted, Wait: tt.wait}).WaitMS; got != tt.want {
-			t.Errorf("wait %v: wait_ms %d, want %d", tt.wait, got, tt.want)
-		}
-	}
-}

@@ -130,3 +130,33 @@ func pages(t *testing.T, path string) int {
 	}
 	return n
 }
+
+// An attempt's wait is never read as negative: one an older version
+// recorded on PostgreSQL with a negative wait (its two instants on two
+// clocks) reads as none; others read as recorded.
+func TestAttemptWaitNeverReadNegative(t *testing.T) {
+	db := open(t, filepath.Join(t.TempDir(), "state.db"))
+	waits := []time.Duration{-263 * time.Millisecond, 0, 1500 * time.Microsecond, 2 * time.Second}
+	update(t, db, func(tx ledger.Tx) error {
+		for i, w := range waits {
+			if _, err := tx.InsertAttempt(ledger.Attempt{CallID: fmt.Sprint("c", i), Attempt: 1, Key: "k",
+				State: ledger.RejectedLocal, At: t0.Add(time.Duration(i) * time.Second), Wait: w}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, "k")
+	got := map[string]time.Duration{}
+	view(t, db, func(tx ledger.ReadTx) error {
+		list, err := tx.Activity(ledger.ActivityFilter{Key: "k", Limit: 10})
+		for _, a := range list {
+			got[a.CallID] = a.Wait
+		}
+		return err
+	})
+	for i, w := range waits {
+		if want := max(w, 0); got[fmt.Sprint("c", i)] != want {
+			t.Errorf("recorded with wait %v: read %v, want %v", w, got[fmt.Sprint("c", i)], want)
+		}
+	}
+}

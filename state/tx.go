@@ -583,7 +583,10 @@ func scanAttempt(rows *sql.Rows, whys *whyReader) (ledger.Attempt, error) {
 		return a, err
 	}
 	a.At, a.SentAt, a.AnsweredAt, a.InFlightUntil = fromMicros(at), fromMicros(sent), fromMicros(answered), fromMicros(lease)
-	a.Wait = time.Duration(wait) * time.Microsecond
+	// An attempt an older version recorded on PostgreSQL may hold a
+	// negative wait (measured against its reckoning of the server's
+	// clock): it reads as none.
+	a.Wait = max(time.Duration(wait)*time.Microsecond, 0)
 	return a, nil
 }
 

@@ -202,7 +202,7 @@ func (e environment) activity(ctx context.Context, args []string) error {
 			fmt.Fprintf(tw, "%s\t", at.Instance)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s %s\t%s\t%s\t%s\t%s\t\n", at.At.Local().Format("15:04:05.000"), at.Key, at.Caller,
-			at.Transport, at.Method, at.Target, at.State, status, max(at.Wait, 0).Round(time.Millisecond), at.Reason.String())
+			at.Transport, at.Method, at.Target, at.State, status, at.Wait.Round(time.Millisecond), at.Reason.String())
 	}
 	return tw.Flush()
 }

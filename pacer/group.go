@@ -144,7 +144,7 @@ func (p *Pacer) admitTogether(ctx context.Context, c Call, start, deadline time.
 				run.t.grant = run.granted
 			}
 		},
-		unknown: func(err error) { p.admissionUnknown(c.Key.Name, run, nil, err) }}
+		unknown: func(error) { p.admissionUnknown(run, nil) }}
 	if err := p.together(g); err != nil {
 		return run, fmt.Errorf("pacer: admit %s: %w", c.Key.Name, err)
 	}
@@ -210,7 +210,7 @@ func (p *Pacer) runTogether(batch []*groupCall) {
 		return nil
 	}
 	err := p.admitUpdate(ctx, fn, leader.key)
-	unknown := errors.Is(err, ledger.ErrUnavailable)
+	unknown := commitUnknown(err)
 	for _, g := range batch {
 		g.err = err
 		switch {
@@ -233,27 +233,19 @@ func (p *Pacer) runTogether(batch []*groupCall) {
 // confirm: its call failed, and was not sent.
 var errNotConfirmed = errors.New("not sent: the state database did not answer whether its admission was recorded")
 
-// admissionUnknown keeps, for the key's next transaction in this process,
-// the undoing of what an admission's transaction that failed with err,
-// the database not answering, may have recorded: the transaction may
-// have committed (its COMMIT went out, and the answer was lost, or the
-// caller left while it waited for it), or not, and the call, failed, is
-// never sent. What it may have recorded is the attempt run admitted, and
-// the slots of the lease it granted, which is never installed; and it
-// may have given back spent, the lease it renewed (nil when none), or
-// not, whatever it decided. Were they left in the log, the attempt would
-// count as in flight until its lease ran out, and as a probe (an expired
-// observation's, a half-open circuit's) hold every call of its key, in
-// every process, for as long: two minutes; and the slots would count as
-// sent and in flight as long, with nobody to hand them out. The next
-// transaction gives back the slots still reserved (see keepUnconfirmed)
-// and ends the attempt, not sent, when it is there and still open (see
-// unrecorded.go), and leaves the log as it is otherwise. Every admission
-// goes through here, in a group (see admitTogether) or renewing a lease
-// (see admitOnce).
-func (p *Pacer) admissionUnknown(key string, run admitRun, spent *lease, err error) {
-	p.keepUnconfirmed(key, run.granted, spent)
+// admissionUnknown keeps pending, for the key's next transaction in this
+// process, the undoing of what an admission's transaction that may have
+// committed or not wrote (see commitUnknown: its COMMIT went out, and
+// the answer was lost, or the caller left while it waited for it): the
+// attempt run admitted, whose call fails and is never sent, is ended not
+// sent; the slots of the lease it granted, never installed, and those of
+// spent, the lease it renewed (nil when none), which it gave back or not,
+// are given back (see pending.go). Every admission goes through here, in
+// a group (see admitTogether) or renewing a lease (see admitOnce).
+func (p *Pacer) admissionUnknown(run admitRun, spent *lease) {
+	var attempt pendingWrite
 	if run.d.admit && run.t.ID != 0 { // a call held back records no attempt in flight
-		p.keepUnrecorded(run.t, Outcome{Err: errNotConfirmed, CallerAbort: true}, err)
+		attempt = p.pendingOutcome(run.t, Outcome{Err: errNotConfirmed, CallerAbort: true})
 	}
+	p.keepPending(p.pendingRelease(run.granted), p.pendingRelease(spent), attempt)
 }

@@ -214,13 +214,18 @@ type lostCommitStore struct {
 	ledger.Store
 	lost     int32
 	rollback error
+	down     int32 // the Update that fails without running its function, the database not answering; 0: none
 	updates  atomic.Int32
 }
 
 var errRolledBack = errors.New("rolled back by the test")
 
 func (s *lostCommitStore) Update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
-	if s.updates.Add(1) != s.lost {
+	n := s.updates.Add(1)
+	if n == s.down {
+		return fmt.Errorf("the database did not answer: %w", ledger.ErrUnavailable)
+	}
+	if n != s.lost {
 		return s.Store.Update(ctx, fn, keys...)
 	}
 	if run := fn; s.rollback != nil {
@@ -399,18 +404,24 @@ func TestAdmitTogetherQueuedLeave(t *testing.T) {
 // were its attempt and the new lease's slots left in the log, they would
 // count as in flight for two minutes, with no call to answer them and no
 // process to hand the slots out. The key's next transaction in the
-// process ends the attempt, not sent, and gives the slots back.
+// process that commits ends the attempt, not sent, and gives the slots
+// back: the next admission; the one after, when the next one's database
+// does not answer (what is pending stays so); or Close's.
 func TestLeaseGrantLostCommit(t *testing.T) {
 	onBothStores(t, func(t *testing.T, db ledger.Store) {
 		for _, renew := range []bool{false, true} {
-			t.Run(fmt.Sprint("renew=", renew), func(t *testing.T) { testLeaseGrantLostCommit(t, db, renew) })
+			for _, next := range []string{"admission", "admission-after-a-failed-one", "close"} {
+				t.Run(fmt.Sprintf("renew=%v/%s", renew, next), func(t *testing.T) {
+					testLeaseGrantLostCommit(t, db, fmt.Sprintf("k-%v-%s", renew, next), renew, next)
+				})
+			}
 		}
 	})
 }
 
-func testLeaseGrantLostCommit(t *testing.T, db ledger.Store, renew bool) {
+func testLeaseGrantLostCommit(t *testing.T, db ledger.Store, key string, renew bool, next string) {
 	ctx := context.Background()
-	k := &keystore.Key{Name: fmt.Sprint("k-renew-", renew), MaxRate: 1e6, MaxConcurrency: 10_000,
+	k := &keystore.Key{Name: key, MaxRate: 1e6, MaxConcurrency: 10_000,
 		Policies: []keystore.Policy{{Name: "default", Quota: 100_000, Window: time.Minute, Unit: ratelimit.Requests}}}
 	lost := &lostCommitStore{Store: db}
 	clk := clockOf(db)
@@ -434,13 +445,34 @@ func testLeaseGrantLostCommit(t *testing.T, db ledger.Store, renew bool) {
 	if l := p.currentLease(k.Name); l != nil {
 		t.Errorf("the lost admission's lease is installed: slots %d…%d", l.first, l.last)
 	}
-	if reserved, admitted := logOf(t, db, k.Name, "call-0"); reserved == 0 || admitted != 1 {
+	lostSlots, admitted := logOf(t, db, k.Name, "call-0")
+	if lostSlots == 0 || admitted != 1 {
 		t.Fatalf("the log after the lost COMMIT holds %d reserved slots and call-0 admitted %d times; "+
-			"want a lease granted with the call's admission (the test's premise)", reserved, admitted)
+			"want a lease granted with the call's admission (the test's premise)", lostSlots, admitted)
 	}
 
-	clk.Advance(time.Millisecond)                           // past the pace the lost lease took for its slots
-	if _, err := p.Admit(ctx, syncCall(k, 1)); err != nil { // the key's next transaction
+	clk.Advance(time.Millisecond) // past the pace the lost lease took for its slots
+	if next == "close" {
+		if err := p.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if reserved, admitted := logOf(t, db, k.Name, "call-0"); reserved != 0 || admitted != 0 {
+			t.Errorf("after Close the log holds %d reserved slots and call-0 admitted %d times; "+
+				"want 0 and 0: Close ended the lost admission's attempt and gave its slots back", reserved, admitted)
+		}
+		return
+	}
+	if next == "admission-after-a-failed-one" {
+		lost.down = lost.updates.Load() + 1
+		if _, err := p.Admit(ctx, syncCall(k, 1)); !errors.Is(err, ledger.ErrUnavailable) {
+			t.Fatalf("the call whose database did not answer: %v, want ledger.ErrUnavailable", err)
+		}
+		if reserved, admitted := logOf(t, db, k.Name, "call-0"); reserved != lostSlots || admitted != 1 {
+			t.Fatalf("after a transaction the database did not answer the log holds %d reserved slots and call-0 "+
+				"admitted %d times; want %d and 1, as the lost COMMIT left them", reserved, admitted, lostSlots)
+		}
+	}
+	if _, err := p.Admit(ctx, syncCall(k, 2)); err != nil { // the key's next transaction that commits
 		t.Fatal(err)
 	}
 	want := 0
@@ -564,6 +596,42 @@ func reservedIn(t *testing.T, db ledger.Store, key string, first, last int64) (n
 		t.Fatal(err)
 	}
 	return n
+}
+
+// A lease given back in a transaction of its own (it ran out, or an
+// answer ended it after its record committed) whose database does not
+// answer is not left reserved for the sweep: its key's next transaction
+// in the process gives the slots back.
+func TestGiveBackUnanswered(t *testing.T) {
+	onBothStores(t, func(t *testing.T, db ledger.Store) {
+		ctx := context.Background()
+		clk := clockOf(db)
+		var first, last int64
+		if err := db.Update(ctx, func(tx ledger.Tx) error {
+			now := tx.Clock(clk.Now())
+			var err error
+			first, last, err = tx.Reserve("k", 3, now, now.Add(time.Hour))
+			return err
+		}, "k"); err != nil {
+			t.Fatal(err)
+		}
+		lost := &lostCommitStore{Store: db}
+		p := New(lost, WithClock(clk))
+		defer p.Close(ctx)
+		l := &lease{key: "k", first: first, next: first + 1, last: last, at: clk.Now(), until: clk.Now().Add(LeaseTime)}
+
+		lost.down = lost.updates.Load() + 1
+		p.giveBack(l)
+		if n := reservedIn(t, db, "k", first, last); n != 3 {
+			t.Fatalf("%d of the lease's 3 slots reserved after a give-back the database did not answer, want 3", n)
+		}
+		if err := p.update(ctx, func(ledger.Tx) error { return nil }, "k"); err != nil { // the key's next transaction
+			t.Fatal(err)
+		}
+		if n := reservedIn(t, db, "k", first, last); n != 1 {
+			t.Errorf("%d of the lease's 3 slots reserved after the key's next transaction, want 1: the one handed out", n)
+		}
+	})
 }
 
 // heldKeysStore notes the keys each Update holds.

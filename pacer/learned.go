@@ -247,13 +247,9 @@ func (p *Pacer) update(ctx context.Context, fn func(ledger.Tx) error, keys ...st
 // updateWriting is update, writing what was taken of what the Pacer
 // keeps for keys, an entry for each key.
 func (p *Pacer) updateWriting(ctx context.Context, taken []*learned, fn func(ledger.Tx) error, keys ...string) error {
-	kept := p.takeUnrecorded(keys)    // outcomes Done could not record (see unrecorded.go)
-	leases := p.takeUnconfirmed(keys) // slots a transaction that got no answer may have left reserved (see lease.go)
+	pending := p.takePending(keys) // what earlier transactions of keys left to write (see pending.go)
 	err := p.db.Update(ctx, func(tx ledger.Tx) error {
-		if err := giveBackUnconfirmed(tx, leases); err != nil {
-			return err
-		}
-		if err := p.recordUnrecorded(tx, kept); err != nil {
+		if err := p.writePending(tx, pending); err != nil {
 			return err
 		}
 		for _, l := range taken {
@@ -270,13 +266,7 @@ func (p *Pacer) updateWriting(ctx context.Context, taken []*learned, fn func(led
 		for _, l := range taken {
 			p.relearn(l)
 		}
-		p.keptFailed(kept, err)
-		p.unconfirmedFailed(leases, err)
-	} else if len(kept) > 0 {
-		p.recordedNow(kept)
-		for _, key := range keys {
-			p.signal(key)
-		}
 	}
+	p.pendingEnded(pending, err)
 	return err
 }

@@ -2,10 +2,8 @@ package pacer
 
 import (
 	"context"
-	"errors"
 	"math"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
@@ -207,83 +205,14 @@ func (p *Pacer) endGranting(key string) {
 }
 
 // giveBack releases the unused slots of l, which the Pacer no longer
-// holds, in a transaction of its own.
+// holds, in a transaction of its own. When the database does not answer
+// it, giving them back is pending for the key's next transaction (see
+// pending.go); when it fails otherwise, they stay reserved, counted as
+// sent until the sweep releases them, which spends budget but never
+// overspends it.
 func (p *Pacer) giveBack(l *lease) {
-	// A failure leaves them reserved: counted as sent until the sweep
-	// releases them, which spends budget but never overspends it.
-	_ = p.update(context.Background(), l.release, l.key)
-}
-
-// keepUnconfirmed keeps ls, leases of key whose slots a transaction that
-// got no answer may have reserved (a lease it granted, never installed)
-// or left reserved (a spent lease it gave back, had it committed), for
-// the key's next transaction in this process to give back (see
-// giveBackUnconfirmed). Nil ones are skipped. A lease is kept until a
-// transaction that gives it back commits, or, once its slots no longer
-// count as in flight, forgotten for the sweep to release.
-func (p *Pacer) keepUnconfirmed(key string, ls ...*lease) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, l := range ls {
-		if l == nil {
-			continue
-		}
-		if p.unconfirmed == nil {
-			p.unconfirmed = map[string][]*lease{}
-		}
-		p.unconfirmed[key] = append(p.unconfirmed[key], l)
-	}
-}
-
-// takeUnconfirmed takes the kept leases of keys (see keepUnconfirmed),
-// for a transaction to give back; those whose slots no longer count as
-// in flight by now, of any key, are forgotten. The caller keeps them
-// again when its transaction does not commit.
-func (p *Pacer) takeUnconfirmed(keys []string) []*lease {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.unconfirmed) == 0 {
-		return nil
-	}
-	now := p.now()
-	for key, ls := range p.unconfirmed {
-		ls = slices.DeleteFunc(ls, func(l *lease) bool { return !now.Before(l.until.Add(p.inFlightTimeout())) })
-		if len(ls) == 0 {
-			delete(p.unconfirmed, key)
-		} else {
-			p.unconfirmed[key] = ls
-		}
-	}
-	var out []*lease
-	for _, key := range keys {
-		out = append(out, p.unconfirmed[key]...)
-		delete(p.unconfirmed, key)
-	}
-	return out
-}
-
-// giveBackUnconfirmed gives back, in tx, the slots of ls still reserved
-// and never handed out (see keepUnconfirmed); a lease whose transaction
-// did not commit has none, and one given back already has none left.
-func giveBackUnconfirmed(tx ledger.Tx, ls []*lease) error {
-	for _, l := range ls {
-		if err := l.release(tx); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// unconfirmedFailed keeps ls again when the transaction that was to give
-// them back failed for the database's absence or its caller leaving: one
-// that failed otherwise would fail every later transaction of its key,
-// and its slots are left for the sweep.
-func (p *Pacer) unconfirmedFailed(ls []*lease, err error) {
-	if len(ls) == 0 || !(errors.Is(err, ledger.ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return
-	}
-	for _, l := range ls {
-		p.keepUnconfirmed(l.key, l)
+	if err := p.update(context.Background(), l.release, l.key); commitUnknown(err) {
+		p.keepPending(p.pendingRelease(l))
 	}
 }
 

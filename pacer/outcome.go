@@ -2,7 +2,6 @@ package pacer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -92,9 +91,9 @@ func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 		return j.res, nil
 	}
 	ended := p.endLeaseBefore(t, j)
-	// An outcome that failed before is kept for the key's next
-	// transaction, which may have recorded it already (see unrecorded.go).
-	retried := p.dropUnrecorded(t)
+	// An outcome that failed before is pending for the key's next
+	// transaction, which may have recorded it already (see pending.go).
+	retried := p.dropPending(t)
 	var plan outcomePlan
 	err := p.update(ctx, func(tx ledger.Tx) error {
 		var err error
@@ -102,14 +101,14 @@ func (p *Pacer) Done(ctx context.Context, t Ticket, o Outcome) (Result, error) {
 		return err
 	}, t.Call.Key.Name)
 	if err != nil {
-		p.keepUnrecorded(t, o, err)
-		if ended != nil && !errors.Is(err, ledger.ErrUnavailable) {
-			// The transaction did not give its slots back: one of their
-			// own does. A database that did not answer would not answer
-			// it either: they stay reserved, counted as sent, until the
-			// sweep releases them, which spends budget but never
-			// overspends it.
-			p.giveBack(ended)
+		switch {
+		case commitUnknown(err):
+			// It may have committed: the key's next transaction here
+			// records the outcome unless it is, and gives back the
+			// ended lease's slots still reserved (see pending.go).
+			p.keepPending(p.pendingOutcome(t, o), p.pendingRelease(ended))
+		case ended != nil:
+			p.giveBack(ended) // rolled back: its slots are still reserved
 		}
 		return plan.res, fmt.Errorf("pacer: record %s: %w", t.Call.Key.Name, err)
 	}

@@ -35,7 +35,8 @@ func (s *downStore) Update(ctx context.Context, fn func(ledger.Tx) error, keys .
 // unused slots are given back at once (the refused call's own stays
 // reserved: its outcome was not recorded, and a slot's is not kept for a
 // later transaction); when it does not, Done tries no second transaction,
-// and every slot stays reserved, for the sweep.
+// and every slot stays reserved until the key's next transaction gives
+// back the unused ones (see pending.go).
 func TestRefusalEndsItsLeaseThoughItsRecordFails(t *testing.T) {
 	for _, tt := range []struct {
 		name string
@@ -80,6 +81,12 @@ func TestRefusalEndsItsLeaseThoughItsRecordFails(t *testing.T) {
 				t.Error("the next call was handed a slot of the lease a refusal ended")
 			}
 			answerWith(t, p, e.clk, tk, 200, nil)
+			if err := p.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if reserved, _ := e.countReserved(k); reserved != 1 {
+				t.Errorf("%d slots still reserved once the key's next transactions committed, want the refused call's own", reserved)
+			}
 		})
 	}
 }

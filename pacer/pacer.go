@@ -58,13 +58,10 @@ type Pacer struct {
 	here     waitersHere              // calls of keys with shares waiting in Admit (see fair.go)
 	groups   admitGroups              // calls of a key decided together (see group.go)
 
-	// unrecorded holds, per key and attempt, the outcomes Done could not
-	// record (see unrecorded.go).
-	unrecorded map[string]map[int64]unrecordedOutcome
-	// unconfirmed holds, per key, the leases whose slots a transaction
-	// that got no answer may have reserved or left reserved, for the
-	// key's next transaction to give back (see keepUnconfirmed).
-	unconfirmed map[string][]*lease
+	// pending holds, per key, what the key's next transaction here must
+	// write because an earlier one did not, or may not have (see
+	// pending.go).
+	pending map[string][]*pendingWrite
 }
 
 // An Option sets one of a Pacer's settings in New.
@@ -310,8 +307,8 @@ func (p *Pacer) admitOnce(ctx context.Context, c Call, start, deadline time.Time
 	// before the calls waiting for a lease are woken: the first of them
 	// to run a transaction undoes it.
 	switch {
-	case errors.Is(err, ledger.ErrUnavailable):
-		p.admissionUnknown(c.Key.Name, run, spent, err) // it may have committed: as a group's (see group.go)
+	case commitUnknown(err):
+		p.admissionUnknown(run, spent) // it may have committed: as a group's (see group.go)
 	case err != nil:
 		p.giveBack(spent) // rolled back: spent's slots are still reserved
 	}

@@ -29,8 +29,8 @@ func (p *Pacer) Close(ctx context.Context) error {
 	// The transaction holds the keys of the leases it gives back, as any
 	// that gives back slots must (a slot of the log's end is deleted),
 	// and those of what is kept for a key's next transaction: what was
-	// learned, and the leases a transaction that got no answer may have
-	// left reserved (see keepUnconfirmed).
+	// learned, and what earlier transactions left to write (see
+	// pending.go).
 	p.mu.Lock()
 	held := map[string]bool{}
 	for _, l := range ls {
@@ -39,9 +39,7 @@ func (p *Pacer) Close(ctx context.Context) error {
 	for key := range p.learned {
 		held[key] = true
 	}
-	for key := range p.unconfirmed {
-		held[key] = true
-	}
+	p.pendingKeys(held)
 	p.mu.Unlock()
 	keys := slices.Sorted(maps.Keys(held))
 	if len(ls) == 0 && len(keys) == 0 {

@@ -333,12 +333,24 @@ func (j *journal) newSegment() (*segment, error) {
 // write appends f to the journal, in one write, and queues it for the
 // applier.
 func (j *journal) write(f ledger.Finished) error {
-	line, err := json.Marshal(journalLineOf(f))
+	buf := lineBuffers.Get().(*[]byte)
+	line, err := appendJournalLine((*buf)[:0], f)
 	if err != nil {
+		lineBuffers.Put(buf)
 		return fmt.Errorf("state: journal: %w", err)
 	}
-	return j.add(line, queued{f: f})
+	line = append(line, '\n')
+	err = j.add(line, queued{f: f})
+	if cap(line) <= 64<<10 { // an outsized line's buffer goes
+		*buf = line
+		lineBuffers.Put(buf)
+	}
+	return err
 }
+
+// lineBuffers holds buffers for the lines write encodes: add writes a
+// line and keeps nothing of it.
+var lineBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
 
 // writeKept appends k to the journal, in one write, and queues it for
 // the applier.
@@ -347,12 +359,12 @@ func (j *journal) writeKept(k *keptAnswer) error {
 	if err != nil {
 		return fmt.Errorf("state: journal: %w", err)
 	}
-	return j.add(line, queued{kept: k})
+	return j.add(append(line, '\n'), queued{kept: k})
 }
 
-// add appends line, q's, to the journal and queues q.
+// add appends line, q's, ending in a newline, to the journal and queues
+// q. It keeps nothing of line.
 func (j *journal) add(line []byte, q queued) error {
-	line = append(line, '\n')
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.closing {

@@ -175,7 +175,7 @@ var Statements = map[string]string{
 	"FirstBytes": `SELECT coalesce(f.cbytes, 0) - f.bytes,
 		(SELECT coalesce(cbytes, 0) FROM attempts WHERE key = $1 AND counted ORDER BY at DESC, seq DESC LIMIT 1)
 	FROM attempts AS f WHERE f.key = $1 AND f.counted AND f.at > $2 ORDER BY f.at, f.seq LIMIT 1`,
-	"ByteAt": `SELECT at FROM attempts WHERE key = $1 AND counted AND cbytes >= $2 ORDER BY cbytes, seq LIMIT 1`,
+	"ByteAt": `SELECT at FROM attempts WHERE key = $1 AND counted AND bytes > 0 AND cbytes >= $2 ORDER BY cbytes, seq LIMIT 1`,
 	"Sends": `SELECT id, at, state, coalesce(status, 0), coalesce(answered_at, 0) FROM attempts
 	WHERE key = $1 AND at > $2 AND counted ORDER BY at DESC, seq DESC LIMIT $3`,
 	"InFlight": `SELECT count(*), coalesce(min(at), 0) FROM attempts

@@ -176,7 +176,8 @@ var Statements = map[string]string{
 	"FirstBytes": `SELECT coalesce(f.cbytes, 0) - f.bytes,
 		(SELECT coalesce(cbytes, 0) FROM attempts WHERE key = ?1 AND counted = 1 ORDER BY at DESC, seq DESC LIMIT 1)
 	FROM attempts AS f WHERE f.key = ?1 AND f.counted = 1 AND f.at > ?2 ORDER BY f.at, f.seq LIMIT 1`,
-	"ByteAt": `SELECT at FROM attempts WHERE key = ? AND counted = 1 AND cbytes >= ? ORDER BY cbytes, seq LIMIT 1`,
+	"ByteAt": `SELECT at FROM attempts WHERE key = ? AND counted = 1 AND bytes > 0 AND cbytes >= ?
+	ORDER BY cbytes, seq LIMIT 1`,
 	"Sends": `SELECT id, at, state, coalesce(status, 0), coalesce(answered_at, 0) FROM attempts
 	WHERE key = ? AND at > ? AND counted = 1 ORDER BY at DESC, seq DESC LIMIT ?`,
 	"InFlight": `SELECT count(*), coalesce(min(at), 0) FROM attempts

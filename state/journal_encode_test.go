@@ -1,0 +1,234 @@
+package state
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/report/reason"
+)
+
+// oddStrings are texts whose JSON takes care: quotes and backslashes,
+// every kind of control character, what encoding/json escapes for HTML,
+// invalid UTF-8, U+2028 and U+2029, and runes of every length.
+var oddStrings = []string{
+	"",
+	`"quoted" \back\slash/`,
+	"\x00\x01\x07\b\t\n\v\f\r\x1b\x1f\x7f",
+	"<script>&amp;</script>",
+	"\xff\xfe bad \xc3 \xe2\x82 \xed\xa0\x80 surrogate",
+	"line\u2028sep\u2029para",
+	"é ü 世界 🚀 \ufffd",
+	"/v1/items?q=a b&c=%20#frag",
+}
+
+// A filler sets every field of a value, reflection walking it, to values
+// taken in turn from its lists: a field added to a journal line's types
+// is set too, and an encoder that forgets it fails the comparison.
+type filler struct {
+	strs   []string
+	ints   []int64
+	floats []float64
+	times  []time.Time
+	n      int
+}
+
+func (g *filler) next() int { g.n++; return g.n }
+
+func (g *filler) fill(t testing.TB, v reflect.Value, path string) {
+	t.Helper()
+	if v.Type() == reflect.TypeFor[time.Time]() {
+		v.Set(reflect.ValueOf(g.times[g.next()%len(g.times)]))
+		return
+	}
+	switch v.Kind() {
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				g.fill(t, v.Field(i), path+"."+v.Type().Field(i).Name)
+			}
+		}
+	case reflect.String:
+		v.SetString(g.strs[g.next()%len(g.strs)])
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(g.ints[g.next()%len(g.ints)])
+	case reflect.Bool:
+		v.SetBool(g.next()%3 != 0)
+	case reflect.Float64, reflect.Float32:
+		v.SetFloat(g.floats[g.next()%len(g.floats)])
+	case reflect.Slice:
+		s := reflect.MakeSlice(v.Type(), 2, 2)
+		for i := range 2 {
+			g.fill(t, s.Index(i), fmt.Sprintf("%s[%d]", path, i))
+		}
+		v.Set(s)
+	default:
+		t.Fatalf("%s is a %v, which the test cannot fill: teach it, and appendJournalLine", path, v.Kind())
+	}
+}
+
+// finishedFilled is a ledger.Finished with every field set by g, its
+// attempt's ID too unless g gives it 0.
+func finishedFilled(t testing.TB, g *filler) ledger.Finished {
+	var f ledger.Finished
+	g.fill(t, reflect.ValueOf(&f).Elem(), "Finished")
+	return f
+}
+
+// checkJournalLine checks that appendJournalLine writes f as
+// encoding/json writes its journal line, byte for byte, and that the
+// line reads back (with the decoder Recover uses) as that one does.
+func checkJournalLine(t *testing.T, f ledger.Finished) {
+	t.Helper()
+	want, wantErr := json.Marshal(journalLineOf(f))
+	got, gotErr := appendJournalLine([]byte("prefix"), f)
+	if (gotErr != nil) != (wantErr != nil) {
+		t.Fatalf("appendJournalLine's error %v, encoding/json's %v", gotErr, wantErr)
+	}
+	if wantErr != nil {
+		return
+	}
+	got, ok := bytes.CutPrefix(got, []byte("prefix"))
+	if !ok {
+		t.Fatalf("appendJournalLine did not append to its buffer: %q", got)
+	}
+	if !bytes.Equal(got, want) {
+		i := 0
+		for i < len(got) && i < len(want) && got[i] == want[i] {
+			i++
+		}
+		t.Fatalf("appendJournalLine differs from encoding/json at byte %d:\n got %s\nwant %s", i, got[i:], want[i:])
+	}
+	read := func(line []byte) ledger.Finished {
+		t.Helper()
+		var l journalLine
+		if err := json.Unmarshal(line, &l); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		return l.finished()
+	}
+	if diff := cmp.Diff(read(got), read(want)); diff != "" {
+		t.Errorf("the line read back (-appendJournalLine +encoding/json):\n%s", diff)
+	}
+}
+
+func TestJournalLineEncoding(t *testing.T) {
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	zones := []*time.Location{time.UTC, time.FixedZone("", -(3*3600 + 30*60)), time.FixedZone("X", 14*3600)}
+	var times []time.Time
+	for i, z := range zones {
+		times = append(times, at.In(z), at.Add(time.Duration(i)*123456789*time.Nanosecond).In(z))
+	}
+	times = append(times, time.Time{}, time.Date(0, 1, 1, 0, 0, 0, 1, time.UTC), time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC))
+	ints := []int64{7, 0, -1, 1, math.MaxInt64, math.MinInt64, 200, int64(90 * time.Second)}
+	floats := []float64{0, 0.5, 1, -2.25, 1e-6, 9.99e-7, 1.5e-9, 1e20, 1e21, -1e21, 123456789.123456789, math.SmallestNonzeroFloat64, math.MaxFloat64, 1.0 / 3}
+
+	t.Run("routine", func(t *testing.T) { checkJournalLine(t, routineOutcome(5, at)) })
+	t.Run("no reason, no observations", func(t *testing.T) {
+		f := routineOutcome(5, at)
+		f.Attempt.Reason, f.Observations = reason.Reason{}, []ledger.ObservationRecord{}
+		checkJournalLine(t, f)
+	})
+	for i, s := range oddStrings {
+		t.Run(fmt.Sprintf("every field, strings %d", i), func(t *testing.T) {
+			g := &filler{strs: []string{s, s + "x", "y" + s}, ints: ints, floats: floats, times: times}
+			f := finishedFilled(t, g)
+			f.Attempt.ID = 1
+			checkJournalLine(t, f)
+		})
+	}
+	for i := range 40 {
+		t.Run(fmt.Sprint("every field, shifted ", i), func(t *testing.T) {
+			g := &filler{strs: oddStrings, ints: ints, floats: floats, times: times, n: i}
+			checkJournalLine(t, finishedFilled(t, g))
+		})
+	}
+	t.Run("every reason field alone", func(t *testing.T) {
+		// Each field of reason.Reason set alone, the others zero: its
+		// omitzero is kept.
+		rt := reflect.TypeFor[reason.Reason]()
+		for i := range rt.NumField() {
+			f := routineOutcome(5, at)
+			f.Attempt.Reason = reason.Reason{}
+			g := &filler{strs: []string{"s"}, ints: []int64{3}, floats: []float64{0.25}, times: []time.Time{at}}
+			g.fill(t, reflect.ValueOf(&f.Attempt.Reason).Elem().Field(i), rt.Field(i).Name)
+			checkJournalLine(t, f)
+		}
+	})
+	// What encoding/json refuses, or omits, goes through it.
+	for name, change := range map[string]func(*ledger.Finished){
+		"no attempt ID":    func(f *ledger.Finished) { f.Attempt.ID = 0 },
+		"no attempt":       func(f *ledger.Finished) { *f = ledger.Finished{Observations: f.Observations} },
+		"year 10000":       func(f *ledger.Finished) { f.Attempt.SentAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) },
+		"year -1":          func(f *ledger.Finished) { f.Observations[0].ServerDate = time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC) },
+		"a day's offset":   func(f *ledger.Finished) { f.Attempt.At = at.In(time.FixedZone("", 24*3600)) },
+		"share NaN":        func(f *ledger.Finished) { f.Attempt.Reason.Share = math.NaN() },
+		"rate +Inf":        func(f *ledger.Finished) { f.Attempt.Reason.Rate = math.Inf(1) },
+		"until year 10000": func(f *ledger.Finished) { f.Attempt.Reason.Until = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := routineOutcome(5, at)
+			change(&f)
+			checkJournalLine(t, f)
+		})
+	}
+}
+
+// FuzzJournalLine holds appendJournalLine to encoding/json's bytes for
+// lines of any text, number and time.
+//
+//	go test ./state -run '^$' -fuzz FuzzJournalLine -fuzztime 30s
+func FuzzJournalLine(f *testing.F) {
+	for i, s := range oddStrings {
+		f.Add(s, oddStrings[(i+1)%len(oddStrings)], int64(i), float64(i)/7, int64(1777636800+i), int64(i*123456789), 3600*i)
+	}
+	f.Add("", "", int64(0), 0.0, int64(0), int64(0), 0)
+	f.Add("\u2028", "\xf4\x90\x80\x80", int64(-1), 1e-7, int64(-62135596800), int64(999999999), -86399)
+	f.Add("a", "b", int64(math.MaxInt64), 1e21, int64(253402300799), int64(1), 86400)
+	f.Add("a", "b", int64(math.MinInt64), math.Inf(-1), int64(253402300800), int64(0), 0)
+	f.Fuzz(func(t *testing.T, s1, s2 string, n int64, fl float64, sec, nsec int64, offset int) {
+		zone := time.FixedZone("", offset%(30*3600))
+		g := &filler{
+			strs:   []string{s1, s2, s1 + s2},
+			ints:   []int64{n, n + 1, 0},
+			floats: []float64{fl, 0, -fl},
+			times:  []time.Time{time.Unix(sec, nsec).In(zone), time.Unix(sec, nsec).UTC(), {}},
+		}
+		checkJournalLine(t, finishedFilled(t, g))
+	})
+}
+
+// BenchmarkJournalLine measures encoding a routine outcome's journal
+// line (a leased call's, with one observation), as FinishLater does on
+// its caller's path: by encoding/json's reflection, as before, or
+// appended field by field.
+//
+//	go test ./state -run '^$' -bench JournalLine
+func BenchmarkJournalLine(b *testing.B) {
+	f := routineOutcome(5, time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
+	b.Run("encoding/json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := json.Marshal(journalLineOf(f)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("append", func(b *testing.B) {
+		b.ReportAllocs()
+		buf := make([]byte, 0, 2048)
+		for b.Loop() {
+			var err error
+			if buf, err = appendJournalLine(buf[:0], f); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

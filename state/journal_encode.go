@@ -32,6 +32,15 @@ func appendJournalLine(b []byte, f ledger.Finished) ([]byte, error) {
 	return append(b, line...), err
 }
 
+// appendReason appends r as json.Marshal(r) gives it, and reports
+// whether it could (not when a share or rate is not a finite number, or
+// a time is one encoding/json refuses).
+func appendReason(b []byte, r reason.Reason) ([]byte, bool) {
+	e := lineEncoder{b: b, ok: true}
+	e.reason(r)
+	return e.b, e.ok
+}
+
 // A lineEncoder appends JSON to b; ok turns false at the first value it
 // cannot write as encoding/json would.
 type lineEncoder struct {

@@ -232,3 +232,37 @@ func BenchmarkJournalLine(b *testing.B) {
 		}
 	})
 }
+
+// TestStoredWhyEncoding: the reason a row keeps (storedWhy, written field
+// by field) is json.Marshal's, every field set, each alone, with odd
+// texts, and what encoding/json refuses is refused.
+func TestStoredWhyEncoding(t *testing.T) {
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	var reasons []reason.Reason
+	for i := range 30 {
+		var r reason.Reason
+		g := &filler{strs: oddStrings, ints: []int64{7, 0, -1, math.MaxInt64}, floats: []float64{0.5, 1e-7, 1e21, 0, 1.0 / 3},
+			times: []time.Time{at, {}, at.In(time.FixedZone("", 3600))}, n: i}
+		g.fill(t, reflect.ValueOf(&r).Elem(), "Reason")
+		reasons = append(reasons, r)
+	}
+	rt := reflect.TypeFor[reason.Reason]()
+	for i := range rt.NumField() {
+		var r reason.Reason
+		g := &filler{strs: []string{"s"}, ints: []int64{3}, floats: []float64{0.25}, times: []time.Time{at}}
+		g.fill(t, reflect.ValueOf(&r).Elem().Field(i), rt.Field(i).Name)
+		reasons = append(reasons, r)
+	}
+	reasons = append(reasons, reason.Reason{Kind: reason.Answered, Share: math.NaN()},
+		reason.Reason{Kind: reason.Answered, Until: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)})
+	for _, r := range reasons {
+		got, gotErr := storedWhy(r)
+		want, wantErr := json.Marshal(r)
+		switch {
+		case (gotErr != nil) != (wantErr != nil):
+			t.Errorf("storedWhy(%#v): error %v, encoding/json's %v", r, gotErr, wantErr)
+		case wantErr == nil && (!got.Valid || got.String != string(want)):
+			t.Errorf("storedWhy(%#v) = %q, want %s", r, got.String, want)
+		}
+	}
+}

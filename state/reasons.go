@@ -24,6 +24,10 @@ func storedWhy(r reason.Reason) (sql.NullString, error) {
 	if r.IsZero() {
 		return sql.NullString{}, nil
 	}
+	var buf [256]byte
+	if b, ok := appendReason(buf[:0], r); ok { // json.Marshal's bytes (TestStoredWhyEncoding)
+		return sql.NullString{String: string(b), Valid: true}, nil
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return sql.NullString{}, fmt.Errorf("state: keep reason %s: %w", r.Kind, err)

@@ -537,7 +537,7 @@ func (tx *Tx) Activity(f ledger.ActivityFilter) ([]ledger.Attempt, error) {
 	// sweep has deleted, below everything (what was older than it is gone
 	// too).
 	const top = 1<<63 - 1
-	before, fallback := f.Before, int64(math.MinInt64)
+	before, fallback := f.Cursor.AttemptID(), int64(math.MinInt64)
 	if before <= 0 {
 		before, fallback = top, top
 	}

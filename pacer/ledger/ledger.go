@@ -350,7 +350,7 @@ type Flight struct {
 type ActivityFilter struct {
 	Key    string    // "" for every key
 	Since  time.Time // attempts at or after; zero for all
-	Before int64     // cursor: the ID of the last attempt of the page before; this page starts below its (at, id). 0 for the newest
+	Cursor Cursor    // where the page starts: after the page that ended at it; the zero Cursor for the newest
 	Limit  int       // at most this many; 0 means 100
 }
 

@@ -119,7 +119,7 @@ func (m *Metrics) Observe(e upstream.Event) {
 		m.wait.WithLabelValues(key).Observe(e.Wait.Seconds())
 		m.latency.WithLabelValues(key).Observe(e.Latency.Seconds())
 	case upstream.Ended:
-		m.calls.WithLabelValues(key, m.bound("caller", e.Caller), m.bound("transport", e.Transport), m.bound("state", e.State)).Inc()
+		m.calls.WithLabelValues(key, m.bound("caller", e.Caller), m.bound("transport", string(e.Transport)), m.bound("state", e.State)).Inc()
 	}
 }
 

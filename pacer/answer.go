@@ -30,13 +30,13 @@ type outcomeView interface {
 // it, as read once in the transaction, and what follows from them alone.
 // It is a value: the rules read it and return their parts of the plan.
 type answer struct {
-	t     Ticket
-	o     Outcome
-	rd    *ratelimit.Reading  // o's reading; an empty one received at now when it has none
-	now   time.Time           // when o was answered, or (no answer) when it is recorded
-	basis time.Time           // the time later sends are counted from (see recordBasis)
-	ks    ledger.KeyState     // the key's pacing state, o's latency noted
-	known []ledger.SeenPolicy // the policies seen before o
+	t             Ticket
+	o             Outcome
+	rd            *ratelimit.Reading  // o's reading; an empty one received at now when it has none
+	now           time.Time           // when o was answered, or (no answer) when it is recorded
+	basis         time.Time           // the time later sends are counted from (see recordBasis)
+	ks            ledger.KeyState     // the key's pacing state, o's latency noted
+	priorPolicies []ledger.SeenPolicy // the key's policies seen before o
 
 	exhausted bool // o shows a policy exhausted
 	grew      bool // o shows a policy not seen before (its answer fresh)
@@ -53,19 +53,19 @@ func readAnswer(v outcomeView, t Ticket, o Outcome, now time.Time) (*answer, err
 	if err != nil {
 		return nil, err
 	}
-	known, err := v.SeenPolicies(t.Call.Key.Name)
+	priorPolicies, err := v.SeenPolicies(t.Call.Key.Name)
 	if err != nil {
 		return nil, err
 	}
-	return newAnswer(t, o, ks, known, now), nil
+	return newAnswer(t, o, ks, priorPolicies, now), nil
 }
 
 // newAnswer is the answer o to t, weighed against the key's pacing state
-// ks and the policies known, at now when o has no time of its own. It
+// ks and the policies seen before o (priorPolicies), at now when o has no time of its own. It
 // notes in ks how long after its admission the call was answered: a send
 // may reach the upstream that long after it is admitted (see margin).
-func newAnswer(t Ticket, o Outcome, ks ledger.KeyState, known []ledger.SeenPolicy, now time.Time) *answer {
-	a := &answer{t: t, o: o, now: o.AnsweredAt, basis: recordBasis(t, o), ks: ks, known: known}
+func newAnswer(t Ticket, o Outcome, ks ledger.KeyState, priorPolicies []ledger.SeenPolicy, now time.Time) *answer {
+	a := &answer{t: t, o: o, now: o.AnsweredAt, basis: recordBasis(t, o), ks: ks, priorPolicies: priorPolicies}
 	if a.now.IsZero() {
 		a.now = now
 	}
@@ -73,7 +73,7 @@ func newAnswer(t Ticket, o Outcome, ks ledger.KeyState, known []ledger.SeenPolic
 	if a.rd == nil {
 		a.rd = &ratelimit.Reading{ReceivedAt: a.now}
 	}
-	switch period := latencyPeriod(t.Call.Key, known); {
+	switch period := latencyPeriod(t.Call.Key, priorPolicies); {
 	case !o.AnsweredAt.IsZero():
 		noteLatency(&a.ks, o.AnsweredAt.Sub(t.AdmittedAt), a.now, period)
 	case o.Err != nil && !o.CallerAbort:
@@ -93,9 +93,9 @@ func newAnswer(t Ticket, o Outcome, ks ledger.KeyState, known []ledger.SeenPolic
 // when there is none.
 func (a *answer) seen(ob ratelimit.Observation) *ledger.SeenPolicy {
 	var prev *ledger.SeenPolicy
-	for i, k := range a.known {
+	for i, k := range a.priorPolicies {
 		if k.Policy == ob.Policy && k.Unit == ob.Unit && k.Partition == ob.Partition {
-			prev = &a.known[i]
+			prev = &a.priorPolicies[i]
 		}
 	}
 	return prev

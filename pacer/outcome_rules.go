@@ -60,7 +60,7 @@ func (p *Pacer) recordSignals(r *recorder, a *answer) error {
 		}
 		grew = grew || len(part.res.Warnings) > 0
 	}
-	if k := a.t.Call.Key; grew && full(k, a.known) {
+	if k := a.t.Call.Key; grew && full(k, a.priorPolicies) {
 		return r.applyPart(bound(r.tx, k, a.now, maxTime(a.ks.LastResponseAt, a.now)))
 	}
 	return nil

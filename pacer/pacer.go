@@ -109,12 +109,12 @@ func (p *Pacer) inFlightTimeout() time.Duration {
 // A Call is one attempt a caller wants to make. Key is required; the
 // other fields are recorded as given (a zero MaxWait means "do not wait").
 type Call struct {
-	Key       *keystore.Key // the key the call spends
-	Caller    string        // who asks: a stdio caller name or a [[callers]] name
-	Transport string        // stdio, mcp-http, rest
-	Method    string        // the HTTP method, with Target the route partitions are predicted by
-	Target    string        // path and query below the key's base URL
-	Digest    string        // identifies identical requests, for the loop guard
+	Key       *keystore.Key    // the key the call spends
+	Caller    string           // who asks: a stdio caller name or a [[callers]] name
+	Transport ledger.Transport // how the call came: ledger.Stdio, MCPHTTP or REST
+	Method    string           // the HTTP method, with Target the route partitions are predicted by
+	Target    string           // path and query below the key's base URL
+	Digest    string           // identifies identical requests, for the loop guard
 	// Bytes is what the request carries, its body's length as known
 	// before it is sent (0 when it has none, or it is not known): the
 	// call spends that many of every budget in content-bytes.
@@ -373,7 +373,7 @@ func (p *Pacer) admitted(tx ledger.Tx, c Call, snap snapshot, waited time.Durati
 	id, err := tx.InsertAttempt(ledger.Attempt{CallID: c.CallID, Attempt: c.Attempt, Key: c.Key.Name,
 		Caller: c.Caller, Transport: c.Transport, Method: c.Method, Target: c.Target, Digest: c.Digest,
 		Bytes: max(c.Bytes, 0), State: ledger.Admitted, Reason: why, Probe: d.probe, At: now, Wait: waited,
-		InFlightUntil: now.Add(p.inFlightTimeout()), ByCaller: len(c.Key.Reserves) > 0, Principal: fairPrincipal(c)})
+		InFlightUntil: now.Add(p.inFlightTimeout()), CallerReserves: len(c.Key.Reserves) > 0, Principal: fairPrincipal(c)})
 	if err != nil {
 		return err
 	}

@@ -46,6 +46,6 @@ type Activity struct {
 // NewActivity renders a.
 func NewActivity(a ledger.Attempt) Activity {
 	return Activity{ID: a.ID, At: a.At.UTC().Format(time.RFC3339Nano), Call: a.CallID, Attempt: a.Attempt, Key: a.Key,
-		Caller: a.Caller, Transport: a.Transport, Method: a.Method, Target: a.Target, State: string(a.State), Status: a.Status,
+		Caller: a.Caller, Transport: string(a.Transport), Method: a.Method, Target: a.Target, State: string(a.State), Status: a.Status,
 		WaitMS: a.Wait.Milliseconds(), Probe: a.Probe, Reason: a.Reason.String(), ReasonKind: a.Reason.Kind, Instance: a.Instance}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/report"
 	"github.com/mcp-quota/mcp-quota/report/reason"
@@ -52,7 +53,7 @@ func (h *Handler) Forward(w http.ResponseWriter, r *http.Request) {
 	if r.URL.RawQuery != "" || r.URL.ForceQuery {
 		path += "?" + r.URL.RawQuery
 	}
-	req := upstream.Request{Caller: caller.Name, Transport: "rest", Method: r.Method, Path: "/" + path,
+	req := upstream.Request{Caller: caller.Name, Transport: ledger.REST, Method: r.Method, Path: "/" + path,
 		Header: r.Header, MaxWait: wait, AllMethods: true, MaxDecoded: lim.MaxBody, Hold: h.Client.BodyHold()}
 	defer req.Hold.Release() // whatever the call held of the body memory, however it ends
 	body := &limitedBody{r: http.MaxBytesReader(w, r.Body, lim.MaxBody)}

@@ -14,9 +14,7 @@ package rest
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -195,15 +193,13 @@ func (h *Handler) activity(w http.ResponseWriter, r *http.Request) {
 		f.Limit = n
 	}
 	if s := q.Get("cursor"); s != "" {
-		id, err := decodeCursor(s)
-		if err != nil {
+		if err := f.Cursor.UnmarshalText([]byte(s)); err != nil {
 			writeProblem(w, http.StatusBadRequest, CodeBadRequest, "cursor is not one this server gave out.", nil)
 			return
 		}
-		f.Before = id
 	}
 	var list []ledger.Attempt
-	var next int64
+	var next ledger.Cursor
 	err := h.DB.View(r.Context(), func(tx ledger.ReadTx) error {
 		var err error
 		list, next, err = seenActivity(tx, f, caller)
@@ -224,22 +220,11 @@ func (h *Handler) activity(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Activity = append(out.Activity, report.NewActivity(a))
 	}
-	if next != 0 {
-		out.NextCursor = encodeCursor(next)
+	if !next.IsZero() {
+		text, _ := next.MarshalText() // a Cursor's text cannot fail
+		out.NextCursor = string(text)
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-func encodeCursor(id int64) string {
-	return base64.RawURLEncoding.EncodeToString([]byte("a" + strconv.FormatInt(id, 10)))
-}
-
-func decodeCursor(s string) (int64, error) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) < 2 || b[0] != 'a' {
-		return 0, errors.New("bad cursor")
-	}
-	return strconv.ParseInt(string(b[1:]), 10, 64)
 }
 
 // A Checker reports whether the state is usable.

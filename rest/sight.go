@@ -22,7 +22,7 @@ type activityReader interface {
 // until f.Limit calls are seen or maxSightPages were read; then the next
 // page starts after the last call read, seen or not, so that paging goes
 // on where this one stopped.
-func seenActivity(tx activityReader, f ledger.ActivityFilter, c *keystore.Caller) ([]ledger.Attempt, int64, error) {
+func seenActivity(tx activityReader, f ledger.ActivityFilter, c *keystore.Caller) ([]ledger.Attempt, ledger.Cursor, error) {
 	if f.Limit == 0 {
 		f.Limit = 100
 	}
@@ -30,7 +30,7 @@ func seenActivity(tx activityReader, f ledger.ActivityFilter, c *keystore.Caller
 	for range maxSightPages {
 		list, err := tx.Activity(f)
 		if err != nil {
-			return nil, 0, err
+			return nil, ledger.Cursor{}, err
 		}
 		for i, a := range list {
 			if !c.MaySee(a.Caller) {
@@ -39,15 +39,15 @@ func seenActivity(tx activityReader, f ledger.ActivityFilter, c *keystore.Caller
 			out = append(out, a)
 			if len(out) == f.Limit {
 				if i == len(list)-1 && len(list) < f.Limit {
-					return out, 0, nil // the last call there is
+					return out, ledger.Cursor{}, nil // the last call there is
 				}
-				return out, a.ID, nil
+				return out, ledger.CursorAfter(a), nil
 			}
 		}
 		if len(list) < f.Limit {
-			return out, 0, nil
+			return out, ledger.Cursor{}, nil
 		}
-		f.Before = list[len(list)-1].ID
+		f.Cursor = ledger.CursorAfter(list[len(list)-1])
 	}
-	return out, f.Before, nil
+	return out, f.Cursor, nil
 }

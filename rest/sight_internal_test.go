@@ -20,7 +20,7 @@ func (l *pagedLog) Activity(f ledger.ActivityFilter) ([]ledger.Attempt, error) {
 	l.reads++
 	var out []ledger.Attempt
 	for _, a := range l.rows {
-		if (f.Before == 0 || a.ID < f.Before) && len(out) < f.Limit {
+		if (f.Cursor.IsZero() || a.ID < f.Cursor.AttemptID()) && len(out) < f.Limit {
 			out = append(out, a)
 		}
 	}
@@ -49,13 +49,13 @@ func TestSeenActivityPages(t *testing.T) {
 		{everyone, 300, 1},
 	} {
 		var got []int64
-		var before int64
+		var before ledger.Cursor
 		for pages := 0; ; pages++ {
 			if pages > 100 {
 				t.Fatalf("%s: paging does not end", tc.who.Name)
 			}
 			log.reads = 0
-			list, next, err := seenActivity(log, ledger.ActivityFilter{Limit: 10, Before: before}, tc.who)
+			list, next, err := seenActivity(log, ledger.ActivityFilter{Limit: 10, Cursor: before}, tc.who)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,7 +71,7 @@ func TestSeenActivityPages(t *testing.T) {
 				}
 				got = append(got, a.ID)
 			}
-			if next == 0 {
+			if next.IsZero() {
 				break
 			}
 			before = next

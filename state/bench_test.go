@@ -66,7 +66,7 @@ func BenchmarkWindow(b *testing.B) {
 				err = db.Update(context.Background(), func(tx ledger.Tx) error {
 					for i := from; i < min(from+50_000, n); i++ {
 						if _, err := tx.InsertAttempt(ledger.Attempt{CallID: "c", Key: "k", Caller: fmt.Sprint("caller", i%3),
-							State: ledger.Admitted, At: t0.Add(time.Duration(i) * time.Millisecond), ByCaller: true}); err != nil {
+							State: ledger.Admitted, At: t0.Add(time.Duration(i) * time.Millisecond), CallerReserves: true}); err != nil {
 							return err
 						}
 					}

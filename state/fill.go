@@ -25,7 +25,7 @@ type History struct {
 	Latency   time.Duration
 	Status    int
 	Caller    string
-	Transport string
+	Transport ledger.Transport
 	Method    string
 	Target    string
 }
@@ -73,7 +73,7 @@ func FillHistory(ctx context.Context, location string, h History) error {
 				return err
 			}
 		}
-		_, err := tx.exec(qFillHistory, string(keys), len(h.Keys), h.Caller, h.Transport, h.Method, h.Target,
+		_, err := tx.exec(qFillHistory, string(keys), len(h.Keys), h.Caller, string(h.Transport), h.Method, h.Target,
 			string(ledger.Confirmed), why.words, micros(h.From), h.Every.Microseconds(), tx.instance, h.Status,
 			h.Latency.Microseconds(), why.why, h.N)
 		return err

@@ -143,7 +143,7 @@ func (c *slotColumns) add(a ledger.Attempt) error {
 	c.callID = append(c.callID, a.CallID)
 	c.attempt = append(c.attempt, int64(a.Attempt))
 	c.caller = append(c.caller, a.Caller)
-	c.transport = append(c.transport, a.Transport)
+	c.transport = append(c.transport, string(a.Transport))
 	c.method = append(c.method, a.Method)
 	c.target = append(c.target, a.Target)
 	c.digest = append(c.digest, a.Digest)

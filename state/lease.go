@@ -100,7 +100,7 @@ func (tx *Tx) FinishReserved(a ledger.Attempt) error {
 	if err != nil {
 		return fmt.Errorf("state: finish reserved slot: %w", err)
 	}
-	res, err := tx.exec(qFinishReserved, a.CallID, a.Attempt, a.Caller, a.Transport, a.Method, a.Target, a.Digest,
+	res, err := tx.exec(qFinishReserved, a.CallID, a.Attempt, a.Caller, string(a.Transport), a.Method, a.Target, a.Digest,
 		string(a.State), why.words, a.Wait.Microseconds(), nullInt(int64(a.Status)), nullInt(micros(a.SentAt)),
 		nullInt(micros(a.AnsweredAt)), a.ID, why.why)
 	if err == nil {

@@ -144,7 +144,7 @@ func fillHistory(ctx context.Context, dbURL string, n int) error {
 // FillWindow writes into the new database at dbURL a log of n sends of
 // key k by three callers (caller0, caller1, caller2 in turn), a
 // millisecond apart from BenchT0 on, each numbered in the key's log and
-// in its caller's (admitted ByCaller), as InsertAttempt numbers them, and
+// in its caller's (admitted with CallerReserves), as InsertAttempt numbers them, and
 // analyzes it.
 func FillWindow(ctx context.Context, dbURL string, n int) error {
 	pg, err := OpenPostgres(ctx, dbURL, PostgresOptions{})

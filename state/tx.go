@@ -196,7 +196,7 @@ func (tx *Tx) InsertAttempt(a ledger.Attempt) (int64, error) {
 		}
 		own.seq, own.bytes, renumber = last+1, lastBytes+max(a.Bytes, 0), micros(a.At) < lastAt
 		seq, cbytes = own.seq, own.bytes
-		if a.ByCaller && a.Caller != "" {
+		if a.CallerReserves && a.Caller != "" {
 			var lastOfCaller int64
 			err := tx.queryRow(qLastCallerSend, a.Key, a.Caller).Scan(&lastOfCaller)
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {
@@ -209,7 +209,7 @@ func (tx *Tx) InsertAttempt(a ledger.Attempt) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("state: record attempt: %w", err)
 	}
-	args := []any{a.CallID, a.Attempt, a.Key, a.Caller, a.Transport, a.Method, a.Target, a.Digest, string(a.State), why.words,
+	args := []any{a.CallID, a.Attempt, a.Key, a.Caller, string(a.Transport), a.Method, a.Target, a.Digest, string(a.State), why.words,
 		a.Probe, a.State == ledger.Admitted, micros(a.At), a.Wait.Microseconds(), lease, seq, cseq, tx.instance,
 		max(a.Bytes, 0), cbytes, why.why}
 	// On PostgreSQL the INSERT goes with the next round trip, under the
@@ -345,7 +345,7 @@ var qCallerSends = newQuery("CallerSends")
 // WindowOf is Window with ByCaller holding the counts of callers (those
 // with a call in the window): each is read from the caller's own numbered
 // log, so the cost grows with the number of callers asked about, not with
-// the calls the window holds. Only admissions recorded with ByCaller are
+// the calls the window holds. Only admissions recorded with CallerReserves are
 // in a caller's log: slots a lease handed to a caller, and calls recorded
 // before the key's callers had reservations (or by an earlier version),
 // count in the key's Count only. A caller's count then errs low, for at
@@ -537,7 +537,7 @@ func (tx *Tx) Activity(f ledger.ActivityFilter) ([]ledger.Attempt, error) {
 	// sweep has deleted, below everything (what was older than it is gone
 	// too).
 	const top = 1<<63 - 1
-	before, fallback := f.Before, int64(math.MinInt64)
+	before, fallback := f.Cursor.AttemptID(), int64(math.MinInt64)
 	if before <= 0 {
 		before, fallback = top, top
 	}

@@ -34,8 +34,9 @@ type Deps struct {
 	Pacer  *pacer.Pacer
 	DB     ledger.Store
 	Log    *slog.Logger
-	// Transport names the MCP transport in the activity: stdio or mcp-http.
-	Transport string
+	// Transport names the MCP transport in the activity: ledger.Stdio or
+	// ledger.MCPHTTP.
+	Transport ledger.Transport
 	// LocalCaller names the caller of requests that carry none (stdio);
 	// empty means "stdio".
 	LocalCaller string

@@ -27,6 +27,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
 	"github.com/mcp-quota/mcp-quota/report/reason"
 )
@@ -90,9 +91,9 @@ func (c *Client) now() time.Time {
 // A Request is one call a caller wants made through a key.
 type Request struct {
 	Caller    string
-	Transport string // stdio, mcp-http, rest
-	Method    string // "" means GET
-	Path      string // below the key's base URL; may carry a query
+	Transport ledger.Transport // ledger.Stdio, MCPHTTP or REST
+	Method    string           // "" means GET
+	Path      string           // below the key's base URL; may carry a query
 	Query     url.Values
 	Header    http.Header // end-to-end headers to forward; credentials and hop-by-hop fields are dropped
 	// Body is the request body: a []byte (which retries can resend) or an

@@ -34,7 +34,7 @@ type Event struct {
 	Kind      EventKind
 	Key       string // the key's name
 	Caller    string
-	Transport string // stdio, mcp-http, rest
+	Transport ledger.Transport // ledger.Stdio, MCPHTTP or REST
 	CallID    string
 	Attempt   int // the attempt's number; for Ended, how many the call made
 	// State is the attempt's state as recorded (ledger.Confirmed,

@@ -19,6 +19,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/gateway"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/metrics"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/telemetry"
 	"github.com/mcp-quota/mcp-quota/tools"
 )
@@ -96,7 +97,7 @@ func (e environment) serve(ctx context.Context, args []string) error {
 // servedParts returns the MCP server serve answers at /mcp and the
 // metrics that count every call a's client makes, which tr traces.
 func servedParts(a *app, keys *keystore.Store, tr *telemetry.Tracing) (*server.MCPServer, *metrics.Metrics) {
-	deps := a.tools("mcp-http", "")
+	deps := a.tools(ledger.MCPHTTP, "")
 	deps.Watch = tr.MCP("tcp")
 	mcpServer := tools.NewServer(deps, version)
 	m := metrics.New(keys, a.pacer, a.db)
@@ -391,7 +392,7 @@ func (e environment) stdio(ctx context.Context, args []string, stdin io.Reader) 
 	}
 	defer endTracing()
 	// initialize is answered before the state opens (see openLater).
-	deps := &tools.Deps{Keys: keys, Log: log, Transport: "stdio", LocalCaller: *caller, Watch: tr.MCP("pipe"), SkipOutputCheck: true}
+	deps := &tools.Deps{Keys: keys, Log: log, Transport: ledger.Stdio, LocalCaller: *caller, Watch: tr.MCP("pipe"), SkipOutputCheck: true}
 	o := e.openLater(ctx, c, keys, log, tr, deps)
 	defer o.close()
 	s := server.NewStdioServer(tools.NewServer(deps, version))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/internal/spelling"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -375,7 +376,7 @@ func (a *app) sessionSecret(ctx context.Context) keystore.Secret {
 	return keystore.NewSecret(string(key))
 }
 
-func (a *app) tools(transport, localCaller string) *tools.Deps {
+func (a *app) tools(transport ledger.Transport, localCaller string) *tools.Deps {
 	return &tools.Deps{Keys: a.keys, Client: a.client, Pacer: a.pacer, DB: a.db, Log: a.log, Transport: transport, LocalCaller: localCaller,
 		Clock: a.clock, SkipOutputCheck: true}
 }

@@ -46,8 +46,8 @@ func activityPages(t *testing.T, b Backend) {
 			want []int64
 		}{
 			{"the first page", ledger.ActivityFilter{Limit: 2}, []int64{id[4], id[3]}},
-			{"the next page", ledger.ActivityFilter{Before: id[3], Limit: 2}, []int64{id[2], id[1]}},
-			{"the last page", ledger.ActivityFilter{Before: id[1], Limit: 2}, []int64{id[0]}},
+			{"the next page", ledger.ActivityFilter{Cursor: ledger.CursorAfter(ledger.Attempt{ID: id[3]}), Limit: 2}, []int64{id[2], id[1]}},
+			{"the last page", ledger.ActivityFilter{Cursor: ledger.CursorAfter(ledger.Attempt{ID: id[1]}), Limit: 2}, []int64{id[0]}},
 			{"key a since 1 s", ledger.ActivityFilter{Key: "a", Since: t0.Add(time.Second)}, []int64{id[4], id[2]}},
 			{"key b since 3 s, at it", ledger.ActivityFilter{Key: "b", Since: t0.Add(3 * time.Second)}, []int64{id[3]}},
 			{"every key since 4 s", ledger.ActivityFilter{Since: t0.Add(4 * time.Second)}, []int64{id[4]}},
@@ -94,19 +94,19 @@ func activityPagesInOrder(t *testing.T, b Backend) {
 			return err
 		})
 		var paged []ledger.Attempt
-		var before int64
+		var next ledger.Cursor
 		for {
 			var page []ledger.Attempt
 			view(t, s, func(tx ledger.ReadTx) error {
 				var err error
-				page, err = tx.Activity(ledger.ActivityFilter{Key: key, Before: before, Limit: 7})
+				page, err = tx.Activity(ledger.ActivityFilter{Key: key, Cursor: next, Limit: 7})
 				return err
 			})
 			if len(page) == 0 {
 				break
 			}
 			paged = append(paged, page...)
-			before = page[len(page)-1].ID
+			next = ledger.CursorAfter(page[len(page)-1])
 		}
 		if diff := cmp.Diff(ids(paged), ids(all)); diff != "" || (key == "" && len(all) != 50) {
 			t.Errorf("key %q: pages of 7 (-got +want, %d in all):\n%s", key, len(all), diff)
@@ -119,7 +119,7 @@ func activityPagesInOrder(t *testing.T, b Backend) {
 	}
 	view(t, s, func(tx ledger.ReadTx) error {
 		for _, key := range []string{"", "k1"} {
-			page, err := tx.Activity(ledger.ActivityFilter{Key: key, Before: swept})
+			page, err := tx.Activity(ledger.ActivityFilter{Key: key, Cursor: ledger.CursorAfter(ledger.Attempt{ID: swept})})
 			if err != nil {
 				return err
 			}

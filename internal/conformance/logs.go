@@ -287,7 +287,7 @@ func logReadsLikeItsDefinition(t *testing.T, b Backend) {
 		for i := range batch {
 			now = now.Add(time.Duration(rng.IntN(400)) * time.Millisecond) // ties too
 			a := ledger.Attempt{CallID: "c", Attempt: 1, Key: keys[rng.IntN(len(keys))], Caller: callers[rng.IntN(len(callers))],
-				State: states[rng.IntN(len(states))], At: now, ByCaller: true, Bytes: int64(rng.IntN(3) * rng.IntN(2000))}
+				State: states[rng.IntN(len(states))], At: now, CallerReserves: true, Bytes: int64(rng.IntN(3) * rng.IntN(2000))}
 			if rng.IntN(10) == 0 {
 				a.At = now.Add(-time.Duration(rng.IntN(5000)) * time.Millisecond) // recorded late
 			}

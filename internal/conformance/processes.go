@@ -346,15 +346,15 @@ func instancesOfProcesses(t *testing.T, s ledger.Viewer, hs ...*Helper) {
 	t.Helper()
 	instance := map[int64]string{}
 	view(t, s, func(tx ledger.ReadTx) error {
-		for before := int64(0); ; {
-			page, err := tx.Activity(ledger.ActivityFilter{Key: "shared", Before: before, Limit: 1000})
+		for next := (ledger.Cursor{}); ; {
+			page, err := tx.Activity(ledger.ActivityFilter{Key: "shared", Cursor: next, Limit: 1000})
 			if err != nil || len(page) == 0 {
 				return err
 			}
 			for _, a := range page {
 				instance[a.ID] = a.Instance
 			}
-			before = page[len(page)-1].ID
+			next = ledger.CursorAfter(page[len(page)-1])
 		}
 	})
 	seen := map[string]string{} // instance → helper

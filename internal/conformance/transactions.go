@@ -455,7 +455,7 @@ func commitFailureLeavesNothing(t *testing.T, b Backend) {
 	var first int64
 	write := func(tx ledger.Tx, at time.Time, caller string) error {
 		id, err := tx.InsertAttempt(ledger.Attempt{CallID: "c-" + caller, Attempt: 1, Key: "k", Caller: caller, State: ledger.Admitted,
-			At: at, InFlightUntil: at.Add(time.Minute), ByCaller: true})
+			At: at, InFlightUntil: at.Add(time.Minute), CallerReserves: true})
 		if err != nil {
 			return err
 		}

@@ -151,7 +151,7 @@ type Reader interface {
 	// WindowOf returns how many attempts of key were admitted after
 	// since, and the oldest of them, with the counts of callers only,
 	// each at a cost that does not grow with the window (see
-	// Attempt.ByCaller).
+	// Attempt.CallerReserves).
 	WindowOf(key string, since time.Time, callers []string) (Window, error)
 	// Nth returns the admission time of the n-th (1-based) oldest
 	// admission of key after since, or the zero time when there are fewer.
@@ -264,6 +264,17 @@ const (
 	AbnormalUsageGate GateSource = "abnormal-usage" // the upstream said the usage looks abnormal
 )
 
+// A Transport is how a call reached mcp-quota. Its text is what the
+// activity shows and the store keeps.
+type Transport string
+
+// Transports of a call.
+const (
+	Stdio   Transport = "stdio"    // an MCP client over standard input and output
+	MCPHTTP Transport = "mcp-http" // an MCP client over Streamable HTTP
+	REST    Transport = "rest"     // the REST gateway
+)
+
 // A WarningKind is what a warning warns of.
 type WarningKind string
 
@@ -285,7 +296,7 @@ type Attempt struct {
 	Attempt       int           // 1, 2, … per call
 	Key           string        // the key it spends
 	Caller        string        // who asked
-	Transport     string        // stdio, mcp-http, rest
+	Transport     Transport     // Stdio, MCPHTTP or REST
 	Method        string        // HTTP method
 	Target        string        // path and query below the key's base URL, credential-free
 	Digest        string        // identifies identical requests, for the loop guard
@@ -300,10 +311,11 @@ type Attempt struct {
 	Status        int           // the upstream's HTTP status
 	InFlightUntil time.Time     // in flight until then; zero once finished
 	Instance      string        // the process that recorded it (host and process ID), set by the store
-	// ByCaller numbers an admission in its caller's own log too, for
-	// WindowOf: set it for keys whose callers have reservations (only
-	// they are counted per caller), and leave the others the cost.
-	ByCaller bool
+	// CallerReserves says that the key reserves part of its budget for
+	// some callers (its keystore.Key.Reserves is not empty): only then
+	// does the store number an admission in its caller's own log too,
+	// for WindowOf, and keys without reservations are spared the cost.
+	CallerReserves bool
 	// Principal numbers an admission in its principal's own log, for
 	// Reader.PrincipalWindow: set it for keys with shares, to the
 	// principal the caller speaks for.
@@ -338,7 +350,7 @@ type Flight struct {
 type ActivityFilter struct {
 	Key    string    // "" for every key
 	Since  time.Time // attempts at or after; zero for all
-	Before int64     // cursor: the ID of the last attempt of the page before; this page starts below its (at, id). 0 for the newest
+	Cursor Cursor    // where the page starts: after the page that ended at it; the zero Cursor for the newest
 	Limit  int       // at most this many; 0 means 100
 }
 

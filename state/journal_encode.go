@@ -61,6 +61,8 @@ func (e *lineEncoder) line(f ledger.Finished) {
 	}
 	e.b = append(e.b, `,"LeaseUntil":`...)
 	e.time(a.InFlightUntil)
+	e.b = append(e.b, `,"ByCaller":`...)
+	e.b = strconv.AppendBool(e.b, a.CallerReserves)
 	e.b = append(e.b, '}')
 	if len(f.Observations) > 0 {
 		e.b = append(e.b, `,"observations":[`...)
@@ -75,7 +77,7 @@ func (e *lineEncoder) line(f ledger.Finished) {
 	e.b = append(e.b, '}')
 }
 
-// attempt writes a's fields but its Reason and InFlightUntil, which the
+// attempt writes a's fields but its Reason, InFlightUntil and CallerReserves, which the
 // journal line writes its own way, in ledger.Attempt's order. A field
 // added to ledger.Attempt goes here too (TestJournalLineEncoding fails
 // until it does).
@@ -91,7 +93,7 @@ func (e *lineEncoder) attempt(a ledger.Attempt) {
 	e.b = append(e.b, `,"Caller":`...)
 	str(e, a.Caller)
 	e.b = append(e.b, `,"Transport":`...)
-	str(e, a.Transport)
+	str(e, string(a.Transport))
 	e.b = append(e.b, `,"Method":`...)
 	str(e, a.Method)
 	e.b = append(e.b, `,"Target":`...)
@@ -116,8 +118,6 @@ func (e *lineEncoder) attempt(a ledger.Attempt) {
 	e.b = strconv.AppendInt(e.b, int64(a.Status), 10)
 	e.b = append(e.b, `,"Instance":`...)
 	str(e, a.Instance)
-	e.b = append(e.b, `,"ByCaller":`...)
-	e.b = strconv.AppendBool(e.b, a.ByCaller)
 	e.b = append(e.b, `,"Principal":`...)
 	str(e, a.Principal)
 }

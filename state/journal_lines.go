@@ -26,13 +26,16 @@ type journalLine struct {
 
 // A journalAttempt is an attempt as a journal line holds it: its Reason
 // field hides the ledger.Attempt's own in the JSON, and its InFlightUntil
-// is kept under the name the previous version reads, LeaseUntil.
+// is kept under the name the previous version reads, LeaseUntil, and its
+// CallerReserves under ByCaller.
 type journalAttempt struct {
 	ledger.Attempt
-	Reason        journalReason
-	Why           *reason.Reason `json:",omitempty"`
-	LeaseUntil    time.Time      // the attempt's InFlightUntil
-	InFlightUntil hiddenField    `json:",omitzero"` // LeaseUntil holds it
+	Reason         journalReason
+	Why            *reason.Reason `json:",omitempty"`
+	LeaseUntil     time.Time      // the attempt's InFlightUntil
+	InFlightUntil  hiddenField    `json:",omitzero"` // LeaseUntil holds it
+	ByCaller       bool           // the attempt's CallerReserves
+	CallerReserves hiddenField    `json:",omitzero"` // ByCaller holds it
 }
 
 // A hiddenField hides in the JSON the field of its name of a struct
@@ -60,7 +63,7 @@ func (r *journalReason) UnmarshalJSON(b []byte) error {
 
 // journalLineOf is f as a journal line holds it.
 func journalLineOf(f ledger.Finished) journalLine {
-	a := journalAttempt{Attempt: f.Attempt, Reason: journalReason{words: olderWords(f.Attempt.Reason)}, LeaseUntil: f.Attempt.InFlightUntil}
+	a := journalAttempt{Attempt: f.Attempt, Reason: journalReason{words: olderWords(f.Attempt.Reason)}, LeaseUntil: f.Attempt.InFlightUntil, ByCaller: f.Attempt.CallerReserves}
 	if !f.Attempt.Reason.IsZero() {
 		a.Why = &f.Attempt.Reason
 	}
@@ -71,6 +74,7 @@ func journalLineOf(f ledger.Finished) journalLine {
 func (l journalLine) finished() ledger.Finished {
 	a := l.Attempt.Attempt
 	a.InFlightUntil = l.Attempt.LeaseUntil
+	a.CallerReserves = l.Attempt.ByCaller
 	switch r := l.Attempt.Reason; {
 	case l.Attempt.Why != nil:
 		a.Reason = *l.Attempt.Why

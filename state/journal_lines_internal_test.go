@@ -19,7 +19,7 @@ func TestJournalLinesKeepTheReason(t *testing.T) {
 	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	why := reason.Reason{Kind: reason.Late, For: 700 * time.Millisecond, Allowed: 250 * time.Millisecond}
 	f := ledger.Finished{Attempt: ledger.Attempt{ID: 7, Key: "k", CallID: "c", Attempt: 1, State: ledger.Failed, Reason: why,
-		SentAt: at, InFlightUntil: at}}
+		SentAt: at, InFlightUntil: at, CallerReserves: true}}
 	line, err := json.Marshal(journalLineOf(f))
 	if err != nil {
 		t.Fatal(err)
@@ -43,19 +43,21 @@ func TestJournalLinesKeepTheReason(t *testing.T) {
 			State      string
 			Reason     string
 			LeaseUntil time.Time
+			ByCaller   bool // the attempt's CallerReserves
 		} `json:"attempt"`
 	}
 	if err := json.Unmarshal(line, &older); err != nil {
 		t.Fatalf("the previous version cannot read %s: %v", line, err)
 	}
-	if older.Attempt.ID != 7 || older.Attempt.State != "failed" || older.Attempt.Reason != why.String() || !older.Attempt.LeaseUntil.Equal(at) {
+	if older.Attempt.ID != 7 || older.Attempt.State != "failed" || older.Attempt.Reason != why.String() || !older.Attempt.LeaseUntil.Equal(at) ||
+		!older.Attempt.ByCaller {
 		t.Errorf("the previous version reads %+v of %s, want the attempt with its words %q", older.Attempt, line, why.String())
 	}
 
 	// A line the previous version wrote.
-	old := []byte(`{"attempt":{"ID":7,"Key":"k","CallID":"c","Attempt":1,"State":"confirmed","Reason":"HTTP 200 OK","Status":200}}`)
+	old := []byte(`{"attempt":{"ID":7,"Key":"k","CallID":"c","Attempt":1,"State":"confirmed","Reason":"HTTP 200 OK","Status":200,"ByCaller":true}}`)
 	want := reason.Reason{Kind: reason.Said, Said: "HTTP 200 OK"}
-	if got := read(old).Attempt; got.Reason != want || got.ID != 7 || got.Status != 200 {
+	if got := read(old).Attempt; got.Reason != want || got.ID != 7 || got.Status != 200 || !got.CallerReserves {
 		t.Errorf("a line of the previous version reads back as %+v, want its reason %+v", got, want)
 	}
 
@@ -65,11 +67,13 @@ func TestJournalLinesKeepTheReason(t *testing.T) {
 	var former struct {
 		Attempt struct {
 			ledger.Attempt
-			LeaseUntil    time.Time
-			InFlightUntil hiddenField `json:",omitzero"`
+			LeaseUntil     time.Time
+			InFlightUntil  hiddenField `json:",omitzero"`
+			ByCaller       bool
+			CallerReserves hiddenField `json:",omitzero"`
 		} `json:"attempt"`
 	}
-	former.Attempt.Attempt, former.Attempt.LeaseUntil = f.Attempt, f.Attempt.InFlightUntil
+	former.Attempt.Attempt, former.Attempt.LeaseUntil, former.Attempt.ByCaller = f.Attempt, f.Attempt.InFlightUntil, f.Attempt.CallerReserves
 	own, err := json.Marshal(former)
 	if err != nil {
 		t.Fatal(err)

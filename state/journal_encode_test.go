@@ -106,15 +106,7 @@ func checkJournalLine(t *testing.T, f ledger.Finished) {
 		}
 		t.Fatalf("appendJournalLine differs from encoding/json at byte %d:\n got %s\nwant %s", i, got[i:], want[i:])
 	}
-	read := func(line []byte) ledger.Finished {
-		t.Helper()
-		var l journalLine
-		if err := json.Unmarshal(line, &l); err != nil {
-			t.Fatalf("%s: %v", line, err)
-		}
-		return l.finished()
-	}
-	if diff := cmp.Diff(read(got), read(want)); diff != "" {
+	if diff := cmp.Diff(readJournalLine(t, got), readJournalLine(t, want)); diff != "" {
 		t.Errorf("the line read back (-appendJournalLine +encoding/json):\n%s", diff)
 	}
 }

@@ -24,14 +24,7 @@ func TestJournalLinesKeepTheReason(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	read := func(line []byte) ledger.Finished {
-		t.Helper()
-		var l journalLine
-		if err := json.Unmarshal(line, &l); err != nil {
-			t.Fatalf("%s: %v", line, err)
-		}
-		return l.finished()
-	}
+	read := func(line []byte) ledger.Finished { return readJournalLine(t, line) }
 	if diff := cmp.Diff(read(line), f); diff != "" {
 		t.Errorf("a line written and read back (-got +want):\n%s", diff)
 	}
@@ -81,4 +74,14 @@ func TestJournalLinesKeepTheReason(t *testing.T) {
 	if diff := cmp.Diff(read(own), f); diff != "" {
 		t.Errorf("ledger.Finished's former JSON %s read back (-got +want):\n%s", own, diff)
 	}
+}
+
+// readJournalLine is what a process replaying a journal reads of line.
+func readJournalLine(t *testing.T, line []byte) ledger.Finished {
+	t.Helper()
+	var l journalLine
+	if err := json.Unmarshal(line, &l); err != nil {
+		t.Fatalf("%s: %v", line, err)
+	}
+	return l.finished()
 }

@@ -85,6 +85,39 @@ type fetchArgs struct {
 	StartIndex *int              `json:"start_index,omitempty" jsonschema:"character offset to read the body from, to page through a long body (default 0)"`
 }
 
+// fetchBounds are how long a fetch waits for the budget and which page
+// of the body it returns.
+type fetchBounds struct {
+	maxWait       time.Duration
+	maxLen, start int
+}
+
+// bounds returns a's max_wait_s, max_length and start_index within lim,
+// their defaults where a has none; bad, when not empty, says which one
+// is not valid, for the agent.
+func (a fetchArgs) bounds(lim FetchLimits) (b fetchBounds, bad string) {
+	b = fetchBounds{maxWait: lim.DefaultMaxWait, maxLen: lim.DefaultMaxLength}
+	if a.MaxWaitS != nil {
+		if *a.MaxWaitS < 0 {
+			return b, "max_wait_s must be 0 or more seconds."
+		}
+		b.maxWait = min(time.Duration(*a.MaxWaitS*float64(time.Second)), lim.MaxMaxWait)
+	}
+	if a.MaxLength != nil {
+		if *a.MaxLength <= 0 {
+			return b, "max_length must be at least 1."
+		}
+		b.maxLen = min(*a.MaxLength, lim.MaxLength)
+	}
+	if a.StartIndex != nil {
+		if *a.StartIndex < 0 {
+			return b, "start_index must be 0 or more."
+		}
+		b.start = *a.StartIndex
+	}
+	return b, ""
+}
+
 type fetchResult struct {
 	Key            string            `json:"key" jsonschema:"the key the call went through"`
 	Method         string            `json:"method"`
@@ -168,25 +201,9 @@ func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	if !k.AllowsMethod(method) {
 		return failure("methodNotAllowed", fmt.Sprintf("Key '%s' allows only %s through fetch.", k.Name, strings.Join(k.Methods, ", "))), nil
 	}
-	maxWait := lim.DefaultMaxWait
-	if a.MaxWaitS != nil {
-		if *a.MaxWaitS < 0 {
-			return failure("badArguments", "max_wait_s must be 0 or more seconds."), nil
-		}
-		maxWait = min(time.Duration(*a.MaxWaitS*float64(time.Second)), lim.MaxMaxWait)
-	}
-	maxLen, start := lim.DefaultMaxLength, 0
-	if a.MaxLength != nil {
-		if *a.MaxLength <= 0 {
-			return failure("badArguments", "max_length must be at least 1."), nil
-		}
-		maxLen = min(*a.MaxLength, lim.MaxLength)
-	}
-	if a.StartIndex != nil {
-		if *a.StartIndex < 0 {
-			return failure("badArguments", "start_index must be 0 or more."), nil
-		}
-		start = *a.StartIndex
+	b, bad := a.bounds(lim)
+	if bad != "" {
+		return failure("badArguments", bad), nil
 	}
 	query := url.Values{}
 	for name, v := range a.Query {
@@ -207,7 +224,7 @@ func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 		header.Set(name, v)
 	}
 
-	f := fetchCall{d: d, lim: lim, k: k, caller: caller, method: method, target: target, digest: digest, start: start, maxLen: maxLen,
+	f := fetchCall{d: d, lim: lim, k: k, caller: caller, method: method, target: target, digest: digest, start: b.start, maxLen: b.maxLen,
 		sent: upstream.SentHeader(k, header), hold: d.Client.BodyHold(),
 		ownConditional: header.Get("If-None-Match") != "" || header.Get("If-Modified-Since") != ""}
 	defer f.hold.Release()
@@ -227,7 +244,7 @@ func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 		}
 	}
 	resp, err := d.Client.Do(ctx, k, upstream.Request{Caller: caller.Name, Transport: d.Transport, Method: method,
-		Path: a.Path, Query: query, Header: header, Body: body, MaxWait: maxWait, Progress: progressSender(ctx, req, k.Name),
+		Path: a.Path, Query: query, Header: header, Body: body, MaxWait: b.maxWait, Progress: progressSender(ctx, req, k.Name),
 		Digest: digest, AnswerTimeout: d.answerTimeout(), MaxDecoded: lim.MaxBody + decodeMargin, Hold: f.hold})
 	if err != nil {
 		if res := f.namedFailure(err); res != nil {
@@ -409,29 +426,7 @@ func (f *fetchCall) answered(ctx context.Context, resp *upstream.Response) (*mcp
 	}
 	unchanged := false
 	if f.method == http.MethodGet && complete && int64(len(raw)) <= f.lim.KeepBody && (resp.StatusCode == http.StatusOK || notModified) {
-		sum := upstream.Digest("", "", raw)
-		vary := varyOf(resp.Header)
-		if notModified && resp.Header.Get("Vary") == "" {
-			vary = f.stored.Vary
-		}
-		kept := ledger.StoredResponse{Key: f.k.Name, Target: f.target, ETag: resp.Header.Get("ETag"),
-			LastModified: resp.Header.Get("Last-Modified"), Status: http.StatusOK, ContentType: ct, Body: raw,
-			Digest: sum, StoredAt: f.d.now(), Vary: vary, Varied: varied(vary, f.sent)}
-		if notModified {
-			kept.ETag, kept.LastModified = f.stored.ETag, f.stored.LastModified
-		}
-		if vary == varyStar {
-			// Never reused: the row only stands in the place of the
-			// answer kept before, which a later request must not get.
-			kept = ledger.StoredResponse{Key: f.k.Name, Target: f.target, Status: http.StatusOK, StoredAt: f.d.now(), Vary: varyStar}
-		}
-		if f.hasStored && f.stored.Digest == sum {
-			unchanged = true
-			kept.Unchanged = f.stored.Unchanged + 1
-		}
-		if err := f.keep(ctx, kept); err != nil {
-			f.d.Log.Error("keeping an answer failed", "key", f.k.Name, "error", err)
-		}
+		unchanged = f.keepAnswer(ctx, resp.Header, ct, raw, notModified)
 	}
 	stale := resp.StatusCode == http.StatusNotModified && f.hasStored && !f.ownConditional && !notModified
 	if stale {
@@ -465,6 +460,36 @@ func (f *fetchCall) answered(ctx context.Context, resp *upstream.Response) (*mcp
 	r.Warnings = append(r.Warnings, redactionWarnings(resp)...)
 	r.Next = nextPage(resp.Header, f.k)
 	return f.fitted(r, raw, complete), nil
+}
+
+// keepAnswer keeps raw, the whole body of a 200 or of the kept copy a 304
+// named (notModified), for the fetches of the same target after it, and
+// reports whether it is the body kept before.
+func (f *fetchCall) keepAnswer(ctx context.Context, h http.Header, ct string, raw []byte, notModified bool) (unchanged bool) {
+	sum := upstream.Digest("", "", raw)
+	vary := varyOf(h)
+	if notModified && h.Get("Vary") == "" {
+		vary = f.stored.Vary
+	}
+	kept := ledger.StoredResponse{Key: f.k.Name, Target: f.target, ETag: h.Get("ETag"),
+		LastModified: h.Get("Last-Modified"), Status: http.StatusOK, ContentType: ct, Body: raw,
+		Digest: sum, StoredAt: f.d.now(), Vary: vary, Varied: varied(vary, f.sent)}
+	if notModified {
+		kept.ETag, kept.LastModified = f.stored.ETag, f.stored.LastModified
+	}
+	if vary == varyStar {
+		// Never reused: the row only stands in the place of the
+		// answer kept before, which a later request must not get.
+		kept = ledger.StoredResponse{Key: f.k.Name, Target: f.target, Status: http.StatusOK, StoredAt: f.d.now(), Vary: varyStar}
+	}
+	if f.hasStored && f.stored.Digest == sum {
+		unchanged = true
+		kept.Unchanged = f.stored.Unchanged + 1
+	}
+	if err := f.keep(ctx, kept); err != nil {
+		f.d.Log.Error("keeping an answer failed", "key", f.k.Name, "error", err)
+	}
+	return unchanged
 }
 
 // result builds the parts of a result every path shares.

@@ -156,3 +156,45 @@ func TestFetchReadsNothingWhenNothingIsStored(t *testing.T) {
 		t.Errorf("b's page of a copy a kept: from_cache %v, %d reads; want it read from the state", page["from_cache"], b.store.views.Load()-views)
 	}
 }
+
+// A 304 that does not repeat the kept copy's ETag (RFC 9110 §15.4.5 asks
+// a server to; some do not) leaves the copy its validator: the fetch after
+// it is conditional too, and answered from the same body.
+func TestNotModifiedWithoutETagKeepsTheValidator(t *testing.T) {
+	var mu sync.Mutex
+	var sent []string // the If-None-Match of each request
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		sent = append(sent, r.Header.Get("If-None-Match"))
+		mu.Unlock()
+		if r.Header.Get("If-None-Match") == `"v1"` {
+			w.WriteHeader(http.StatusNotModified) // without the ETag
+			return
+		}
+		w.Header().Set("ETag", `"v1"`)
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprint(w, "version one")
+	}))
+	t.Cleanup(up.Close)
+	cfg := testkit.Config{
+		Keys:    []testkit.Key{{Name: "api", BaseURL: up.URL, Auth: "none"}},
+		Callers: []testkit.Caller{{Name: "agent", TokenEnv: "AGENT", Keys: []string{"api"}}},
+	}.TOML()
+	keys, err := keystore.Parse([]byte(cfg), keystore.Env{Getenv: func(string) string { return "tools-test-token-0123456789" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newStoringProcess(t, keys, testkit.StateFile(t, state.Open))
+	for i := range 3 {
+		res := p.fetch(t, map[string]any{"path": "/doc"})
+		p.settle(t)
+		if res["body"] != "version one" || (i > 0) != (res["not_modified"] == true) {
+			t.Errorf("fetch %d: body %q, not_modified %v; want the one version, from the kept copy after the first", i+1, res["body"], res["not_modified"])
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"", `"v1"`, `"v1"`}; fmt.Sprint(sent) != fmt.Sprint(want) {
+		t.Errorf("If-None-Match of the three requests: %q; want %q", sent, want)
+	}
+}

@@ -90,6 +90,21 @@ func (p *storingProcess) fetch(t *testing.T, args map[string]any) map[string]any
 	return resp.Result.StructuredContent
 }
 
+// apiKeys is one key, "api", without credentials, at baseURL, and one
+// caller, "agent", who may use it.
+func apiKeys(t *testing.T, baseURL string) *keystore.Store {
+	t.Helper()
+	cfg := testkit.Config{
+		Keys:    []testkit.Key{{Name: "api", BaseURL: baseURL, Auth: "none"}},
+		Callers: []testkit.Caller{{Name: "agent", TokenEnv: "AGENT", Keys: []string{"api"}}},
+	}.TOML()
+	keys, err := keystore.Parse([]byte(cfg), keystore.Env{Getenv: func(string) string { return "tools-test-token-0123456789" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
 // TestFetchReadsNothingWhenNothingIsStored fetches, in two processes on one
 // state file, targets with an ETag; each process keeps its answers
 // through its journal. A target with no stored answer goes
@@ -115,14 +130,7 @@ func TestFetchReadsNothingWhenNothingIsStored(t *testing.T) {
 		fmt.Fprintf(w, "body of %s, long enough to page through: %0100d", r.URL.Path, 0)
 	}))
 	t.Cleanup(up.Close)
-	cfg := testkit.Config{
-		Keys:    []testkit.Key{{Name: "api", BaseURL: up.URL, Auth: "none"}},
-		Callers: []testkit.Caller{{Name: "agent", TokenEnv: "AGENT", Keys: []string{"api"}}},
-	}.TOML()
-	keys, err := keystore.Parse([]byte(cfg), keystore.Env{Getenv: func(string) string { return "tools-test-token-0123456789" }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys := apiKeys(t, up.URL)
 	path := testkit.StateFile(t, state.Open)
 	a, b := newStoringProcess(t, keys, path), newStoringProcess(t, keys, path)
 
@@ -176,14 +184,7 @@ func TestNotModifiedWithoutETagKeepsTheValidator(t *testing.T) {
 		fmt.Fprint(w, "version one")
 	}))
 	t.Cleanup(up.Close)
-	cfg := testkit.Config{
-		Keys:    []testkit.Key{{Name: "api", BaseURL: up.URL, Auth: "none"}},
-		Callers: []testkit.Caller{{Name: "agent", TokenEnv: "AGENT", Keys: []string{"api"}}},
-	}.TOML()
-	keys, err := keystore.Parse([]byte(cfg), keystore.Env{Getenv: func(string) string { return "tools-test-token-0123456789" }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys := apiKeys(t, up.URL)
 	p := newStoringProcess(t, keys, testkit.StateFile(t, state.Open))
 	for i := range 3 {
 		res := p.fetch(t, map[string]any{"path": "/doc"})

@@ -94,15 +94,10 @@ func (p *storingProcess) fetch(t *testing.T, args map[string]any) map[string]any
 // caller, "agent", who may use it.
 func apiKeys(t *testing.T, baseURL string) *keystore.Store {
 	t.Helper()
-	cfg := testkit.Config{
+	return parseKeys(t, testkit.Config{
 		Keys:    []testkit.Key{{Name: "api", BaseURL: baseURL, Auth: "none"}},
 		Callers: []testkit.Caller{{Name: "agent", TokenEnv: "AGENT", Keys: []string{"api"}}},
-	}.TOML()
-	keys, err := keystore.Parse([]byte(cfg), keystore.Env{Getenv: func(string) string { return "tools-test-token-0123456789" }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return keys
+	})
 }
 
 // TestFetchReadsNothingWhenNothingIsStored fetches, in two processes on one

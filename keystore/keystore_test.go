@@ -201,6 +201,14 @@ func TestParseErrors(t *testing.T) {
 		{"caller short token", "[[callers]]\nname = \"c\"\ntoken_env = \"SHORT\"\nkeys = [\"*\"]\n", 3, "callers[0].token_env", "shorter than 16"},
 		{"caller token unset", "[[callers]]\nname = \"c\"\ntoken_env = \"UNSET\"\nkeys = [\"*\"]\n", 3, "callers[0].token_env", "UNSET is not set"},
 		{"bad method", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\nmethods = [\"TRACE\"]\n", 5, "keys[0].methods", "TRACE"},
+		// Each bound at its edge: the value just outside is refused.
+		{"url with fragment", "[[keys]]\nname = \"a\"\nbase_url = \"https://x/#top\"\nauth = \"none\"\n", 3, "keys[0].base_url", "query or fragment"},
+		{"allowed host with credentials", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\nallow_hosts = [\"u@y\"]\n", 5, "keys[0].allow_hosts[0]", "not a host name"},
+		{"endless max_rate", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\nmax_rate = inf\n", 5, "keys[0].max_rate", "positive number"},
+		{"low water of the whole quota", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\nlow_water = 1.0\n", 5, "keys[0].low_water", "between 0 and 1"},
+		{"reserve of the whole quota", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n  [[keys.reserve]]\n  caller = \"agent\"\n  share = 1.0\n", 5, "keys[0].reserve[0]", "between 0 and 1"},
+		{"reserves of the whole quota", "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n  [[keys.reserve]]\n  caller = \"agent\"\n  share = 0.5\n  [[keys.reserve]]\n  caller = \"sync\"\n  share = 0.5\n", 5, "keys[0].reserve", "add up to 1 or more"},
+		{"state timeout too long", "state_timeout = \"61s\"\n", 1, "state_timeout", "outside 100ms to 1m"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -41,6 +41,10 @@ func TestSendsStayForTheirLatency(t *testing.T) {
 				e.mustAdmit(k, "agent", "/items")
 				return
 			}
+			// What a caller is told agrees: the window frees its slot then.
+			if st := e.status(k, "agent"); len(st.Local) != 1 || st.Local[0].Remaining != 0 || st.Local[0].Reset != tt.want {
+				t.Errorf("when the send is %v old: the status's local budgets are %+v, want 'default' with none left for %v", w, st.Local, tt.want)
+			}
 			if pe := e.mustPause(k, "agent", "/items"); pe.RetryAfter != tt.want || pe.Source != "default" {
 				t.Errorf("when the send is %v old: got %s for %v, want 'default' for %v", w, pe.Source, pe.RetryAfter, tt.want)
 			}

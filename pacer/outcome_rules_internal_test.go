@@ -398,6 +398,10 @@ func TestOutcomeBreakerRule(t *testing.T) {
 			circuit(reason.CircuitReopen, 2*BreakerCooldown), ledger.KeyState{Opens: 2, HalfOpen: true, ProbeAttempt: 7, Interval: slow}},
 		{"a guided refusal", 429, &ratelimit.Reading{HasRetryAfter: true, RetryAfter: time.Minute}, ledger.KeyState{Failures: 2}, false, false,
 			outcomePlan{}, ledger.KeyState{Failures: 2, Interval: slow}},
+		// Abnormal usage pauses the key on its own (see abnormal): it
+		// is no failure towards the circuit, which would open on it.
+		{"abnormal usage without a wait", 429, &ratelimit.Reading{Abnormal: true}, ledger.KeyState{Failures: 4}, false, false,
+			outcomePlan{}, ledger.KeyState{Failures: 4, Interval: slow}},
 		{"a success closes it", 200, nil, ledger.KeyState{Failures: 3, Opens: 2, HalfOpen: true}, false, false, outcomePlan{}, ledger.KeyState{}},
 		{"the caller gave up", 0, nil, ledger.KeyState{Failures: 3}, false, true, outcomePlan{}, ledger.KeyState{Failures: 3}},
 		{"its route's alone", 503, nil, ledger.KeyState{Failures: 3}, true, false, outcomePlan{}, ledger.KeyState{Failures: 3}},

@@ -228,3 +228,25 @@ func TestFairConstraintsOnALog(t *testing.T) {
 		t.Errorf("decide for alice: got admit %v (%s: %s), %v; want admitted", d.admit, d.source, d.reason, err)
 	}
 }
+
+// A share's cap is the whole calls of its part of the quota, at least
+// one: a part that floating point puts a hair below a whole number (0.29
+// of 100 is 28.999999999999996) is that whole number.
+func TestShareCap(t *testing.T) {
+	for _, tt := range []struct {
+		share float64
+		q     int64
+		want  int64
+	}{
+		{0.4, 30, 12},
+		{0.29, 100, 29},
+		{0.57, 100, 57},
+		{0.45, 30, 13},
+		{0.01, 30, 1},
+		{1, 30, 30},
+	} {
+		if got := shareCap(tt.share, tt.q); got != tt.want {
+			t.Errorf("shareCap(%v, %d) = %d, want %d", tt.share, tt.q, got, tt.want)
+		}
+	}
+}

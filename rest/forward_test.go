@@ -35,12 +35,16 @@ func TestHeadersShowTheTighter(t *testing.T) {
 		wantStatus    int
 		wantLimit     string
 		wantRemaining string
+		wantWait      bool // a Retry-After: the caller is to wait
 	}{
-		{"local tighter", 5, 120, 1, 200, "5", "4"},
-		{"upstream tighter", 120, 3, 1, 200, "3", "2"},
+		{"local tighter", 5, 120, 1, 200, "5", "4", false},
+		{"upstream tighter", 120, 3, 1, 200, "3", "2", false},
+		// The call took the upstream's last: its answer says when the next
+		// may go, though the upstream sent no Retry-After with it.
+		{"the last the upstream allows", 120, 1, 1, 200, "1", "0", true},
 		// The key's budget was spent upstream by someone mcp-quota does
 		// not know of: the upstream's refusal is the first word on it.
-		{"upstream refuses", 120, 1, 1, 429, "1", "0"},
+		{"upstream refuses", 120, 1, 1, 429, "1", "0", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -74,13 +78,13 @@ func TestHeadersShowTheTighter(t *testing.T) {
 			if got := resp.Header.Get("RateLimit"); !strings.Contains(got, "r="+tt.wantRemaining) {
 				t.Errorf("RateLimit %q, want r=%s", got, tt.wantRemaining)
 			}
+			if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); tt.wantWait != (err == nil && ra >= 1) {
+				t.Errorf("Retry-After %q; want one of a second or more: %v", resp.Header.Get("Retry-After"), tt.wantWait)
+			}
 			if tt.wantStatus == 429 {
 				// The upstream's refusal passes with its Retry-After and its
 				// problem; mcp-quota did not retry (the wait does not fit).
 				checkProblem(t, resp, body, 429, "rateLimited")
-				if ra, _ := strconv.Atoi(resp.Header.Get("Retry-After")); ra < 1 {
-					t.Errorf("Retry-After %q", resp.Header.Get("Retry-After"))
-				}
 				if st := s.API.Stats(upstreamSecret); st.Requests != 2 {
 					t.Errorf("the upstream got %d requests, want 2", st.Requests)
 				}

@@ -326,3 +326,98 @@ func TestHoldsSecret(t *testing.T) {
 		})
 	}
 }
+
+// The body of a refusal is read for the signals it alone carries: here a
+// google.rpc.Status whose RetryInfo asks for 30 s, on a 429 without
+// Retry-After; the caller still gets the body whole.
+func TestSignalsInARefusalsBody(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const body = `{"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "details": [` +
+			`{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "30s"}]}}`
+		f := &fake{answer: func(int, *http.Request) *http.Response {
+			r := respond(http.StatusTooManyRequests, "Content-Type", "application/json")
+			r.Body = io.NopCloser(strings.NewReader(body))
+			return r
+		}}
+		c, _ := newClient(t, f)
+		resp, err := c.Do(context.Background(), newKey(t, "bearer"), Request{Path: "/x", MaxWait: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !resp.Reading.HasRetryAfter || resp.Reading.RetryAfter != 30*time.Second {
+			t.Errorf("the reading's wait: %v (has one: %v), want the body's 30s", resp.Reading.RetryAfter, resp.Reading.HasRetryAfter)
+		}
+		if a := resp.Result.Advice; a.Action != pacer.Pause || a.RetryAfter < 30*time.Second {
+			t.Errorf("advice = %+v, want pause for at least 30 s", a)
+		}
+		if string(got) != body {
+			t.Errorf("the caller got the body %q, want it whole", got)
+		}
+	})
+}
+
+// What the signals record never holds the credential, though an upstream
+// names its policy by it: the fields are read as the caller will see
+// them, scrubbed.
+func TestSignalsNeverHoldTheCredential(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fake{answer: func(int, *http.Request) *http.Response {
+			return respond(http.StatusOK, "RateLimit-Policy", `"`+secret+`";q=10;w=60`, "RateLimit", `"`+secret+`";r=5;t=30`)
+		}}
+		c, db := newClient(t, f)
+		resp, err := c.Do(context.Background(), newKey(t, "bearer"), Request{Path: "/x", MaxWait: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if len(resp.Reading.Observations) == 0 {
+			t.Fatal("the answer's fields gave no observation: the test shows nothing")
+		}
+		for _, ob := range resp.Reading.Observations {
+			if strings.Contains(ob.Policy, secret) {
+				t.Errorf("the reading names policy %q, the credential", ob.Policy)
+			}
+		}
+		err = db.View(context.Background(), func(tx ledger.ReadTx) error {
+			seen, err := tx.SeenPolicies("k")
+			for _, p := range seen {
+				if strings.Contains(p.Policy, secret) {
+					t.Errorf("the state keeps policy %q, the credential", p.Policy)
+				}
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// The credential goes only to the key's own host over the key's own
+// scheme: not to another host, another port, or the same host over plain
+// HTTP (the redirect policy refuses those before; this holds without it).
+func TestAuthorizeOnlyTheKeysOrigin(t *testing.T) {
+	k := newKey(t, "bearer") // https://api.example/base
+	for _, tt := range []struct {
+		url  string
+		want bool
+	}{
+		{"https://api.example/base/x", true},
+		{"http://api.example/base/x", false},
+		{"https://other.example/base/x", false},
+		{"https://api.example:8443/base/x", false},
+	} {
+		req, err := http.NewRequest(http.MethodGet, tt.url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := authorize(req, k); err != nil {
+			t.Fatal(err)
+		}
+		if got := req.Header.Get("Authorization") != ""; got != tt.want {
+			t.Errorf("a request to %s carries the credential: %v, want %v", tt.url, got, tt.want)
+		}
+	}
+}

@@ -30,6 +30,14 @@ func TestLeaseSize(t *testing.T) {
 		wantLife time.Duration
 	}{
 		{"as it is", func(*setup) {}, LeaseMax, LeaseTime},
+		// A key with something to watch for: each call is decided alone.
+		{"a probe", func(s *setup) { s.d.probe = true }, 0, 0},
+		{"calls spread below the low-water mark", func(s *setup) { s.d.slow = true }, 0, 0},
+		{"a slow start after a failure", func(s *setup) { s.snap.ks.Interval = 10 * time.Millisecond }, 0, 0},
+		{"failures behind it", func(s *setup) { s.snap.ks.Failures = 1 }, 0, 0},
+		{"an observation past its window, counted from the log", func(s *setup) {
+			s.d.budgets[0].Observed, s.d.budgets[0].Expired, s.d.budgets[0].Reset = now.Add(-time.Minute), true, 30*time.Second
+		}, 0, 0},
 		// What a slot is admitted without: reservations, shares, bytes.
 		{"a key with reservations", func(s *setup) { s.k.Reserves = []keystore.Reserve{{Caller: "agent", Share: 0.2}} }, 0, 0},
 		{"a key with shares", func(s *setup) { s.k.Shares = []keystore.Share{{Principal: "*", Share: 0.5}} }, 0, 0},
@@ -69,4 +77,15 @@ func TestLeaseSize(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a lease of the key current", func(t *testing.T) {
+		k := &keystore.Key{Name: "k", MaxRate: 1e6, MaxConcurrency: 10_000}
+		busy := &admissions{}
+		for range leaseRecent {
+			busy.note(now.Add(-time.Millisecond))
+		}
+		p := &Pacer{recent: map[string]*admissions{k.Name: busy}, leases: map[string]*lease{k.Name: {key: k.Name}}}
+		if n, life := p.leaseSize(snapshot{now: now, key: k}, decision{admit: true, budgets: []Budget{budget()}}); n != 0 || life != 0 {
+			t.Errorf("leaseSize = %d slots for %v, want none: one lease of a key at a time", n, life)
+		}
+	})
 }

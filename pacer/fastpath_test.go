@@ -44,14 +44,17 @@ func TestUnleasedAnswerTakesNoTransaction(t *testing.T) {
 	t.Cleanup(func() { p.Close(ctx) })
 	// Never leased: a lease holds at most a quarter of the calls the key
 	// may still have in flight, and a lease of fewer than 16 is none.
-	k := &keystore.Key{Name: "k", MaxRate: 1000, MaxConcurrency: 8, LowWater: 0.1,
+	// Its pace allows a call a microsecond after the one before: each
+	// admission is a round trip to the server, so none waits, which would
+	// cost a transaction more. (At 1,000 a second, a call admitted within
+	// a millisecond of the one before waited, and the test counted two
+	// transactions for it in two of five runs on a quiet machine.)
+	k := &keystore.Key{Name: "k", MaxRate: 1e6, MaxConcurrency: 8, LowWater: 0.1,
 		Policies: []keystore.Policy{{Name: "default", Quota: 1000, Window: time.Minute, Unit: ratelimit.Requests}}}
 	n := 0
-	// A call may wait the key's pace (a millisecond) when the one before
-	// it was admitted less than that ago. Its wait is bounded on the
-	// process's clock, which the test moves a minute back below: a bound
-	// of a second would then have passed already, and the call would be
-	// paused rather than wait its millisecond.
+	// A wait is bounded on the process's clock, which the test moves a
+	// minute back below: a bound of a second would then have passed
+	// already, and a call that waits would be paused.
 	admit := func() pacer.Ticket {
 		t.Helper()
 		n++

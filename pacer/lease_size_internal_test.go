@@ -35,6 +35,7 @@ func TestLeaseSize(t *testing.T) {
 		{"calls spread below the low-water mark", func(s *setup) { s.d.slow = true }, 0, 0},
 		{"a slow start after a failure", func(s *setup) { s.snap.ks.Interval = 10 * time.Millisecond }, 0, 0},
 		{"failures behind it", func(s *setup) { s.snap.ks.Failures = 1 }, 0, 0},
+		{"a circuit half open", func(s *setup) { s.snap.ks.HalfOpen = true }, 0, 0},
 		{"an observation past its window, counted from the log", func(s *setup) {
 			s.d.budgets[0].Observed, s.d.budgets[0].Expired, s.d.budgets[0].Reset = now.Add(-time.Minute), true, 30*time.Second
 		}, 0, 0},
@@ -67,10 +68,7 @@ func TestLeaseSize(t *testing.T) {
 				Policies: []keystore.Policy{{Name: "default", Quota: 100_000, Window: time.Minute, Unit: ratelimit.Requests}}}
 			s := &setup{k: k, snap: snapshot{now: now, key: k}, d: decision{admit: true, budgets: []Budget{budget()}}}
 			tt.change(s)
-			busy := &admissions{}
-			for range leaseRecent {
-				busy.note(now.Add(-time.Millisecond))
-			}
+			busy := busyAt(now)
 			p := &Pacer{recent: map[string]*admissions{k.Name: busy}, leases: map[string]*lease{}}
 			if n, life := p.leaseSize(s.snap, s.d); n != tt.want || life != tt.wantLife {
 				t.Errorf("leaseSize = %d slots for %v, want %d for %v", n, life, tt.want, tt.wantLife)
@@ -79,13 +77,20 @@ func TestLeaseSize(t *testing.T) {
 	}
 	t.Run("a lease of the key current", func(t *testing.T) {
 		k := &keystore.Key{Name: "k", MaxRate: 1e6, MaxConcurrency: 10_000}
-		busy := &admissions{}
-		for range leaseRecent {
-			busy.note(now.Add(-time.Millisecond))
-		}
+		busy := busyAt(now)
 		p := &Pacer{recent: map[string]*admissions{k.Name: busy}, leases: map[string]*lease{k.Name: {key: k.Name}}}
 		if n, life := p.leaseSize(snapshot{now: now, key: k}, decision{admit: true, budgets: []Budget{budget()}}); n != 0 || life != 0 {
 			t.Errorf("leaseSize = %d slots for %v, want none: one lease of a key at a time", n, life)
 		}
 	})
+}
+
+// busyAt is a key's latest admissions in a process that admitted
+// leaseRecent of them a millisecond before now: 8,000 a second.
+func busyAt(now time.Time) *admissions {
+	a := &admissions{}
+	for range leaseRecent {
+		a.note(now.Add(-time.Millisecond))
+	}
+	return a
 }

@@ -1,0 +1,68 @@
+package pacer
+
+import (
+	"testing"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/ratelimit"
+)
+
+// deferringStore is a store whose outcomes go through the process's
+// journal (see deferrer); quickBudgets asks nothing else of it.
+type deferringStore struct{ ledger.Store }
+
+func (deferringStore) DefersOutcomes() bool { return true }
+
+// quickBudgets, rule by rule, at one instant: an admission of a key this
+// process calls 8,000 times a second, far from a budget of 100,000 a
+// minute, has its answer judged routine by the budget with the call spent;
+// each case changes one thing that makes the answer one to record in a
+// transaction of its own (nil).
+func TestQuickBudgets(t *testing.T) {
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	type setup struct {
+		snap snapshot
+		d    decision
+	}
+	for _, tt := range []struct {
+		name    string
+		change  func(*setup)
+		routine bool
+	}{
+		{"as it is", func(*setup) {}, true},
+		{"a probe", func(s *setup) { s.d.probe = true }, false},
+		{"calls spread below the low-water mark", func(s *setup) { s.d.slow = true }, false},
+		{"a gate of one route", func(s *setup) {
+			s.snap.gates = []ledger.Gate{{Key: "k", Scope: "route GET /other", Until: now.Add(time.Second), Source: ledger.BackoffGate}}
+		}, false},
+		{"a reservation", func(s *setup) { s.snap.key.Reserves = []keystore.Reserve{{Caller: "agent", Share: 0.2}} }, false},
+		{"failures behind it", func(s *setup) { s.snap.ks.Failures = 1 }, false},
+		{"a circuit that opened before", func(s *setup) { s.snap.ks.Opens = 1 }, false},
+		{"a circuit half open", func(s *setup) { s.snap.ks.HalfOpen = true }, false},
+		{"a probe out", func(s *setup) { s.snap.ks.ProbeAttempt = 7 }, false},
+		{"a partitioned policy", func(s *setup) {
+			s.snap.seen = []ledger.SeenPolicy{{Observation: ratelimit.Observation{Policy: "p", Partition: "b-1", Unit: ratelimit.Requests}}}
+		}, false},
+		{"the last call the budget allows", func(s *setup) { s.d.budgets[0].Remaining = 1 }, false},
+		{"two left", func(s *setup) { s.d.budgets[0].Remaining = 2 }, true},
+		{"an observation past its window, counted from the log", func(s *setup) {
+			s.d.budgets[0].Observed, s.d.budgets[0].Expired, s.d.budgets[0].Reset = now.Add(-time.Minute), true, 30*time.Second
+		}, false},
+		{"an observation at its reset", func(s *setup) { s.d.budgets[0].Observed = now.Add(-time.Minute) }, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			k := &keystore.Key{Name: "k", MaxRate: 1e6, MaxConcurrency: 10_000}
+			s := &setup{snap: snapshot{now: now, key: k}, d: decision{admit: true, budgets: []Budget{
+				{Policy: "default", Unit: ratelimit.Requests, Limit: 100_000, Window: time.Minute, Remaining: 50_000},
+			}}}
+			tt.change(s)
+			busy := busyAt(now)
+			p := &Pacer{db: deferringStore{}, recent: map[string]*admissions{k.Name: busy}, leases: map[string]*lease{}}
+			if got := p.quickBudgets(s.snap, s.d); (got != nil) != tt.routine {
+				t.Errorf("quickBudgets = %+v; want routine: %v", got, tt.routine)
+			}
+		})
+	}
+}

@@ -23,8 +23,10 @@ func (deferringStore) DefersOutcomes() bool { return true }
 func TestQuickBudgets(t *testing.T) {
 	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	type setup struct {
-		snap snapshot
-		d    decision
+		snap  snapshot
+		d     decision
+		busy  *admissions // the key's latest admissions in this process
+		store ledger.Store
 	}
 	for _, tt := range []struct {
 		name    string
@@ -32,6 +34,15 @@ func TestQuickBudgets(t *testing.T) {
 		routine bool
 	}{
 		{"as it is", func(*setup) {}, true},
+		{"a store that records every answer at once", func(s *setup) { s.store = nil }, false},
+		// Fewer than quickNext admissions of the key here in LeaseTime:
+		// what the answer taught would wait for a transaction of its own.
+		{"a key seldom called here", func(s *setup) {
+			s.busy = &admissions{}
+			for i := range leaseRecent {
+				s.busy.note(now.Add(time.Duration(i-leaseRecent) * time.Second))
+			}
+		}, false},
 		{"a probe", func(s *setup) { s.d.probe = true }, false},
 		{"calls spread below the low-water mark", func(s *setup) { s.d.slow = true }, false},
 		{"a gate of one route", func(s *setup) {
@@ -56,10 +67,9 @@ func TestQuickBudgets(t *testing.T) {
 			k := &keystore.Key{Name: "k", MaxRate: 1e6, MaxConcurrency: 10_000}
 			s := &setup{snap: snapshot{now: now, key: k}, d: decision{admit: true, budgets: []Budget{
 				{Policy: "default", Unit: ratelimit.Requests, Limit: 100_000, Window: time.Minute, Remaining: 50_000},
-			}}}
+			}}, busy: busyAt(now), store: deferringStore{}}
 			tt.change(s)
-			busy := busyAt(now)
-			p := &Pacer{db: deferringStore{}, recent: map[string]*admissions{k.Name: busy}, leases: map[string]*lease{}}
+			p := &Pacer{db: s.store, recent: map[string]*admissions{k.Name: s.busy}, leases: map[string]*lease{}}
 			if got := p.quickBudgets(s.snap, s.d); (got != nil) != tt.routine {
 				t.Errorf("quickBudgets = %+v; want routine: %v", got, tt.routine)
 			}

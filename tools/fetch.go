@@ -86,10 +86,14 @@ type fetchArgs struct {
 }
 
 // fetchBounds are how long a fetch waits for the budget and which page
-// of the body it returns.
+// of the body it returns, and what the agent asked for of each bound.
 type fetchBounds struct {
 	maxWait       time.Duration
 	maxLen, start int
+	// askedLen is the max_length asked for, when one was.
+	askedLen int
+	// askedWait is the max_wait_s asked for, when one was.
+	askedWait time.Duration
 }
 
 // bounds returns a's max_wait_s, max_length and start_index within lim,
@@ -101,13 +105,15 @@ func (a fetchArgs) bounds(lim FetchLimits) (b fetchBounds, bad string) {
 		if *a.MaxWaitS < 0 {
 			return b, "max_wait_s must be 0 or more seconds."
 		}
-		b.maxWait = min(time.Duration(*a.MaxWaitS*float64(time.Second)), lim.MaxMaxWait)
+		b.askedWait = time.Duration(*a.MaxWaitS * float64(time.Second))
+		b.maxWait = min(b.askedWait, lim.MaxMaxWait)
 	}
 	if a.MaxLength != nil {
 		if *a.MaxLength <= 0 {
 			return b, "max_length must be at least 1."
 		}
-		b.maxLen = min(*a.MaxLength, lim.MaxLength)
+		b.askedLen = *a.MaxLength
+		b.maxLen = min(b.askedLen, lim.MaxLength)
 	}
 	if a.StartIndex != nil {
 		if *a.StartIndex < 0 {
@@ -224,16 +230,10 @@ func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 		header.Set(name, v)
 	}
 
-	f := fetchCall{d: d, lim: lim, k: k, caller: caller, method: method, target: target, digest: digest, start: b.start, maxLen: b.maxLen,
+	f := fetchCall{d: d, lim: lim, k: k, caller: caller, method: method, target: target, digest: digest, fetchBounds: b,
 		sent: upstream.SentHeader(k, header), hold: d.Client.BodyHold(),
 		ownConditional: header.Get("If-None-Match") != "" || header.Get("If-Modified-Since") != ""}
 	defer f.hold.Release()
-	if a.MaxLength != nil {
-		f.askedLen = *a.MaxLength
-	}
-	if a.MaxWaitS != nil {
-		f.askedWait = time.Duration(*a.MaxWaitS * float64(time.Second))
-	}
 	if method == http.MethodGet {
 		if res, ok, err := f.fromStored(ctx, header); errors.Is(err, upstream.ErrBodyMemory) {
 			return f.namedFailure(err), nil
@@ -244,7 +244,7 @@ func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 		}
 	}
 	resp, err := d.Client.Do(ctx, k, upstream.Request{Caller: caller.Name, Transport: d.Transport, Method: method,
-		Path: a.Path, Query: query, Header: header, Body: body, MaxWait: b.maxWait, Progress: progressSender(ctx, req, k.Name),
+		Path: a.Path, Query: query, Header: header, Body: body, MaxWait: f.maxWait, Progress: progressSender(ctx, req, k.Name),
 		Digest: digest, AnswerTimeout: d.answerTimeout(), MaxDecoded: lim.MaxBody + decodeMargin, Hold: f.hold})
 	if err != nil {
 		if res := f.namedFailure(err); res != nil {
@@ -265,12 +265,7 @@ type fetchCall struct {
 	method string
 	target string
 	digest string
-	start  int
-	maxLen int
-	// askedLen is the max_length asked for, when one was.
-	askedLen int
-	// askedWait is the max_wait_s asked for, when one was.
-	askedWait time.Duration
+	fetchBounds
 	stored    ledger.StoredResponse
 	hasStored bool
 	repeats   int
@@ -433,7 +428,7 @@ func (f *fetchCall) answered(ctx context.Context, resp *upstream.Response) (*mcp
 		// A 304 for another version than the kept one: the stored answer
 		// must not answer the next request either, which then goes
 		// unconditionally.
-		err := f.keep(ctx, ledger.StoredResponse{Key: f.k.Name, Target: f.target, Status: http.StatusOK, StoredAt: f.d.now(), Vary: varyStar})
+		err := f.keep(ctx, f.standIn())
 		if err != nil {
 			f.d.Log.Error("dropping a kept answer failed", "key", f.k.Name, "error", err)
 		}
@@ -478,9 +473,7 @@ func (f *fetchCall) keepAnswer(ctx context.Context, h http.Header, ct string, ra
 		kept.ETag, kept.LastModified = f.stored.ETag, f.stored.LastModified
 	}
 	if vary == varyStar {
-		// Never reused: the row only stands in the place of the
-		// answer kept before, which a later request must not get.
-		kept = ledger.StoredResponse{Key: f.k.Name, Target: f.target, Status: http.StatusOK, StoredAt: f.d.now(), Vary: varyStar}
+		kept = f.standIn()
 	}
 	if f.hasStored && f.stored.Digest == sum {
 		unchanged = true
@@ -490,6 +483,13 @@ func (f *fetchCall) keepAnswer(ctx context.Context, h http.Header, ct string, ra
 		f.d.Log.Error("keeping an answer failed", "key", f.k.Name, "error", err)
 	}
 	return unchanged
+}
+
+// standIn is the row kept in the place of the target's answer when no
+// later request may get it (Vary: *, or a 304 for another version): it is
+// never reused.
+func (f *fetchCall) standIn() ledger.StoredResponse {
+	return ledger.StoredResponse{Key: f.k.Name, Target: f.target, Status: http.StatusOK, StoredAt: f.d.now(), Vary: varyStar}
 }
 
 // result builds the parts of a result every path shares.

@@ -194,3 +194,36 @@ func TestNotModifiedWithoutETagKeepsTheValidator(t *testing.T) {
 		t.Errorf("If-None-Match of the three requests: %q; want %q", sent, want)
 	}
 }
+
+// An answer with Vary: * is kept only as a stand-in no request may get:
+// the fetch after it goes unconditionally and is not answered from it.
+func TestVaryStarIsNeverReused(t *testing.T) {
+	var mu sync.Mutex
+	var sent []string // the If-None-Match of each request
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		sent = append(sent, r.Header.Get("If-None-Match"))
+		mu.Unlock()
+		w.Header().Set("ETag", `"v1"`)
+		w.Header().Set("Vary", "*")
+		if r.Header.Get("If-None-Match") == `"v1"` {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		fmt.Fprint(w, "varies with everything")
+	}))
+	t.Cleanup(up.Close)
+	p := newStoringProcess(t, apiKeys(t, up.URL), testkit.StateFile(t, state.Open))
+	for i := range 2 {
+		res := p.fetch(t, map[string]any{"path": "/doc"})
+		p.settle(t)
+		if res["body"] != "varies with everything" || res["not_modified"] == true || res["from_cache"] == true {
+			t.Errorf("fetch %d: body %q, not_modified %v, from_cache %v; want the upstream's whole answer", i+1, res["body"], res["not_modified"], res["from_cache"])
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"", ""}; fmt.Sprint(sent) != fmt.Sprint(want) {
+		t.Errorf("If-None-Match of the two requests: %q; want %q", sent, want)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -164,12 +165,7 @@ func TestFetchReadsNothingWhenNothingIsStored(t *testing.T) {
 // a server to; some do not) leaves the copy its validator: the fetch after
 // it is conditional too, and answered from the same body.
 func TestNotModifiedWithoutETagKeepsTheValidator(t *testing.T) {
-	var mu sync.Mutex
-	var sent []string // the If-None-Match of each request
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		sent = append(sent, r.Header.Get("If-None-Match"))
-		mu.Unlock()
+	up := newValidatorLog(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("If-None-Match") == `"v1"` {
 			w.WriteHeader(http.StatusNotModified) // without the ETag
 			return
@@ -177,10 +173,8 @@ func TestNotModifiedWithoutETagKeepsTheValidator(t *testing.T) {
 		w.Header().Set("ETag", `"v1"`)
 		w.Header().Set("Content-Type", "text/plain")
 		fmt.Fprint(w, "version one")
-	}))
-	t.Cleanup(up.Close)
-	keys := apiKeys(t, up.URL)
-	p := newStoringProcess(t, keys, testkit.StateFile(t, state.Open))
+	})
+	p := newStoringProcess(t, apiKeys(t, up.url), testkit.StateFile(t, state.Open))
 	for i := range 3 {
 		res := p.fetch(t, map[string]any{"path": "/doc"})
 		p.settle(t)
@@ -188,22 +182,15 @@ func TestNotModifiedWithoutETagKeepsTheValidator(t *testing.T) {
 			t.Errorf("fetch %d: body %q, not_modified %v; want the one version, from the kept copy after the first", i+1, res["body"], res["not_modified"])
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if want := []string{"", `"v1"`, `"v1"`}; fmt.Sprint(sent) != fmt.Sprint(want) {
-		t.Errorf("If-None-Match of the three requests: %q; want %q", sent, want)
+	if got, want := up.sent(), []string{"", `"v1"`, `"v1"`}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("If-None-Match of the three requests: %q; want %q", got, want)
 	}
 }
 
 // An answer with Vary: * is kept only as a stand-in no request may get:
 // the fetch after it goes unconditionally and is not answered from it.
 func TestVaryStarIsNeverReused(t *testing.T) {
-	var mu sync.Mutex
-	var sent []string // the If-None-Match of each request
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		sent = append(sent, r.Header.Get("If-None-Match"))
-		mu.Unlock()
+	up := newValidatorLog(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("ETag", `"v1"`)
 		w.Header().Set("Vary", "*")
 		if r.Header.Get("If-None-Match") == `"v1"` {
@@ -211,9 +198,8 @@ func TestVaryStarIsNeverReused(t *testing.T) {
 			return
 		}
 		fmt.Fprint(w, "varies with everything")
-	}))
-	t.Cleanup(up.Close)
-	p := newStoringProcess(t, apiKeys(t, up.URL), testkit.StateFile(t, state.Open))
+	})
+	p := newStoringProcess(t, apiKeys(t, up.url), testkit.StateFile(t, state.Open))
 	for i := range 2 {
 		res := p.fetch(t, map[string]any{"path": "/doc"})
 		p.settle(t)
@@ -221,9 +207,36 @@ func TestVaryStarIsNeverReused(t *testing.T) {
 			t.Errorf("fetch %d: body %q, not_modified %v, from_cache %v; want the upstream's whole answer", i+1, res["body"], res["not_modified"], res["from_cache"])
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if want := []string{"", ""}; fmt.Sprint(sent) != fmt.Sprint(want) {
-		t.Errorf("If-None-Match of the two requests: %q; want %q", sent, want)
+	if got, want := up.sent(), []string{"", ""}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("If-None-Match of the two requests: %q; want %q", got, want)
 	}
+}
+
+// validatorLog is an upstream on loopback that records the If-None-Match
+// of each request, then answers it as answer does.
+type validatorLog struct {
+	url      string
+	mu       sync.Mutex
+	matching []string
+}
+
+func newValidatorLog(t *testing.T, answer http.HandlerFunc) *validatorLog {
+	t.Helper()
+	v := &validatorLog{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v.mu.Lock()
+		v.matching = append(v.matching, r.Header.Get("If-None-Match"))
+		v.mu.Unlock()
+		answer(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	v.url = srv.URL
+	return v
+}
+
+// sent returns the If-None-Match of each request so far, in order.
+func (v *validatorLog) sent() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return slices.Clone(v.matching)
 }

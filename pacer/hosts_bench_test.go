@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/internal/conformance"
 	"github.com/mcp-quota/mcp-quota/internal/pgtest"
@@ -96,6 +98,42 @@ func BenchmarkAdmissions(b *testing.B) {
 		b.Setenv("PGPASSWORD", srv.Password()) // the hosts inherit it
 		matrix(b, func(b *testing.B) string { return srv.CreateDatabase(b) })
 	})
+	// The floor under the PostgreSQL rows: the same hosts and callers, each
+	// call one statement in a transaction of its own and no pacer (see
+	// floorStatement). No design that takes a transaction on the key's
+	// row a call admits more a second on the same machine.
+	b.Run("store=postgres-floor", func(b *testing.B) {
+		srv := pgtest.Start(b)
+		b.Setenv("PGPASSWORD", srv.Password())
+		for _, keys := range []int{1, 100} {
+			for _, hosts := range []int{1, 3} {
+				b.Run(fmt.Sprintf("keys=%d/hosts=%d", keys, hosts), func(b *testing.B) {
+					benchHosts(b, hostConfig{Path: srv.CreateDatabase(b), Keys: keys, Pace: pace, Callers: callers, Floor: true}, hosts)
+				})
+			}
+		}
+	})
+}
+
+// floorStatement is a call of BenchmarkAdmissions's floor: what any
+// admission that takes a transaction on its key's row does at the least —
+// lock the row, count the call there and log it — as one statement, so
+// one round trip and one transaction, prepared once per connection.
+const floorStatement = `WITH k AS (UPDATE floor_keys SET calls = calls + 1 WHERE name = $1 RETURNING calls)
+INSERT INTO floor_log (name, n, at) SELECT $1, calls, clock_timestamp() FROM k`
+
+// floorSchema creates the floor's tables in the database at dbURL, with
+// keys rows.
+func floorSchema(ctx context.Context, dbURL string, keys int) error {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `CREATE TABLE floor_keys (name text PRIMARY KEY, calls bigint NOT NULL DEFAULT 0);
+CREATE TABLE floor_log (name text NOT NULL, n bigint NOT NULL, at timestamptz NOT NULL);
+INSERT INTO floor_keys (name) SELECT 'shared' || i FROM generate_series(0, `+strconv.Itoa(keys-1)+`) AS i`)
+	return err
 }
 
 // benchCallers is how many callers each host of BenchmarkAdmissions runs
@@ -127,6 +165,7 @@ type hostConfig struct {
 	Latencies string        // the file it writes its calls' durations to, as little-endian int64 nanoseconds
 	Pace      float64       // calls a second it makes at most, all its callers together; 0 for no bound
 	Callers   int           // how many callers call at once, each one call after another
+	Floor     bool          // on PostgreSQL: each call is floorStatement alone, on a connection of each caller's, no pacer
 }
 
 // benchQuotaFor is the quota of a window at benchQuota per benchWindow.
@@ -148,6 +187,7 @@ type benchCaller struct {
 	h    *benchHost
 	rnd  *rand.Rand
 	next time.Time // when the next call may start, at a Pace
+	conn *pgx.Conn // the floor's connection (see hostConfig.Floor)
 }
 
 func (h *benchHost) caller() *benchCaller {
@@ -166,6 +206,7 @@ func (h *benchHost) callers(ctx context.Context, more func() bool) ([]time.Durat
 		go func() {
 			defer wg.Done()
 			c := h.caller()
+			defer c.close()
 			for more() {
 				d, err := c.call(ctx)
 				if err != nil {
@@ -180,7 +221,21 @@ func (h *benchHost) callers(ctx context.Context, more func() bool) ([]time.Durat
 	return slices.Concat(lats...), errors.Join(errs...)
 }
 
+// close closes c's connection, if it has one.
+func (c *benchCaller) close() {
+	if c.conn != nil {
+		c.conn.Close(context.Background())
+	}
+}
+
 func openBenchHost(cfg hostConfig) (*benchHost, error) {
+	if cfg.Floor {
+		h := &benchHost{cfg: cfg}
+		for i := range cfg.Keys {
+			h.keys = append(h.keys, &keystore.Key{Name: fmt.Sprintf("shared%d", i)})
+		}
+		return h, nil
+	}
 	db, err := state.OpenStore(context.Background(), cfg.Path, state.PostgresOptions{JournalDir: cfg.Journal})
 	if err != nil {
 		return nil, err
@@ -213,6 +268,9 @@ func (c *benchCaller) call(ctx context.Context) (time.Duration, error) {
 		c.next = c.next.Add(time.Duration(float64(time.Second) * float64(max(h.cfg.Callers, 1)) / h.cfg.Pace))
 	}
 	k := h.keys[c.rnd.IntN(len(h.keys))]
+	if h.cfg.Floor {
+		return c.floorCall(ctx, k.Name)
+	}
 	n := h.n.Add(1)
 	t0 := time.Now()
 	t, err := h.p.Admit(ctx, pacer.Call{Key: k, Caller: h.cfg.Caller, Transport: "rest", Method: "GET",
@@ -231,6 +289,23 @@ func (c *benchCaller) call(ctx context.Context) (time.Duration, error) {
 	return time.Since(t0), nil
 }
 
+// floorCall is a call of the floor (see floorStatement) on key, on c's
+// connection, opened at its first call.
+func (c *benchCaller) floorCall(ctx context.Context, key string) (time.Duration, error) {
+	t0 := time.Now()
+	if c.conn == nil {
+		conn, err := pgx.Connect(ctx, c.h.cfg.Path)
+		if err != nil {
+			return 0, err
+		}
+		c.conn = conn
+	}
+	if _, err := c.conn.Exec(ctx, floorStatement, key); err != nil {
+		return 0, err
+	}
+	return time.Since(t0), nil
+}
+
 // warmUp calls for hostWarmUp, with all of h's callers.
 func (h *benchHost) warmUp(ctx context.Context) error {
 	end := time.Now().Add(hostWarmUp)
@@ -239,6 +314,9 @@ func (h *benchHost) warmUp(ctx context.Context) error {
 }
 
 func (h *benchHost) close(ctx context.Context) error {
+	if h.p == nil {
+		return nil // the floor's: its callers closed their connections
+	}
 	return errors.Join(h.p.Close(ctx), h.db.Close())
 }
 
@@ -359,12 +437,16 @@ func benchHosts(b *testing.B, cfg hostConfig, hosts int) {
 		c := cfg
 		c.Caller = fmt.Sprintf("host%d", i)
 		c.Latencies = filepath.Join(dir, c.Caller+".lat")
-		if state.IsPostgresURL(c.Path) {
+		if state.IsPostgresURL(c.Path) && !c.Floor {
 			c.Journal = filepath.Join(dir, c.Caller+".journal") // a directory per host, as on hosts of their own
 		}
 		return c
 	}
-	if state.IsPostgresURL(cfg.Path) {
+	if cfg.Floor {
+		if err := floorSchema(ctx, cfg.Path, cfg.Keys); err != nil {
+			b.Fatal(err)
+		}
+	} else if state.IsPostgresURL(cfg.Path) {
 		keys := make([]string, cfg.Keys)
 		for i := range keys {
 			keys[i] = fmt.Sprintf("shared%d", i)

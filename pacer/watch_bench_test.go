@@ -46,7 +46,19 @@ type pgWatch struct {
 	sessions0 int64
 	done      chan struct{}
 	result    chan pgSample
+	// statements: the server's time per statement is reported (see
+	// statementsEnv).
+	statements bool
 }
+
+// statementsEnv names the variable that, set to 1, makes
+// BenchmarkAdmissions log the statements its PostgreSQL server ran most,
+// with their calls and time per benchmark call, from pg_stat_statements,
+// which the server must load:
+//
+//	PGTEST_SETTINGS="shared_preload_libraries = 'pg_stat_statements'" MCP_QUOTA_BENCH_STATEMENTS=1 \
+//	  go test -run '^$' -bench 'Admissions/store=postgres/window=100ms/keys=1/hosts=3$' -benchtime 3s -v ./pacer/
+const statementsEnv = "MCP_QUOTA_BENCH_STATEMENTS"
 
 // pgSample is what a pgWatch saw.
 type pgSample struct {
@@ -69,6 +81,13 @@ func watchPostgres(b *testing.B, rawURL string) *pgWatch {
 	}
 	u, _ := url.Parse(rawURL)
 	w := &pgWatch{conn: conn, server: postmaster(u.Port()), done: make(chan struct{}), result: make(chan pgSample, 1)}
+	if os.Getenv(statementsEnv) == "1" {
+		_, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()")
+		if err != nil {
+			b.Fatalf("%s=1: %v (start the server with PGTEST_SETTINGS=\"shared_preload_libraries = 'pg_stat_statements'\")", statementsEnv, err)
+		}
+		w.statements = true
+	}
 	w.cpu0 = treeCPU(w.server)
 	w.commits0, w.sessions0 = w.commits(b)
 	go w.sample()
@@ -134,8 +153,37 @@ func (w *pgWatch) stop(b *testing.B) pgSample {
 	commits, sessions := w.commits(b)
 	s.commits, s.sessions = commits-w.commits0, sessions-w.sessions0
 	s.cpu = cpu
+	if w.statements {
+		w.logStatements(b)
+	}
 	w.conn.Close(context.Background())
 	return s
+}
+
+// logStatements logs the statements the server spent most time in since
+// the watch began, by pg_stat_statements: executions and milliseconds in
+// all, the share of the server's time in statements, and the statement.
+func (w *pgWatch) logStatements(b *testing.B) {
+	rows, err := w.conn.Query(context.Background(), `SELECT calls, total_exec_time + total_plan_time,
+		100 * (total_exec_time + total_plan_time) / sum(total_exec_time + total_plan_time) OVER (), query
+		FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+		ORDER BY 2 DESC LIMIT 15`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var calls int64
+		var ms, share float64
+		var query string
+		if err := rows.Scan(&calls, &ms, &share, &query); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("%9d calls %9.0f ms %5.1f%%  %.150s", calls, ms, share, strings.Join(strings.Fields(query), " "))
+	}
+	if err := rows.Err(); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // postmaster returns the ID of the PostgreSQL server listening on port,

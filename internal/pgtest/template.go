@@ -101,7 +101,9 @@ func initTemplate(bin string, a account) (t *template, err error) {
 	if err != nil {
 		return nil, err
 	}
-	_, err = io.WriteString(conf, settings)
+	// PGTEST_SETTINGS adds lines of its own, for a measure: for example
+	// shared_preload_libraries = 'pg_stat_statements'.
+	_, err = io.WriteString(conf, settings+os.Getenv("PGTEST_SETTINGS")+"\n")
 	if err := errors.Join(err, conf.Close()); err != nil {
 		return nil, err
 	}

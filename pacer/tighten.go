@@ -35,22 +35,28 @@ func tightenReset(v outcomeView, k *keystore.Key, ob ratelimit.Observation, rece
 		return ob, nil // a leaky bucket's t is a leak, not a window's end
 	}
 	end := receivedAt.Add(ob.Reset)
-	later := -1 // sends admitted after basis, once read
-	sendsSince := func(since time.Time) (int, error) {
-		var err error
+	// beforeBasis returns how many of all, the sends the log holds after
+	// some time, were admitted before basis; the sends after basis are
+	// read once.
+	later := -1
+	beforeBasis := func(all int) (int, error) {
 		if later < 0 {
+			var err error
 			if later, err = v.Count(k.Name, basis); err != nil {
 				return 0, err
 			}
 		}
-		n, err := v.Count(k.Name, since)
-		return n - later, err
+		return all - later, nil
 	}
 	// (r falls by at least this request: one that did not fall, or a
 	// quota r reaches, needs no reading of the log.)
 	if prev != nil && prev.HasRemaining && prev.HasReset && !prev.Hidden && prev.BasisAt.Before(admitted) &&
 		ob.Remaining < prev.Remaining && (!prev.HasQuota || !ob.HasQuota || prev.Quota == ob.Quota) {
-		n, err := sendsSince(prev.BasisAt)
+		all, err := v.Count(k.Name, prev.BasisAt)
+		if err != nil {
+			return ob, err
+		}
+		n, err := beforeBasis(all)
 		if err != nil {
 			return ob, err
 		}
@@ -61,9 +67,18 @@ func tightenReset(v outcomeView, k *keystore.Key, ob ratelimit.Observation, rece
 	if q, w, ok := quotaWindow(k, ob); ok && ob.Remaining < q {
 		m := latencyMargin(ks, w)
 		since := basis.Add(-w - m)
-		n, err := sendsSince(since)
+		all, err := v.Count(k.Name, since)
 		if err != nil {
 			return ob, err
+		}
+		// The sends before basis are no more than all: when all is less
+		// than the q − r the upstream counted, r is not what the log
+		// leaves, and the sends after basis need no read.
+		n := 0
+		if all > 0 && int64(all) >= q-ob.Remaining {
+			if n, err = beforeBasis(all); err != nil {
+				return ob, err
+			}
 		}
 		if n > 0 && ob.Remaining == q-int64(n) {
 			oldest, err := v.Nth(k.Name, since, 1)

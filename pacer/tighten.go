@@ -56,12 +56,16 @@ func tightenReset(v outcomeView, k *keystore.Key, ob ratelimit.Observation, rece
 		if err != nil {
 			return ob, err
 		}
-		n, err := beforeBasis(all)
-		if err != nil {
-			return ob, err
-		}
-		if ob.Remaining == prev.Remaining-int64(n) {
-			end = minTime(end, prev.ReceivedAt.Add(prev.Reset))
+		// The sends between the two bases are no more than all: when all
+		// is less than r fell by, r fell by more than this log's sends.
+		if int64(all) >= prev.Remaining-ob.Remaining {
+			n, err := beforeBasis(all)
+			if err != nil {
+				return ob, err
+			}
+			if ob.Remaining == prev.Remaining-int64(n) {
+				end = minTime(end, prev.ReceivedAt.Add(prev.Reset))
+			}
 		}
 	}
 	if q, w, ok := quotaWindow(k, ob); ok && ob.Remaining < q {

@@ -35,56 +35,27 @@ func tightenReset(v outcomeView, k *keystore.Key, ob ratelimit.Observation, rece
 		return ob, nil // a leaky bucket's t is a leak, not a window's end
 	}
 	end := receivedAt.Add(ob.Reset)
-	// beforeBasis returns how many of all, the sends the log holds after
-	// some time, were admitted before basis; the sends after basis are
-	// read once.
-	later := -1
-	beforeBasis := func(all int) (int, error) {
-		if later < 0 {
-			var err error
-			if later, err = v.Count(k.Name, basis); err != nil {
-				return 0, err
-			}
-		}
-		return all - later, nil
-	}
+	log := &basisLog{v: v, key: k.Name, basis: basis, later: -1}
 	// (r falls by at least this request: one that did not fall, or a
 	// quota r reaches, needs no reading of the log.)
 	if prev != nil && prev.HasRemaining && prev.HasReset && !prev.Hidden && prev.BasisAt.Before(admitted) &&
 		ob.Remaining < prev.Remaining && (!prev.HasQuota || !ob.HasQuota || prev.Quota == ob.Quota) {
-		all, err := v.Count(k.Name, prev.BasisAt)
+		n, err := log.sendsBefore(prev.BasisAt, prev.Remaining-ob.Remaining)
 		if err != nil {
 			return ob, err
 		}
-		// The sends between the two bases are no more than all: when all
-		// is less than r fell by, r fell by more than this log's sends.
-		if int64(all) >= prev.Remaining-ob.Remaining {
-			n, err := beforeBasis(all)
-			if err != nil {
-				return ob, err
-			}
-			if ob.Remaining == prev.Remaining-int64(n) {
-				end = minTime(end, prev.ReceivedAt.Add(prev.Reset))
-			}
+		if n == prev.Remaining-ob.Remaining {
+			end = minTime(end, prev.ReceivedAt.Add(prev.Reset))
 		}
 	}
 	if q, w, ok := quotaWindow(k, ob); ok && ob.Remaining < q {
 		m := latencyMargin(ks, w)
 		since := basis.Add(-w - m)
-		all, err := v.Count(k.Name, since)
+		n, err := log.sendsBefore(since, q-ob.Remaining)
 		if err != nil {
 			return ob, err
 		}
-		// The sends before basis are no more than all: when all is less
-		// than the q − r the upstream counted, r is not what the log
-		// leaves, and the sends after basis need no read.
-		n := 0
-		if all > 0 && int64(all) >= q-ob.Remaining {
-			if n, err = beforeBasis(all); err != nil {
-				return ob, err
-			}
-		}
-		if n > 0 && ob.Remaining == q-int64(n) {
+		if n > 0 && n == q-ob.Remaining {
 			oldest, err := v.Nth(k.Name, since, 1)
 			if err != nil {
 				return ob, err
@@ -94,6 +65,33 @@ func tightenReset(v outcomeView, k *keystore.Key, ob ratelimit.Observation, rece
 	}
 	ob.Reset = max(end.Sub(receivedAt), 0)
 	return ob, nil
+}
+
+// A basisLog counts a key's sends in the log from a time to an answer's
+// basis, for tightenReset, which compares them with a count the upstream
+// gave.
+type basisLog struct {
+	v     outcomeView
+	key   string
+	basis time.Time
+	later int // the sends admitted after basis, once read; -1 before
+}
+
+// sendsBefore returns how many sends the log holds after since and up to
+// l's basis, when that can be want; -1 when it cannot: they are no more
+// than all the sends after since, so when those are fewer than want, the
+// sends after the basis need no read (a round trip, on PostgreSQL).
+func (l *basisLog) sendsBefore(since time.Time, want int64) (int64, error) {
+	all, err := l.v.Count(l.key, since)
+	if err != nil || int64(all) < want {
+		return -1, err
+	}
+	if l.later < 0 {
+		if l.later, err = l.v.Count(l.key, l.basis); err != nil {
+			return -1, err
+		}
+	}
+	return int64(all - l.later), nil
 }
 
 // quotaWindow returns the quota and window of the policy ob speaks of:

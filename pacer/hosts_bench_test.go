@@ -229,12 +229,14 @@ func (c *benchCaller) close() {
 }
 
 func openBenchHost(cfg hostConfig) (*benchHost, error) {
+	h := &benchHost{cfg: cfg}
+	for i := range cfg.Keys {
+		k := conformance.SharedKey(benchQuotaFor(cfg.Window), cfg.Window)
+		k.Name = fmt.Sprintf("shared%d", i)
+		h.keys = append(h.keys, k)
+	}
 	if cfg.Floor {
-		h := &benchHost{cfg: cfg}
-		for i := range cfg.Keys {
-			h.keys = append(h.keys, &keystore.Key{Name: fmt.Sprintf("shared%d", i)})
-		}
-		return h, nil
+		return h, nil // the floor's callers connect themselves, and use the keys' names alone
 	}
 	db, err := state.OpenStore(context.Background(), cfg.Path, state.PostgresOptions{JournalDir: cfg.Journal})
 	if err != nil {
@@ -244,12 +246,7 @@ func openBenchHost(cfg hostConfig) (*benchHost, error) {
 	if pg, ok := db.(*state.Postgres); ok {
 		clk = clock.Source(pg.Now)
 	}
-	h := &benchHost{cfg: cfg, db: db, p: pacer.New(db, pacer.WithClock(clk), pacer.WithInFlightTimeout(10*time.Millisecond))}
-	for i := range cfg.Keys {
-		k := conformance.SharedKey(benchQuotaFor(cfg.Window), cfg.Window)
-		k.Name = fmt.Sprintf("shared%d", i)
-		h.keys = append(h.keys, k)
-	}
+	h.db, h.p = db, pacer.New(db, pacer.WithClock(clk), pacer.WithInFlightTimeout(10*time.Millisecond))
 	return h, nil
 }
 

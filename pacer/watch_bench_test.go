@@ -39,21 +39,19 @@ func benchHistory(keys []string) state.History {
 // its processes' CPU time, the database's commits, and what its backends
 // are doing.
 type pgWatch struct {
-	conn      *pgx.Conn
-	server    int // the postmaster's process ID
-	cpu0      time.Duration
-	commits0  int64
-	sessions0 int64
-	done      chan struct{}
-	result    chan pgSample
-	// statements: the server's time per statement is reported (see
-	// statementsEnv).
-	statements bool
+	conn       *pgx.Conn
+	server     int // the postmaster's process ID
+	cpu0       time.Duration
+	commits0   int64
+	sessions0  int64
+	done       chan struct{}
+	result     chan pgSample
+	statements bool // log the server's statements at the end (see statementsEnv)
 }
 
 // statementsEnv names the variable that, set to 1, makes
-// BenchmarkAdmissions log the statements its PostgreSQL server ran most,
-// with their calls and time per benchmark call, from pg_stat_statements,
+// BenchmarkAdmissions log, after each cell, the statements its PostgreSQL
+// server spent most time in (see logStatements), from pg_stat_statements,
 // which the server must load:
 //
 //	PGTEST_SETTINGS="shared_preload_libraries = 'pg_stat_statements'" MCP_QUOTA_BENCH_STATEMENTS=1 \

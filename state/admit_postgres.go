@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,13 +19,17 @@ import (
 // A transaction on PostgreSQL that holds one key (an admission, an
 // answer's record) reads, before anything else, what a decision about the
 // key needs: its pacing state, its policies, its closed gates, its calls in
-// flight and its latest admission. Those reads are sent with the
-// transaction's BEGIN and the lock of the key's row in one pipeline — one
-// round trip to the server instead of seven — and the transaction's reads
-// of them are answered from what came back, until the transaction writes
-// anything that could change them. The pipeline also takes a block of IDs
-// for the attempts the transaction may record, whose INSERTs then wait for
-// the COMMIT (see pipeline_postgres.go).
+// flight, its latest admissions, and its admissions since about where its
+// windows begin (see windowHints), from which the counts of its windows
+// are answered. Those reads are sent with the transaction's BEGIN and the
+// lock of the key's row in one pipeline — one round trip to the server
+// instead of eight and more — and the transaction's reads of them are
+// answered from what came back, until the transaction writes anything
+// that could change them (its own attempts, the policies it puts and the
+// ends of attempts it records are kept in them instead). The pipeline
+// also takes a block of IDs for the attempts the transaction may record,
+// whose INSERTs then wait for the COMMIT, with the other writes whose
+// answer it does not need (see pipeline_postgres.go).
 //
 // Each statement of the pipeline runs after the one before it has
 // finished, on a snapshot of its own (the transaction is READ COMMITTED):
@@ -50,8 +56,22 @@ var (
 	pgReadSeenPolicies = queries[qSeenPolicies].postgres
 	pgReadGates        = withNow(queries[qGates].postgres)
 	pgReadFlight       = strings.Replace(withNow(queries[qInFlightExcept].postgres), "$3", "$2", 1) // the IDs the journal holds
-	pgReadLastSend     = queries[qLastSend].postgres
+	pgReadLastSends    = latestSends(queries[qLastSend].postgres)
 )
+
+// pgLatestRead is how many of a key's latest admissions the pipeline
+// reads (pgReadLastSends): a window's count after a time since the oldest
+// of them is answered from them.
+const pgLatestRead = 64
+
+// latestSends returns qLastSend reading the key's pgLatestRead latest
+// admissions, the latest first.
+func latestSends(text string) string {
+	if !strings.HasSuffix(text, " LIMIT 1") {
+		panic("state: qLastSend does not end with LIMIT 1: " + text)
+	}
+	return strings.TrimSuffix(text, "1") + strconv.Itoa(pgLatestRead)
+}
 
 // withNow returns text with its time parameter ($2) read from pgNow.
 func withNow(text string) string {
@@ -60,6 +80,18 @@ func withNow(text string) string {
 	}
 	return strings.Replace(text, "$2", pgNow, 1)
 }
+
+// pgReadSends reads the key's first admissions after a time, $2
+// microseconds before the transaction's clock (see windowHints), in the
+// log's order, at most $3 of them, and of those admitted at the same time
+// (a lease's slots) the first alone: a window's count after any time from
+// then on is then answered from them and the latest admission (see
+// readFirstSend), without a round trip of its own.
+var pgReadSends = `SELECT DISTINCT ON (at) seq, at FROM attempts WHERE key = $1 AND counted AND at > ` + pgNow + ` - $2
+	ORDER BY at, seq LIMIT $3`
+
+// pgSendsRead is the most admissions pgReadSends reads.
+const pgSendsRead = 64
 
 // pgTracer, when not nil, traces the connections of the Postgres opened
 // next (a test's count of round trips).
@@ -81,11 +113,23 @@ type pgRead struct {
 	// windows are the key's window counts the transaction read (qFirstSend),
 	// by the start of their window, in microseconds.
 	windows map[int64]pgFirstSend
+	// sends are the key's first admissions after sendsAfter (pgReadSends),
+	// in the log's order; allSends says they are all of them.
+	sends      []pgSend
+	sendsAfter int64
+	allSends   bool
+	// latest are the key's latest admissions (pgReadLastSends), in the
+	// log's order; allLatest says they are all of them.
+	latest    []pgSend
+	allLatest bool
 	// Which of them still hold: the transaction wrote nothing that could
 	// change them since, but the attempts it recorded itself, which it
 	// counted in them (see ownAttempt).
 	hasSeenPolicies, hasGates, hasFlight, hasLastSend bool
 }
+
+// A pgSend is an admission of the log: its number and time.
+type pgSend struct{ seq, at int64 }
 
 // A pgFirstSend is what qFirstSend read: the number and time of the key's
 // first admission after a time and the number of its last; ok is false
@@ -140,7 +184,9 @@ func (p *pgTx) pipeline(tx *Tx, key string, ended []int64) (r *pgRead, started, 
 		b.Queue(pgReadSeenPolicies, key)
 		b.Queue(pgReadGates, key)
 		b.Queue(pgReadFlight, key, ended)
-		b.Queue(pgReadLastSend, key)
+		b.Queue(pgReadLastSends, key)
+		hint := p.db.windowHint(key)
+		b.Queue(pgReadSends, key, hint, pgSendsRead)
 		br := c.SendBatch(tx.ctx, b)
 		defer br.Close()
 		if err := p.readWaiting(br); err != nil {
@@ -173,9 +219,11 @@ func (p *pgTx) pipeline(tx *Tx, key string, ended []int64) (r *pgRead, started, 
 			return fmt.Errorf("in flight: %w", err)
 		}
 		r.flight.Oldest = fromMicros(oldest)
-		err := br.QueryRow().Scan(&r.lastSeq, &r.lastAt, &r.lastBytes)
-		if r.hasLast = err == nil; err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("latest admission: %w", err)
+		if err := r.scanLatest(br); err != nil {
+			return err
+		}
+		if err := r.scanSends(br, hint); err != nil {
+			return err
 		}
 		return br.Close()
 	})
@@ -202,6 +250,49 @@ func (r *pgRead) scanKeyState(br pgx.BatchResults) error {
 	}
 	r.ks = s
 	return nil
+}
+
+// scanLatest reads the key's latest admissions: the latest of all, and
+// the others (see pgRead.latest).
+func (r *pgRead) scanLatest(br pgx.BatchResults) error {
+	rows, err := br.Query()
+	if err != nil {
+		return fmt.Errorf("latest admissions: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var s pgSend
+		var bytes int64
+		if err := rows.Scan(&s.seq, &s.at, &bytes); err != nil {
+			return fmt.Errorf("latest admissions: %w", err)
+		}
+		if !r.hasLast {
+			r.lastSeq, r.lastAt, r.lastBytes, r.hasLast = s.seq, s.at, bytes, true
+		}
+		r.latest = append(r.latest, s)
+	}
+	slices.Reverse(r.latest)
+	r.allLatest = len(r.latest) < pgLatestRead
+	return rows.Err()
+}
+
+// scanSends reads what pgReadSends read, hint microseconds before the
+// transaction's clock.
+func (r *pgRead) scanSends(br pgx.BatchResults, hint int64) error {
+	rows, err := br.Query()
+	if err != nil {
+		return fmt.Errorf("admissions: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var s pgSend
+		if err := rows.Scan(&s.seq, &s.at); err != nil {
+			return fmt.Errorf("admissions: %w", err)
+		}
+		r.sends = append(r.sends, s)
+	}
+	r.sendsAfter, r.allSends = r.now-hint, len(r.sends) < pgSendsRead
+	return rows.Err()
 }
 
 // scanSeenPolicies reads the key's policies, as SeenPolicies would.
@@ -240,25 +331,12 @@ func scanSeenPolicyRow(scan func(...any) error, key string) (ledger.SeenPolicy, 
 	return k, nil
 }
 
-// pgPutSeenPolicyReturning is PutSeenPolicy's statement giving back the policy as
-// it recorded it, in qSeenPolicies's columns.
-var pgPutSeenPolicyReturning = queries[qPutSeenPolicy].postgres + "\n\tRETURNING " + knownColumns()
-
-// knownColumns are the columns qSeenPolicies reads.
-func knownColumns() string {
-	text := queries[qSeenPolicies].postgres
-	from := strings.Index(text, " FROM policies")
-	if !strings.HasPrefix(text, "SELECT ") || from < 0 {
-		panic("state: qSeenPolicies is not a SELECT … FROM policies: " + text)
-	}
-	return text[len("SELECT "):from]
-}
-
-// putSeenPolicy records k, with args qPutSeenPolicy's arguments, when the pipeline
-// read the key's policies and k's among them: the policy as recorded
-// replaces the one read, which then still holds. It reports whether it
-// did (err is then the statement's); otherwise nothing ran.
-func (p *pgTx) putSeenPolicy(tx *Tx, k ledger.SeenPolicy, args []any) (bool, error) {
+// putSeenPolicy records k, with args qPutSeenPolicy's arguments, when the
+// pipeline read the key's policies and k's among them: the policy as the
+// statement records it (see mergePolicyArgs) replaces the one read, which
+// then still holds, and the statement waits to go with the transaction's
+// next round trip. It reports whether it did; otherwise nothing ran.
+func (p *pgTx) putSeenPolicy(k ledger.SeenPolicy, args []any) (bool, error) {
 	r := p.readFor(k.Key)
 	if r == nil || !r.hasSeenPolicies {
 		return false, nil
@@ -269,13 +347,62 @@ func (p *pgTx) putSeenPolicy(tx *Tx, k ledger.SeenPolicy, args []any) (bool, err
 	if i < 0 {
 		return false, nil // a new policy: its place among them is the server's order
 	}
-	got, err := scanSeenPolicyRow(p.queryRow(tx.ctx, pgPutSeenPolicyReturning, args...).Scan, k.Key)
+	merged := mergePolicyArgs(seenPolicyArgs(r.known[i]), args)
+	got, err := scanSeenPolicyRow(scanArgs(merged[1:]), k.Key)
 	if err != nil {
-		p.wrote("policies")
 		return true, fmt.Errorf("state: record policy: %w", err)
 	}
 	r.known[i] = got
+	p.queue("record policy", queries[qPutSeenPolicy].postgres, args...)
 	return true, nil
+}
+
+// mergePolicyArgs returns the row qPutSeenPolicy leaves, in its
+// arguments' order, when it puts put on the row held: its ON CONFLICT
+// clause, column by column.
+func mergePolicyArgs(held, put []any) []any {
+	const q, w, r, t, received, basis, route, hidden = 4, 5, 6, 7, 8, 9, 12, 11
+	m := slices.Clone(put)
+	for _, c := range []int{q, w} {
+		if m[c] == nil {
+			m[c] = held[c]
+		}
+	}
+	if put[r] == nil {
+		m[r], m[t] = held[r], held[t]
+		if !put[hidden].(bool) {
+			m[received], m[basis], m[route] = held[received], held[basis], held[route]
+		}
+	}
+	return m
+}
+
+// scanArgs returns a scan of a row whose columns are values, each a
+// string, an int64, a bool, or nil for NULL.
+func scanArgs(values []any) func(dest ...any) error {
+	return func(dest ...any) error {
+		if len(dest) != len(values) {
+			return fmt.Errorf("%d columns for %d values", len(dest), len(values))
+		}
+		for i, v := range values {
+			switch d := dest[i].(type) {
+			case *string:
+				*d = v.(string)
+			case *int64:
+				*d = v.(int64)
+			case *bool:
+				*d = v.(bool)
+			case *sql.NullInt64:
+				*d = sql.NullInt64{}
+				if v != nil {
+					*d = sql.NullInt64{Int64: v.(int64), Valid: true}
+				}
+			default:
+				return fmt.Errorf("column %d: cannot scan into %T", i, dest[i])
+			}
+		}
+		return nil
+	}
 }
 
 // scanGates reads the key's gates closed at the transaction's clock, as
@@ -315,6 +442,9 @@ func (p *pgTx) ran(q query) {
 	}
 }
 
+// pgFinishAttempt ends an attempt (Tx.FinishAttempt).
+var pgFinishAttempt = queries[qFinishAttempt].postgres
+
 // wrote drops what the pipeline read of the tables that the statement
 // text names.
 func (p *pgTx) wrote(text string) {
@@ -322,6 +452,12 @@ func (p *pgTx) wrote(text string) {
 		return
 	}
 	r := p.read
+	if text == pgFinishAttempt {
+		// The attempt's state and its time in flight change; whether and
+		// when it was admitted, which the log's reads count, do not.
+		r.hasFlight = false
+		return
+	}
 	r.hasSeenPolicies = r.hasSeenPolicies && !strings.Contains(text, "policies")
 	r.hasGates = r.hasGates && !strings.Contains(text, "gates")
 	if strings.Contains(text, "attempts") {
@@ -362,6 +498,10 @@ func (p *pgTx) ownAttempt(a ownedAttempt) {
 			return
 		}
 		r.lastSeq, r.lastAt, r.lastBytes, r.hasLast = a.seq, a.at, a.bytes, true
+		if r.allSends && a.at > r.sendsAfter {
+			r.sends = append(r.sends, pgSend{a.seq, a.at})
+		}
+		r.latest = append(r.latest, pgSend{a.seq, a.at})
 		for since, w := range r.windows {
 			if w.ok {
 				w.last = a.seq
@@ -380,14 +520,48 @@ func (p *pgTx) ownAttempt(a ownedAttempt) {
 }
 
 // readFirstSend answers qFirstSend of key after since from what the
-// transaction read, when it holds.
+// transaction read, when it holds: a read after the same time; the key's
+// latest admission, when it was not after since (then none is); a read
+// after an earlier time whose first admission is after since too (then
+// none came between, and it is the first after since as well); or the
+// admissions the pipeline read, when they began before since and reach
+// past it, or are the latest since.
 func (p *pgTx) readFirstSend(key string, since int64) (pgFirstSend, bool) {
 	r := p.readFor(key)
 	if r == nil || !r.hasLastSend {
 		return pgFirstSend{}, false
 	}
-	w, ok := r.windows[since]
-	return w, ok
+	if w, ok := r.windows[since]; ok {
+		return w, true
+	}
+	if !r.hasLast || r.lastAt <= since {
+		return pgFirstSend{}, true
+	}
+	for earlier, w := range r.windows {
+		if earlier < since && w.ok && w.at > since {
+			return w, true
+		}
+	}
+	if since >= r.sendsAfter {
+		if i := slices.IndexFunc(r.sends, func(s pgSend) bool { return s.at > since }); i >= 0 {
+			return r.firstSend(r.sends[i]), true
+		}
+		if r.allSends {
+			return pgFirstSend{}, true
+		}
+	}
+	// Any admission not among the latest is none after since.
+	if len(r.latest) > 0 && (r.allLatest || since >= r.latest[0].at) {
+		if i := slices.IndexFunc(r.latest, func(s pgSend) bool { return s.at > since }); i >= 0 {
+			return r.firstSend(r.latest[i]), true
+		}
+	}
+	return pgFirstSend{}, false
+}
+
+// firstSend returns the window's first admission s, with the key's last.
+func (r *pgRead) firstSend(s pgSend) pgFirstSend {
+	return pgFirstSend{seq: s.seq, at: s.at, last: r.lastSeq, ok: true}
 }
 
 // keepFirstSend keeps what qFirstSend read of key after since, for the
@@ -397,6 +571,8 @@ func (p *pgTx) keepFirstSend(key string, since int64, w pgFirstSend) {
 	if r == nil || !r.hasLastSend {
 		return
 	}
+	back := r.now - since
+	p.db.noteWindowRead(key, back+back/16)
 	if r.windows == nil {
 		r.windows = map[int64]pgFirstSend{}
 	}
@@ -421,13 +597,20 @@ func (p *pgTx) readSeenPolicies(key string) ([]ledger.SeenPolicy, bool) {
 }
 
 // readGates answers Gates at now from the pipeline's read, when it holds
-// and was read at now.
+// and was read at now or before: the gates closed at a later time are
+// those of the read that close after it.
 func (p *pgTx) readGates(key string, now time.Time) ([]ledger.Gate, bool) {
 	r := p.readFor(key)
-	if r == nil || !r.hasGates || micros(now) != r.now {
+	if r == nil || !r.hasGates || micros(now) < r.now {
 		return nil, false
 	}
-	return slices.Clone(r.gates), true
+	var gates []ledger.Gate
+	for _, g := range r.gates {
+		if micros(g.Until) > micros(now) {
+			gates = append(gates, g)
+		}
+	}
+	return gates, true
 }
 
 // readFlight answers Flight at now from the pipeline's read, when it
@@ -449,4 +632,33 @@ func (p *pgTx) readLastSend(key string) (seq, at, bytes int64, found, ok bool) {
 		return 0, 0, 0, false, false
 	}
 	return r.lastSeq, r.lastAt, r.lastBytes, r.hasLast, true
+}
+
+// The pipeline that locks a key's row reads the key's admissions since a
+// time before the transaction's clock (pgReadSends): as far back as the
+// key's last read that the pipeline did not answer went, with a sixteenth
+// more (windowHints). A hint changes what is read with the lock, never
+// what a read answers.
+type windowHints struct {
+	mu   sync.Mutex
+	back map[string]int64 // microseconds before the transaction's clock
+}
+
+// windowHint returns how far back, in microseconds, the pipeline reads
+// key's admissions.
+func (pg *Postgres) windowHint(key string) int64 {
+	pg.hints.mu.Lock()
+	defer pg.hints.mu.Unlock()
+	return pg.hints.back[key]
+}
+
+// noteWindowRead notes how far back, in microseconds, a read of key's log
+// went that the pipeline did not answer.
+func (pg *Postgres) noteWindowRead(key string, back int64) {
+	pg.hints.mu.Lock()
+	defer pg.hints.mu.Unlock()
+	if pg.hints.back == nil {
+		pg.hints.back = map[string]int64{}
+	}
+	pg.hints.back[key] = back
 }

@@ -2,9 +2,12 @@ package state
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
+	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -206,9 +209,11 @@ func TestPostgresAdmissionReadsWithTheLock(t *testing.T) {
 // answered from what the transaction read, each attempt it records
 // counted in them, and the attempts take IDs of the block the lock's
 // pipeline took. Four admissions, each reading its calls in flight and
-// its window, with a refusal among them, cost the round trips of one: the
-// lock's pipeline, the window's count, and the commit's pipeline. What
-// they read is what the server holds, as a transaction after them reads.
+// its window (an hour, with more admissions than the pipeline reads of
+// the latest), with a refusal among them, cost the round trips of one:
+// the lock's pipeline, the window's count, and the commit's pipeline.
+// What they read is what the server holds, as a transaction after them
+// reads.
 func TestPostgresGroupReadsTheLogOnce(t *testing.T) {
 	pg, trips := tracedPostgres(t)
 	ctx := context.Background()
@@ -220,20 +225,30 @@ func TestPostgresGroupReadsTheLogOnce(t *testing.T) {
 		ids = append(ids, id)
 		return err
 	}
-	if err := pg.Update(ctx, func(tx ledger.Tx) error { return admit(tx, "c0", tx.Clock(time.Now())) }, key); err != nil {
+	const earlier = pgLatestRead + 6
+	err := pg.Update(ctx, func(tx ledger.Tx) error {
+		now := tx.Clock(time.Now())
+		for i := range earlier {
+			if err := admit(tx, fmt.Sprint("e", i), now.Add(time.Duration(i-earlier)*time.Millisecond)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, key)
+	if err != nil {
 		t.Fatal(err)
 	}
 	const calls = 4
 	before := trips.n.Load()
-	err := pg.Update(ctx, func(tx ledger.Tx) error {
+	err = pg.Update(ctx, func(tx ledger.Tx) error {
 		now := tx.Clock(time.Now())
 		for i := range calls {
 			flight, window, err := readCounts(tx, key, now)
 			if err != nil {
 				return err
 			}
-			if flight != 1+i || window != 1+i {
-				t.Errorf("call %d of the transaction reads %d in flight and %d in the window, want %d: the attempts before it", i, flight, window, 1+i)
+			if flight != earlier+i || window != earlier+i {
+				t.Errorf("call %d of the transaction reads %d in flight and %d in the window, want %d: the attempts before it", i, flight, window, earlier+i)
 			}
 			if i == 1 {
 				if _, err := tx.InsertAttempt(ledger.Attempt{CallID: "refused", Attempt: 1, Key: key, State: ledger.RejectedLocal, At: now}); err != nil {
@@ -254,8 +269,8 @@ func TestPostgresGroupReadsTheLogOnce(t *testing.T) {
 	}
 	err = pg.View(ctx, func(tx ledger.ReadTx) error {
 		flight, window, err := readCounts(tx, key, tx.Clock(time.Now()))
-		if flight != 1+calls || window != 1+calls {
-			t.Errorf("the server holds %d in flight and %d in the window, want %d", flight, window, 1+calls)
+		if flight != earlier+calls || window != earlier+calls {
+			t.Errorf("the server holds %d in flight and %d in the window, want %d", flight, window, earlier+calls)
 		}
 		return err
 	})
@@ -370,4 +385,203 @@ func readCounts(tx ledger.Reader, key string, now time.Time) (flight, window int
 	}
 	w, err := tx.WindowOf(key, now.Add(-time.Hour), nil)
 	return f.Count, w.Count, err
+}
+
+// An answer's record on PostgreSQL writes what it learned with its COMMIT
+// and answers its later reads from what the lock's pipeline and its own
+// reads found: the attempt's end and the observation wait for the commit;
+// a policy put on one the pipeline read is merged as the statement
+// merges it; the gates closed at a later time are those read that close
+// after it; and a window read after a time is answered from an earlier
+// read whose first admission came after that time, or from the key's
+// latest admission when none came after it, or from the admissions the
+// pipeline read back as far as the key's earlier reads went. Such a
+// record costs two round trips (the lock's pipeline, the commit's), and
+// what it read is what a transaction after it reads of the server.
+func TestPostgresOutcomeWritesWithTheCommit(t *testing.T) {
+	pg, trips := tracedPostgres(t)
+	ctx := context.Background()
+	const key = "k"
+	var ids []int64
+	var setAt time.Time
+	err := pg.Update(ctx, func(tx ledger.Tx) error {
+		setAt = tx.Clock(time.Now())
+		for i, ago := range []time.Duration{50, 40, 30} { // ms before setAt
+			id, err := tx.InsertAttempt(ledger.Attempt{CallID: fmt.Sprint("c", i), Attempt: 1, Key: key, State: ledger.Admitted,
+				At: setAt.Add(-ago * time.Millisecond), InFlightUntil: setAt.Add(time.Hour)})
+			if err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		if err := tx.PutSeenPolicy(ledger.SeenPolicy{Key: key, Observation: ratelimit.Observation{Policy: "p", Unit: ratelimit.Requests,
+			Quota: 10, HasQuota: true, Window: time.Minute, Remaining: 5, HasRemaining: true, Reset: 30 * time.Second, HasReset: true},
+			ReceivedAt: setAt, BasisAt: setAt, Route: "GET /a"}); err != nil {
+			return err
+		}
+		for scope, until := range map[string]time.Duration{"": time.Hour, "route x": 2 * time.Second} {
+			if err := tx.PutGate(ledger.Gate{Key: key, Scope: scope, Until: setAt.Add(until), Reason: reason.Reason{Kind: reason.Said, Said: "r"},
+				Source: "retry-after", SetAt: setAt}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the record reads, and what a transaction after it reads the same way.
+	type reads struct {
+		counts      []int // after 45 ms before setAt (the server's), 42 ms (the first after 45 is after it), 20 ms (after the latest)
+		known       []ledger.SeenPolicy
+		gates, late []ledger.Gate // at now, and 3 s later
+	}
+	read := func(tx ledger.Reader, now time.Time) (r reads, err error) {
+		for _, ago := range []time.Duration{45, 42, 20} {
+			n, err := tx.Count(key, setAt.Add(-ago*time.Millisecond))
+			if err != nil {
+				return r, err
+			}
+			r.counts = append(r.counts, n)
+		}
+		if r.known, err = tx.SeenPolicies(key); err != nil {
+			return r, err
+		}
+		if r.gates, err = tx.Gates(key, now); err != nil {
+			return r, err
+		}
+		r.late, err = tx.Gates(key, now.Add(3*time.Second))
+		return r, err
+	}
+	var inRecord reads
+	var now time.Time
+	record := func(back time.Duration) {
+		t.Helper()
+		err := pg.Update(ctx, func(tx ledger.Tx) error {
+			now = tx.Clock(time.Now())
+			if _, err := tx.Count(key, setAt.Add(-back)); err != nil {
+				return err
+			}
+			if err := tx.AddObservation(ledger.ObservationRecord{Key: key, AttemptID: ids[0], Observation: ratelimit.Observation{
+				Policy: "p", Unit: ratelimit.Requests, Remaining: 3, HasRemaining: true}, Status: 200, ReceivedAt: now}); err != nil {
+				return err
+			}
+			// No quota or window: the held ones stay; a remaining: its time and route replace the held ones.
+			if err := tx.PutSeenPolicy(ledger.SeenPolicy{Key: key, Observation: ratelimit.Observation{Policy: "p", Unit: ratelimit.Requests,
+				Remaining: 3, HasRemaining: true}, ReceivedAt: now, BasisAt: now, Route: "GET /b"}); err != nil {
+				return err
+			}
+			if err := tx.FinishAttempt(ids[0], ledger.Confirmed, reason.Reason{}, 200, now, now); err != nil {
+				return err
+			}
+			var err error
+			inRecord, err = read(tx, now)
+			return err
+		}, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The statements are prepared on the connection, and a window read
+	// an hour back teaches the pipeline how far back to read.
+	record(time.Hour)
+	before := trips.n.Load()
+	record(45 * time.Millisecond)
+	if n := trips.n.Load() - before; n != 2 {
+		t.Errorf("an answer's record took %d round trips, want 2 (the lock's pipeline, the commit's)", n)
+	}
+	var after reads
+	err = pg.View(ctx, func(tx ledger.ReadTx) error {
+		var err error
+		after, err = read(tx, now)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(after.counts, []int{2, 2, 0}) || !slices.Equal(inRecord.counts, after.counts) {
+		t.Errorf("window counts: the record read %v, the server holds %v, want [2 2 0]", inRecord.counts, after.counts)
+	}
+	if !reflect.DeepEqual(inRecord.known, after.known) || len(after.known) != 1 || after.known[0].Quota != 10 || after.known[0].Remaining != 3 ||
+		after.known[0].Route != "GET /b" {
+		t.Errorf("policies: the record read %+v, the server holds %+v, want quota 10 kept, 3 remaining, route GET /b", inRecord.known, after.known)
+	}
+	if !reflect.DeepEqual(inRecord.gates, after.gates) || !reflect.DeepEqual(inRecord.late, after.late) || len(after.gates) != 2 || len(after.late) != 1 {
+		t.Errorf("gates: the record read %+v and %+v, the server holds %+v and %+v, want 2 now and 1 three seconds later",
+			inRecord.gates, inRecord.late, after.gates, after.late)
+	}
+	err = pg.View(ctx, func(tx ledger.ReadTx) error {
+		st, err := tx.AttemptState(key, ids[0])
+		if st != ledger.Confirmed {
+			t.Errorf("the answered attempt is %q, want confirmed", st)
+		}
+		obs, err2 := tx.(*Tx).Observations(key, 10)
+		if len(obs) != 2 {
+			t.Errorf("%d observations recorded, want 2 (one a record)", len(obs))
+		}
+		return errors.Join(err, err2)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// What a transaction read of a key's log answers a window's read after a
+// time with, and when it has to ask the server.
+func TestReadFirstSendFromWhatWasRead(t *testing.T) {
+	// The log: admissions 1..5 at 100, 200, …, 500; the transaction's
+	// clock 1000.
+	read := func() *pgRead {
+		return &pgRead{key: "k", now: 1000, hasLastSend: true, hasLast: true, lastSeq: 5, lastAt: 500}
+	}
+	first := func(seq int64) pgFirstSend { return pgFirstSend{seq: seq, at: 100 * seq, last: 5, ok: true} }
+	none := pgFirstSend{}
+	cases := []struct {
+		name   string
+		read   func(r *pgRead)
+		since  int64
+		want   pgFirstSend
+		answer bool // from what was read
+	}{
+		{"nothing read but the latest: a time before it", func(*pgRead) {}, 450, none, false},
+		{"after the latest admission: none", func(*pgRead) {}, 500, none, true},
+		{"no admission at all: none", func(r *pgRead) { r.hasLast, r.lastSeq, r.lastAt = false, 0, 0 }, 0, none, true},
+		{"the same time read before", func(r *pgRead) { r.windows = map[int64]pgFirstSend{250: first(3)} }, 250, first(3), true},
+		{"an earlier read whose first is after the time", func(r *pgRead) { r.windows = map[int64]pgFirstSend{250: first(3)} }, 280, first(3), true},
+		{"an earlier read whose first is before the time", func(r *pgRead) { r.windows = map[int64]pgFirstSend{250: first(3)} }, 320, none, false},
+		{"a later read", func(r *pgRead) { r.windows = map[int64]pgFirstSend{250: first(3)} }, 150, none, false},
+		{"the pipeline's admissions, all of them", func(r *pgRead) {
+			r.sends, r.sendsAfter, r.allSends = []pgSend{{2, 200}, {3, 300}, {4, 400}, {5, 500}}, 150, true
+		}, 340, first(4), true},
+		{"the pipeline's admissions began after the time", func(r *pgRead) {
+			r.sends, r.sendsAfter, r.allSends = []pgSend{{3, 300}, {4, 400}, {5, 500}}, 250, true
+		}, 240, none, false},
+		{"the pipeline's first admissions reach past the time", func(r *pgRead) {
+			r.sends, r.sendsAfter, r.allSends = []pgSend{{2, 200}, {3, 300}}, 150, false
+		}, 250, first(3), true},
+		{"the pipeline's first admissions end before the time", func(r *pgRead) {
+			r.sends, r.sendsAfter, r.allSends = []pgSend{{2, 200}, {3, 300}}, 150, false
+		}, 350, none, false},
+		{"the latest admissions, since the oldest of them", func(r *pgRead) {
+			r.latest = []pgSend{{3, 300}, {4, 400}, {5, 500}}
+		}, 300, first(4), true},
+		{"the latest admissions, all of them", func(r *pgRead) {
+			r.latest, r.allLatest = []pgSend{{1, 100}, {2, 200}, {3, 300}, {4, 400}, {5, 500}}, true
+		}, 50, first(1), true},
+		{"the latest admissions, not since the oldest of them", func(r *pgRead) {
+			r.latest = []pgSend{{3, 300}, {4, 400}, {5, 500}}
+		}, 250, none, false},
+		{"written since: nothing holds", func(r *pgRead) {
+			r.hasLastSend, r.windows = false, map[int64]pgFirstSend{250: first(3)}
+		}, 250, none, false},
+	}
+	for _, c := range cases {
+		r := read()
+		c.read(r)
+		p := &pgTx{read: r}
+		got, answered := p.readFirstSend("k", c.since)
+		if answered != c.answer || got != c.want {
+			t.Errorf("%s: after %d: got %+v (answered %v), want %+v (answered %v)", c.name, c.since, got, answered, c.want, c.answer)
+		}
+	}
 }

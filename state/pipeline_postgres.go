@@ -67,6 +67,12 @@ func beginOptions(opts *sql.TxOptions) (pgx.TxOptions, error) {
 // later queues a write to go with the transaction's next round trip.
 func (p *pgTx) later(what, text string, args ...any) {
 	p.wrote(text)
+	p.queue(what, text, args...)
+}
+
+// queue queues a write as later does, for a caller that keeps what the
+// pipeline read as the write leaves it itself.
+func (p *pgTx) queue(what, text string, args ...any) {
 	p.waiting = append(p.waiting, pgWrite{what, text, args})
 }
 

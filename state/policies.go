@@ -51,10 +51,8 @@ var qPutSeenPolicy = newQuery("PutSeenPolicy")
 // does not make q or w unknown. A hidden limit (k.Hidden) is re-inferred
 // whole: its q, w and time replace the earlier ones.
 func (tx *Tx) PutSeenPolicy(k ledger.SeenPolicy) error {
-	args := []any{k.Key, k.Policy, string(k.Unit), k.Partition, nullIf(k.Quota, k.HasQuota), nullIf(k.Window.Microseconds(), k.Window > 0),
-		nullIf(k.Remaining, k.HasRemaining), nullIf(k.Reset.Microseconds(), k.HasReset),
-		micros(k.ReceivedAt), micros(k.BasisAt), string(k.Shape), k.Hidden, k.Route}
-	if kept, err := tx.pg.putSeenPolicy(tx, k, args); kept { // on PostgreSQL, see admit_postgres.go
+	args := seenPolicyArgs(k)
+	if kept, err := tx.pg.putSeenPolicy(k, args); kept { // on PostgreSQL, see admit_postgres.go
 		return err
 	}
 	_, err := tx.exec(qPutSeenPolicy, args...)
@@ -62,6 +60,13 @@ func (tx *Tx) PutSeenPolicy(k ledger.SeenPolicy) error {
 		return fmt.Errorf("state: record policy: %w", err)
 	}
 	return nil
+}
+
+// seenPolicyArgs returns qPutSeenPolicy's arguments for k.
+func seenPolicyArgs(k ledger.SeenPolicy) []any {
+	return []any{k.Key, k.Policy, string(k.Unit), k.Partition, nullIf(k.Quota, k.HasQuota), nullIf(k.Window.Microseconds(), k.Window > 0),
+		nullIf(k.Remaining, k.HasRemaining), nullIf(k.Reset.Microseconds(), k.HasReset),
+		micros(k.ReceivedAt), micros(k.BasisAt), string(k.Shape), k.Hidden, k.Route}
 }
 
 var qDeleteSeenPolicy = newQuery("DeleteSeenPolicy")
@@ -78,7 +83,7 @@ var qAddObservation = newQuery("AddObservation")
 
 // AddObservation records o.
 func (tx *Tx) AddObservation(o ledger.ObservationRecord) error {
-	_, err := tx.exec(qAddObservation,
+	err := tx.write("record observation", qAddObservation,
 		o.Key, nullInt(o.AttemptID), o.Policy, string(o.Unit), o.Partition,
 		nullIf(o.Quota, o.HasQuota), nullIf(o.Window.Microseconds(), o.Window > 0),
 		nullIf(o.Remaining, o.HasRemaining), nullIf(o.Reset.Microseconds(), o.HasReset),

@@ -82,6 +82,22 @@ func pgText(q query) (string, error) {
 	return queries[q].postgres, nil
 }
 
+// write runs a statement whose answer the transaction does not need. On
+// PostgreSQL it waits to go with the transaction's next round trip (see
+// pgTx.later), where a failure fails the transaction as what.
+func (tx *Tx) write(what string, q query, args ...any) error {
+	if tx.pg == nil {
+		_, err := tx.exec(q, args...)
+		return err
+	}
+	text, err := pgText(q)
+	if err != nil {
+		return err
+	}
+	tx.pg.later(what, text, args...)
+	return nil
+}
+
 func (tx *Tx) exec(q query, args ...any) (sql.Result, error) {
 	if tx.pg != nil {
 		tx.pg.ran(q)
@@ -249,7 +265,7 @@ var qFinishAttempt = newQuery("FinishAttempt")
 func (tx *Tx) FinishAttempt(id int64, state ledger.State, r reason.Reason, status int, sentAt, answeredAt time.Time) error {
 	why, err := keep(r)
 	if err == nil {
-		_, err = tx.exec(qFinishAttempt, string(state), why.words, nullInt(int64(status)), nullInt(micros(sentAt)),
+		err = tx.write("finish attempt", qFinishAttempt, string(state), why.words, nullInt(int64(status)), nullInt(micros(sentAt)),
 			nullInt(micros(answeredAt)), id, why.why)
 	}
 	if err != nil {

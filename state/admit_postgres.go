@@ -255,61 +255,59 @@ func (r *pgRead) scanKeyState(br pgx.BatchResults) error {
 // scanLatest reads the key's latest admissions: the latest of all, and
 // the others (see pgRead.latest).
 func (r *pgRead) scanLatest(br pgx.BatchResults) error {
-	rows, err := br.Query()
-	if err != nil {
-		return fmt.Errorf("latest admissions: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	err := eachRow(br, "latest admissions", func(rows pgx.Rows) error {
 		var s pgSend
 		var bytes int64
 		if err := rows.Scan(&s.seq, &s.at, &bytes); err != nil {
-			return fmt.Errorf("latest admissions: %w", err)
+			return err
 		}
 		if !r.hasLast {
 			r.lastSeq, r.lastAt, r.lastBytes, r.hasLast = s.seq, s.at, bytes, true
 		}
 		r.latest = append(r.latest, s)
-	}
+		return nil
+	})
 	slices.Reverse(r.latest)
 	r.allLatest = len(r.latest) < pgLatestRead
-	return rows.Err()
+	return err
 }
 
 // scanSends reads what pgReadSends read, hint microseconds before the
 // transaction's clock.
 func (r *pgRead) scanSends(br pgx.BatchResults, hint int64) error {
+	err := eachRow(br, "admissions", func(rows pgx.Rows) error {
+		var s pgSend
+		err := rows.Scan(&s.seq, &s.at)
+		r.sends = append(r.sends, s)
+		return err
+	})
+	r.sendsAfter, r.allSends = r.now-hint, len(r.sends) < pgSendsRead
+	return err
+}
+
+// eachRow reads the rows of the pipeline's next statement with row; what
+// is what they are, for its error.
+func eachRow(br pgx.BatchResults, what string, row func(pgx.Rows) error) error {
 	rows, err := br.Query()
 	if err != nil {
-		return fmt.Errorf("admissions: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var s pgSend
-		if err := rows.Scan(&s.seq, &s.at); err != nil {
-			return fmt.Errorf("admissions: %w", err)
+		if err := row(rows); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
 		}
-		r.sends = append(r.sends, s)
 	}
-	r.sendsAfter, r.allSends = r.now-hint, len(r.sends) < pgSendsRead
 	return rows.Err()
 }
 
 // scanSeenPolicies reads the key's policies, as SeenPolicies would.
 func (r *pgRead) scanSeenPolicies(br pgx.BatchResults) error {
-	rows, err := br.Query()
-	if err != nil {
-		return fmt.Errorf("policies: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	return eachRow(br, "policies", func(rows pgx.Rows) error {
 		k, err := scanSeenPolicyRow(rows.Scan, r.key)
-		if err != nil {
-			return fmt.Errorf("policies: %w", err)
-		}
 		r.known = append(r.known, k)
-	}
-	return rows.Err()
+		return err
+	})
 }
 
 // scanSeenPolicyRow reads one policy of key from a row of qSeenPolicies's columns.
@@ -408,26 +406,19 @@ func scanArgs(values []any) func(dest ...any) error {
 // scanGates reads the key's gates closed at the transaction's clock, as
 // Gates would.
 func (r *pgRead) scanGates(br pgx.BatchResults) error {
-	rows, err := br.Query()
-	if err != nil {
-		return fmt.Errorf("gates: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	return eachRow(br, "gates", func(rows pgx.Rows) error {
 		g := ledger.Gate{Key: r.key}
 		var until, set int64
 		var said string
 		var why sql.NullString
-		if err := rows.Scan(&g.Scope, &until, &said, &why, &g.Source, &set); err != nil {
-			return fmt.Errorf("gates: %w", err)
-		}
-		if g.Reason, err = readWhy(why, said); err != nil {
-			return err
+		err := rows.Scan(&g.Scope, &until, &said, &why, &g.Source, &set)
+		if err == nil {
+			g.Reason, err = readWhy(why, said)
 		}
 		g.Until, g.SetAt = fromMicros(until), fromMicros(set)
 		r.gates = append(r.gates, g)
-	}
-	return rows.Err()
+		return err
+	})
 }
 
 // ran notes that the transaction ran q: a statement that may write drops

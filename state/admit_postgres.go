@@ -55,9 +55,23 @@ var (
 	pgReadKeyState     = queries[qKeyState].postgres
 	pgReadSeenPolicies = queries[qSeenPolicies].postgres
 	pgReadGates        = withNow(queries[qGates].postgres)
-	pgReadFlight       = strings.Replace(withNow(queries[qInFlightExcept].postgres), "$3", "$2", 1) // the IDs the journal holds
 	pgReadLastSends    = latestSends(queries[qLastSend].postgres)
 )
+
+// pgReadFlight reads the key's calls in flight at the transaction's
+// clock, the journal's ended ones among them: the earliest pgFlightRead by
+// admission, each with how many in all. The calls in flight without the
+// ends the journal holds, which change while the transaction runs, are
+// then counted from them (see pgRead.flightWithout).
+var pgReadFlight = `SELECT id, at, count(*) OVER () FROM attempts
+	WHERE key = $1 AND lease_until IS NOT NULL AND lease_until > ` + pgNow + `
+	ORDER BY at, id LIMIT ` + strconv.Itoa(pgFlightRead)
+
+// pgFlightRead is the most calls in flight pgReadFlight reads.
+const pgFlightRead = 64
+
+// An attemptAt is an attempt in flight: its ID and admission.
+type attemptAt struct{ id, at int64 }
 
 // pgLatestRead is how many of a key's latest admissions the pipeline
 // reads (pgReadLastSends): a window's count after a time since the oldest
@@ -99,13 +113,16 @@ var pgTracer pgx.QueryTracer
 
 // pgRead is what the pipeline read of the key a transaction holds.
 type pgRead struct {
-	key    string
-	now    int64 // the transaction's clock, in microseconds
-	ks     ledger.KeyState
-	known  []ledger.SeenPolicy
-	gates  []ledger.Gate
-	ended  []int64 // the attempts the journal held the end of, not counted in flight
-	flight ledger.Flight
+	key   string
+	now   int64 // the transaction's clock, in microseconds
+	ks    ledger.KeyState
+	known []ledger.SeenPolicy
+	gates []ledger.Gate
+	// flight are the key's earliest calls in flight (pgReadFlight), of
+	// flightAll in all; ownFlight those the transaction recorded.
+	flight    []attemptAt
+	flightAll int
+	ownFlight []attemptAt
 	// The key's latest admission (qLastSend); hasLast is false when the
 	// key has none.
 	lastSeq, lastAt, lastBytes int64
@@ -146,16 +163,12 @@ func (p *pgTx) holdReading(tx *Tx, key string) error {
 	if p.conn == nil || p.held[key] {
 		return p.hold(tx, key)
 	}
-	ended := tx.out.ended(key)
-	if ended == nil {
-		ended = []int64{}
-	}
 	before := p.db.local()
-	r, started, server, found, err := p.pipeline(tx, key, ended)
+	r, started, server, found, err := p.pipeline(tx, key)
 	if err == nil && !found { // a key seen for the first time: add its row
 		if _, err = p.exec(tx.ctx, qAddKey, key); err == nil {
 			before = p.db.local() // the reading's round trip alone
-			r, started, server, found, err = p.pipeline(tx, key, ended)
+			r, started, server, found, err = p.pipeline(tx, key)
 		}
 		if err == nil && !found {
 			err = sql.ErrNoRows
@@ -174,8 +187,8 @@ func (p *pgTx) holdReading(tx *Tx, key string) error {
 // answers (started and server: the lock's statement began, and the row
 // was locked, on the server's clock); found is false when the key has no
 // row.
-func (p *pgTx) pipeline(tx *Tx, key string, ended []int64) (r *pgRead, started, server time.Time, found bool, err error) {
-	r = &pgRead{key: key, ended: ended, hasSeenPolicies: true, hasGates: true, hasFlight: true, hasLastSend: true}
+func (p *pgTx) pipeline(tx *Tx, key string) (r *pgRead, started, server time.Time, found bool, err error) {
+	r = &pgRead{key: key, hasSeenPolicies: true, hasGates: true, hasFlight: true, hasLastSend: true}
 	err = p.onConn(func(c *pgx.Conn) error {
 		b := p.batch() // BEGIN, when it has not gone
 		b.Queue(pgHoldReading, key)
@@ -183,7 +196,7 @@ func (p *pgTx) pipeline(tx *Tx, key string, ended []int64) (r *pgRead, started, 
 		b.Queue(pgReadKeyState, key)
 		b.Queue(pgReadSeenPolicies, key)
 		b.Queue(pgReadGates, key)
-		b.Queue(pgReadFlight, key, ended)
+		b.Queue(pgReadFlight, key)
 		b.Queue(pgReadLastSends, key)
 		hint := p.db.windowHint(key)
 		b.Queue(pgReadSends, key, hint, pgSendsRead)
@@ -214,11 +227,15 @@ func (p *pgTx) pipeline(tx *Tx, key string, ended []int64) (r *pgRead, started, 
 		if err := r.scanGates(br); err != nil {
 			return err
 		}
-		var oldest int64
-		if err := br.QueryRow().Scan(&r.flight.Count, &oldest); err != nil {
-			return fmt.Errorf("in flight: %w", err)
+		err := eachRow(br, "in flight", func(rows pgx.Rows) error {
+			var a attemptAt
+			err := rows.Scan(&a.id, &a.at, &r.flightAll)
+			r.flight = append(r.flight, a)
+			return err
+		})
+		if err != nil {
+			return err
 		}
-		r.flight.Oldest = fromMicros(oldest)
 		if err := r.scanLatest(br); err != nil {
 			return err
 		}
@@ -444,10 +461,7 @@ func (p *pgTx) wrote(text string) {
 	}
 	r := p.read
 	if text == pgFinishAttempt {
-		// The attempt's state and its time in flight change; whether and
-		// when it was admitted, which the log's reads count, do not.
-		r.hasFlight = false
-		return
+		return // see finished
 	}
 	r.hasSeenPolicies = r.hasSeenPolicies && !strings.Contains(text, "policies")
 	r.hasGates = r.hasGates && !strings.Contains(text, "gates")
@@ -459,6 +473,7 @@ func (p *pgTx) wrote(text string) {
 // An ownedAttempt is what the reads of the log need of an attempt the
 // transaction records (see ownAttempt), computed by InsertAttempt.
 type ownedAttempt struct {
+	id      int64
 	key     string
 	counted bool  // admitted: counted in its key's windows from then on
 	at      int64 // admitted at, in microseconds
@@ -503,10 +518,7 @@ func (p *pgTx) ownAttempt(a ownedAttempt) {
 		}
 	}
 	if a.until > r.now && r.hasFlight {
-		if r.flight.Count == 0 || fromMicros(a.at).Before(r.flight.Oldest) {
-			r.flight.Oldest = fromMicros(a.at)
-		}
-		r.flight.Count++
+		r.ownFlight = append(r.ownFlight, attemptAt{a.id, a.at})
 	}
 }
 
@@ -604,15 +616,66 @@ func (p *pgTx) readGates(key string, now time.Time) ([]ledger.Gate, bool) {
 	return gates, true
 }
 
+// finished notes that the transaction ended attempt id (FinishAttempt):
+// it is no longer in flight. Whether and when it was admitted, which the
+// log's reads count, do not change.
+func (p *pgTx) finished(id int64) {
+	if p == nil || p.read == nil {
+		return
+	}
+	r := p.read
+	if i := slices.IndexFunc(r.flight, func(a attemptAt) bool { return a.id == id }); i >= 0 {
+		r.flight, r.flightAll = slices.Delete(r.flight, i, i+1), r.flightAll-1
+	} else if i := slices.IndexFunc(r.ownFlight, func(a attemptAt) bool { return a.id == id }); i >= 0 {
+		r.ownFlight = slices.Delete(r.ownFlight, i, i+1)
+	} else if len(r.flight) < r.flightAll {
+		r.hasFlight = false // it may be in flight among those not read
+	}
+}
+
 // readFlight answers Flight at now from the pipeline's read, when it
-// holds, was read at now, and the journal holds the end of the same
-// attempts as then.
+// holds and was read at now, without the attempts ended, whose ends the
+// journal holds (see flightWithout).
 func (p *pgTx) readFlight(key string, now time.Time, ended []int64) (ledger.Flight, bool) {
 	r := p.readFor(key)
-	if r == nil || !r.hasFlight || micros(now) != r.now || !slices.Equal(r.ended, ended) {
+	if r == nil || !r.hasFlight || micros(now) != r.now {
 		return ledger.Flight{}, false
 	}
-	return r.flight, true
+	return r.flightWithout(ended)
+}
+
+// flightWithout counts the key's calls in flight that the pipeline read
+// and those the transaction recorded, but the attempts ended. The
+// journal's ends change while the transaction runs (this process's calls
+// end; its applier records ends): the pipeline read the calls in flight
+// whatever the journal held, and leaves out the ones it holds now. When
+// it read only the earliest, it answers only if every attempt ended is
+// among them, and one that is not is still the earliest.
+func (r *pgRead) flightWithout(ended []int64) (ledger.Flight, bool) {
+	var f ledger.Flight
+	var oldest int64
+	n, without := r.flightAll, 0
+	for _, a := range r.flight {
+		if slices.Contains(ended, a.id) {
+			without++
+			continue
+		}
+		if oldest == 0 {
+			oldest = a.at
+		}
+	}
+	if len(r.flight) < r.flightAll && (without < len(ended) || oldest == 0) {
+		return f, false
+	}
+	f.Count = n - without
+	for _, a := range r.ownFlight {
+		f.Count++
+		if oldest == 0 || a.at < oldest {
+			oldest = a.at
+		}
+	}
+	f.Oldest = fromMicros(oldest)
+	return f, true
 }
 
 // readLastSend answers the latest admission of key (qLastSend) from the

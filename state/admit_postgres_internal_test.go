@@ -585,3 +585,44 @@ func TestReadFirstSendFromWhatWasRead(t *testing.T) {
 		}
 	}
 }
+
+// The calls in flight a transaction counts from what the pipeline read,
+// without the attempts whose ends the journal holds now, and when it has
+// to ask the server.
+func TestFlightWithoutTheJournalsEnds(t *testing.T) {
+	all := []attemptAt{{1, 100}, {2, 200}, {3, 300}}
+	cases := []struct {
+		name     string
+		read     []attemptAt // the earliest calls in flight the pipeline read
+		of       int         // in all
+		own      []attemptAt // recorded by the transaction
+		finished []int64     // ended by the transaction
+		ended    []int64     // whose ends the journal holds
+		count    int
+		oldest   int64
+		answer   bool
+	}{
+		{"all read", all, 3, nil, nil, nil, 3, 100, true},
+		{"all read, the journal holds the earliest's end", all, 3, nil, nil, []int64{1}, 2, 200, true},
+		{"all read, the journal holds an end of one not in flight", all, 3, nil, nil, []int64{2, 9}, 2, 100, true},
+		{"the earliest read", all[:2], 5, nil, nil, nil, 5, 100, true},
+		{"the earliest read, the journal holds one's end", all[:2], 5, nil, nil, []int64{1}, 4, 200, true},
+		{"the earliest read, the journal holds the end of one not read", all[:2], 5, nil, nil, []int64{9}, 0, 0, false},
+		{"the earliest read, the journal holds the ends of all read", all[:2], 5, nil, nil, []int64{1, 2}, 0, 0, false},
+		{"one recorded by the transaction", all, 3, []attemptAt{{7, 50}}, nil, []int64{1}, 3, 50, true},
+		{"one ended by the transaction", all, 3, nil, []int64{1}, nil, 2, 200, true},
+		{"one recorded and ended by the transaction", all, 3, []attemptAt{{7, 50}}, []int64{7}, nil, 3, 100, true},
+		{"one not read ended by the transaction", all[:2], 5, nil, []int64{9}, nil, 0, 0, false},
+	}
+	for _, c := range cases {
+		p := &pgTx{read: &pgRead{key: "k", now: 1000, hasFlight: true, flight: slices.Clone(c.read), flightAll: c.of, ownFlight: slices.Clone(c.own)}}
+		for _, id := range c.finished {
+			p.finished(id)
+		}
+		f, answered := p.readFlight("k", fromMicros(1000), c.ended)
+		want := ledger.Flight{Count: c.count, Oldest: fromMicros(c.oldest)}
+		if answered != c.answer || answered && f != want {
+			t.Errorf("%s: got %+v (answered %v), want %+v (answered %v)", c.name, f, answered, want, c.answer)
+		}
+	}
+}

@@ -298,6 +298,7 @@ func (p *pgTx) insertAttemptLater(args []any, own ownedAttempt) (id int64, ok bo
 		p.nextID = 0 // the block is spent
 	}
 	p.waiting = append(p.waiting, pgWrite{"record attempt", pgInsertAttemptAs, append(args, id)})
+	own.id = id
 	p.ownAttempt(own)
 	return id, true
 }

@@ -265,6 +265,7 @@ var qFinishAttempt = newQuery("FinishAttempt")
 func (tx *Tx) FinishAttempt(id int64, state ledger.State, r reason.Reason, status int, sentAt, answeredAt time.Time) error {
 	why, err := keep(r)
 	if err == nil {
+		tx.pg.finished(id)
 		err = tx.write("finish attempt", qFinishAttempt, string(state), why.words, nullInt(int64(status)), nullInt(micros(sentAt)),
 			nullInt(micros(answeredAt)), id, why.why)
 	}

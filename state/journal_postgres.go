@@ -14,7 +14,8 @@ import (
 // CPU is scarce, so that the applier failed the same batch again and
 // again while its journal grew. finishAll records a batch in two
 // statements, whatever its size: the calls, and the observations of those
-// it recorded.
+// it recorded; the observations wait for the transaction's next round
+// trip.
 
 // pgFinishSlots records the calls of reserved slots, each an element of
 // the arrays ($1 their IDs), as FinishReserved does, where the slot is
@@ -116,12 +117,10 @@ func (tx *Tx) pgFinishAll(fs []ledger.Finished) (int, error) {
 			}
 		}
 	}
-	if len(o.key) > 0 {
-		if _, err := tx.pg.exec(tx.ctx, pgAddObservations, o.key, o.attemptID, o.policy, o.unit, o.partition,
+	if len(o.key) > 0 { // with the transaction's next round trip: its COMMIT, as a rule
+		tx.pg.later("record observations", pgAddObservations, o.key, o.attemptID, o.policy, o.unit, o.partition,
 			o.q, o.w, o.r, o.t, o.status, o.received, o.date, o.shape, o.profile, o.guessed, o.fromCache, o.method,
-			o.target, o.hasQ, o.hasW, o.hasR, o.hasT); err != nil {
-			return 0, fmt.Errorf("state: record observations: %w", err)
-		}
+			o.target, o.hasQ, o.hasW, o.hasR, o.hasT)
 	}
 	return len(recorded), nil
 }

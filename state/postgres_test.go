@@ -423,21 +423,26 @@ func badInput(t *testing.T, srv *pgtest.Server) {
 }
 
 // An outcome PostgreSQL refuses to record (text with a NUL byte, which
-// SQLite would keep) is set aside by the journal: it holds back none of
-// the others, and no View waits for it.
+// SQLite would keep, in the call or in an observation of its answer) is
+// set aside by the journal: it holds back none of the others, and no View
+// waits for it.
 func refusedOutcome(t *testing.T, srv *pgtest.Server) {
 	pg := openPostgres(t, srv.CreateDatabase(t), state.PostgresOptions{JournalDir: t.TempDir()})
 	var first, last int64
 	update(t, pg, func(tx ledger.Tx) error {
 		var err error
-		first, last, err = tx.Reserve("k", 3, t0, t0.Add(time.Hour))
+		first, last, err = tx.Reserve("k", 4, t0, t0.Add(time.Hour))
 		return err
 	}, "k")
 	for id := first; id <= last; id++ {
 		f := ledger.Finished{Attempt: ledger.Attempt{ID: id, Key: "k", CallID: fmt.Sprint("c", id), Attempt: 1, Caller: "sync",
 			State: ledger.Confirmed, Status: 200, Target: "/items"}}
-		if id == first+1 {
+		switch id {
+		case first + 1:
 			f.Attempt.Target = "/items\x00"
+		case last:
+			f.Observations = []ledger.ObservationRecord{{Key: "k", AttemptID: id, Status: 200, ReceivedAt: t0,
+				Observation: ratelimit.Observation{Policy: "p\x00", Unit: ratelimit.Requests, Remaining: 1, HasRemaining: true}}}
 		}
 		if err := pg.FinishLater(context.Background(), f); err != nil {
 			t.Fatal(err)
@@ -456,9 +461,9 @@ func refusedOutcome(t *testing.T, srv *pgtest.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[int64]ledger.State{first: ledger.Confirmed, first + 1: ledger.Reserved, last: ledger.Confirmed}
+	want := map[int64]ledger.State{first: ledger.Confirmed, first + 1: ledger.Reserved, first + 2: ledger.Confirmed, last: ledger.Reserved}
 	if fmt.Sprint(states) != fmt.Sprint(want) {
-		t.Errorf("with the second of three outcomes refused: %v, want %v", states, want)
+		t.Errorf("with the second and the last of four outcomes refused: %v, want %v", states, want)
 	}
 	if err := pg.Close(); err != nil {
 		t.Errorf("Close: %v", err)

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,35 +56,6 @@ var (
 	pgReadLastSends    = latestSends(queries[qLastSend].postgres)
 )
 
-// pgReadFlight reads the key's calls in flight at the transaction's
-// clock, the journal's ended ones among them: the earliest pgFlightRead by
-// admission, each with how many in all. The calls in flight without the
-// ends the journal holds, which change while the transaction runs, are
-// then counted from them (see pgRead.flightWithout).
-var pgReadFlight = `SELECT id, at, count(*) OVER () FROM attempts
-	WHERE key = $1 AND lease_until IS NOT NULL AND lease_until > ` + pgNow + `
-	ORDER BY at, id LIMIT ` + strconv.Itoa(pgFlightRead)
-
-// pgFlightRead is the most calls in flight pgReadFlight reads.
-const pgFlightRead = 64
-
-// An attemptAt is an attempt in flight: its ID and admission.
-type attemptAt struct{ id, at int64 }
-
-// pgLatestRead is how many of a key's latest admissions the pipeline
-// reads (pgReadLastSends): a window's count after a time since the oldest
-// of them is answered from them.
-const pgLatestRead = 64
-
-// latestSends returns qLastSend reading the key's pgLatestRead latest
-// admissions, the latest first.
-func latestSends(text string) string {
-	if !strings.HasSuffix(text, " LIMIT 1") {
-		panic("state: qLastSend does not end with LIMIT 1: " + text)
-	}
-	return strings.TrimSuffix(text, "1") + strconv.Itoa(pgLatestRead)
-}
-
 // withNow returns text with its time parameter ($2) read from pgNow.
 func withNow(text string) string {
 	if strings.Count(text, "$2") != 1 {
@@ -94,18 +63,6 @@ func withNow(text string) string {
 	}
 	return strings.Replace(text, "$2", pgNow, 1)
 }
-
-// pgReadSends reads the key's first admissions after a time, $2
-// microseconds before the transaction's clock (see windowHints), in the
-// log's order, at most $3 of them, and of those admitted at the same time
-// (a lease's slots) the first alone: a window's count after any time from
-// then on is then answered from them and the latest admission (see
-// readFirstSend), without a round trip of its own.
-var pgReadSends = `SELECT DISTINCT ON (at) seq, at FROM attempts WHERE key = $1 AND counted AND at > ` + pgNow + ` - $2
-	ORDER BY at, seq LIMIT $3`
-
-// pgSendsRead is the most admissions pgReadSends reads.
-const pgSendsRead = 64
 
 // pgTracer, when not nil, traces the connections of the Postgres opened
 // next (a test's count of round trips).
@@ -143,17 +100,6 @@ type pgRead struct {
 	// change them since, but the attempts it recorded itself, which it
 	// counted in them (see ownAttempt).
 	hasSeenPolicies, hasGates, hasFlight, hasLastSend bool
-}
-
-// A pgSend is an admission of the log: its number and time.
-type pgSend struct{ seq, at int64 }
-
-// A pgFirstSend is what qFirstSend read: the number and time of the key's
-// first admission after a time and the number of its last; ok is false
-// when it has none after that time.
-type pgFirstSend struct {
-	seq, at, last int64
-	ok            bool
 }
 
 // holdReading locks key's row, as hold does, and reads what a decision
@@ -267,39 +213,6 @@ func (r *pgRead) scanKeyState(br pgx.BatchResults) error {
 	}
 	r.ks = s
 	return nil
-}
-
-// scanLatest reads the key's latest admissions: the latest of all, and
-// the others (see pgRead.latest).
-func (r *pgRead) scanLatest(br pgx.BatchResults) error {
-	err := eachRow(br, "latest admissions", func(rows pgx.Rows) error {
-		var s pgSend
-		var bytes int64
-		if err := rows.Scan(&s.seq, &s.at, &bytes); err != nil {
-			return err
-		}
-		if !r.hasLast {
-			r.lastSeq, r.lastAt, r.lastBytes, r.hasLast = s.seq, s.at, bytes, true
-		}
-		r.latest = append(r.latest, s)
-		return nil
-	})
-	slices.Reverse(r.latest)
-	r.allLatest = len(r.latest) < pgLatestRead
-	return err
-}
-
-// scanSends reads what pgReadSends read, hint microseconds before the
-// transaction's clock.
-func (r *pgRead) scanSends(br pgx.BatchResults, hint int64) error {
-	err := eachRow(br, "admissions", func(rows pgx.Rows) error {
-		var s pgSend
-		err := rows.Scan(&s.seq, &s.at)
-		r.sends = append(r.sends, s)
-		return err
-	})
-	r.sendsAfter, r.allSends = r.now-hint, len(r.sends) < pgSendsRead
-	return err
 }
 
 // eachRow reads the rows of the pipeline's next statement with row; what
@@ -470,118 +383,6 @@ func (p *pgTx) wrote(text string) {
 	}
 }
 
-// An ownedAttempt is what the reads of the log need of an attempt the
-// transaction records (see ownAttempt), computed by InsertAttempt.
-type ownedAttempt struct {
-	id      int64
-	key     string
-	counted bool  // admitted: counted in its key's windows from then on
-	at      int64 // admitted at, in microseconds
-	until   int64 // in flight until, in microseconds; 0 when never
-	seq     int64 // its number in its key's log, when counted
-	bytes   int64 // the bytes its key's log carried up to it, itself included, when counted
-}
-
-// ownAttempt updates what the transaction read of the log of the key it
-// holds with a, an attempt it records itself, as the same reads sent
-// again would find it: the attempts of a key are recorded only by a
-// transaction that holds its row, so no other could have changed the
-// log's end meanwhile. An admission becomes the key's latest (counted in
-// every window it falls in); any attempt with a lease not run out counts
-// in flight, admitted or not. The calls of a key decided together (see
-// pacer/group.go) then cost the round trips of the first alone. An
-// admission recorded before the key's latest, which renumbers the log,
-// drops what was read instead.
-func (p *pgTx) ownAttempt(a ownedAttempt) {
-	r := p.readFor(a.key)
-	if r == nil {
-		p.wrote(pgInsertAttemptAs)
-		return
-	}
-	if a.counted {
-		if !r.hasLastSend || r.hasLast && a.at < r.lastAt {
-			r.hasFlight, r.hasLastSend, r.windows = false, false, nil
-			return
-		}
-		r.lastSeq, r.lastAt, r.lastBytes, r.hasLast = a.seq, a.at, a.bytes, true
-		if r.allSends && a.at > r.sendsAfter {
-			r.sends = append(r.sends, pgSend{a.seq, a.at})
-		}
-		r.latest = append(r.latest, pgSend{a.seq, a.at})
-		for since, w := range r.windows {
-			if w.ok {
-				w.last = a.seq
-			} else if a.at > since {
-				w = pgFirstSend{seq: a.seq, at: a.at, last: a.seq, ok: true}
-			}
-			r.windows[since] = w
-		}
-	}
-	if a.until > r.now && r.hasFlight {
-		r.ownFlight = append(r.ownFlight, attemptAt{a.id, a.at})
-	}
-}
-
-// readFirstSend answers qFirstSend of key after since from what the
-// transaction read, when it holds: a read after the same time; the key's
-// latest admission, when it was not after since (then none is); a read
-// after an earlier time whose first admission is after since too (then
-// none came between, and it is the first after since as well); or the
-// admissions the pipeline read, when they began before since and reach
-// past it, or are the latest since.
-func (p *pgTx) readFirstSend(key string, since int64) (pgFirstSend, bool) {
-	r := p.readFor(key)
-	if r == nil || !r.hasLastSend {
-		return pgFirstSend{}, false
-	}
-	if w, ok := r.windows[since]; ok {
-		return w, true
-	}
-	if !r.hasLast || r.lastAt <= since {
-		return pgFirstSend{}, true
-	}
-	for earlier, w := range r.windows {
-		if earlier < since && w.ok && w.at > since {
-			return w, true
-		}
-	}
-	if since >= r.sendsAfter {
-		if i := slices.IndexFunc(r.sends, func(s pgSend) bool { return s.at > since }); i >= 0 {
-			return r.firstSend(r.sends[i]), true
-		}
-		if r.allSends {
-			return pgFirstSend{}, true
-		}
-	}
-	// Any admission not among the latest is none after since.
-	if len(r.latest) > 0 && (r.allLatest || since >= r.latest[0].at) {
-		if i := slices.IndexFunc(r.latest, func(s pgSend) bool { return s.at > since }); i >= 0 {
-			return r.firstSend(r.latest[i]), true
-		}
-	}
-	return pgFirstSend{}, false
-}
-
-// firstSend returns the window's first admission s, with the key's last.
-func (r *pgRead) firstSend(s pgSend) pgFirstSend {
-	return pgFirstSend{seq: s.seq, at: s.at, last: r.lastSeq, ok: true}
-}
-
-// keepFirstSend keeps what qFirstSend read of key after since, for the
-// transaction's later reads of it (see readFirstSend).
-func (p *pgTx) keepFirstSend(key string, since int64, w pgFirstSend) {
-	r := p.readFor(key)
-	if r == nil || !r.hasLastSend {
-		return
-	}
-	back := r.now - since
-	p.db.noteWindowRead(key, back+back/16)
-	if r.windows == nil {
-		r.windows = map[int64]pgFirstSend{}
-	}
-	r.windows[since] = w
-}
-
 // readFor returns what the pipeline read of key, while it holds.
 func (p *pgTx) readFor(key string) *pgRead {
 	if p == nil || p.read == nil || p.read.key != key {
@@ -614,105 +415,4 @@ func (p *pgTx) readGates(key string, now time.Time) ([]ledger.Gate, bool) {
 		}
 	}
 	return gates, true
-}
-
-// finished notes that the transaction ended attempt id (FinishAttempt):
-// it is no longer in flight. Whether and when it was admitted, which the
-// log's reads count, do not change.
-func (p *pgTx) finished(id int64) {
-	if p == nil || p.read == nil {
-		return
-	}
-	r := p.read
-	if i := slices.IndexFunc(r.flight, func(a attemptAt) bool { return a.id == id }); i >= 0 {
-		r.flight, r.flightAll = slices.Delete(r.flight, i, i+1), r.flightAll-1
-	} else if i := slices.IndexFunc(r.ownFlight, func(a attemptAt) bool { return a.id == id }); i >= 0 {
-		r.ownFlight = slices.Delete(r.ownFlight, i, i+1)
-	} else if len(r.flight) < r.flightAll {
-		r.hasFlight = false // it may be in flight among those not read
-	}
-}
-
-// readFlight answers Flight at now from the pipeline's read, when it
-// holds and was read at now, without the attempts ended, whose ends the
-// journal holds (see flightWithout).
-func (p *pgTx) readFlight(key string, now time.Time, ended []int64) (ledger.Flight, bool) {
-	r := p.readFor(key)
-	if r == nil || !r.hasFlight || micros(now) != r.now {
-		return ledger.Flight{}, false
-	}
-	return r.flightWithout(ended)
-}
-
-// flightWithout counts the key's calls in flight that the pipeline read
-// and those the transaction recorded, but the attempts ended. The
-// journal's ends change while the transaction runs (this process's calls
-// end; its applier records ends): the pipeline read the calls in flight
-// whatever the journal held, and leaves out the ones it holds now. When
-// it read only the earliest, it answers only if every attempt ended is
-// among them, and one that is not is still the earliest.
-func (r *pgRead) flightWithout(ended []int64) (ledger.Flight, bool) {
-	var f ledger.Flight
-	var oldest int64
-	n, without := r.flightAll, 0
-	for _, a := range r.flight {
-		if slices.Contains(ended, a.id) {
-			without++
-			continue
-		}
-		if oldest == 0 {
-			oldest = a.at
-		}
-	}
-	if len(r.flight) < r.flightAll && (without < len(ended) || oldest == 0) {
-		return f, false
-	}
-	f.Count = n - without
-	for _, a := range r.ownFlight {
-		f.Count++
-		if oldest == 0 || a.at < oldest {
-			oldest = a.at
-		}
-	}
-	f.Oldest = fromMicros(oldest)
-	return f, true
-}
-
-// readLastSend answers the latest admission of key (qLastSend) from the
-// pipeline's read, when it holds; found is false when there is none.
-func (p *pgTx) readLastSend(key string) (seq, at, bytes int64, found, ok bool) {
-	r := p.readFor(key)
-	if r == nil || !r.hasLastSend {
-		return 0, 0, 0, false, false
-	}
-	return r.lastSeq, r.lastAt, r.lastBytes, r.hasLast, true
-}
-
-// The pipeline that locks a key's row reads the key's admissions since a
-// time before the transaction's clock (pgReadSends): as far back as the
-// key's last read that the pipeline did not answer went, with a sixteenth
-// more (windowHints). A hint changes what is read with the lock, never
-// what a read answers.
-type windowHints struct {
-	mu   sync.Mutex
-	back map[string]int64 // microseconds before the transaction's clock
-}
-
-// windowHint returns how far back, in microseconds, the pipeline reads
-// key's admissions.
-func (pg *Postgres) windowHint(key string) int64 {
-	pg.hints.mu.Lock()
-	defer pg.hints.mu.Unlock()
-	return pg.hints.back[key]
-}
-
-// noteWindowRead notes how far back, in microseconds, a read of key's log
-// went that the pipeline did not answer.
-func (pg *Postgres) noteWindowRead(key string, back int64) {
-	pg.hints.mu.Lock()
-	defer pg.hints.mu.Unlock()
-	if pg.hints.back == nil {
-		pg.hints.back = map[string]int64{}
-	}
-	pg.hints.back[key] = back
 }

@@ -88,10 +88,9 @@ type pgRead struct {
 	// by the start of their window, in microseconds.
 	windows map[int64]pgFirstSend
 	// sends are the key's first admissions after sendsAfter (pgReadSends),
-	// in the log's order; allSends says they are all of them.
+	// in the log's order, up to some time after it.
 	sends      []pgSend
 	sendsAfter int64
-	allSends   bool
 	// latest are the key's latest admissions (pgReadLastSends), in the
 	// log's order; allLatest says they are all of them.
 	latest    []pgSend
@@ -144,8 +143,8 @@ func (p *pgTx) pipeline(tx *Tx, key string) (r *pgRead, started, server time.Tim
 		b.Queue(pgReadGates, key)
 		b.Queue(pgReadFlight, key)
 		b.Queue(pgReadLastSends, key)
-		hint := p.db.windowHint(key)
-		b.Queue(pgReadSends, key, hint, pgSendsRead)
+		back := p.db.windowHint(key)
+		b.Queue(pgReadSends, key, back+hintSlack(back), back-hintSlack(back), pgSendsRead)
 		br := c.SendBatch(tx.ctx, b)
 		defer br.Close()
 		if err := p.readWaiting(br); err != nil {
@@ -185,7 +184,7 @@ func (p *pgTx) pipeline(tx *Tx, key string) (r *pgRead, started, server time.Tim
 		if err := r.scanLatest(br); err != nil {
 			return err
 		}
-		if err := r.scanSends(br, hint); err != nil {
+		if err := r.scanSends(br, back+hintSlack(back)); err != nil {
 			return err
 		}
 		return br.Close()

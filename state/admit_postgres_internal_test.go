@@ -395,7 +395,7 @@ func readCounts(tx ledger.Reader, key string, now time.Time) (flight, window int
 // after it; and a window read after a time is answered from an earlier
 // read whose first admission came after that time, or from the key's
 // latest admission when none came after it, or from the admissions the
-// pipeline read back as far as the key's earlier reads went. Such a
+// pipeline read (here the key's latest). Such a
 // record costs two round trips (the lock's pipeline, the commit's), and
 // what it read is what a transaction after it reads of the server.
 func TestPostgresOutcomeWritesWithTheCommit(t *testing.T) {
@@ -482,9 +482,7 @@ func TestPostgresOutcomeWritesWithTheCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The statements are prepared on the connection, and a window read
-	// an hour back teaches the pipeline how far back to read.
-	record(time.Hour)
+	record(time.Hour) // the statements are prepared on the connection
 	before := trips.n.Load()
 	record(45 * time.Millisecond)
 	if n := trips.n.Load() - before; n != 2 {
@@ -550,17 +548,14 @@ func TestReadFirstSendFromWhatWasRead(t *testing.T) {
 		{"an earlier read whose first is after the time", func(r *pgRead) { r.windows = map[int64]pgFirstSend{250: first(3)} }, 280, first(3), true},
 		{"an earlier read whose first is before the time", func(r *pgRead) { r.windows = map[int64]pgFirstSend{250: first(3)} }, 320, none, false},
 		{"a later read", func(r *pgRead) { r.windows = map[int64]pgFirstSend{250: first(3)} }, 150, none, false},
-		{"the pipeline's admissions, all of them", func(r *pgRead) {
-			r.sends, r.sendsAfter, r.allSends = []pgSend{{2, 200}, {3, 300}, {4, 400}, {5, 500}}, 150, true
+		{"the pipeline's admissions reach past the time", func(r *pgRead) {
+			r.sends, r.sendsAfter = []pgSend{{2, 200}, {3, 300}, {4, 400}}, 150
 		}, 340, first(4), true},
 		{"the pipeline's admissions began after the time", func(r *pgRead) {
-			r.sends, r.sendsAfter, r.allSends = []pgSend{{3, 300}, {4, 400}, {5, 500}}, 250, true
+			r.sends, r.sendsAfter = []pgSend{{3, 300}, {4, 400}, {5, 500}}, 250
 		}, 240, none, false},
-		{"the pipeline's first admissions reach past the time", func(r *pgRead) {
-			r.sends, r.sendsAfter, r.allSends = []pgSend{{2, 200}, {3, 300}}, 150, false
-		}, 250, first(3), true},
-		{"the pipeline's first admissions end before the time", func(r *pgRead) {
-			r.sends, r.sendsAfter, r.allSends = []pgSend{{2, 200}, {3, 300}}, 150, false
+		{"the pipeline's admissions end before the time", func(r *pgRead) {
+			r.sends, r.sendsAfter = []pgSend{{2, 200}, {3, 300}}, 150
 		}, 350, none, false},
 		{"the latest admissions, since the oldest of them", func(r *pgRead) {
 			r.latest = []pgSend{{3, 300}, {4, 400}, {5, 500}}

@@ -50,13 +50,16 @@ func latestSends(text string) string {
 }
 
 // pgReadSends reads the key's first admissions after a time, $2
-// microseconds before the transaction's clock (see windowHints), in the
-// log's order, at most $3 of them, and of those admitted at the same time
-// (a lease's slots) the first alone: a window's count after any time from
-// then on is then answered from them and the latest admission (see
-// readFirstSend), without a round trip of its own.
-var pgReadSends = `SELECT DISTINCT ON (at) seq, at FROM attempts WHERE key = $1 AND counted AND at > ` + pgNow + ` - $2
-	ORDER BY at, seq LIMIT $3`
+// microseconds before the transaction's clock (see windowHints), and up to
+// $3 microseconds before it, in the log's order, at most $4 of them, and of
+// those admitted at the same time (a lease's slots) the first alone: a
+// window's count after a time between is then answered from them and the
+// latest admission (see readFirstSend), without a round trip of its own.
+// The range is short (see hintSlack): a busy key's admissions over a
+// window's whole length are more than the lock should wait for.
+var pgReadSends = `SELECT DISTINCT ON (at) seq, at FROM attempts
+	WHERE key = $1 AND counted AND at > ` + pgNow + ` - $2 AND at <= ` + pgNow + ` - $3
+	ORDER BY at, seq LIMIT $4`
 
 // pgSendsRead is the most admissions pgReadSends reads.
 const pgSendsRead = 64
@@ -92,16 +95,16 @@ func (r *pgRead) scanLatest(br pgx.BatchResults) error {
 	return err
 }
 
-// scanSends reads what pgReadSends read, hint microseconds before the
-// transaction's clock.
-func (r *pgRead) scanSends(br pgx.BatchResults, hint int64) error {
+// scanSends reads what pgReadSends read, from after microseconds before
+// the transaction's clock.
+func (r *pgRead) scanSends(br pgx.BatchResults, after int64) error {
 	err := eachRow(br, "admissions", func(rows pgx.Rows) error {
 		var s pgSend
 		err := rows.Scan(&s.seq, &s.at)
 		r.sends = append(r.sends, s)
 		return err
 	})
-	r.sendsAfter, r.allSends = r.now-hint, len(r.sends) < pgSendsRead
+	r.sendsAfter = r.now - after
 	return err
 }
 
@@ -139,9 +142,6 @@ func (p *pgTx) ownAttempt(a ownedAttempt) {
 			return
 		}
 		r.lastSeq, r.lastAt, r.lastBytes, r.hasLast = a.seq, a.at, a.bytes, true
-		if r.allSends && a.at > r.sendsAfter {
-			r.sends = append(r.sends, pgSend{a.seq, a.at})
-		}
 		r.latest = append(r.latest, pgSend{a.seq, a.at})
 		for since, w := range r.windows {
 			if w.ok {
@@ -163,7 +163,8 @@ func (p *pgTx) ownAttempt(a ownedAttempt) {
 // after an earlier time whose first admission is after since too (then
 // none came between, and it is the first after since as well); or the
 // admissions the pipeline read, when they began before since and reach
-// past it, or are the latest since.
+// past it (they are all those up to the last of them), or are the latest
+// since.
 func (p *pgTx) readFirstSend(key string, since int64) (pgFirstSend, bool) {
 	r := p.readFor(key)
 	if r == nil || !r.hasLastSend {
@@ -183,9 +184,6 @@ func (p *pgTx) readFirstSend(key string, since int64) (pgFirstSend, bool) {
 	if since >= r.sendsAfter {
 		if i := slices.IndexFunc(r.sends, func(s pgSend) bool { return s.at > since }); i >= 0 {
 			return r.firstSend(r.sends[i]), true
-		}
-		if r.allSends {
-			return pgFirstSend{}, true
 		}
 	}
 	// Any admission not among the latest is none after since.
@@ -209,8 +207,7 @@ func (p *pgTx) keepFirstSend(key string, since int64, w pgFirstSend) {
 	if r == nil || !r.hasLastSend {
 		return
 	}
-	back := r.now - since
-	p.db.noteWindowRead(key, back+back/16)
+	p.db.noteWindowRead(key, r.now-since)
 	if r.windows == nil {
 		r.windows = map[int64]pgFirstSend{}
 	}
@@ -289,11 +286,11 @@ func (p *pgTx) readLastSend(key string) (seq, at, bytes int64, found, ok bool) {
 	return r.lastSeq, r.lastAt, r.lastBytes, r.hasLast, true
 }
 
-// The pipeline that locks a key's row reads the key's admissions since a
-// time before the transaction's clock (pgReadSends): as far back as the
-// key's last read that the pipeline did not answer went, with a sixteenth
-// more (windowHints). A hint changes what is read with the lock, never
-// what a read answers.
+// The pipeline that locks a key's row reads the key's admissions around
+// a time before the transaction's clock (pgReadSends): where the key's
+// last read that the pipeline did not answer went back to, give or take
+// hintSlack (windowHints). A hint changes what is read with the lock,
+// never what a read answers.
 type windowHints struct {
 	mu   sync.Mutex
 	back map[string]int64 // microseconds before the transaction's clock
@@ -316,4 +313,12 @@ func (pg *Postgres) noteWindowRead(key string, back int64) {
 		pg.hints.back = map[string]int64{}
 	}
 	pg.hints.back[key] = back
+}
+
+// hintSlack is how far, in microseconds, the pipeline reads a key's
+// admissions on either side of its hint back: a sixteenth of it, at most
+// 5 ms (the window's start moves with its margin and the clock between
+// two transactions; a busy leased key admits thousands a second).
+func hintSlack(back int64) int64 {
+	return min(max(back, 0)/16, 5000)
 }

@@ -17,7 +17,7 @@ import (
 // A transaction on PostgreSQL that holds one key (an admission, an
 // answer's record) reads, before anything else, what a decision about the
 // key needs: its pacing state, its policies, its closed gates, its calls in
-// flight, its latest admissions, and its admissions since about where its
+// flight, its latest admissions, and its admissions around where its
 // windows begin (see windowHints), from which the counts of its windows
 // are answered. Those reads are sent with the transaction's BEGIN and the
 // lock of the key's row in one pipeline — one round trip to the server

@@ -143,8 +143,8 @@ func (p *pgTx) pipeline(tx *Tx, key string) (r *pgRead, started, server time.Tim
 		b.Queue(pgReadGates, key)
 		b.Queue(pgReadFlight, key)
 		b.Queue(pgReadLastSends, key)
-		back := p.db.windowHint(key)
-		b.Queue(pgReadSends, key, back+hintSlack(back), back-hintSlack(back), pgSendsRead)
+		after, until := p.db.sendsRange(key)
+		b.Queue(pgReadSends, key, after, until, pgSendsRead)
 		br := c.SendBatch(tx.ctx, b)
 		defer br.Close()
 		if err := p.readWaiting(br); err != nil {
@@ -184,7 +184,7 @@ func (p *pgTx) pipeline(tx *Tx, key string) (r *pgRead, started, server time.Tim
 		if err := r.scanLatest(br); err != nil {
 			return err
 		}
-		if err := r.scanSends(br, back+hintSlack(back)); err != nil {
+		if err := r.scanSends(br, after); err != nil {
 			return err
 		}
 		return br.Close()

@@ -55,7 +55,7 @@ func latestSends(text string) string {
 // those admitted at the same time (a lease's slots) the first alone: a
 // window's count after a time between is then answered from them and the
 // latest admission (see readFirstSend), without a round trip of its own.
-// The range is short (see hintSlack): a busy key's admissions over a
+// The range is short (see sendsRange): a busy key's admissions over a
 // window's whole length are more than the lock should wait for.
 var pgReadSends = `SELECT DISTINCT ON (at) seq, at FROM attempts
 	WHERE key = $1 AND counted AND at > ` + pgNow + ` - $2 AND at <= ` + pgNow + ` - $3
@@ -182,22 +182,25 @@ func (p *pgTx) readFirstSend(key string, since int64) (pgFirstSend, bool) {
 		}
 	}
 	if since >= r.sendsAfter {
-		if i := slices.IndexFunc(r.sends, func(s pgSend) bool { return s.at > since }); i >= 0 {
-			return r.firstSend(r.sends[i]), true
+		if w, ok := r.firstAfter(r.sends, since); ok {
+			return w, true
 		}
 	}
 	// Any admission not among the latest is none after since.
 	if len(r.latest) > 0 && (r.allLatest || since >= r.latest[0].at) {
-		if i := slices.IndexFunc(r.latest, func(s pgSend) bool { return s.at > since }); i >= 0 {
-			return r.firstSend(r.latest[i]), true
-		}
+		return r.firstAfter(r.latest, since)
 	}
 	return pgFirstSend{}, false
 }
 
-// firstSend returns the window's first admission s, with the key's last.
-func (r *pgRead) firstSend(s pgSend) pgFirstSend {
-	return pgFirstSend{seq: s.seq, at: s.at, last: r.lastSeq, ok: true}
+// firstAfter returns the first of sends admitted after since, with the
+// key's last admission; ok is false when none is.
+func (r *pgRead) firstAfter(sends []pgSend, since int64) (w pgFirstSend, ok bool) {
+	i := slices.IndexFunc(sends, func(s pgSend) bool { return s.at > since })
+	if i < 0 {
+		return pgFirstSend{}, false
+	}
+	return pgFirstSend{seq: sends[i].seq, at: sends[i].at, last: r.lastSeq, ok: true}, true
 }
 
 // keepFirstSend keeps what qFirstSend read of key after since, for the
@@ -288,20 +291,25 @@ func (p *pgTx) readLastSend(key string) (seq, at, bytes int64, found, ok bool) {
 
 // The pipeline that locks a key's row reads the key's admissions around
 // a time before the transaction's clock (pgReadSends): where the key's
-// last read that the pipeline did not answer went back to, give or take
-// hintSlack (windowHints). A hint changes what is read with the lock,
+// last read that the pipeline did not answer went back to, give or take a
+// slack (windowHints, sendsRange). A hint changes what is read with the lock,
 // never what a read answers.
 type windowHints struct {
 	mu   sync.Mutex
 	back map[string]int64 // microseconds before the transaction's clock
 }
 
-// windowHint returns how far back, in microseconds, the pipeline reads
-// key's admissions.
-func (pg *Postgres) windowHint(key string) int64 {
+// sendsRange returns from how far back to how far back, in
+// microseconds before the transaction's clock, the pipeline reads key's
+// admissions: a sixteenth of the hint, at most 5 ms, on either side of it
+// (the window's start moves with its margin and the clock between two
+// transactions; a busy leased key admits thousands a second).
+func (pg *Postgres) sendsRange(key string) (after, until int64) {
 	pg.hints.mu.Lock()
-	defer pg.hints.mu.Unlock()
-	return pg.hints.back[key]
+	back := pg.hints.back[key]
+	pg.hints.mu.Unlock()
+	slack := min(max(back, 0)/16, 5000)
+	return back + slack, back - slack
 }
 
 // noteWindowRead notes how far back, in microseconds, a read of key's log
@@ -313,12 +321,4 @@ func (pg *Postgres) noteWindowRead(key string, back int64) {
 		pg.hints.back = map[string]int64{}
 	}
 	pg.hints.back[key] = back
-}
-
-// hintSlack is how far, in microseconds, the pipeline reads a key's
-// admissions on either side of its hint back: a sixteenth of it, at most
-// 5 ms (the window's start moves with its margin and the clock between
-// two transactions; a busy leased key admits thousands a second).
-func hintSlack(back int64) int64 {
-	return min(max(back, 0)/16, 5000)
 }

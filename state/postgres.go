@@ -64,7 +64,7 @@ type Postgres struct {
 	ready     atomic.Bool // connected once and migrated
 
 	out   outcomes    // the process's journal (see FinishLater)
-	hints windowHints // how far back the lock's pipeline reads a key's admissions
+	hints windowHints // around where the lock's pipeline reads a key's admissions
 
 	// connecting counts the connections being taken from the pool (see
 	// conn), until closed is set; Close waits for them.

@@ -17,17 +17,18 @@ import (
 // What it teaches (the latest observation on each policy, the latency, the
 // last answer) is written by the key's next transaction in this process,
 // an admission usually: the key must be called often enough here for one
-// to come soon (quickNext). Any other answer — a refusal, a failure, a
-// Retry-After, a warning, a policy the key did not know, a budget it
-// leaves near its low-water mark, the answer to a probe — is recorded and
-// advised as before, in a transaction of its own.
+// to come within the time what it teaches may wait (quickNext,
+// learnedWait). Any other answer — a refusal, a failure, a Retry-After, a
+// warning, a policy the key did not know, a budget it leaves near its
+// low-water mark, the answer to a probe — is recorded and advised as
+// before, in a transaction of its own.
 
 // quickBudgets returns the budgets an answer to the call snap's decision
 // d admits is advised from when that answer is routine: d's, with the
 // call spent; nil when the call's answer is to be recorded in a
 // transaction of its own whatever it says.
 func (p *Pacer) quickBudgets(snap snapshot, d decision) []Budget {
-	if !p.defers() || p.pace(snap.key.Name, snap.now)*LeaseTime.Seconds() < quickNext {
+	if !p.defers() || p.pace(snap.key.Name, snap.now)*learnedWait(d.budgets).Seconds() < quickNext {
 		return nil
 	}
 	ks := snap.ks
@@ -62,11 +63,12 @@ func (p *Pacer) quickBudgets(snap snapshot, d decision) []Budget {
 }
 
 // quickNext is how many admissions of the key this process must be
-// making in LeaseTime, at its pace, for an answer to be routine: what
-// the answer teaches is then written by one of them, not by a
-// transaction of its own when LeaseTime runs out (see learned), which
-// would cost what the answer's own transaction costs, and more.
-const quickNext = 4
+// making, at its pace, in the time what an answer teaches may wait
+// (learnedWait), for the answer to be routine: what it teaches is then
+// written by one of them, usually, not by a transaction of its own when
+// that time runs out (see learned), which costs what the answer's own
+// transaction would, off its caller's path.
+const quickNext = 2
 
 // quickResult is what Done tells the caller of t, admitted without a
 // lease with budgets to judge its answer routine by (see quickBudgets), when the

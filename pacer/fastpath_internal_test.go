@@ -43,6 +43,21 @@ func TestQuickBudgets(t *testing.T) {
 				s.busy.note(now.Add(time.Duration(i-leaseRecent) * time.Second))
 			}
 		}, false},
+		// Three a second: enough when what the answer taught may wait a
+		// second (a window of a minute), not when it waits LeaseTime.
+		{"a key called three times a second", func(s *setup) {
+			s.busy = &admissions{}
+			for i := range leaseRecent {
+				s.busy.note(now.Add(time.Duration(i-leaseRecent) * time.Second / 3))
+			}
+		}, true},
+		{"a key called three times a second, its window 2 s", func(s *setup) {
+			s.busy = &admissions{}
+			for i := range leaseRecent {
+				s.busy.note(now.Add(time.Duration(i-leaseRecent) * time.Second / 3))
+			}
+			s.d.budgets[0].Window = 2 * time.Second
+		}, false},
 		{"a probe", func(s *setup) { s.d.probe = true }, false},
 		{"calls spread below the low-water mark", func(s *setup) { s.d.slow = true }, false},
 		{"a gate of one route", func(s *setup) {
@@ -74,5 +89,28 @@ func TestQuickBudgets(t *testing.T) {
 				t.Errorf("quickBudgets = %+v; want routine: %v", got, tt.routine)
 			}
 		})
+	}
+}
+
+// learnedWait: a tenth of the shortest window and a quarter of the
+// soonest reset announced, between LeaseTime and a second.
+func TestLearnedWait(t *testing.T) {
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		name    string
+		budgets []Budget
+		want    time.Duration
+	}{
+		{"no budget", nil, learnedWaitMax},
+		{"an hour's window", []Budget{{Window: time.Hour}}, time.Second},
+		{"a 5-s window", []Budget{{Window: 5 * time.Second}}, 500 * time.Millisecond},
+		{"a 100-ms window", []Budget{{Window: 100 * time.Millisecond}}, LeaseTime},
+		{"the shortest of two windows", []Budget{{Window: time.Hour}, {Window: 4 * time.Second}}, 400 * time.Millisecond},
+		{"a reset announced in 2 s", []Budget{{Window: time.Hour, Observed: now, Reset: 2 * time.Second}}, 500 * time.Millisecond},
+		{"a reset not announced", []Budget{{Window: time.Hour, Reset: 2 * time.Second}}, time.Second},
+	} {
+		if got := learnedWait(tt.budgets); got != tt.want {
+			t.Errorf("%s: learnedWait = %v; want %v", tt.name, got, tt.want)
+		}
 	}
 }

@@ -200,3 +200,89 @@ func (e *env) answerOn(p *pacer.Pacer, t pacer.Ticket, status int, rd *ratelimit
 	e.t.Helper()
 	return answerWith(e.t, p, e.clk, t, status, rd)
 }
+
+// A key called three times a second is too slow for the LeaseTime that
+// routine answers' teaching waits on a short window, and not on a long
+// one: with a one-minute window what an answer taught waits up to a
+// second (learnedWait), so the key's next admission, a third of a second
+// later, writes it, and each call costs that one transaction; with a 2-s
+// window it waits LeaseTime, which the next admission does not come
+// within, and each answer takes a transaction of its own. What waits is
+// in the state file, for every process to read, when its time is up.
+func TestAKeyCalledAFewTimesASecondDefersByItsWindow(t *testing.T) {
+	for _, tt := range []struct {
+		window time.Duration
+		wait   time.Duration // what an answer taught waits, at most
+		txs    int64         // write transactions a call, in the steady state
+	}{
+		{time.Minute, time.Second, 1},
+		{2 * time.Second, pacer.LeaseTime, 2},
+	} {
+		t.Run(tt.window.String(), func(t *testing.T) {
+			e := newEnv(t)
+			db := &countingDB{DB: e.db}
+			p := e.pacerOn(db)
+			t.Cleanup(func() { p.Close(context.Background()) })
+			k := unleasedKey()
+			k.Policies = []keystore.Policy{policy("default", 1000, tt.window)}
+			const interval = time.Second / 3
+			call := func(r int64) {
+				tk := e.admitOn(p, k)
+				if tk.Leased() {
+					t.Fatal("a call was admitted from a lease")
+				}
+				e.clk.advance(10 * time.Millisecond)
+				e.answerOn(p, tk, 200, reading(0, shown("default", 1000, tt.window, r, tt.window/2)))
+			}
+			r := int64(900)
+			for range 12 { // the key's pace measured, its policy known
+				call(r)
+				r--
+				e.clk.advance(interval - 10*time.Millisecond)
+			}
+			const calls = 20
+			before := db.updates.Load()
+			for range calls {
+				call(r)
+				r--
+				e.clk.advance(interval - 10*time.Millisecond)
+			}
+			if got := db.updates.Load() - before; got != tt.txs*calls {
+				t.Errorf("%d calls took %d write transactions; want %d", calls, got, tt.txs*calls)
+			}
+
+			// The last answer's remaining is in the state file within
+			// tt.wait of the answer, and not before when it waits.
+			last := r + 1
+			other, _ := e.open()
+			latest := func() int64 {
+				t.Helper()
+				var rem int64 = -1
+				err := other.View(context.Background(), func(tx ledger.ReadTx) error {
+					known, err := tx.SeenPolicies(k.Name)
+					for _, kn := range known {
+						if kn.Policy == "default" {
+							rem = kn.Remaining
+						}
+					}
+					return err
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return rem
+			}
+			e.clk.advance(tt.wait - (interval - 10*time.Millisecond) - time.Millisecond) // tt.wait less a millisecond after the last answer
+			if tt.txs == 1 {
+				if got := latest(); got != last+1 {
+					t.Errorf("%v after the last answer, another process reads %d left; want %d, the answer before, its teaching still waiting",
+						tt.wait-time.Millisecond, got, last+1)
+				}
+			}
+			e.clk.advance(time.Millisecond)
+			if got := latest(); got != last {
+				t.Errorf("%v after the last answer, another process reads %d left; want %d, what it said", tt.wait, got, last)
+			}
+		})
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,10 +24,54 @@ import (
 var start = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 
 // A testClock is a test's time: the Pacer reads it and runs its timers on
-// it, and a timer fires when the test moves the clock past it.
-type testClock struct{ *testkit.Clock }
+// it, and a timer fires when the test moves the clock past it. Moving it
+// also waits for what the timers started in the states opened on it: a
+// journal's applier whose linger ran out records its outcomes before the
+// test goes on, as it would within milliseconds on real time, so that
+// what another process reads next does not depend on the scheduler.
+type testClock struct {
+	*testkit.Clock
+	states *openStates
+}
 
-func (c testClock) advance(d time.Duration) { c.Advance(d) }
+// openStates are the states opened on a testClock.
+type openStates struct {
+	mu  sync.Mutex
+	dbs []*state.DB
+}
+
+func newTestClock() testClock {
+	return testClock{testkit.NewClock(start), &openStates{}}
+}
+
+func (c testClock) advance(d time.Duration) {
+	c.Advance(d)
+	c.settle()
+}
+
+// Set moves the clock to at, as advance does.
+func (c testClock) Set(at time.Time) {
+	c.Clock.Set(at)
+	c.settle()
+}
+
+// settle waits until the journal of every state opened on c holds
+// nothing its applier was due to record (see state.DB.View).
+func (c testClock) settle() {
+	c.states.mu.Lock()
+	dbs := slices.Clone(c.states.dbs)
+	c.states.mu.Unlock()
+	for _, db := range dbs {
+		db.View(context.Background(), func(ledger.ReadTx) error { return nil }) // a closed one has nothing to settle
+	}
+}
+
+// opened notes db, opened on c.
+func (c testClock) opened(db *state.DB) {
+	c.states.mu.Lock()
+	defer c.states.mu.Unlock()
+	c.states.dbs = append(c.states.dbs, db)
+}
 
 // env is one state file with a Pacer, both on a test clock. Every call
 // it makes goes through a real SQLite file in t.TempDir().
@@ -45,7 +91,7 @@ type env struct {
 // lingers and a check falls due as the test moves the clock.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	clk := testClock{testkit.NewClock(start)}
+	clk := newTestClock()
 	return newEnvOn(t, clk, clk)
 }
 
@@ -54,7 +100,7 @@ func newEnv(t *testing.T) *env {
 // the bubble waits.
 func newBubbleEnv(t *testing.T) *env {
 	t.Helper()
-	return newEnvOn(t, testClock{testkit.NewClock(start)}, nil)
+	return newEnvOn(t, newTestClock(), nil)
 }
 
 func newEnvOn(t *testing.T, clk testClock, on clock.Clock) *env {
@@ -78,6 +124,7 @@ func (e *env) open() (*state.DB, *pacer.Pacer) {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { db.Close() })
+	e.clk.opened(db)
 	return db, e.pacerOn(db)
 }
 

@@ -16,7 +16,8 @@ import (
 // (see state.FinishLater). What it teaches the key's pacing state and the
 // latest observation on each of its policies waits, in memory, for the key's
 // next transaction in this process — an admission, an answer that
-// is not routine, the lease's end, a status — or LeaseTime at most: on a
+// is not routine, the lease's end, a status — or learnedWait at most
+// (LeaseTime, or up to a second on a key whose windows are long): on a
 // busy key, many answers are written there as one.
 //
 // Only routine answers wait: a routine answer leaves every
@@ -25,7 +26,7 @@ import (
 // a latest observation only replaces an older one, a latency only lengthens the
 // one kept, an answer's time only moves the last answer's later. Another
 // process meanwhile counts the lease's slots as spent, and reads a latest
-// observation up to LeaseTime older, which projects no more than the newer would:
+// observation up to learnedWait older, which projects no more than the newer would:
 // every send since its basis is subtracted from it. A process that ends
 // before writing it leaves the same older observation.
 type learned struct {
@@ -34,8 +35,39 @@ type learned struct {
 	timed        bool                 // an answer came with its time: latency is one
 	latency      time.Duration        // the longest from an admission to its answer
 	answeredAt   time.Time            // the latest answer
+	wait         time.Duration        // the longest it waits (see learnedWait)
 	stop         func() bool          // stops the timer that writes it
 	since        time.Time            // when the first of it was kept (see takeDue)
+	due          time.Time            // when that timer writes it
+}
+
+// learnedWaitMax is the longest what routine answers taught waits in
+// memory for the key's next transaction (see learnedWait).
+const learnedWaitMax = time.Second
+
+// learnedWindowShare: what routine answers taught waits at most a tenth
+// of the shortest window of the budgets they were judged by.
+const learnedWindowShare = 10
+
+// learnedWait returns how long what routine answers taught waits at most
+// for the key's next transaction in this process, when they were judged
+// routine by budgets: LeaseTime, or longer on a key whose windows are long
+// — 1/learnedWindowShare of the shortest, a quarter of the soonest reset
+// an observation announced — up to learnedWaitMax. On a key called a few
+// times a second, the next admission then writes it, not a transaction of
+// its own (see quickBudgets). Another process meanwhile reads the key's
+// older observations, still within their windows.
+func learnedWait(budgets []Budget) time.Duration {
+	wait := learnedWaitMax
+	for _, b := range budgets {
+		if b.Window > 0 {
+			wait = min(wait, b.Window/learnedWindowShare)
+		}
+		if !b.Observed.IsZero() && b.Reset > 0 {
+			wait = min(wait, b.Reset/4)
+		}
+	}
+	return max(wait, LeaseTime)
 }
 
 // A learnedObservation is an observation the pacer keeps: what an answer said of one
@@ -49,7 +81,7 @@ type learnedObservation struct {
 // learn keeps what the routine answer o to t teaches, for the key's next
 // transaction to write.
 func (p *Pacer) learn(t Ticket, o Outcome) {
-	l := &learned{key: t.Call.Key, answeredAt: o.AnsweredAt}
+	l := &learned{key: t.Call.Key, answeredAt: o.AnsweredAt, wait: learnedWait(t.judgedBy())}
 	if l.timed = !o.AnsweredAt.IsZero(); l.timed {
 		l.latency = o.AnsweredAt.Sub(t.AdmittedAt)
 	} else {
@@ -74,18 +106,21 @@ func (p *Pacer) learn(t Ticket, o Outcome) {
 }
 
 // keep adds l to what the Pacer keeps for l's key, and makes sure a timer
-// writes it within LeaseTime.
+// writes it within l.wait.
 func (p *Pacer) keep(l *learned) {
 	name := l.key.Name
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	now := p.now()
 	kept := p.learned[name]
 	if kept == nil {
-		kept = &learned{key: l.key, stop: func() bool { return false }, since: p.now()}
+		kept = &learned{key: l.key, stop: func() bool { return false }, since: now}
 		p.learned[name] = kept
-		if !p.closed { // after Close, nothing more is written
-			kept.stop = p.afterFunc()(LeaseTime, p.timerFunc(func() { p.writeLearnedAlone(name) }))
-		}
+	}
+	if due := now.Add(l.wait); !p.closed && (kept.due.IsZero() || due.Before(kept.due)) { // after Close, nothing more is written
+		kept.stop()
+		kept.due, kept.wait = due, l.wait
+		kept.stop = p.afterFunc()(l.wait, p.timerFunc(func() { p.writeLearnedAlone(name) }))
 	}
 	kept.merge(l)
 }
@@ -207,7 +242,7 @@ func (p *Pacer) relearn(l *learned) {
 
 // writeLearnedAlone writes what the Pacer keeps for key in a transaction
 // of its own, when its timer says so. When that fails, what is kept is
-// tried again LeaseTime later.
+// tried again its wait later (see learnedWait).
 func (p *Pacer) writeLearnedAlone(key string) {
 	if p.writeLearnedNow(context.Background(), key) == nil {
 		return
@@ -216,7 +251,8 @@ func (p *Pacer) writeLearnedAlone(key string) {
 	defer p.mu.Unlock()
 	if l := p.learned[key]; l != nil && !p.closed {
 		l.stop()
-		l.stop = p.afterFunc()(LeaseTime, p.timerFunc(func() { p.writeLearnedAlone(key) }))
+		l.due = p.now().Add(l.wait)
+		l.stop = p.afterFunc()(l.wait, p.timerFunc(func() { p.writeLearnedAlone(key) }))
 	}
 }
 

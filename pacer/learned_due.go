@@ -12,10 +12,10 @@ import (
 // or two, one admission in many writes it, not each one — on PostgreSQL
 // that is the policy's latest observation and the window counts it is settled on, three
 // round trips on the key's locked row. What waits meanwhile is what
-// another process reads of it anyway (up to LeaseTime older, see
+// another process reads of it anyway (up to learnedWait older, see
 // learned): routine answers left every budget far from its limits, and
 // every send since an observation's basis is subtracted from it. The timer still
-// writes it within LeaseTime when no admission comes; every other
+// writes it within learnedWait when no admission comes; every other
 // transaction on the key writes it at once.
 const learnedDue = LeaseTime / 2
 

@@ -162,6 +162,18 @@ type Ticket struct {
 	quick      []Budget      // unleased: the budgets its answer is judged routine by (see quickBudgets); nil when none
 }
 
+// judgedBy returns the budgets t's answer is judged routine by: its
+// lease's, the lease it granted, or its own (see quickBudgets).
+func (t Ticket) judgedBy() []Budget {
+	switch {
+	case t.lease != nil:
+		return t.lease.budgets
+	case t.grant != nil:
+		return t.grant.budgets
+	}
+	return t.quick
+}
+
 // Leased says t was admitted from its process's lease on a batch of
 // reserved slots (see lease.go): its ID is the slot's, AdmittedAt the time
 // the slots were admitted.

@@ -149,7 +149,17 @@ const leasedWindow = 10 * time.Second
 
 // hostWarmUp is how long each host calls before the measure starts: its
 // pool has its connections, its pace is measured, a busy key is leased.
+// On many keys it calls longer, until it has made warmUpPerKey calls a
+// key.
 const hostWarmUp = 300 * time.Millisecond
+
+// warmUpPerKey is how many calls a key a host makes at least before the
+// measure starts: a process measures a key's pace over its last 8
+// admissions of it (the pacer's leaseRecent), and until then neither
+// leases the key nor takes an answer through the journal. The keys are
+// picked at random, so twice that: one key in a hundred still has fewer
+// than 8 when the measure starts.
+const warmUpPerKey = 16
 
 // hostEnv names the variable that makes the test binary a benchmark host
 // (TestBenchHostProcess); its value is the host's hostConfig as JSON.
@@ -303,10 +313,13 @@ func (c *benchCaller) floorCall(ctx context.Context, key string) (time.Duration,
 	return time.Since(t0), nil
 }
 
-// warmUp calls for hostWarmUp, with all of h's callers.
+// warmUp calls for hostWarmUp, and until it has made warmUpPerKey calls
+// a key, with all of h's callers.
 func (h *benchHost) warmUp(ctx context.Context) error {
 	end := time.Now().Add(hostWarmUp)
-	_, err := h.callers(ctx, func() bool { return time.Now().Before(end) })
+	var started atomic.Int64
+	least := int64(warmUpPerKey * len(h.keys))
+	_, err := h.callers(ctx, func() bool { return started.Add(1) <= least || time.Now().Before(end) })
 	return err
 }
 

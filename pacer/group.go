@@ -110,6 +110,20 @@ func (a *admitGroups) leave(g *groupCall) bool {
 	return false
 }
 
+// take returns the calls queued for key's next transaction, for the one
+// running to decide them (see runTogether); nil when none are.
+func (a *admitGroups) take(key string) []*groupCall {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	grp := a.groups[key]
+	if grp == nil {
+		return nil
+	}
+	taken := grp.queue
+	grp.queue = nil
+	return taken
+}
+
 // next returns the calls queued for key's next transaction, the first of
 // them to lead it; nil, and the key's group ended, when none are.
 func (a *admitGroups) next(key string) []*groupCall {
@@ -184,12 +198,21 @@ func (p *Pacer) together(g *groupCall) error {
 func (p *Pacer) runTogether(batch []*groupCall) {
 	leader := batch[0]
 	ctx := leader.ctx
-	if len(batch) > 1 {
+	together := len(batch) > 1
+	if together {
 		// The others' parts do not end with the leader's context; the
 		// transaction is bounded by the store.
 		ctx = context.WithoutCancel(ctx)
 	}
 	fn := func(tx ledger.Tx) error {
+		if together {
+			// The calls that queued while the transaction waited for the
+			// key are decided in it too, now that it holds the key (on
+			// PostgreSQL, once the lock's pipeline answered): one wait for
+			// the key, not two. Taken, they are the transaction's, and end
+			// with it, as the batch's others do.
+			batch = append(batch, p.groups.take(leader.key)...)
+		}
 		// The function may run more than once (see ledger.Store): only
 		// the last run's parts count, and nothing in memory changes
 		// until the transaction commits.

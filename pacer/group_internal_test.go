@@ -682,3 +682,64 @@ func TestCloseHoldsLeaseKeys(t *testing.T) {
 		t.Errorf("%d of the lease's 3 slots still reserved after Close, want 0", n)
 	}
 }
+
+// A call that queues while its key's transaction of several calls waits
+// for the key is decided in that transaction, not the next: the first
+// call is admitted alone, two queue behind it and run together, and a
+// fourth, queued while theirs waits for the key, joins them — two
+// transactions for the four, each call admitted once.
+func TestAdmitTogetherTakesCallsQueuedMeanwhile(t *testing.T) {
+	onBothStores(t, testAdmitTogetherTakesCallsQueuedMeanwhile)
+}
+
+func testAdmitTogetherTakesCallsQueuedMeanwhile(t *testing.T, db ledger.Store) {
+	ctx := context.Background()
+	k := &keystore.Key{Name: "k", MaxRate: 1e9, MaxConcurrency: 1 << 20,
+		Policies: []keystore.Policy{{Name: "default", Quota: 100, Window: time.Minute, Unit: ratelimit.Requests}}}
+	store := &gatedStore{Store: db, gateAt: 1, entered: make(chan struct{}), release: make(chan struct{})}
+	p := New(store, WithClock(clockOf(db)), WithJitter(func() float64 { return 0.5 }))
+	defer p.Close(ctx)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	ids := make([]int64, 4)
+	admit := func(i int) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var tk Ticket
+			tk, errs[i] = p.Admit(ctx, syncCall(k, i))
+			ids[i] = tk.ID
+		}()
+	}
+	// The fourth call comes while the second transaction (the second and
+	// third calls) waits for the key: before the store runs it.
+	store.second = func() {
+		admit(3)
+		for queued := 0; queued < 1; runtime.Gosched() {
+			p.groups.mu.Lock()
+			if g := p.groups.groups[k.Name]; g != nil {
+				queued = len(g.queue)
+			}
+			p.groups.mu.Unlock()
+		}
+	}
+	admit(0)
+	<-store.entered
+	admit(1)
+	admit(2)
+	waitQueued(p, store, k.Name, 2)
+	close(store.release)
+	wg.Wait()
+	if n := store.updates.Load(); n != 2 {
+		t.Errorf("4 calls took %d transactions, want 2: the first alone, the others together", n)
+	}
+	seen := map[int64]bool{}
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("call %d: %v", i, err)
+		} else if seen[ids[i]] {
+			t.Errorf("call %d admitted as attempt %d, which another call was admitted as too", i, ids[i])
+		}
+		seen[ids[i]] = true
+	}
+}

@@ -210,7 +210,10 @@ func (p *Pacer) runTogether(batch []*groupCall) {
 			// key are decided in it too, now that it holds the key (on
 			// PostgreSQL, once the lock's pipeline answered): one wait for
 			// the key, not two. Taken, they are the transaction's, and end
-			// with it, as the batch's others do.
+			// with it, as the batch's others do. This is the one thing the
+			// function changes in memory, and a run again keeps it: the
+			// calls taken stay in the batch and are decided again, with
+			// any that queued since.
 			batch = append(batch, p.groups.take(leader.key)...)
 		}
 		// The function may run more than once (see ledger.Store): only

@@ -362,9 +362,6 @@ func (p *pgTx) ran(q query) {
 	}
 }
 
-// pgFinishAttempt ends an attempt (Tx.FinishAttempt).
-var pgFinishAttempt = queries[qFinishAttempt].postgres
-
 // wrote drops what the pipeline read of the tables that the statement
 // text names.
 func (p *pgTx) wrote(text string) {
@@ -372,9 +369,6 @@ func (p *pgTx) wrote(text string) {
 		return
 	}
 	r := p.read
-	if text == pgFinishAttempt {
-		return // see finished
-	}
 	r.hasSeenPolicies = r.hasSeenPolicies && !strings.Contains(text, "policies")
 	r.hasGates = r.hasGates && !strings.Contains(text, "gates")
 	if strings.Contains(text, "attempts") {

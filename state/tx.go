@@ -264,10 +264,19 @@ var qFinishAttempt = newQuery("FinishAttempt")
 // FinishAttempt records how attempt id ended and ends its time in flight.
 func (tx *Tx) FinishAttempt(id int64, state ledger.State, r reason.Reason, status int, sentAt, answeredAt time.Time) error {
 	why, err := keep(r)
-	if err == nil {
-		tx.pg.finished(id)
-		err = tx.write("finish attempt", qFinishAttempt, string(state), why.words, nullInt(int64(status)), nullInt(micros(sentAt)),
-			nullInt(micros(answeredAt)), id, why.why)
+	args := []any{string(state), why.words, nullInt(int64(status)), nullInt(micros(sentAt)), nullInt(micros(answeredAt)), id, why.why}
+	switch {
+	case err != nil:
+	case tx.pg == nil:
+		err = tx.write("finish attempt", qFinishAttempt, args...)
+	default:
+		// What the pipeline read holds but for the attempt's time in
+		// flight, which finished takes out.
+		var text string
+		if text, err = pgText(qFinishAttempt); err == nil {
+			tx.pg.finished(id)
+			tx.pg.queue("finish attempt", text, args...)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("state: finish attempt: %w", err)

@@ -286,6 +286,65 @@ func TestPostgresGroupReadsTheLogOnce(t *testing.T) {
 	}
 }
 
+// A key called a few times a second, with more admissions in its window
+// than the pipeline reads of the latest, has its window counted with the
+// lock once the key's transactions have asked the server where the window
+// begins: the pipeline reads the admissions in a few milliseconds around
+// the hint and the first after them, and a window's start between them is
+// answered from them, however far apart they are (here 100 ms, more than
+// the hint's slack of 5 ms on either side). A transaction that reads the key's window then costs two round
+// trips, and each count is the server's.
+func TestPostgresModerateKeysWindowWithTheLock(t *testing.T) {
+	pg, trips := tracedPostgres(t)
+	ctx := context.Background()
+	const key, window, spacing, calls = "k", 10 * time.Second, 100 * time.Millisecond, 200
+	var start time.Time
+	err := pg.Update(ctx, func(tx ledger.Tx) error {
+		start = tx.Clock(time.Now()).Add(-2 * window)
+		for i := range calls {
+			if _, err := tx.InsertAttempt(ledger.Attempt{CallID: fmt.Sprint("c", i), Attempt: 1, Key: key,
+				State: ledger.Admitted, At: start.Add(time.Duration(i) * spacing)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func() (got, want int) {
+		t.Helper()
+		err := pg.Update(ctx, func(tx ledger.Tx) error {
+			since := tx.Clock(time.Now()).Add(-window)
+			w, err := tx.WindowOf(key, since, nil)
+			got, want = w.Count, 0
+			for i := range calls {
+				if start.Add(time.Duration(i) * spacing).After(since) {
+					want++
+				}
+			}
+			return err
+		}, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, want
+	}
+	if got, want := count(); got != want || want <= pgLatestRead {
+		t.Fatalf("the first read: %d admitted in the window, want %d (more than the %d latest the pipeline reads)", got, want, pgLatestRead)
+	}
+	for i := range 5 {
+		before := trips.n.Load()
+		got, want := count()
+		if got != want {
+			t.Errorf("read %d: %d admitted in the window, want %d", i, got, want)
+		}
+		if n := trips.n.Load() - before; n != 2 {
+			t.Errorf("read %d took %d round trips, want 2: the lock's pipeline, with the window's start among the admissions it read, and the commit", i, n)
+		}
+	}
+}
+
 // The block of IDs a transaction takes for its attempts (pgNextAttemptID)
 // is the one the schema's default and Reserve take, and a lease holds no
 // more slots than a block: the IDs of one never run into the next's.

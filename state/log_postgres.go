@@ -52,16 +52,23 @@ func latestSends(text string) string {
 // pgReadSends reads the key's first admissions after a time, $2
 // microseconds before the transaction's clock (see windowHints), and up to
 // $3 microseconds before it, in the log's order, at most $4 of them, and of
-// those admitted at the same time (a lease's slots) the first alone: a
+// those admitted at the same time (a lease's slots) the first alone; and
+// the key's first admission after that range (its last column true): a
 // window's count after a time between is then answered from them and the
 // latest admission (see readFirstSend), without a round trip of its own.
 // The range is short (see sendsRange): a busy key's admissions over a
-// window's whole length are more than the lock should wait for.
-var pgReadSends = `SELECT DISTINCT ON (at) seq, at FROM attempts
-	WHERE key = $1 AND counted AND at > ` + pgNow + ` - $2 AND at <= ` + pgNow + ` - $3
-	ORDER BY at, seq LIMIT $4`
+// window's whole length are more than the lock should wait for; the
+// admission after it answers for a key called a few times a second, which
+// seldom has one in the range.
+var pgReadSends = `(SELECT DISTINCT ON (at) seq, at, false AS after FROM attempts
+		WHERE key = $1 AND counted AND at > ` + pgNow + ` - $2 AND at <= ` + pgNow + ` - $3
+		ORDER BY at, seq LIMIT $4)
+	UNION ALL
+	(SELECT seq, at, true FROM attempts WHERE key = $1 AND counted AND at > ` + pgNow + ` - $3
+		ORDER BY at, seq LIMIT 1)
+	ORDER BY at, seq`
 
-// pgSendsRead is the most admissions pgReadSends reads.
+// pgSendsRead is the most admissions pgReadSends reads in its range.
 const pgSendsRead = 64
 
 // A pgSend is an admission of the log: its number and time.
@@ -96,14 +103,25 @@ func (r *pgRead) scanLatest(br pgx.BatchResults) error {
 }
 
 // scanSends reads what pgReadSends read, from after microseconds before
-// the transaction's clock.
+// the transaction's clock: the admissions of its range and, when it read
+// all of them (fewer than pgSendsRead), the first after it, which is then
+// the next.
 func (r *pgRead) scanSends(br pgx.BatchResults, after int64) error {
+	var next *pgSend
 	err := eachRow(br, "admissions", func(rows pgx.Rows) error {
 		var s pgSend
-		err := rows.Scan(&s.seq, &s.at)
-		r.sends = append(r.sends, s)
+		var beyond bool
+		err := rows.Scan(&s.seq, &s.at, &beyond)
+		if beyond {
+			next = &s
+		} else {
+			r.sends = append(r.sends, s)
+		}
 		return err
 	})
+	if next != nil && len(r.sends) < pgSendsRead {
+		r.sends = append(r.sends, *next)
+	}
 	r.sendsAfter = r.now - after
 	return err
 }
@@ -292,7 +310,7 @@ func (p *pgTx) readLastSend(key string) (seq, at, bytes int64, found, ok bool) {
 // The pipeline that locks a key's row reads the key's admissions around
 // a time before the transaction's clock (pgReadSends): where the key's
 // last read that the pipeline did not answer went back to, give or take a
-// slack (windowHints, sendsRange). A hint changes what is read with the lock,
+// slack (windowHints, sendsRange), and the first after. A hint changes what is read with the lock,
 // never what a read answers.
 type windowHints struct {
 	mu   sync.Mutex

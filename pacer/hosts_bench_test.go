@@ -361,9 +361,24 @@ func runBenchHost(cfg hostConfig) error {
 		return err
 	}
 	fmt.Println("ready")
+	// It goes on calling until the measure starts: a host idle while the
+	// others warm up would measure each key's pace over the gap, and take
+	// the answers of each key's first calls after it in transactions of
+	// their own (see pacer.quickNext), at the start of the measure.
 	in := bufio.NewReader(os.Stdin)
-	if line, err := in.ReadString('\n'); err != nil || line != "go\n" {
-		return fmt.Errorf("waiting for go: %q, %v", line, err)
+	var line string
+	var readErr error
+	ordered := make(chan struct{})
+	go func() {
+		line, readErr = in.ReadString('\n')
+		close(ordered)
+	}()
+	if _, err := h.callers(ctx, func() bool { return !stopped(ordered) }); err != nil {
+		return err
+	}
+	<-ordered
+	if readErr != nil || line != "go\n" {
+		return fmt.Errorf("waiting for go: %q, %v", line, readErr)
 	}
 	stop := make(chan struct{})
 	go func() {

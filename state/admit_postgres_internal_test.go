@@ -292,8 +292,9 @@ func TestPostgresGroupReadsTheLogOnce(t *testing.T) {
 // begins: the pipeline reads the admissions in a few milliseconds around
 // the hint and the first after them, and a window's start between them is
 // answered from them, however far apart they are (here 100 ms, more than
-// the hint's slack of 5 ms on either side). A transaction that reads the key's window then costs two round
-// trips, and each count is the server's.
+// the hint's slack of 5 ms on either side). A transaction that reads the
+// key's window then costs two round trips, and each count is the
+// server's.
 func TestPostgresModerateKeysWindowWithTheLock(t *testing.T) {
 	pg, trips := tracedPostgres(t)
 	ctx := context.Background()

@@ -310,8 +310,8 @@ func (p *pgTx) readLastSend(key string) (seq, at, bytes int64, found, ok bool) {
 // The pipeline that locks a key's row reads the key's admissions around
 // a time before the transaction's clock (pgReadSends): where the key's
 // last read that the pipeline did not answer went back to, give or take a
-// slack (windowHints, sendsRange), and the first after. A hint changes what is read with the lock,
-// never what a read answers.
+// slack (windowHints, sendsRange), and the first after. A hint changes
+// what is read with the lock, never what a read answers.
 type windowHints struct {
 	mu   sync.Mutex
 	back map[string]int64 // microseconds before the transaction's clock

@@ -19,6 +19,7 @@ import (
 
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcp-quota/mcp-quota/clock"
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/state"
@@ -63,11 +64,25 @@ func binary(t testing.TB) string {
 	return binPath
 }
 
+// wallClock is the wall clock without the monotonic reading time.Now
+// also carries: the clock the database's now() and the state's times are
+// on. The tests' upstreams count their windows on it, so that their
+// counts and mcp-quota's admissions are on one clock. On the monotonic
+// one, a virtual machine paused or its clock stepped (seen once: the
+// wall clock 8.9 s ahead of the monotonic one within a second of
+// TestHostsShareOneBudget) put the admissions on either side of the jump
+// a window apart for the database and seconds apart for the upstream,
+// which then counted both windows' calls in one.
+var wallClock = clock.Source(func() time.Time { return time.Now().Round(0) })
+
 // upstreamAPI starts the demo upstream on loopback, accepting only
 // upstreamSecret.
 func upstreamAPI(t testing.TB, cfg demo.Config) (*demo.API, string) {
 	t.Helper()
 	cfg.Tokens = []string{upstreamSecret}
+	if cfg.Clock == nil {
+		cfg.Clock = wallClock
+	}
 	api := demo.New(cfg)
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)

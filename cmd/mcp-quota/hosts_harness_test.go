@@ -345,6 +345,9 @@ type arrival struct {
 func newUpstreamLog(t *testing.T, cfg demo.Config) *upstreamLog {
 	t.Helper()
 	cfg.Tokens = []string{upstreamSecret}
+	if cfg.Clock == nil {
+		cfg.Clock = wallClock
+	}
 	u := &upstreamLog{api: demo.New(cfg)}
 	srv := httptest.NewServer(u)
 	t.Cleanup(srv.Close)
@@ -353,7 +356,7 @@ func newUpstreamLog(t *testing.T, cfg demo.Config) *upstreamLog {
 }
 
 func (u *upstreamLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	at := time.Now()
+	at := wallClock.Now()
 	sw := &statusWriter{ResponseWriter: w}
 	u.api.ServeHTTP(sw, r)
 	u.mu.Lock()

@@ -150,6 +150,7 @@ func goGitHubLoop(ctx context.Context, base, token string, until time.Time) (*gh
 // and every refusal by mcp-quota reaches it as a RateLimitError it waits
 // out.
 func TestGoGitHubThroughTheRESTSide(t *testing.T) {
+	t.Parallel()
 	testkit.SkipShort(t, "runs go-github for several windows of real time")
 	for _, documented := range []bool{true, false} {
 		t.Run(fmt.Sprintf("documented=%v", documented), func(t *testing.T) {
@@ -220,6 +221,7 @@ func TestGoGitHubThroughTheRESTSide(t *testing.T) {
 // primary limit. The primary window is longer than the test, so that
 // what is left of it does not depend on how fast the calls go.
 func TestGitHubSecondaryLimitStaysSecondary(t *testing.T) {
+	t.Parallel()
 	testkit.SkipShort(t, "waits out a secondary limit in real time")
 	const window = time.Minute
 	up := newGHStandIn(upstreamSecret, ghQuota, window)

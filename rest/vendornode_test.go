@@ -120,6 +120,7 @@ type octokitRun struct {
 // reaches the throttling plugin as a primary rate limit with a wait
 // (never 0), and octokit surfaces no error at all.
 func TestOctokitThroughTheRESTSide(t *testing.T) {
+	t.Parallel()
 	for _, documented := range []bool{true, false} {
 		t.Run(fmt.Sprintf("documented=%v", documented), func(t *testing.T) {
 			t.Parallel() // each on its own stack and stand-in
@@ -213,6 +214,7 @@ type openAIFields struct {
 // mcp-quota reaches the client as a RateLimitError with OpenAI's code and
 // type, said the same way by every field.
 func TestOpenAINodeThroughTheRESTSide(t *testing.T) {
+	t.Parallel()
 	for _, documented := range []bool{true, false} {
 		t.Run(fmt.Sprintf("documented=%v", documented), func(t *testing.T) {
 			t.Parallel() // each on its own stack and stand-in

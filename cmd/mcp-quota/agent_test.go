@@ -22,6 +22,7 @@ import (
 // with a stable code and a sentence it can act on; nothing crashes and no
 // secret shows.
 func TestToolBadInput(t *testing.T) {
+	t.Parallel()
 	_, url := upstreamAPI(t, demo.Config{})
 	// A second key whose credential's variable is not set.
 	s := newSetup(t, demoKey(url, 120, time.Minute), noSecretKey(url))
@@ -77,6 +78,7 @@ func TestToolBadInput(t *testing.T) {
 // max_wait_s), sends progress notifications saying what it waits for, and
 // then succeeds.
 func TestWaitWithProgress(t *testing.T) {
+	t.Parallel()
 	api, url := upstreamAPI(t, demo.Config{})
 	const window = 4 * time.Second
 	s := newSetup(t, demoKey(url, 2, window))
@@ -260,6 +262,7 @@ func TestConditionalRequest(t *testing.T) {
 // first page fetches, the rest page through the stored copy without
 // spending quota, and together they are the whole body.
 func TestPagingLargeBody(t *testing.T) {
+	t.Parallel()
 	api, url := upstreamAPI(t, demo.Config{})
 	s := newSetup(t, demoKey(url, 120, time.Minute))
 	sess := s.stdioSession(t, nil)

@@ -18,6 +18,7 @@ import (
 // own and nightly-sync's (visible to him), not the static caller agent's,
 // which the page's own API answers as a call that does not exist.
 func TestDashboardOIDCInBrowser(t *testing.T) {
+	t.Parallel()
 	exe := chromium(t)
 	_, base, issuer, _, logs := sightSetup(t, "")
 	agentCall, syncCall := spendAsOthers(t, base, issuer)

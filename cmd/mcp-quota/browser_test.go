@@ -110,6 +110,7 @@ func signIn(token string) chromedp.Action[chromedp.Void] {
 // keys; a wrong token gets in nowhere; no token is left where a script
 // could read it.
 func TestDashboardInBrowser(t *testing.T) {
+	t.Parallel()
 	exe := chromium(t)
 	const quota = 20
 	_, url := upstreamAPI(t, demo.Config{Quota: 120, Window: time.Minute})

@@ -254,6 +254,7 @@ func TestDemoLinesWorkAsPasted(t *testing.T) {
 // "serve --demo"; a stdio server still registered with the demo's files
 // says so, rather than only "connection refused".
 func TestStdioAfterTheDemoStopped(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	d := startDemoServe(t, dir)
 	if err := d.stop(); err != nil {

@@ -24,6 +24,7 @@ import (
 // How the log is checkpointed is tested in the state package, also under
 // -short; this is the bound over many calls through a server.
 func TestStateDiskBounded(t *testing.T) {
+	t.Parallel()
 	testkit.SkipShort(t, "800 calls through serve, to measure the state file on the disk")
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -63,6 +63,7 @@ func fairConfig(state, upstream string) testkit.Config {
 // (15 callers at once on each host) on one key, one host with a SQLite
 // state: see fairShares.
 func TestFairSharesOneHost(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a load of six windows in real time: not under -short")
 	}
@@ -82,6 +83,7 @@ func TestFairSharesOneHost(t *testing.T) {
 // PostgreSQL database: alice on host-a, bob on host-c, the sync job's
 // callers spread over all three.
 func TestFairSharesThreeHosts(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a load of six windows in real time: not under -short")
 	}

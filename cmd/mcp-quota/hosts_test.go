@@ -44,6 +44,7 @@ import (
 // calls failed closed — REST 503 and MCP isError, code stateUnavailable —
 // within a bound of the state_timeout, and service came back by itself.
 func TestHostsShareOneBudget(t *testing.T) {
+	t.Parallel()
 	const (
 		quota        = 30
 		window       = 4 * time.Second

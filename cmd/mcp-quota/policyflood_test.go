@@ -19,6 +19,7 @@ import (
 // maxResult characters, and shows at most 16 upstream policies per key
 // with the count of the others.
 func TestStatusFitsWhateverTheUpstreamAnnounces(t *testing.T) {
+	t.Parallel()
 	var n atomic.Int64
 	long := "policy-name-that-goes-on-and-on-"
 	flood := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -29,6 +29,7 @@ import (
 // receive no more than the quota in any window and answer no 429, and
 // every local refusal must be in the activity with caller, time and reason.
 func TestTwoProcessesShareOneBudget(t *testing.T) {
+	t.Parallel()
 	const (
 		quota  = 120
 		window = 4 * time.Second

@@ -99,6 +99,7 @@ type answered struct {
 // exits 0, and its state holds every call answered 2xx as confirmed,
 // every attempt in a final state, nothing reserved, no journal left over.
 func TestServeDrainsOnSIGTERM(t *testing.T) {
+	t.Parallel()
 	drainUnderLoad(t, true)
 }
 
@@ -108,6 +109,7 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 // with an empty 200), and the process still exits 0 with each of their
 // attempts recorded as ended.
 func TestServeShutdownTimeoutCancelsCalls(t *testing.T) {
+	t.Parallel()
 	drainUnderLoad(t, false)
 }
 

@@ -104,6 +104,7 @@ func runTSClient(t *testing.T, s *setup, calls []tsCall, env ...string) []tsAnsw
 // an isError result with its sentence and code — never as the protocol
 // error -32602 that hid them before — over stdio and over HTTP.
 func TestTypeScriptClientSeesEveryError(t *testing.T) {
+	t.Parallel()
 	tsClient(t)
 	_, url := upstreamAPI(t, demo.Config{})
 	s := newSetup(t, demoKey(url, 120, time.Minute), noSecretKey(url),

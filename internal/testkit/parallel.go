@@ -1,0 +1,22 @@
+package testkit
+
+import (
+	"flag"
+	"strconv"
+)
+
+// WaitingTests sets go test's -parallel to n unless the command line set
+// it, for a package whose long tests wait on processes, servers and real
+// time more than they use the CPU (the end-to-end tests, the vendor SDKs'
+// windows): the default, GOMAXPROCS, is the right bound for tests that
+// keep a core busy, and on a 2-core machine ran two such waiters at a
+// time. TestMain calls it after flag.Parse, before m.Run.
+func WaitingTests(n int) {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if f := flag.Lookup("test.parallel"); f != nil && !set {
+		if err := f.Value.Set(strconv.Itoa(n)); err != nil {
+			panic(err)
+		}
+	}
+}

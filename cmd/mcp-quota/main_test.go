@@ -13,7 +13,8 @@ import (
 // start, PostgreSQL, Chromium and windows of real time, and call
 // t.Parallel: four of them run at a time. TestHostsUnderPressure does
 // not: it makes the load it is about (busy loops on every core), and
-// runs among the serial tests, which end before the parallel ones start.
+// runs among the serial tests, which end before the parallel ones start
+// (its own two runs go side by side).
 func TestMain(m *testing.M) {
 	flag.Parse()
 	testkit.WaitingTests(4)

@@ -1,7 +1,6 @@
 package rest_test
 
 import (
-	"flag"
 	"os"
 	"testing"
 
@@ -12,8 +11,4 @@ import (
 // OpenAI Node client) for several windows of real time each, and wait
 // more than they compute: they call t.Parallel, and four tests run at a
 // time.
-func TestMain(m *testing.M) {
-	flag.Parse()
-	testkit.WaitingTests(4)
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { os.Exit(testkit.RunWaiting(m, 4)) }

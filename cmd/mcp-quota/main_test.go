@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"os"
 	"testing"
 
@@ -15,8 +14,4 @@ import (
 // not: it makes the load it is about (busy loops on every core), and
 // runs among the serial tests, which end before the parallel ones start
 // (its own two runs go side by side).
-func TestMain(m *testing.M) {
-	flag.Parse()
-	testkit.WaitingTests(4)
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { os.Exit(testkit.RunWaiting(m, 4)) }

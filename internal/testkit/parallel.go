@@ -3,15 +3,21 @@ package testkit
 import (
 	"flag"
 	"strconv"
+	"testing"
 )
 
-// WaitingTests sets go test's -parallel to n unless the command line set
-// it, for a package whose long tests wait on processes, servers and real
-// time more than they use the CPU (the end-to-end tests, the vendor SDKs'
-// windows): the default, GOMAXPROCS, is the right bound for tests that
-// keep a core busy, and on a 2-core machine ran two such waiters at a
-// time. TestMain calls it after flag.Parse, before m.Run.
-func WaitingTests(n int) { setUnlessGiven(flag.CommandLine, "test.parallel", n) }
+// RunWaiting runs m's tests, as TestMain does, with go test's -parallel
+// set to parallel unless the command line set it: for a package whose
+// long tests wait on processes, servers and real time more than they use
+// the CPU (the end-to-end tests, the vendor SDKs' windows). The default,
+// GOMAXPROCS, is the right bound for tests that keep a core busy, and on
+// a 2-core machine ran two such waiters at a time. It returns m.Run's
+// exit code.
+func RunWaiting(m *testing.M, parallel int) int {
+	flag.Parse()
+	setUnlessGiven(flag.CommandLine, "test.parallel", parallel)
+	return m.Run()
+}
 
 // setUnlessGiven sets fs's flag name to n unless fs's parsed arguments
 // set it; a flag fs does not have is left alone.

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// WaitingTests raises -parallel when the command line leaves it at its
+// RunWaiting raises -parallel when the command line leaves it at its
 // default, and keeps what the command line says.
 func TestSetUnlessGiven(t *testing.T) {
 	for _, tt := range []struct {

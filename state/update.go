@@ -155,6 +155,13 @@ func (db *DB) batch(wake, stop <-chan struct{}) {
 	}
 	db.mu.Lock()
 	n := min(len(db.queue), maxBatch)
+	if n == 0 {
+		// The writes queued when this turn began have gone: their callers
+		// stopped waiting and took them out (see update) while it began.
+		db.mu.Unlock()
+		db.control(cRollback)
+		return
+	}
 	ws := slices.Clone(db.queue[:n])
 	db.queue = slices.Delete(db.queue, 0, n)
 	for _, w := range ws {

@@ -75,15 +75,20 @@ func binary(t testing.TB) string {
 // which then counted both windows' calls in one.
 var wallClock = clock.Source(func() time.Time { return time.Now().Round(0) })
 
-// upstreamAPI starts the demo upstream on loopback, accepting only
-// upstreamSecret.
-func upstreamAPI(t testing.TB, cfg demo.Config) (*demo.API, string) {
-	t.Helper()
+// testUpstream is the demo upstream of the tests: it accepts only
+// upstreamSecret and, unless cfg names a clock, counts on wallClock.
+func testUpstream(cfg demo.Config) *demo.API {
 	cfg.Tokens = []string{upstreamSecret}
 	if cfg.Clock == nil {
 		cfg.Clock = wallClock
 	}
-	api := demo.New(cfg)
+	return demo.New(cfg)
+}
+
+// upstreamAPI starts testUpstream on loopback.
+func upstreamAPI(t testing.TB, cfg demo.Config) (*demo.API, string) {
+	t.Helper()
+	api := testUpstream(cfg)
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
 	return api, srv.URL

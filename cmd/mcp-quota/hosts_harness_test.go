@@ -340,15 +340,11 @@ type arrival struct {
 	status int
 }
 
-// newUpstreamLog starts the demo upstream with cfg on loopback, accepting
-// only upstreamSecret, and logs what it receives.
+// newUpstreamLog starts testUpstream with cfg on loopback, and logs what
+// it receives.
 func newUpstreamLog(t *testing.T, cfg demo.Config) *upstreamLog {
 	t.Helper()
-	cfg.Tokens = []string{upstreamSecret}
-	if cfg.Clock == nil {
-		cfg.Clock = wallClock
-	}
-	u := &upstreamLog{api: demo.New(cfg)}
+	u := &upstreamLog{api: testUpstream(cfg)}
 	srv := httptest.NewServer(u)
 	t.Cleanup(srv.Close)
 	u.url = srv.URL

@@ -65,10 +65,18 @@ func (p *Pacer) quickBudgets(snap snapshot, d decision) []Budget {
 // quickNext is how many admissions of the key this process must be
 // making, at its pace, in the time what an answer teaches may wait
 // (learnedWait), for the answer to be routine: what it teaches is then
-// written by one of them, usually, not by a transaction of its own when
-// that time runs out (see learned), which costs what the answer's own
-// transaction would, off its caller's path.
-const quickNext = 2
+// written by the next of them, usually, not by a transaction of its own
+// when that time runs out (see learned), which costs what the answer's
+// own transaction would, off its caller's path.
+//
+// One, not more: a host calls its keys less often when the machine is
+// busy, and a threshold its keys' pace then falls below sends their
+// answers to transactions of their own, which makes the machine busier
+// still. At 2, the 100-key cell of BenchmarkAdmissions (PostgreSQL, 10-s
+// windows, each host calling each key 2 to 5 times a second) had 14-51%
+// of its answers in transactions of their own in its slow runs; at 1,
+// 0.2% at most, and a third more calls a second (BENCHMARKS.md).
+const quickNext = 1
 
 // quickResult is what Done tells the caller of t, admitted without a
 // lease with budgets to judge its answer routine by (see quickBudgets), when the

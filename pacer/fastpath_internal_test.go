@@ -35,12 +35,13 @@ func TestQuickBudgets(t *testing.T) {
 	}{
 		{"as it is", func(*setup) {}, true},
 		{"a store that records every answer at once", func(s *setup) { s.store = nil }, false},
-		// Fewer than quickNext admissions of the key here in LeaseTime:
-		// what the answer taught would wait for a transaction of its own.
+		// One call in two seconds: fewer than quickNext admissions of the
+		// key here in the second what the answer taught may wait (a
+		// window of a minute): it would wait for a transaction of its own.
 		{"a key seldom called here", func(s *setup) {
 			s.busy = &admissions{}
 			for i := range leaseRecent {
-				s.busy.note(now.Add(time.Duration(i-leaseRecent) * time.Second))
+				s.busy.note(now.Add(time.Duration(i-leaseRecent) * 2 * time.Second))
 			}
 		}, false},
 		// Three a second: enough when what the answer taught may wait a
@@ -49,6 +50,16 @@ func TestQuickBudgets(t *testing.T) {
 			s.busy = &admissions{}
 			for i := range leaseRecent {
 				s.busy.note(now.Add(time.Duration(i-leaseRecent) * time.Second / 3))
+			}
+		}, true},
+		// One and a half a second: the next admission, usually, comes
+		// within the second. A host calls its keys less often when the
+		// machine is busy, and their answers must not then take
+		// transactions of their own (see quickNext).
+		{"a key called one and a half times a second", func(s *setup) {
+			s.busy = &admissions{}
+			for i := range leaseRecent {
+				s.busy.note(now.Add(time.Duration(i-leaseRecent) * time.Second * 2 / 3))
 			}
 		}, true},
 		{"a key called three times a second, its window 2 s", func(s *setup) {

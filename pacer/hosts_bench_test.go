@@ -492,9 +492,10 @@ func benchHosts(b *testing.B, cfg hostConfig, hosts int) {
 		b.Fatal(err)
 	}
 	// It goes on calling until the measure starts, as the other hosts
-	// do (see runBenchHost): the watch's ANALYZE of the history takes
-	// seconds, and a host idle meanwhile would measure each key's pace
-	// over the gap.
+	// do (see runBenchHost): a host idle meanwhile (the watch's ANALYZE
+	// of the history) would measure each key's pace over the gap, and
+	// take the answers of each key's first calls after it in
+	// transactions of their own (see pacer.quickNext).
 	ordered := make(chan struct{})
 	stillCalling := make(chan error, 1)
 	go func() {

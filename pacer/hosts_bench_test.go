@@ -365,18 +365,12 @@ func runBenchHost(cfg hostConfig) error {
 	// others warm up would measure each key's pace over the gap, and take
 	// the answers of each key's first calls after it in transactions of
 	// their own (see pacer.quickNext), at the start of the measure.
+	stopCalling := h.keepCalling(ctx)
 	in := bufio.NewReader(os.Stdin)
-	var line string
-	var readErr error
-	ordered := make(chan struct{})
-	go func() {
-		line, readErr = in.ReadString('\n')
-		close(ordered)
-	}()
-	if _, err := h.callers(ctx, func() bool { return !stopped(ordered) }); err != nil {
+	line, readErr := in.ReadString('\n')
+	if err := stopCalling(); err != nil {
 		return err
 	}
-	<-ordered
 	if readErr != nil || line != "go\n" {
 		return fmt.Errorf("waiting for go: %q, %v", line, readErr)
 	}
@@ -496,22 +490,13 @@ func benchHosts(b *testing.B, cfg hostConfig, hosts int) {
 	// of the history) would measure each key's pace over the gap, and
 	// take the answers of each key's first calls after it in
 	// transactions of their own (see pacer.quickNext).
-	ordered := make(chan struct{})
-	stillCalling := make(chan error, 1)
-	go func() {
-		_, err := me.callers(ctx, func() bool { return !stopped(ordered) })
-		stillCalling <- err
-	}()
-	order := sync.OnceValue(func() error {
-		close(ordered)
-		return <-stillCalling
-	})
-	defer order() // on b.Fatal too
+	stopCalling := me.keepCalling(ctx)
+	defer stopCalling() // on b.Fatal too
 	var pg *pgWatch
 	if state.IsPostgresURL(cfg.Path) {
 		pg = watchPostgres(b, cfg.Path)
 	}
-	if err := order(); err != nil {
+	if err := stopCalling(); err != nil {
 		b.Fatal(err)
 	}
 	machine0 := machineCPU()
@@ -565,6 +550,22 @@ func benchHosts(b *testing.B, cfg hostConfig, hosts int) {
 		b.ReportMetric(100*machine.busy.Seconds()/machine.total.Seconds(), "busy-%")
 		b.ReportMetric(100*max(machine.busy.Seconds()-ours, 0)/machine.total.Seconds(), "other-%")
 	}
+}
+
+// keepCalling starts h's callers calling, until the function it returns
+// is called: that stops them, waits for them, and returns their error
+// (the same again on a later call).
+func (h *benchHost) keepCalling(ctx context.Context) func() error {
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.callers(ctx, func() bool { return !stopped(stop) })
+		done <- err
+	}()
+	return sync.OnceValue(func() error {
+		close(stop)
+		return <-done
+	})
 }
 
 // stopped reports whether stop is closed.

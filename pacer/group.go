@@ -21,9 +21,12 @@ import (
 // before it recorded. The key is held once for many calls, and on
 // PostgreSQL the lock's pipeline and the COMMIT are shared by them. Each
 // admitted call gets its own attempt; a call held back gets its own wait
-// or refusal.
+// or refusal. Once it holds the key, a transaction also takes the calls
+// that queued while it waited for it, whether it had one call or many:
+// a process waits for a busy key's lock once for the calls it has.
 //
-// A call queued leaves when its context ends. A transaction that fails
+// A call queued leaves when its context ends; a transaction ends when
+// every call in it has left (see batchContext). A transaction that fails
 // fails the calls in it, each with its error, not those queued meanwhile,
 // which run the next one; when the database did not answer, the attempts
 // it admitted may be in the log all the same, and the key's next
@@ -197,25 +200,18 @@ func (p *Pacer) together(g *groupCall) error {
 // call of batch how it ended.
 func (p *Pacer) runTogether(batch []*groupCall) {
 	leader := batch[0]
-	ctx := leader.ctx
-	together := len(batch) > 1
-	if together {
-		// The others' parts do not end with the leader's context; the
-		// transaction is bounded by the store.
-		ctx = context.WithoutCancel(ctx)
-	}
+	ctx := newBatchContext(batch)
+	defer ctx.end()
 	fn := func(tx ledger.Tx) error {
-		if together {
-			// The calls that queued while the transaction waited for the
-			// key are decided in it too, now that it holds the key (on
-			// PostgreSQL, once the lock's pipeline answered): one wait for
-			// the key, not two. Taken, they are the transaction's, and end
-			// with it, as the batch's others do. This is the one thing the
-			// function changes in memory, and a run again keeps it: the
-			// calls taken stay in the batch and are decided again, with
-			// any that queued since.
-			batch = append(batch, p.groups.take(leader.key)...)
-		}
+		// The calls that queued while the transaction waited for the key
+		// are decided in it too, now that it holds the key (on
+		// PostgreSQL, once the lock's pipeline answered): one wait for
+		// the key, not two. Taken, they are the transaction's, and end
+		// with it, as the batch's others do. This is the one thing the
+		// function changes in memory, and a run again keeps it: the calls
+		// taken stay in the batch and are decided again, with any that
+		// queued since.
+		batch = append(batch, ctx.join(func() []*groupCall { return p.groups.take(leader.key) })...)
 		// The function may run more than once (see ledger.Store): only
 		// the last run's parts count, and nothing in memory changes
 		// until the transaction commits.
@@ -253,6 +249,63 @@ func (p *Pacer) runTogether(batch []*groupCall) {
 	for _, g := range batch[1:] {
 		close(g.ready)
 	}
+}
+
+// A batchContext is the context of a group's transaction: it ends once
+// every call in it has ended its own context (has left), for the
+// transaction decides them all, and not with the leader's alone.
+type batchContext struct {
+	context.Context
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	in     int           // the calls in it that have not left
+	stops  []func() bool // stop watching their contexts
+}
+
+// newBatchContext returns the context of calls' transaction, with the
+// values of the first's.
+func newBatchContext(calls []*groupCall) *batchContext {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(calls[0].ctx))
+	b := &batchContext{Context: ctx, cancel: cancel}
+	b.join(func() []*groupCall { return calls })
+	return b
+}
+
+// join adds the calls take returns to b, and returns them; when every
+// call in b has left (b has ended, or is about to), it does not call
+// take and returns nil, so that the calls queued stay for the next
+// transaction.
+func (b *batchContext) join(take func() []*groupCall) []*groupCall {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.in == 0 && len(b.stops) > 0 {
+		return nil
+	}
+	calls := take()
+	for _, g := range calls {
+		b.in++
+		b.stops = append(b.stops, context.AfterFunc(g.ctx, b.left))
+	}
+	return calls
+}
+
+// left counts a call whose context ended; the last one ends b.
+func (b *batchContext) left() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.in--; b.in == 0 {
+		b.cancel()
+	}
+}
+
+// end releases b once its transaction has ended.
+func (b *batchContext) end() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, stop := range b.stops {
+		stop()
+	}
+	b.cancel()
 }
 
 // errNotConfirmed ends an attempt whose admission the database did not

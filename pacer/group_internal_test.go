@@ -20,7 +20,10 @@ import (
 )
 
 // gatedStore counts its Updates and, from gateAt on, holds the first one
-// until release is closed; the one after it calls second first, when set.
+// in its transaction, once its function has run (has taken the calls it
+// decides), until release is closed: the calls that come meanwhile queue
+// for the next one. The one after it calls second first, when set; the
+// ones after it go to after, when set.
 type gatedStore struct {
 	ledger.Store
 	gateAt  int32
@@ -28,17 +31,30 @@ type gatedStore struct {
 	entered chan struct{} // closed once the held Update waits
 	release chan struct{}
 	second  func()
+	after   ledger.Store
 }
 
 func (s *gatedStore) Update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
-	switch s.updates.Add(1) - s.gateAt {
+	n := s.updates.Add(1) - s.gateAt
+	switch n {
 	case 0:
-		close(s.entered)
-		<-s.release
+		run, held := fn, false
+		fn = func(tx ledger.Tx) error {
+			err := run(tx)
+			if !held {
+				held = true
+				close(s.entered)
+				<-s.release
+			}
+			return err
+		}
 	case 1:
 		if s.second != nil {
 			s.second()
 		}
+	}
+	if n > 0 && s.after != nil {
+		return s.after.Update(ctx, fn, keys...)
 	}
 	return s.Store.Update(ctx, fn, keys...)
 }
@@ -57,7 +73,7 @@ func waitQueued(p *Pacer, s *gatedStore, key string, n int) {
 
 // Calls of one key that need a transaction while another of the key's
 // runs are decided together in the next one, each in turn against what
-// the ones before it recorded — on a store that runs the transaction
+// the ones before it recorded — on a store that runs their transaction
 // twice, with another host spending the key between the runs: only the
 // last run's decisions count. Eight calls of a key allowing 10 a minute,
 // of which another host takes 5: the first call is admitted alone, the
@@ -83,16 +99,17 @@ func syncCall(k *keystore.Key, i int) Call {
 
 // admitLeading starts c's admission on p and returns once its transaction
 // is held at store's gate, so calls admitted from then on queue behind
-// it; wait returns c's admission's error once it has ended.
-func admitLeading(ctx context.Context, p *Pacer, store *gatedStore, c Call) (wait func() error) {
+// it; wait returns c's admission's ticket and error once it has ended.
+func admitLeading(ctx context.Context, p *Pacer, store *gatedStore, c Call) (wait func() (Ticket, error)) {
+	var tk Ticket
 	var err error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, err = p.Admit(ctx, c)
+		tk, err = p.Admit(ctx, c)
 	}()
 	<-store.entered
-	return func() error { <-done; return err }
+	return func() (Ticket, error) { <-done; return tk, err }
 }
 
 // onBothStores runs test on a new SQLite file and on a new database of a
@@ -124,7 +141,7 @@ func testAdmitTogether(t *testing.T, db ledger.Store) {
 	k := &keystore.Key{Name: "k", MaxRate: 1e9, MaxConcurrency: 1 << 20,
 		Policies: []keystore.Policy{{Name: "default", Quota: quota, Window: time.Minute, Unit: ratelimit.Requests}}}
 	rerun := &testkit.RerunStore{Store: db}
-	store := &gatedStore{Store: rerun, gateAt: 1, entered: make(chan struct{}), release: make(chan struct{})}
+	store := &gatedStore{Store: db, gateAt: 1, entered: make(chan struct{}), release: make(chan struct{}), after: rerun}
 	store.second = func() {
 		rerun.Once(func(ctx context.Context) error { // another host, between the two runs
 			return db.Update(ctx, func(tx ledger.Tx) error {
@@ -144,17 +161,14 @@ func testAdmitTogether(t *testing.T, db ledger.Store) {
 
 	tickets := make([]Ticket, calls)
 	errs := make([]error, calls)
+	first := admitLeading(ctx, p, store, syncCall(k, 0))
 	var wg sync.WaitGroup
-	for i := range calls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tickets[i], errs[i] = p.Admit(ctx, syncCall(k, i))
-		}()
+	for i := 1; i < calls; i++ {
+		wg.Go(func() { tickets[i], errs[i] = p.Admit(ctx, syncCall(k, i)) })
 	}
-	<-store.entered
 	waitQueued(p, store, k.Name, calls-1) // the others wait behind the first transaction
 	close(store.release)
+	tickets[0], errs[0] = first()
 	wg.Wait()
 
 	if n := store.updates.Load(); n != 2 {
@@ -287,7 +301,7 @@ func testAdmitTogetherLostCommit(t *testing.T, db ledger.Store) {
 	}
 	waitQueued(p, store, k.Name, queued)
 	close(store.release)
-	firstErr := first()
+	_, firstErr := first()
 	wg.Wait()
 
 	if !errors.Is(firstErr, ledger.ErrUnavailable) {
@@ -378,7 +392,7 @@ func TestAdmitTogetherQueuedLeave(t *testing.T) {
 	}
 	p.groups.mu.Unlock()
 	close(store.release)
-	if leaderErr := leader(); leaderErr != nil {
+	if _, leaderErr := leader(); leaderErr != nil {
 		t.Errorf("the leader: %v", leaderErr)
 	}
 	if _, err := p.Admit(ctx, syncCall(k, queued+1)); err != nil {
@@ -741,5 +755,102 @@ func testAdmitTogetherTakesCallsQueuedMeanwhile(t *testing.T, db ledger.Store) {
 			t.Errorf("call %d admitted as attempt %d, which another call was admitted as too", i, ids[i])
 		}
 		seen[ids[i]] = true
+	}
+}
+
+// keyWaitStore holds its first Update before its transaction starts, as
+// a transaction waiting for its key's lock that another host holds,
+// until release is closed or the Update's context ends.
+type keyWaitStore struct {
+	ledger.Store
+	updates atomic.Int32
+	entered chan struct{} // closed once the first Update waits
+	release chan struct{}
+}
+
+func (s *keyWaitStore) Update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
+	if s.updates.Add(1) == 1 {
+		close(s.entered)
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return s.Store.Update(ctx, fn, keys...)
+}
+
+// A call alone in its key's transaction takes the calls that queued while
+// the transaction waited for the key: three calls, one transaction. When
+// its own caller leaves while it waits, the wait ends for it alone: the
+// calls queued go on in a transaction of their own.
+func TestAdmitTogetherLoneLeader(t *testing.T) {
+	onBothStores(t, func(t *testing.T, db ledger.Store) {
+		for _, leaves := range []bool{false, true} {
+			t.Run(fmt.Sprintf("leaves=%v", leaves), func(t *testing.T) {
+				testAdmitTogetherLoneLeader(t, db, leaves)
+			})
+		}
+	})
+}
+
+func testAdmitTogetherLoneLeader(t *testing.T, db ledger.Store, leaves bool) {
+	ctx := context.Background()
+	k := &keystore.Key{Name: fmt.Sprintf("k-%v", leaves), MaxRate: 1e9, MaxConcurrency: 1 << 20,
+		Policies: []keystore.Policy{{Name: "default", Quota: 100, Window: time.Minute, Unit: ratelimit.Requests}}}
+	store := &keyWaitStore{Store: db, entered: make(chan struct{}), release: make(chan struct{})}
+	p := New(store, WithClock(clockOf(db)), WithJitter(func() float64 { return 0.5 }))
+	defer p.Close(ctx)
+
+	lctx, leave := context.WithCancel(ctx)
+	defer leave()
+	var leaderErr error
+	var leader Ticket
+	leaderDone := make(chan struct{})
+	go func() {
+		defer close(leaderDone)
+		leader, leaderErr = p.Admit(lctx, syncCall(k, 0))
+	}()
+	<-store.entered
+	const queued = 2
+	tickets := make([]Ticket, queued)
+	errs := make([]error, queued)
+	var wg sync.WaitGroup
+	for i := range queued {
+		wg.Go(func() { tickets[i], errs[i] = p.Admit(ctx, syncCall(k, i+1)) })
+	}
+	for n := 0; n < queued; runtime.Gosched() {
+		p.groups.mu.Lock()
+		if g := p.groups.groups[k.Name]; g != nil {
+			n = len(g.queue)
+		}
+		p.groups.mu.Unlock()
+	}
+	if leaves {
+		leave()
+		<-leaderDone
+	}
+	close(store.release)
+	<-leaderDone
+	wg.Wait()
+
+	want := int32(1)
+	if leaves {
+		want = 2
+		if !errors.Is(leaderErr, context.Canceled) {
+			t.Errorf("the leader that left: %v, want context.Canceled", leaderErr)
+		}
+	} else if leaderErr != nil || leader.ID == 0 {
+		t.Errorf("the leader: %+v, %v; want admitted", leader, leaderErr)
+	}
+	if n := store.updates.Load(); n != want {
+		t.Errorf("%d transactions, want %d", n, want)
+	}
+	seen := map[int64]bool{leader.ID: !leaves}
+	for i, err := range errs {
+		if err != nil || seen[tickets[i].ID] {
+			t.Errorf("queued call %d: %+v, %v; want admitted, as an attempt of its own", i+1, tickets[i], err)
+		}
+		seen[tickets[i].ID] = true
 	}
 }

@@ -271,14 +271,13 @@ func newBatchContext(calls []*groupCall) *batchContext {
 	return b
 }
 
-// join adds the calls take returns to b, and returns them; when every
-// call in b has left (b has ended, or is about to), it does not call
-// take and returns nil, so that the calls queued stay for the next
-// transaction.
+// join adds the calls take returns to b, and returns them; once b has
+// ended (every call in it has left), it does not call take and returns
+// nil, so that the calls queued stay for the next transaction.
 func (b *batchContext) join(take func() []*groupCall) []*groupCall {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.in == 0 && len(b.stops) > 0 {
+	if b.Err() != nil { // ended under b.mu, by left or end
 		return nil
 	}
 	calls := take()

@@ -62,7 +62,13 @@ func (s *gatedStore) Update(ctx context.Context, fn func(ledger.Tx) error, keys 
 // waitQueued returns once n parts of key's transactions wait behind the
 // one running, or another transaction started (they did not wait).
 func waitQueued(p *Pacer, s *gatedStore, key string, n int) {
-	for queued := 0; queued < n && s.updates.Load() == s.gateAt; runtime.Gosched() {
+	waitQueue(p, key, n, func() bool { return s.updates.Load() == s.gateAt })
+}
+
+// waitQueue returns once n calls of key wait for its next transaction, or
+// running no longer holds.
+func waitQueue(p *Pacer, key string, n int, running func() bool) {
+	for queued := 0; queued < n && running(); runtime.Gosched() {
 		p.groups.mu.Lock()
 		if g := p.groups.groups[key]; g != nil {
 			queued = len(g.queue)
@@ -729,13 +735,7 @@ func testAdmitTogetherTakesCallsQueuedMeanwhile(t *testing.T, db ledger.Store) {
 	// third calls) waits for the key: before the store runs it.
 	store.second = func() {
 		admit(3)
-		for queued := 0; queued < 1; runtime.Gosched() {
-			p.groups.mu.Lock()
-			if g := p.groups.groups[k.Name]; g != nil {
-				queued = len(g.queue)
-			}
-			p.groups.mu.Unlock()
-		}
+		waitQueue(p, k.Name, 1, func() bool { return true })
 	}
 	admit(0)
 	<-store.entered
@@ -819,13 +819,7 @@ func testAdmitTogetherLoneLeader(t *testing.T, db ledger.Store, leaves bool) {
 	for i := range queued {
 		wg.Go(func() { tickets[i], errs[i] = p.Admit(ctx, syncCall(k, i+1)) })
 	}
-	for n := 0; n < queued; runtime.Gosched() {
-		p.groups.mu.Lock()
-		if g := p.groups.groups[k.Name]; g != nil {
-			n = len(g.queue)
-		}
-		p.groups.mu.Unlock()
-	}
+	waitQueue(p, k.Name, queued, func() bool { return true })
 	if leaves {
 		leave()
 		<-leaderDone

@@ -60,7 +60,9 @@ import (
 // opened meanwhile, and how many of the database's backends were on
 // average waiting for a lock (a key's row), running, or idle in a
 // transaction, waiting for their client (sampled every 10 ms); and the
-// machine's CPU, busy-% and other-% (what others used), of all cores.
+// machine's CPU, busy-% and other-% (what others used), of all cores;
+// and probe-held-%, the share of the benchmark's own host's calls that
+// last waited for a probe's answer (Ticket.HeldBy).
 //
 //	go test -run '^$' -bench Admissions -benchtime 5s ./pacer/
 //	go test -run '^$' -bench 'Admissions/store=postgres/window=10s/keys=1/' -benchtime 5s -count 3 ./pacer/
@@ -190,6 +192,9 @@ type benchHost struct {
 	p    *pacer.Pacer
 	keys []*keystore.Key
 	n    atomic.Int64 // calls started, for their IDs
+	// probeHeld counts the calls that waited for a probe's answer (the
+	// last thing that held them back, Ticket.HeldBy).
+	probeHeld atomic.Int64
 }
 
 // benchCaller is one of a host's callers.
@@ -284,6 +289,9 @@ func (c *benchCaller) call(ctx context.Context) (time.Duration, error) {
 		Target: "/items?page=1", CallID: fmt.Sprintf("%s-%d", h.cfg.Caller, n), Attempt: 1, MaxWait: time.Second})
 	if err != nil {
 		return 0, err
+	}
+	if t.HeldBy == string(pacer.ProbeLimit) {
+		h.probeHeld.Add(1)
 	}
 	now := time.Now()
 	quota := benchQuotaFor(h.cfg.Window)
@@ -505,12 +513,13 @@ func benchHosts(b *testing.B, cfg hostConfig, hosts int) {
 	}
 	var started atomic.Int64
 	b.ResetTimer()
-	cpu0, start := cpuTime(), time.Now()
+	cpu0, start, probeHeld0 := cpuTime(), time.Now(), me.probeHeld.Load()
 	lat, err := me.callers(ctx, func() bool { return started.Add(1) <= int64(b.N) })
 	if err != nil {
 		b.Fatal(err)
 	}
 	elapsed, cpu := time.Since(start), cpuTime()-cpu0
+	probeHeld := me.probeHeld.Load() - probeHeld0
 	machine := machineCPU().since(machine0)
 	b.StopTimer()
 	var pgs pgSample
@@ -535,8 +544,9 @@ func benchHosts(b *testing.B, cfg hostConfig, hosts int) {
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 	b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "max-µs")
 	b.ReportMetric(float64(clientCPU.Microseconds())/float64(calls), "cpu-µs/call")
-	inMeasure := rate * elapsed.Seconds() // the calls of every host while this one measured
-	ours := clientCPU.Seconds()           // (the other hosts ran a little longer than this one measured)
+	b.ReportMetric(100*float64(probeHeld)/float64(b.N), "probe-held-%") // of this host's calls
+	inMeasure := rate * elapsed.Seconds()                               // the calls of every host while this one measured
+	ours := clientCPU.Seconds()                                         // (the other hosts ran a little longer than this one measured)
 	if pg != nil {
 		b.ReportMetric(float64(pgs.cpu.Microseconds())/inMeasure, "pg-cpu-µs/call")
 		b.ReportMetric(float64(pgs.commits)/inMeasure, "xacts/call")

@@ -62,6 +62,8 @@ type Pacer struct {
 	// write because an earlier one did not, or may not have (see
 	// pending.go).
 	pending map[string][]*pendingWrite
+
+	stopWakes func() // stops the store's wake-ups (see wakeSource); nil when it has none
 }
 
 // An Option sets one of a Pacer's settings in New.
@@ -87,7 +89,18 @@ func New(db ledger.Store, opts ...Option) *Pacer {
 	for _, o := range opts {
 		o(p)
 	}
+	if w, ok := db.(wakeSource); ok {
+		p.stopWakes = w.OnWake(p.signal)
+	}
 	return p
+}
+
+// A wakeSource is a store shared with other processes that says when
+// one of them ended a key's probe, which this process's calls of the key
+// may be waiting for: they re-check at once, not at their next poll. The
+// key "" means any key (notices may have been missed).
+type wakeSource interface {
+	OnWake(func(key string)) (stop func())
 }
 
 func (p *Pacer) now() time.Time { return p.clock.Now() }
@@ -600,12 +613,21 @@ func (p *Pacer) waker(key string) <-chan struct{} {
 	return ch
 }
 
+// signal wakes the calls of key waiting in this process; "" wakes every
+// key's.
 func (p *Pacer) signal(key string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if ch, ok := p.wake[key]; ok {
+	if key != "" {
+		if ch, ok := p.wake[key]; ok {
+			close(ch)
+			delete(p.wake, key)
+		}
+		return
+	}
+	for k, ch := range p.wake {
 		close(ch)
-		delete(p.wake, key)
+		delete(p.wake, k)
 	}
 }
 

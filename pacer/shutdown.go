@@ -16,6 +16,9 @@ import (
 // the process's journal is then in it. Slots not given back are released
 // by the next sweep after their lease, counted as sent.
 func (p *Pacer) Close(ctx context.Context) error {
+	if p.stopWakes != nil {
+		p.stopWakes()
+	}
 	p.mu.Lock()
 	p.closed = true
 	var ls []*lease

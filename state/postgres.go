@@ -50,8 +50,9 @@ import (
 // use.
 type Postgres struct {
 	db       *sql.DB
-	where    string // user@host:port/database, for errors: never a credential
-	tls      bool   // the location asks for TLS, with no fallback without it
+	cfg      *pgx.ConnConfig // the pool's connections', for the listener's (see OnWake)
+	where    string          // user@host:port/database, for errors: never a credential
+	tls      bool            // the location asks for TLS, with no fallback without it
 	timeout  time.Duration
 	clock    clock.Clock // the process's own clock (see PostgresOptions.Clock)
 	instance string
@@ -65,6 +66,7 @@ type Postgres struct {
 
 	out   outcomes    // the process's journal (see FinishLater)
 	hints windowHints // around where the lock's pipeline reads a key's admissions
+	wake  wakes       // the listener that hears other processes end a probe (see OnWake)
 
 	// connecting counts the connections being taken from the pool (see
 	// conn), until closed is set; Close waits for them.
@@ -160,8 +162,8 @@ func OpenPostgres(ctx context.Context, rawURL string, o PostgresOptions) (*Postg
 	db.SetMaxOpenConns(o.MaxConns)
 	db.SetMaxIdleConns(o.MaxConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	pg := &Postgres{db: db, where: where, tls: requiresTLS(cfg), timeout: o.Timeout, clock: clock.Or(o.Clock), instance: o.Instance,
-		maxConns: o.MaxConns, preparing: make(chan struct{}, 1)}
+	pg := &Postgres{db: db, cfg: cfg, where: where, tls: requiresTLS(cfg), timeout: o.Timeout, clock: clock.Or(o.Clock), instance: o.Instance,
+		maxConns: o.MaxConns, preparing: make(chan struct{}, 1), wake: wakes{token: newWakeToken()}}
 	pg.out.dir, pg.out.update = o.JournalDir, func(ctx context.Context, fn func(*Tx) error) error { return pg.update(ctx, fn) }
 	pg.out.clock = pg.clock
 	// The journal's directory is made by the first outcome it keeps (and
@@ -511,6 +513,7 @@ func (pg *Postgres) Close() error {
 	pg.connMu.Lock()
 	pg.closed = true
 	pg.connMu.Unlock()
+	pg.wake.close()
 	err = errors.Join(err, pg.db.Close())
 	pg.connecting.Wait()
 	return err
@@ -887,6 +890,9 @@ type pgTx struct {
 type heldKeyState struct {
 	s   ledger.KeyState
 	put bool // to be written
+	// probing says the state as first read had a probe out: writing it
+	// with none wakes the waiters of other processes (see wakeChannel).
+	probing bool
 }
 
 // keyState returns key's pacing state as the transaction read or put it.
@@ -917,7 +923,7 @@ func (p *pgTx) keepKeyState(s ledger.KeyState, put bool) bool {
 	s.Latency, s.PrevLatency = s.Latency.Truncate(time.Microsecond), s.PrevLatency.Truncate(time.Microsecond)
 	k := p.keyStates[s.Key]
 	if k == nil {
-		k = &heldKeyState{}
+		k = &heldKeyState{probing: !put && s.ProbeAttempt != 0}
 		p.keyStates[s.Key] = k
 	}
 	k.s, k.put = s, k.put || put
@@ -936,8 +942,13 @@ func (p *pgTx) flush(tx *Tx) error {
 	}
 	slices.Sort(keys)
 	for _, key := range keys {
-		p.later("record key state", queries[qPutKeyState].postgres, keyStateArgs(p.keyStates[key].s)...)
-		p.keyStates[key].put = false
+		k := p.keyStates[key]
+		p.later("record key state", queries[qPutKeyState].postgres, keyStateArgs(k.s)...)
+		k.put = false
+		if k.probing && k.s.ProbeAttempt == 0 {
+			k.probing = false
+			p.queue("wake the key's waiters", "SELECT pg_notify($1, $2)", wakeChannel, wakePayload(p.db.wake.token, key))
+		}
 	}
 	return nil
 }

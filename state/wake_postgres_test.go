@@ -1,0 +1,109 @@
+package state_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
+	"github.com/mcp-quota/mcp-quota/state"
+)
+
+// heard is what a Postgres's OnWake passed on, in order.
+type heard chan string
+
+func listenOn(t *testing.T, pg *state.Postgres) heard {
+	t.Helper()
+	h := make(heard, 16)
+	t.Cleanup(pg.OnWake(func(key string) { h <- key }))
+	// The listener says, once it listens, that every waiter should
+	// re-check (""): from then on nothing sent is missed.
+	if key := h.next(t); key != "" {
+		t.Fatalf("the listener's first word: got %q, want \"\" (every key, once it listens)", key)
+	}
+	return h
+}
+
+// next is the next key heard, within a bound that only a hang reaches.
+func (h heard) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case key := <-h:
+		return key
+	case <-time.After(30 * time.Second):
+		t.Fatal("nothing heard within 30 s")
+		return ""
+	}
+}
+
+// putProbe writes key's pacing state with its probe out (attempt id) or,
+// with id 0, with none, reading it first as the pacer does.
+func putProbe(t *testing.T, pg *state.Postgres, key string, id int64) {
+	t.Helper()
+	err := pg.Update(context.Background(), func(tx ledger.Tx) error {
+		ks, err := tx.KeyState(key)
+		if err != nil {
+			return err
+		}
+		ks.ProbeAttempt = id
+		ks.ProbeUntil = time.Time{}
+		if id != 0 {
+			ks.ProbeUntil = tx.Clock(time.Now()).Add(time.Minute)
+		}
+		return tx.PutKeyState(ks)
+	}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A transaction that ends a key's probe tells the other processes on the
+// database, which wake that key's waiters at once instead of at their
+// next poll; one that starts a probe, or writes a state without one, tells
+// nobody, and a process does not hear its own.
+func TestPostgresProbeEndWakesOtherHosts(t *testing.T) {
+	srv := startPostgres(t)
+	url := srv.CreateDatabase(t)
+	a := openPostgres(t, url, state.PostgresOptions{})
+	b := openPostgres(t, url, state.PostgresOptions{})
+	heardByA, heardByB := listenOn(t, a), listenOn(t, b)
+
+	putProbe(t, a, "quiet", 0)   // no probe before, none after
+	putProbe(t, a, "probed", 42) // a probe goes out
+	putProbe(t, a, "probed", 0)  // and its answer ends it
+	// Notifications arrive in the order their transactions committed:
+	// the first B hears is the probe's end.
+	if key := heardByB.next(t); key != "probed" {
+		t.Errorf("B heard %q first, want \"probed\": only a probe's end is told", key)
+	}
+	putProbe(t, b, "other", 7)
+	putProbe(t, b, "other", 0)
+	if key := heardByA.next(t); key != "other" {
+		t.Errorf("A heard %q first, want \"other\": a process does not hear its own", key)
+	}
+
+	// A transaction that did not commit told nobody.
+	putProbe(t, a, "other", 5)
+	err := a.Update(context.Background(), func(tx ledger.Tx) error {
+		ks, err := tx.KeyState("other")
+		if err != nil {
+			return err
+		}
+		ks.ProbeAttempt = 0
+		if err := tx.PutKeyState(ks); err != nil {
+			return err
+		}
+		return errRolledBack
+	}, "other")
+	if !errors.Is(err, errRolledBack) {
+		t.Fatalf("the rolled-back transaction: %v", err)
+	}
+	putProbe(t, a, "after", 9)
+	putProbe(t, a, "after", 0)
+	if key := heardByB.next(t); key != "after" {
+		t.Errorf("B heard %q, want \"after\": a transaction rolled back sends nothing", key)
+	}
+}
+
+var errRolledBack = errors.New("rolled back on purpose")

@@ -286,3 +286,37 @@ func TestAKeyCalledAFewTimesASecondDefersByItsWindow(t *testing.T) {
 		})
 	}
 }
+
+// A busy key whose answers announce a reset shorter than learnedDue
+// (here 60 ms) has them written before the observation other processes
+// read ends: an admission writes what they taught once half the time
+// left on that observation has passed. Were they to wait longer, every
+// process would find the observation expired with no answer recorded
+// since, and hold the key's calls for a probe, answers having come all
+// along.
+func TestShortResetsRoutineAnswersNeverLeaveTheKeyForAProbe(t *testing.T) {
+	e := newEnv(t)
+	k := unleasedKey()
+	_, other := e.open() // another process, on the same file
+	const reset = 60 * time.Millisecond
+	for i := range 200 { // 800 ms, a call every 4 ms
+		tk, err := e.admitWith(e.p, e.call(k, "sync", "/items"))
+		if err != nil {
+			t.Fatalf("call %d (%v in): %v", i, e.clk.Now().Sub(start), err)
+		}
+		if tk.Probe {
+			t.Fatalf("call %d (%v in): a probe, want an ordinary call: the answers kept coming", i, e.clk.Now().Sub(start))
+		}
+		e.clk.advance(time.Millisecond)
+		e.answerOn(e.p, tk, 200, reading(0, shown("default", 1000, time.Minute, 900, reset)))
+		e.clk.advance(time.Millisecond)
+		if i%10 == 9 { // the other process finds the answers' observation in force
+			if tk, err := e.admitWith(other, e.call(k, "agent", "/items")); err != nil || tk.Probe {
+				t.Fatalf("the other process, %v in: %+v, %v; want an ordinary call", e.clk.Now().Sub(start), tk, err)
+			} else {
+				e.answerOn(other, tk, 200, reading(0, shown("default", 1000, time.Minute, 900, reset)))
+			}
+		}
+		e.clk.advance(2 * time.Millisecond)
+	}
+}

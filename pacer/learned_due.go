@@ -16,7 +16,9 @@ import (
 // learned): routine answers left every budget far from its limits, and
 // every send since an observation's basis is subtracted from it. The timer still
 // writes it within learnedWait when no admission comes; every other
-// transaction on the key writes it at once.
+// transaction on the key writes it at once. An upstream whose windows
+// reset sooner than that has it written sooner: before the observations
+// other processes read of the key end (see learned.renewBy).
 const learnedDue = LeaseTime / 2
 
 // admitUpdate is update for an admission of key: it writes what the
@@ -26,12 +28,13 @@ func (p *Pacer) admitUpdate(ctx context.Context, fn func(ledger.Tx) error, key s
 }
 
 // takeDue is takeLearned of key, when what is kept has waited learnedDue
-// at now; nil otherwise.
+// at now, or the observations it would replace near their end (see
+// learned.renewBy); nil otherwise.
 func (p *Pacer) takeDue(key string, now time.Time) *learned {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	l := p.learned[key]
-	if l == nil || now.Sub(l.since) < learnedDue {
+	if l == nil || now.Sub(l.since) < learnedDue && (l.renewBy.IsZero() || now.Before(l.renewBy)) {
 		return nil
 	}
 	delete(p.learned, key)

@@ -136,7 +136,11 @@ func (pg *Postgres) listenOnce(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	defer conn.Close(context.Background())
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), pg.timeout)
+		defer cancel()
+		conn.Close(ctx) // within the bound, even with the server out of reach
+	}()
 	if _, err := conn.Exec(ctx, "LISTEN "+wakeChannel); err != nil {
 		return
 	}

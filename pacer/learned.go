@@ -40,9 +40,9 @@ type learned struct {
 	since        time.Time            // when the first of it was kept (see takeDue)
 	due          time.Time            // when that timer writes it
 	// renewBy is when the latest observations other processes read of
-	// the key, which it would replace, are half-way from the answers
-	// that came to their end: the key's next admission writes it from
-	// then on (see takeDue); zero when none ends.
+	// the key, which it would replace, are half-way to their end from
+	// when they were read: the key's next admission writes it from then
+	// on (see takeDue); zero when none ends.
 	renewBy time.Time
 }
 
@@ -86,7 +86,7 @@ type learnedObservation struct {
 // learn keeps what the routine answer o to t teaches, for the key's next
 // transaction to write.
 func (p *Pacer) learn(t Ticket, o Outcome) {
-	l := &learned{key: t.Call.Key, answeredAt: o.AnsweredAt, wait: learnedWait(t.judgedBy()), renewBy: renewBy(t.judgedBy(), p.now())}
+	l := &learned{key: t.Call.Key, answeredAt: o.AnsweredAt, wait: learnedWait(t.judgedBy()), renewBy: renewBy(t.judgedBy(), t.AdmittedAt)}
 	if l.timed = !o.AnsweredAt.IsZero(); l.timed {
 		l.latency = o.AnsweredAt.Sub(t.AdmittedAt)
 	} else {
@@ -131,15 +131,16 @@ func (p *Pacer) keep(l *learned) {
 }
 
 // renewBy returns when what an answer judged by budgets taught must be
-// written by the key's next admission, the answer coming at now: half of
-// the soonest reset those budgets' observations had left, from now. The
+// written by the key's next admission: half-way from the budgets'
+// reading, at the call's admission (or its lease's grant), to the end of
+// the soonest of their observations. The
 // observations the answer would replace are what other processes read of
 // the key; if it waited past their end (learnedDue may be longer than an
 // upstream's reset), they would find them expired with no answer
 // recorded since, and hold every call of the key for a probe (see
 // expiredRule), answers having come all along. Zero when no observation
 // ends.
-func renewBy(budgets []Budget, now time.Time) time.Time {
+func renewBy(budgets []Budget, read time.Time) time.Time {
 	var soonest time.Duration
 	for _, b := range budgets {
 		if !b.Observed.IsZero() && b.Reset > 0 && (soonest == 0 || b.Reset < soonest) {
@@ -149,7 +150,7 @@ func renewBy(budgets []Budget, now time.Time) time.Time {
 	if soonest == 0 {
 		return time.Time{}
 	}
-	return now.Add(soonest / 2)
+	return read.Add(soonest / 2)
 }
 
 // merge adds what l learned to k: the later observation of each policy, the

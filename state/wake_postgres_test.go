@@ -107,3 +107,28 @@ func TestPostgresProbeEndWakesOtherHosts(t *testing.T) {
 }
 
 var errRolledBack = errors.New("rolled back on purpose")
+
+// A listener whose connection the server ended connects again by itself,
+// says that every waiter should re-check (what was sent meanwhile was not
+// heard), and hears the next probe's end.
+func TestPostgresWakeListenerComesBack(t *testing.T) {
+	srv := startPostgres(t)
+	url := srv.CreateDatabase(t)
+	a := openPostgres(t, url, state.PostgresOptions{})
+	b := openPostgres(t, url, state.PostgresOptions{})
+	heardByB := listenOn(t, b)
+	admin := rawConn(t, srv, url)
+	var ended int
+	if err := admin.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND query = 'LISTEN mcp_quota_wake'`).Scan(&ended); err != nil || ended != 1 {
+		t.Fatalf("ending the listener's connection: %d ended, %v; want 1", ended, err)
+	}
+	if key := heardByB.next(t); key != "" {
+		t.Fatalf("after its connection ended: got %q, want \"\" once it listens again", key)
+	}
+	putProbe(t, a, "probed", 3)
+	putProbe(t, a, "probed", 0)
+	if key := heardByB.next(t); key != "probed" {
+		t.Errorf("after it came back: got %q, want \"probed\"", key)
+	}
+}

@@ -320,3 +320,30 @@ func TestShortResetsRoutineAnswersNeverLeaveTheKeyForAProbe(t *testing.T) {
 		e.clk.advance(2 * time.Millisecond)
 	}
 }
+
+// A key called too seldom for its next admission to come before the
+// observations it would replace end (every 40 ms, answers saying the
+// window resets in 60 ms) has what its routine answers taught written by
+// its timer three quarters of the way to that end: another process never
+// finds the key's observation expired with answers having come.
+func TestShortResetsRoutineAnswersAreWrittenByTheirTimer(t *testing.T) {
+	e := newEnv(t)
+	k := unleasedKey()
+	_, other := e.open() // another process, on the same file, whose calls stay in flight
+	const reset = 60 * time.Millisecond
+	for i := range 50 { // 2 s
+		tk, err := e.admitWith(e.p, e.call(k, "sync", "/items"))
+		if err != nil || tk.Probe {
+			t.Fatalf("call %d (%v in): %+v, %v; want an ordinary call", i, e.clk.Now().Sub(start), tk.Probe, err)
+		}
+		e.clk.advance(time.Millisecond)
+		e.answerOn(e.p, tk, 200, reading(0, shown("default", 1000, time.Minute, 900, reset)))
+		e.clk.advance(25 * time.Millisecond)
+		if i%10 == 9 {
+			if tk, err := e.admitWith(other, e.call(k, "agent", "/items")); err != nil || tk.Probe {
+				t.Fatalf("the other process, %v in: probe %v, %v; want an ordinary call", e.clk.Now().Sub(start), tk.Probe, err)
+			}
+		}
+		e.clk.advance(14 * time.Millisecond)
+	}
+}

@@ -39,11 +39,12 @@ type learned struct {
 	stop         func() bool          // stops the timer that writes it
 	since        time.Time            // when the first of it was kept (see takeDue)
 	due          time.Time            // when that timer writes it
-	// renewBy is when the latest observations other processes read of
+	// renewFrom is when the latest observations other processes read of
 	// the key, which it would replace, are half-way to their end from
 	// when they were read: the key's next admission writes it from then
-	// on (see takeDue); zero when none ends.
-	renewBy time.Time
+	// on (see takeDue); renewBy, three quarters of the way, is when its
+	// timer does, if no admission came. Zero when none ends.
+	renewFrom, renewBy time.Time
 }
 
 // learnedWaitMax is the longest what routine answers taught waits in
@@ -86,7 +87,8 @@ type learnedObservation struct {
 // learn keeps what the routine answer o to t teaches, for the key's next
 // transaction to write.
 func (p *Pacer) learn(t Ticket, o Outcome) {
-	l := &learned{key: t.Call.Key, answeredAt: o.AnsweredAt, wait: learnedWait(t.judgedBy()), renewBy: renewBy(t.judgedBy(), t.AdmittedAt)}
+	l := &learned{key: t.Call.Key, answeredAt: o.AnsweredAt, wait: learnedWait(t.judgedBy())}
+	l.renewFrom, l.renewBy = renewal(t.judgedBy(), t.AdmittedAt)
 	if l.timed = !o.AnsweredAt.IsZero(); l.timed {
 		l.latency = o.AnsweredAt.Sub(t.AdmittedAt)
 	} else {
@@ -111,7 +113,7 @@ func (p *Pacer) learn(t Ticket, o Outcome) {
 }
 
 // keep adds l to what the Pacer keeps for l's key, and makes sure a timer
-// writes it within l.wait.
+// writes it within l.wait, and by l.renewBy.
 func (p *Pacer) keep(l *learned) {
 	name := l.key.Name
 	p.mu.Lock()
@@ -122,25 +124,32 @@ func (p *Pacer) keep(l *learned) {
 		kept = &learned{key: l.key, stop: func() bool { return false }, since: now}
 		p.learned[name] = kept
 	}
-	if due := now.Add(l.wait); !p.closed && (kept.due.IsZero() || due.Before(kept.due)) { // after Close, nothing more is written
+	wait := l.wait
+	if !l.renewBy.IsZero() {
+		// A millisecond at least: a timer already due may run its
+		// function inside AfterFunc (a test's clock does), here under p.mu.
+		wait = min(wait, max(l.renewBy.Sub(now), time.Millisecond))
+	}
+	if due := now.Add(wait); !p.closed && (kept.due.IsZero() || due.Before(kept.due)) { // after Close, nothing more is written
 		kept.stop()
 		kept.due, kept.wait = due, l.wait
-		kept.stop = p.afterFunc()(l.wait, p.timerFunc(func() { p.writeLearnedAlone(name) }))
+		kept.stop = p.afterFunc()(wait, p.timerFunc(func() { p.writeLearnedAlone(name) }))
 	}
 	kept.merge(l)
 }
 
-// renewBy returns when what an answer judged by budgets taught must be
-// written by the key's next admission: half-way from the budgets'
-// reading, at the call's admission (or its lease's grant), to the end of
-// the soonest of their observations. The
-// observations the answer would replace are what other processes read of
-// the key; if it waited past their end (learnedDue may be longer than an
+// renewal returns when what an answer judged by budgets taught is
+// written before the observations it would replace end: from half-way
+// from the budgets' reading, at the call's admission (or its lease's
+// grant), to the end of the soonest of them, by the key's next admission;
+// three quarters of the way, by its timer, if none came. Those
+// observations are what other processes read of the key; if it waited
+// past their end (learnedDue and learnedWait may be longer than an
 // upstream's reset), they would find them expired with no answer
 // recorded since, and hold every call of the key for a probe (see
-// expiredRule), answers having come all along. Zero when no observation
-// ends.
-func renewBy(budgets []Budget, read time.Time) time.Time {
+// expiredRule), answers having come all along. Zeros when no
+// observation ends.
+func renewal(budgets []Budget, read time.Time) (from, by time.Time) {
 	var soonest time.Duration
 	for _, b := range budgets {
 		if !b.Observed.IsZero() && b.Reset > 0 && (soonest == 0 || b.Reset < soonest) {
@@ -148,17 +157,24 @@ func renewBy(budgets []Budget, read time.Time) time.Time {
 		}
 	}
 	if soonest == 0 {
-		return time.Time{}
+		return time.Time{}, time.Time{}
 	}
-	return read.Add(soonest / 2)
+	return read.Add(soonest / 2), read.Add(soonest * 3 / 4)
+}
+
+// sooner returns the sooner of a and b, either of which may be zero
+// (none).
+func sooner(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // merge adds what l learned to k: the later observation of each policy, the
 // longer latency, the later answer, the sooner renewal.
 func (k *learned) merge(l *learned) {
-	if !l.renewBy.IsZero() && (k.renewBy.IsZero() || l.renewBy.Before(k.renewBy)) {
-		k.renewBy = l.renewBy
-	}
+	k.renewFrom, k.renewBy = sooner(k.renewFrom, l.renewFrom), sooner(k.renewBy, l.renewBy)
 	if l.timed {
 		k.latency = max(k.latency, l.latency)
 		k.timed = true

@@ -18,7 +18,7 @@ import (
 // writes it within learnedWait when no admission comes; every other
 // transaction on the key writes it at once. An upstream whose windows
 // reset sooner than that has it written sooner: before the observations
-// other processes read of the key end (see learned.renewBy).
+// other processes read of the key end (see learned.renewFrom).
 const learnedDue = LeaseTime / 2
 
 // admitUpdate is update for an admission of key: it writes what the
@@ -29,12 +29,12 @@ func (p *Pacer) admitUpdate(ctx context.Context, fn func(ledger.Tx) error, key s
 
 // takeDue is takeLearned of key, when what is kept has waited learnedDue
 // at now, or the observations it would replace near their end (see
-// learned.renewBy); nil otherwise.
+// learned.renewFrom); nil otherwise.
 func (p *Pacer) takeDue(key string, now time.Time) *learned {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	l := p.learned[key]
-	if l == nil || now.Sub(l.since) < learnedDue && (l.renewBy.IsZero() || now.Before(l.renewBy)) {
+	if l == nil || now.Sub(l.since) < learnedDue && (l.renewFrom.IsZero() || now.Before(l.renewFrom)) {
 		return nil
 	}
 	delete(p.learned, key)

@@ -113,7 +113,7 @@ func (p *Pacer) learn(t Ticket, o Outcome) {
 }
 
 // keep adds l to what the Pacer keeps for l's key, and makes sure a timer
-// writes it within l.wait, and by l.renewBy.
+// writes it within l.wait, and by l.renewBy when that is still to come.
 func (p *Pacer) keep(l *learned) {
 	name := l.key.Name
 	p.mu.Lock()
@@ -125,10 +125,11 @@ func (p *Pacer) keep(l *learned) {
 		p.learned[name] = kept
 	}
 	wait := l.wait
-	if !l.renewBy.IsZero() {
-		// A millisecond at least: a timer already due may run its
-		// function inside AfterFunc (a test's clock does), here under p.mu.
-		wait = min(wait, max(l.renewBy.Sub(now), time.Millisecond))
+	if l.renewBy.After(now) {
+		// (One already past is left to the key's next admission: a
+		// lease's answers share the budgets of its grant, and would
+		// otherwise each have a transaction of their own once it passed.)
+		wait = min(wait, l.renewBy.Sub(now))
 	}
 	if due := now.Add(wait); !p.closed && (kept.due.IsZero() || due.Before(kept.due)) { // after Close, nothing more is written
 		kept.stop()

@@ -37,6 +37,22 @@ func (h heard) next(t *testing.T) string {
 	}
 }
 
+// want fails t unless the next key heard is key; why says what that shows.
+func (h heard) want(t *testing.T, key, why string) {
+	t.Helper()
+	if got := h.next(t); got != key {
+		t.Errorf("heard %q, want %q: %s", got, key, why)
+	}
+}
+
+// probeOutAndBack sends a probe of key out and ends it, as two
+// transactions of pg.
+func probeOutAndBack(t *testing.T, pg *state.Postgres, key string) {
+	t.Helper()
+	putProbe(t, pg, key, 42)
+	putProbe(t, pg, key, 0)
+}
+
 // putProbe writes key's pacing state with its probe out (attempt id) or,
 // with id 0, with none, reading it first as the pacer does.
 func putProbe(t *testing.T, pg *state.Postgres, key string, id int64) {
@@ -69,19 +85,13 @@ func TestPostgresProbeEndWakesOtherHosts(t *testing.T) {
 	b := openPostgres(t, url, state.PostgresOptions{})
 	heardByA, heardByB := listenOn(t, a), listenOn(t, b)
 
-	putProbe(t, a, "quiet", 0)   // no probe before, none after
-	putProbe(t, a, "probed", 42) // a probe goes out
-	putProbe(t, a, "probed", 0)  // and its answer ends it
+	putProbe(t, a, "quiet", 0) // no probe before, none after
+	probeOutAndBack(t, a, "probed")
 	// Notifications arrive in the order their transactions committed:
 	// the first B hears is the probe's end.
-	if key := heardByB.next(t); key != "probed" {
-		t.Errorf("B heard %q first, want \"probed\": only a probe's end is told", key)
-	}
-	putProbe(t, b, "other", 7)
-	putProbe(t, b, "other", 0)
-	if key := heardByA.next(t); key != "other" {
-		t.Errorf("A heard %q first, want \"other\": a process does not hear its own", key)
-	}
+	heardByB.want(t, "probed", "only a probe's end is told")
+	probeOutAndBack(t, b, "other")
+	heardByA.want(t, "other", "a process does not hear its own")
 
 	// A transaction that did not commit told nobody.
 	putProbe(t, a, "other", 5)
@@ -99,11 +109,8 @@ func TestPostgresProbeEndWakesOtherHosts(t *testing.T) {
 	if !errors.Is(err, errRolledBack) {
 		t.Fatalf("the rolled-back transaction: %v", err)
 	}
-	putProbe(t, a, "after", 9)
-	putProbe(t, a, "after", 0)
-	if key := heardByB.next(t); key != "after" {
-		t.Errorf("B heard %q, want \"after\": a transaction rolled back sends nothing", key)
-	}
+	probeOutAndBack(t, a, "after")
+	heardByB.want(t, "after", "a transaction rolled back sends nothing")
 }
 
 var errRolledBack = errors.New("rolled back on purpose")
@@ -123,12 +130,7 @@ func TestPostgresWakeListenerComesBack(t *testing.T) {
 		WHERE datname = current_database() AND query = 'LISTEN mcp_quota_wake'`).Scan(&ended); err != nil || ended != 1 {
 		t.Fatalf("ending the listener's connection: %d ended, %v; want 1", ended, err)
 	}
-	if key := heardByB.next(t); key != "" {
-		t.Fatalf("after its connection ended: got %q, want \"\" once it listens again", key)
-	}
-	putProbe(t, a, "probed", 3)
-	putProbe(t, a, "probed", 0)
-	if key := heardByB.next(t); key != "probed" {
-		t.Errorf("after it came back: got %q, want \"probed\"", key)
-	}
+	heardByB.want(t, "", "every waiter re-checks once the listener listens again")
+	probeOutAndBack(t, a, "probed")
+	heardByB.want(t, "probed", "the listener came back")
 }

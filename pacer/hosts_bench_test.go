@@ -544,9 +544,9 @@ func benchHosts(b *testing.B, cfg hostConfig, hosts int) {
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 	b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "max-µs")
 	b.ReportMetric(float64(clientCPU.Microseconds())/float64(calls), "cpu-µs/call")
-	b.ReportMetric(100*float64(probeHeld)/float64(b.N), "probe-held-%") // of this host's calls
-	inMeasure := rate * elapsed.Seconds()                               // the calls of every host while this one measured
-	ours := clientCPU.Seconds()                                         // (the other hosts ran a little longer than this one measured)
+	b.ReportMetric(100*float64(probeHeld)/float64(b.N), "probe-held-%")
+	inMeasure := rate * elapsed.Seconds() // the calls of every host while this one measured
+	ours := clientCPU.Seconds()           // (the other hosts ran a little longer than this one measured)
 	if pg != nil {
 		b.ReportMetric(float64(pgs.cpu.Microseconds())/inMeasure, "pg-cpu-µs/call")
 		b.ReportMetric(float64(pgs.commits)/inMeasure, "xacts/call")

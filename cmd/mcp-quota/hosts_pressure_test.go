@@ -121,42 +121,32 @@ func underPressure(t *testing.T, loops int, cut time.Duration) {
 		}
 	}
 
-	// The shared activity: the attempts of each call, and how many were
-	// not sent for leaving too late after their admission.
-	activity := readActivity(t, hosts[0].base, syncToken)
-	attempts := map[string][]report.Activity{}
-	late := 0
-	for _, at := range activity {
-		u, err := url.Parse(at.Target)
-		if err != nil {
-			t.Errorf("activity %d: target %q: %v", at.ID, at.Target, err)
-			continue
-		}
-		id := u.Query().Get("call")
-		attempts[id] = append(attempts[id], at)
-		if at.ReasonKind == reason.Late {
-			late++
-		}
-	}
-
-	// Every request the upstream received has its outcome in the
-	// activity, recorded by the host that sent it.
+	// Every request the upstream received has its outcome in the shared
+	// activity, recorded by the host that sent it. A call answered as the
+	// load stopped may still be recording it (its transaction cut, and run
+	// again within stateTimeout, or its journal's batch not yet applied):
+	// the activity is read again until it holds every outcome, or until
+	// that bound and a minute more have passed.
 	arrivals := up.log()
-	missing := 0
-	for _, r := range arrivals {
-		who, _, _ := strings.Cut(r.call, ".")
-		found := false
-		for _, at := range attempts[r.call] {
-			if at.Status == r.status && at.State != string(ledger.Admitted) && at.Instance == who {
-				found = true
-			}
+	var (
+		attempts map[string][]report.Activity
+		late     int
+		missing  []arrival
+		reads    int
+	)
+	for until := time.Now().Add(stateTimeout + time.Minute); ; {
+		attempts, late, missing = outcomes(t, hosts[0].base, arrivals)
+		reads++
+		if len(missing) == 0 || time.Now().After(until) {
+			break
 		}
-		if !found {
-			missing++
-			t.Errorf("the upstream answered call %q %d at %v; the activity holds no such outcome of it: %+v", r.call, r.status, since(r.at), attempts[r.call])
-		}
+		<-time.After(200 * time.Millisecond)
 	}
-	t.Logf("the upstream received %d requests; %d have no outcome in the activity; %d attempts were not sent for leaving late", len(arrivals), missing, late)
+	for _, r := range missing {
+		t.Errorf("the upstream answered call %q %d at %v; the activity holds no such outcome of it: %+v", r.call, r.status, since(r.at), attempts[r.call])
+	}
+	t.Logf("the upstream received %d requests; %d have no outcome in the activity (read %d times); %d attempts were not sent for leaving late",
+		len(arrivals), len(missing), reads, late)
 
 	// The upstream, by its own log: never more than the quota in a
 	// rolling window, and no 429.
@@ -174,6 +164,40 @@ func underPressure(t *testing.T, loops int, cut time.Duration) {
 			t.Logf("  %s arrived at %v, answered %d; attempts: %s", r.call, since(r.at), r.status, strings.Join(adm, ", "))
 		}
 	}
+}
+
+// outcomes reads the shared activity through the host at base: the
+// attempts of each call, how many were not sent for leaving too late
+// after their admission, and the arrivals whose outcome (their status,
+// recorded by the host that sent them) it does not hold.
+func outcomes(t *testing.T, base string, arrivals []arrival) (attempts map[string][]report.Activity, late int, missing []arrival) {
+	t.Helper()
+	attempts = map[string][]report.Activity{}
+	for _, at := range readActivity(t, base, syncToken) {
+		u, err := url.Parse(at.Target)
+		if err != nil {
+			t.Errorf("activity %d: target %q: %v", at.ID, at.Target, err)
+			continue
+		}
+		id := u.Query().Get("call")
+		attempts[id] = append(attempts[id], at)
+		if at.ReasonKind == reason.Late {
+			late++
+		}
+	}
+	for _, r := range arrivals {
+		who, _, _ := strings.Cut(r.call, ".")
+		found := false
+		for _, at := range attempts[r.call] {
+			if at.Status == r.status && at.State != string(ledger.Admitted) && at.Instance == who {
+				found = true
+			}
+		}
+		if !found {
+			missing = append(missing, r)
+		}
+	}
+	return attempts, late, missing
 }
 
 // busy runs n busy loops, each a process of its own, until ctx ends.

@@ -62,6 +62,9 @@ type Pacer struct {
 	// write because an earlier one did not, or may not have (see
 	// pending.go).
 	pending map[string][]*pendingWrite
+	// pendingTimed are the keys with writes pending whose timer is set
+	// (see armPending).
+	pendingTimed map[string]bool
 
 	stopWakes func() // stops the store's wake-ups (see wakeSource); nil when it has none
 }

@@ -120,6 +120,43 @@ func (p *Pacer) keepPending(ws ...pendingWrite) {
 			list = slices.DeleteFunc(list, func(k *pendingWrite) bool { return k.t != nil && k.t.ID == w.t.ID })
 		}
 		p.pending[w.key] = append(list, &w)
+		p.armPending(w.key)
+	}
+}
+
+// pendingRetry is how long after a write became pending a transaction of
+// its own writes it, when none of its key's came meanwhile in this
+// process (a key called no more would otherwise keep it until Close);
+// again as long after each such transaction that fails.
+const pendingRetry = time.Second
+
+// armPending sets the timer that writes key's pending writes, unless it
+// is set or the Pacer has closed. p.mu is held.
+func (p *Pacer) armPending(key string) {
+	if p.closed || p.pendingTimed[key] {
+		return
+	}
+	if p.pendingTimed == nil {
+		p.pendingTimed = map[string]bool{}
+	}
+	p.pendingTimed[key] = true
+	p.afterFunc()(pendingRetry, p.timerFunc(func() { p.writePendingAlone(key) }))
+}
+
+// writePendingAlone writes key's pending writes, if any are left, in a
+// transaction of its own; when that fails, its timer is set again.
+func (p *Pacer) writePendingAlone(key string) {
+	p.mu.Lock()
+	delete(p.pendingTimed, key)
+	left := slices.ContainsFunc(p.pending[key], func(w *pendingWrite) bool { return !w.written })
+	p.mu.Unlock()
+	if !left || p.update(context.Background(), func(ledger.Tx) error { return nil }, key) == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if slices.ContainsFunc(p.pending[key], func(w *pendingWrite) bool { return !w.written }) {
+		p.armPending(key)
 	}
 }
 

@@ -1,6 +1,7 @@
 package pacer
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -8,7 +9,16 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
+	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 )
+
+// unavailableStore is a database that never answers: what is pending
+// stays pending, whatever its timer tries.
+type unavailableStore struct{ ledger.Store }
+
+func (unavailableStore) Update(context.Context, func(ledger.Tx) error, ...string) error {
+	return ledger.ErrUnavailable
+}
 
 // A pending write is forgotten once what it finishes no longer counts as
 // in flight: an attempt's outcome at the in-flight timeout after its
@@ -19,7 +29,7 @@ import (
 func TestPendingWrites(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	clk := testkit.NewClock(t0)
-	p := New(nil, WithClock(clk), WithInFlightTimeout(time.Minute))
+	p := New(unavailableStore{}, WithClock(clk), WithInFlightTimeout(time.Minute))
 	k := &keystore.Key{Name: "k"}
 	ticket := func(id int64, at time.Time) Ticket {
 		return Ticket{ID: id, Call: Call{Key: k, CallID: "c"}, AdmittedAt: at}

@@ -94,8 +94,9 @@ func TestUnrecordedProbeIsRecordedByTheNextTransaction(t *testing.T) {
 	if _, err := p.Done(context.Background(), probe, probeAnswer(e, probe)); !errors.Is(err, ledger.ErrUnavailable) {
 		t.Fatalf("Done on a database cut off: %v, want ErrUnavailable", err)
 	}
-	// The database is back a second later.
-	e.clk.advance(time.Second)
+	// The database is back half a second later, before the pending
+	// write's own timer (a second).
+	e.clk.advance(500 * time.Millisecond)
 	tk, err := p.Admit(context.Background(), e.call(probe.Call.Key, "sync", "/items"))
 	if err != nil {
 		t.Fatalf("the next call once the database is back: %v, want admitted on the probe's answer", err)
@@ -173,5 +174,35 @@ func TestUnrecordedOutcomeIsRecordedOnce(t *testing.T) {
 				t.Errorf("the probe's answer recorded %d times, want once", len(obs))
 			}
 		})
+	}
+}
+
+// An outcome whose Done failed, on a key called no more, is recorded by a
+// transaction of its own a second later — again a second after that one
+// fails, the database still away — not only at the key's next
+// transaction or Close.
+func TestUnrecordedOutcomeIsRecordedByItsTimer(t *testing.T) {
+	e := newEnv(t)
+	p, fs, probe := probeOut(t, e)
+	fs.failNext(false)
+	if _, err := p.Done(context.Background(), probe, probeAnswer(e, probe)); !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("Done on a database cut off: %v, want ErrUnavailable", err)
+	}
+	recorded := func() bool {
+		t.Helper()
+		ok, err := p.Recorded(context.Background(), probe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	fs.failNext(false) // the timer's first transaction finds the database away too
+	e.clk.advance(time.Second)
+	if recorded() {
+		t.Fatal("recorded by a transaction that failed")
+	}
+	e.clk.advance(time.Second)
+	if !recorded() {
+		t.Error("the probe's outcome is not recorded two seconds on, the database back: want its timer's second transaction to record it")
 	}
 }

@@ -389,6 +389,23 @@ func fullest(arrivals []arrival, w time.Duration) []arrival {
 	return best
 }
 
+// logFullest logs the arrivals of the fullest window of length w (see
+// fullest), each with its call's attempts in the activity: their state,
+// host and admission time, since start, and how long before the arrival.
+func logFullest(t *testing.T, arrivals []arrival, w time.Duration, attempts map[string][]report.Activity, start time.Time) {
+	t.Helper()
+	since := func(at time.Time) time.Duration { return at.Sub(start).Round(time.Millisecond) }
+	t.Logf("the fullest %v window at the upstream:", w)
+	for _, r := range fullest(arrivals, w) {
+		var adm []string
+		for _, at := range attempts[r.call] {
+			when, _ := time.Parse(time.RFC3339Nano, at.At)
+			adm = append(adm, fmt.Sprintf("%s by %s at %v (%v before)", at.State, at.Instance, since(when), r.at.Sub(when).Round(time.Millisecond)))
+		}
+		t.Logf("  %s arrived at %v, answered %d; attempts: %s", r.call, since(r.at), r.status, strings.Join(adm, ", "))
+	}
+}
+
 // statusWriter remembers the status written through it.
 type statusWriter struct {
 	http.ResponseWriter

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 	"os/exec"
@@ -155,14 +154,7 @@ func underPressure(t *testing.T, loops int, cut time.Duration) {
 	t.Logf("the upstream accepted %d, refused %d; most in a rolling %v: %d of %d", len(stats.Accepted), stats.Rejected, window, most, quota)
 	if most > quota || stats.Rejected > 0 {
 		t.Errorf("the upstream accepted %d calls in one rolling %v window and refused %d; want at most %d and none", most, window, stats.Rejected, quota)
-		for _, r := range fullest(arrivals, window) {
-			var adm []string
-			for _, at := range attempts[r.call] {
-				when, _ := time.Parse(time.RFC3339Nano, at.At)
-				adm = append(adm, fmt.Sprintf("%s by %s at %v (%v before)", at.State, at.Instance, since(when), r.at.Sub(when).Round(time.Millisecond)))
-			}
-			t.Logf("  %s arrived at %v, answered %d; attempts: %s", r.call, since(r.at), r.status, strings.Join(adm, ", "))
-		}
+		logFullest(t, arrivals, window, attempts, start)
 	}
 }
 

@@ -322,15 +322,7 @@ func TestHostsShareOneBudget(t *testing.T) {
 	}
 	if most > quota || stats.Rejected > 0 {
 		t.Errorf("the upstream accepted %d calls in one rolling %v window and refused %d with 429; want at most %d and none", most, window, stats.Rejected, quota)
-		t.Logf("the fullest %v window at the upstream:", window)
-		for _, r := range fullest(arrivals, window) {
-			var adm []string
-			for _, at := range sent[r.call] {
-				when, _ := time.Parse(time.RFC3339Nano, at.At)
-				adm = append(adm, fmt.Sprintf("%s by %s at %v (%v before)", at.State, at.Instance, since(when), r.at.Sub(when).Round(time.Millisecond)))
-			}
-			t.Logf("  %s arrived at %v, answered %d; admitted %s", r.call, since(r.at), r.status, strings.Join(adm, ", "))
-		}
+		logFullest(t, arrivals, window, sent, start)
 	}
 
 	// The command line reads the same activity, on another host.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,6 +49,7 @@ type Job struct {
 	Quiet           bool          // do not report each admission
 	Victim          bool          // admit one call first and never finish it, hold slots, and take "finish" orders
 	AdmitOnly       bool          // admit only: never record an outcome
+	Callers         int           // callers calling at once, each one call after another; 0 means 1
 }
 
 // RunHelper does a helper process's job, and exits, when the test binary
@@ -189,23 +191,47 @@ func (h *helping) takeOrders(ctx context.Context) <-chan struct{} {
 // admit admits calls as fast as it can, and records their outcomes
 // unless the job only admits, until stop closes or deadline comes.
 func (h *helping) admit(ctx context.Context, stop <-chan struct{}, deadline <-chan time.Time) error {
-	n := 0 // admissions
-	for i := 1; ; i++ {
+	var (
+		n     atomic.Int64 // admissions
+		calls atomic.Int64 // calls started, for their IDs
+		ended = make(chan struct{})
+		wg    sync.WaitGroup
+		errs  = make([]error, max(h.job.Callers, 1))
+	)
+	go func() {
 		select {
 		case <-stop:
-			return h.finish(ctx, n)
 		case <-deadline:
-			return h.finish(ctx, n)
+		}
+		close(ended)
+	}()
+	for c := range errs {
+		wg.Go(func() { errs[c] = h.calls(ctx, ended, &calls, &n) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return h.finish(ctx, int(n.Load()))
+}
+
+// calls is one caller of admit: it makes one call after another until
+// ended closes, counting the admissions in n.
+func (h *helping) calls(ctx context.Context, ended <-chan struct{}, calls, n *atomic.Int64) error {
+	for {
+		select {
+		case <-ended:
+			return nil
 		default:
 		}
-		t, err := h.call(ctx, i)
+		t, err := h.call(ctx, int(calls.Add(1)))
 		if errors.Is(err, pacer.ErrPaused) {
 			continue
 		}
 		if err != nil {
 			return err
 		}
-		n++
+		n.Add(1)
 		if !h.job.Quiet {
 			h.say("admitted %d", t.ID)
 		}

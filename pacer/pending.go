@@ -148,14 +148,14 @@ func (p *Pacer) armPending(key string) {
 func (p *Pacer) writePendingAlone(key string) {
 	p.mu.Lock()
 	delete(p.pendingTimed, key)
-	left := slices.ContainsFunc(p.pending[key], func(w *pendingWrite) bool { return !w.written })
+	left := unwritten(p.pending[key])
 	p.mu.Unlock()
 	if !left || p.update(context.Background(), func(ledger.Tx) error { return nil }, key) == nil {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if slices.ContainsFunc(p.pending[key], func(w *pendingWrite) bool { return !w.written }) {
+	if unwritten(p.pending[key]) {
 		p.armPending(key)
 	}
 }
@@ -258,10 +258,16 @@ func (p *Pacer) dropPending(t Ticket) bool {
 	return true
 }
 
+// unwritten says whether list holds a write not written yet. p.mu is
+// held.
+func unwritten(list []*pendingWrite) bool {
+	return slices.ContainsFunc(list, func(w *pendingWrite) bool { return !w.written })
+}
+
 // pendingKeys adds to held the keys with writes pending. p.mu is held.
 func (p *Pacer) pendingKeys(held map[string]bool) {
 	for key, list := range p.pending {
-		if slices.ContainsFunc(list, func(w *pendingWrite) bool { return !w.written }) {
+		if unwritten(list) {
 			held[key] = true
 		}
 	}

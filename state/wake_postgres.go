@@ -36,12 +36,11 @@ const wakeRetry = time.Second
 type wakes struct {
 	token string // in this Postgres's notifications' payloads: it skips its own
 
-	mu      sync.Mutex
-	fns     map[int]func(key string)
-	next    int
-	started bool
-	stop    context.CancelFunc // ends the listener; nil before it started
-	done    chan struct{}      // closed when the listener has ended
+	mu   sync.Mutex
+	fns  map[int]func(key string)
+	next int
+	stop context.CancelFunc // ends the listener; nil before it started
+	done chan struct{}      // closed when the listener has ended
 }
 
 // newWakeToken returns a token no other process's Postgres has.
@@ -74,8 +73,7 @@ func (pg *Postgres) OnWake(fn func(key string)) (stop func()) {
 	pg.connMu.Lock()
 	closed := pg.closed
 	pg.connMu.Unlock()
-	if !w.started && !closed {
-		w.started = true
+	if w.stop == nil && !closed { // Close marks it closed before it ends the listener
 		ctx, cancel := context.WithCancel(context.Background())
 		w.stop, w.done = cancel, make(chan struct{})
 		go pg.listen(ctx)
@@ -104,7 +102,6 @@ func (w *wakes) call(key string) {
 func (w *wakes) close() {
 	w.mu.Lock()
 	stop, done := w.stop, w.done
-	w.started = true // none starts after Close
 	w.mu.Unlock()
 	if stop != nil {
 		stop()

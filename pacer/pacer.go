@@ -66,7 +66,7 @@ type Pacer struct {
 	// (see armPending).
 	pendingTimed map[string]bool
 
-	stopWakes func() // stops the store's wake-ups (see wakeSource); nil when it has none
+	stopWakes func() // stops the store's wake-ups; nil until a call waited for a probe (see listenForWakes)
 }
 
 // An Option sets one of a Pacer's settings in New.
@@ -92,9 +92,6 @@ func New(db ledger.Store, opts ...Option) *Pacer {
 	for _, o := range opts {
 		o(p)
 	}
-	if w, ok := db.(wakeSource); ok {
-		p.stopWakes = w.OnWake(p.signal)
-	}
 	return p
 }
 
@@ -104,6 +101,21 @@ func New(db ledger.Store, opts ...Option) *Pacer {
 // key "" means any key (notices may have been missed).
 type wakeSource interface {
 	OnWake(func(key string)) (stop func())
+}
+
+// listenForWakes has the store wake this process's calls when another
+// process ends a key's probe (see wakeSource), once: from the first call
+// that waits for a probe, so that a process none of whose calls ever does
+// (a one-shot command) holds no connection for it.
+func (p *Pacer) listenForWakes() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopWakes != nil || p.closed {
+		return
+	}
+	if w, ok := p.db.(wakeSource); ok {
+		p.stopWakes = w.OnWake(p.signal)
+	}
 }
 
 func (p *Pacer) now() time.Time { return p.clock.Now() }
@@ -262,6 +274,9 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 			return Ticket{}, run.pause
 		}
 		heldBy, held = run.d.source, run.d.reason
+		if run.d.limit == ProbeLimit {
+			p.listenForWakes()
+		}
 		wait := progress(c, start, &lastProgress, run.now, run.d)
 		if err := p.sleep(ctx, wait, wake); err != nil {
 			return Ticket{}, err

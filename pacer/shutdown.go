@@ -16,11 +16,11 @@ import (
 // the process's journal is then in it. Slots not given back are released
 // by the next sweep after their lease, counted as sent.
 func (p *Pacer) Close(ctx context.Context) error {
+	p.mu.Lock()
+	p.closed = true
 	if p.stopWakes != nil {
 		p.stopWakes()
 	}
-	p.mu.Lock()
-	p.closed = true
 	var ls []*lease
 	for _, l := range p.leases {
 		ls = append(ls, p.dropLease(l))

@@ -210,12 +210,14 @@ func fairShares(t *testing.T, up *upstreamLog, bases []string) {
 			// A pause when the share's oldest call leaves the window a
 			// second or more from now (the sync job's first burst), a slow
 			// down when sooner (its calls spread over the window, as they
-			// are on a loaded machine): either says it is the share.
+			// are on a loaded machine): either says it is the share, the
+			// pause after "Wait 2 s before the next call: principal…", the
+			// slow down as a sentence of its own ("Principal…").
 			if st.Advice.Action == "pause" || st.Advice.Action == "slow_down" {
 				mu.Lock()
 				quotaSaid = append(quotaSaid, st.Advice.Reason)
 				mu.Unlock()
-				if strings.Contains(st.Advice.Reason, "principal 'sync' has used its share") {
+				if strings.Contains(strings.ToLower(st.Advice.Reason), "principal 'sync' has used its share") {
 					close(told)
 					return
 				}

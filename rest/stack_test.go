@@ -2,7 +2,6 @@ package rest_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -103,12 +101,12 @@ type stack struct {
 	Pacer       *pacer.Pacer
 	Client      *upstream.Client
 	REST        *rest.Handler
-	Log         *syncBuffer // every log line, JSON
+	Log         *testkit.Buffer // every log line, JSON
 }
 
 func newStack(t testing.TB, sc stackConfig) *stack {
 	t.Helper()
-	s := &stack{Log: &syncBuffer{}}
+	s := &stack{Log: &testkit.Buffer{}}
 	up := sc.Upstream
 	if up == nil {
 		if sc.Demo.Tokens == nil {
@@ -276,24 +274,6 @@ func (s *stack) doOnClock(t testing.TB, clk *testkit.Clock, method, path, token 
 // key's credential.
 func (s *stack) upstreamRequests() int {
 	return s.API.Stats(upstreamSecret).Requests
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // rateLimitFields are the fields every answer about a key carries.

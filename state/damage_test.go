@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,35 +14,6 @@ import (
 	"github.com/mcp-quota/mcp-quota/report/reason"
 	"github.com/mcp-quota/mcp-quota/state"
 )
-
-// damageWAL overwrites the page of every third frame of the write-ahead
-// log of the file at path, in place, as a failing disk or a stray writer
-// would, and returns how many frames it overwrote.
-func damageWAL(t *testing.T, path string) int {
-	t.Helper()
-	const header, frameHeader, page = 32, 24, 4096
-	wal, err := os.ReadFile(path + "-wal")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(path+"-wal", os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	junk := []byte(strings.Repeat("damaged!", page/8))
-	n := 0
-	for frame := 0; header+(frame+1)*(frameHeader+page) <= len(wal); frame += 3 {
-		if _, err := f.WriteAt(junk, int64(header+frame*(frameHeader+page)+frameHeader)); err != nil {
-			t.Fatal(err)
-		}
-		n++
-	}
-	if n == 0 {
-		t.Fatalf("the log holds no frame to damage (%d bytes)", len(wal))
-	}
-	return n
-}
 
 // withHistory opens a state file at path on clk, checks it, and records
 // n attempts of key k: the check that passed stands for the writes, which
@@ -97,7 +67,7 @@ func TestDamagedFileFailsClosed(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "state.db")
 			clk := testkit.NewClock(t0)
 			db := withHistory(t, path, clk, 200)
-			frames := damageWAL(t, path)
+			frames, _ := testkit.DamageWAL(t, path, 3)
 			if err := tt.finds(db, clk); err == nil {
 				t.Fatalf("%s of the file with %d log frames overwritten succeeded; want it to find the damage", tt.name, frames)
 			}

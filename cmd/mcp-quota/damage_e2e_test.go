@@ -5,12 +5,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // TestDamagedStateFailsClosed: serve runs on a state file whose
@@ -45,7 +46,10 @@ func TestDamagedStateFailsClosed(t *testing.T) {
 			t.Fatalf("call %d before the damage: %s", i, resp.Status)
 		}
 	}
-	damageWALFile(t, s.state)
+	// Every frame: with every third, about one run in a hundred read only
+	// whole pages from the log and was answered.
+	n, frames := testkit.DamageWAL(t, s.state, 1)
+	t.Logf("overwrote %d of %d log frames", n, frames)
 	resp := get(t, base+"/v1/activity?key=demo&limit=500", syncToken)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable {
@@ -70,34 +74,4 @@ func TestDamagedStateFailsClosed(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "damaged") || !strings.Contains(string(body), "move") {
 		t.Errorf("/healthz: %s %s; want 503 saying the file is damaged and what to do", resp.Status, body)
 	}
-}
-
-// damageWALFile overwrites the page of every frame of the write-ahead
-// log beside the state file at path, so that no page a call reads from
-// the log is whole (with every third frame, about one run in a hundred
-// read only whole ones and was answered).
-func damageWALFile(t *testing.T, path string) {
-	t.Helper()
-	const header, frameHeader, page = 32, 24, 4096
-	fi, err := os.Stat(path + "-wal")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(path+"-wal", os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	junk := []byte(strings.Repeat("damaged!", page/8))
-	n := 0
-	for frame := 0; header+int64(frame+1)*(frameHeader+page) <= fi.Size(); frame++ {
-		if _, err := f.WriteAt(junk, header+int64(frame)*(frameHeader+page)+frameHeader); err != nil {
-			t.Fatal(err)
-		}
-		n++
-	}
-	if n == 0 {
-		t.Fatalf("the log holds no frame to damage (%d bytes)", fi.Size())
-	}
-	t.Logf("overwrote %d of %d log frames", n, (fi.Size()-header)/(frameHeader+page))
 }

@@ -15,13 +15,15 @@ import (
 	"time"
 
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
 
 // runningDemo is a "serve --demo" run in this process.
 type runningDemo struct {
 	base   string // http://127.0.0.1:port
 	output string // everything it printed up to "Press Ctrl-C to stop."
-	logs   *lockedBuffer
+	logs   *testkit.Buffer
 	stop   func() error
 }
 
@@ -31,7 +33,7 @@ func startDemoServe(t *testing.T, dir string, args ...string) *runningDemo {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
-	logs := &lockedBuffer{}
+	logs := &testkit.Buffer{}
 	done := make(chan error, 1)
 	args = append([]string{"serve", "--demo", "--listen", "127.0.0.1:0", "--drain-delay", "0", "--state", filepath.Join(dir, "state.db")}, args...)
 	go func() {

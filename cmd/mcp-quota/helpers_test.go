@@ -177,12 +177,12 @@ func (s *setup) getenv(name string) string {
 
 // command returns mcp-quota with args, the setup's config and state and
 // its environment; stderr is collected in the returned buffer.
-func (s *setup) command(t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer) {
+func (s *setup) command(t *testing.T, args ...string) (*exec.Cmd, *testkit.Buffer) {
 	t.Helper()
 	args = append(args, "--config", s.config, "--state", s.state)
 	cmd := exec.Command(binary(t), args...)
 	cmd.Env = append(os.Environ(), s.env...)
-	var stderr lockedBuffer
+	var stderr testkit.Buffer
 	cmd.Stderr = &stderr
 	return cmd, &stderr
 }
@@ -208,7 +208,7 @@ func (s *setup) stdioSession(t *testing.T, opts *gomcp.ClientOptions, args ...st
 
 // serve runs `mcp-quota serve` in this process on a free loopback port
 // and returns its base URL and collected logs.
-func (s *setup) serve(t testing.TB, args ...string) (string, *lockedBuffer) {
+func (s *setup) serve(t testing.TB, args ...string) (string, *testkit.Buffer) {
 	t.Helper()
 	base, logs, stop := startServe(t, s.getenv, append([]string{"--config", s.config, "--state", s.state}, args...)...)
 	t.Cleanup(func() {
@@ -223,11 +223,11 @@ func (s *setup) serve(t testing.TB, args ...string) (string, *lockedBuffer) {
 // port with getenv as its environment, and returns its base URL, its
 // collected logs and a function that stops it and returns its error
 // (called at the test's end too).
-func startServe(t testing.TB, getenv func(string) string, args ...string) (string, *lockedBuffer, func() error) {
+func startServe(t testing.TB, getenv func(string) string, args ...string) (string, *testkit.Buffer, func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
-	var logs lockedBuffer
+	var logs testkit.Buffer
 	done := make(chan error, 1)
 	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--drain-delay", "0", "--log-level", "debug"}, args...)
 	go func() { done <- run(ctx, args, strings.NewReader(""), pw, &logs, getenv); pw.Close() }()
@@ -323,24 +323,6 @@ func text(res *gomcp.CallToolResult) string {
 		}
 	}
 	return b.String()
-}
-
-// lockedBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // get sends a REST request as token.

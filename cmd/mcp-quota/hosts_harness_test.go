@@ -28,6 +28,7 @@ import (
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-quota/mcp-quota/demo"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/report"
 )
 
@@ -58,7 +59,7 @@ type host struct {
 
 	cmd    *exec.Cmd // its serve process, once started
 	base   string    // serve's base URL
-	stderr *lockedBuffer
+	stderr *testkit.Buffer
 	killed atomic.Bool // its serve process was killed on purpose
 }
 
@@ -109,12 +110,12 @@ func newHost(t *testing.T, name, cfg, password string, env ...string) *host {
 // command returns mcp-quota with args and the host's configuration, run
 // in its working directory with its environment; stderr is collected in
 // the returned buffer.
-func (h *host) command(t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer) {
+func (h *host) command(t *testing.T, args ...string) (*exec.Cmd, *testkit.Buffer) {
 	t.Helper()
 	cmd := exec.Command(binary(t), append(args, "--config", h.config)...)
 	cmd.Dir = filepath.Join(h.dir, "work")
 	cmd.Env = h.env
-	var stderr lockedBuffer
+	var stderr testkit.Buffer
 	cmd.Stderr = &stderr
 	return cmd, &stderr
 }

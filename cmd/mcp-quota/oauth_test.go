@@ -320,7 +320,7 @@ func TestOAuthTypeScriptClient(t *testing.T) {
 	}
 	cmd := exec.CommandContext(t.Context(), node, filepath.Join(filepath.Dir(script), "oauth.mjs"), file)
 	cmd.Env = append(os.Environ(), "MCP_URL="+base+"/mcp")
-	var stderr lockedBuffer
+	var stderr testkit.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-quota/mcp-quota/demo"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/state"
 )
@@ -215,7 +216,7 @@ func TestServeKilledLosesNoOutcome(t *testing.T) {
 // it that many REST calls one after another, each answered 200: a pace
 // that admits them from leases. It returns the setup, the process and its
 // stderr.
-func busySyncJob(t *testing.T, calls int) (*setup, *exec.Cmd, *lockedBuffer) {
+func busySyncJob(t *testing.T, calls int) (*setup, *exec.Cmd, *testkit.Buffer) {
 	t.Helper()
 	_, url := upstreamAPI(t, demo.Config{Quota: 1_000_000, Window: time.Hour})
 	key := demoKey(url, 1000000, time.Hour)
@@ -236,7 +237,7 @@ func busySyncJob(t *testing.T, calls int) (*setup, *exec.Cmd, *lockedBuffer) {
 // serveProcess starts `mcp-quota serve` on a free loopback port as a
 // process of its own (with args) and returns it, its base URL and its
 // stderr.
-func (s *setup) serveProcess(t *testing.T, args ...string) (*exec.Cmd, string, *lockedBuffer) {
+func (s *setup) serveProcess(t *testing.T, args ...string) (*exec.Cmd, string, *testkit.Buffer) {
 	t.Helper()
 	cmd, stderr := s.command(t, append([]string{"serve", "--listen", "127.0.0.1:0", "--drain-delay", "0"}, args...)...)
 	out, err := cmd.StdoutPipe()

@@ -34,7 +34,7 @@ func (w written) Write(p []byte) (int, error) {
 
 // waitFor waits until the log holds want n times (the process logs
 // each reload's outcome once), or fails.
-func waitFor(t *testing.T, logs *lockedBuffer, wrote written, want string, n int) {
+func waitFor(t *testing.T, logs *testkit.Buffer, wrote written, want string, n int) {
 	t.Helper()
 	deadline := time.NewTimer(20 * time.Second)
 	defer deadline.Stop()
@@ -51,7 +51,7 @@ func waitFor(t *testing.T, logs *lockedBuffer, wrote written, want string, n int
 // can send it signals, and returns it, its log, the channel that tells of
 // each write to the log, and its base URL. At the test's end it stops the
 // process and checks that the log holds none of secrets.
-func startReloadable(t *testing.T, s *setup, secrets ...string) (*exec.Cmd, *lockedBuffer, written, string) {
+func startReloadable(t *testing.T, s *setup, secrets ...string) (*exec.Cmd, *testkit.Buffer, written, string) {
 	t.Helper()
 	cmd, logs := s.command(t, "serve", "--listen", "127.0.0.1:0", "--drain-delay", "0", "--log-level", "info")
 	wrote := make(written, 1)

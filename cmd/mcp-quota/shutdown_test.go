@@ -20,10 +20,10 @@ import (
 
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcp-quota/mcp-quota/demo"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/state"
-
-	"github.com/mcp-quota/mcp-quota/demo"
 )
 
 // heldUpstream is an API that answers every authorized GET with 200, and,
@@ -319,7 +319,7 @@ func TestLoopbackServeHasNoDrainDelay(t *testing.T) {
 		{[]string{"--drain-delay", "1ms"}, "drain_delay=1ms"},
 	} {
 		ctx, cancel := context.WithCancel(t.Context())
-		var logs lockedBuffer
+		var logs testkit.Buffer
 		args := append([]string{"serve", "--listen", "127.0.0.1:0", "--config", s.config, "--state", s.state}, tt.args...)
 		done := make(chan error, 1)
 		pr, pw := io.Pipe()

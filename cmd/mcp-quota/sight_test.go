@@ -26,7 +26,7 @@ import (
 // may see; the static callers agent and sync; keys demo and ops (no
 // principal uses ops). It returns the setup's address, the issuer and
 // the dashboard client's ID.
-func sightSetup(t *testing.T, user string) (s *setup, base, issuer, client string, logs *lockedBuffer) {
+func sightSetup(t *testing.T, user string) (s *setup, base, issuer, client string, logs *testkit.Buffer) {
 	t.Helper()
 	iss := oidctest.Start(t, 1, user)
 	_, upstream := upstreamAPI(t, demo.Config{})
@@ -78,7 +78,7 @@ func spendAsOthers(t *testing.T, base, issuer string) (agentCall, syncCall strin
 
 // signInWithIssuer signs a cookie-keeping client in to the dashboard
 // through the authorization server, as the provider's user.
-func signInWithIssuer(t *testing.T, base string, logs *lockedBuffer) *http.Client {
+func signInWithIssuer(t *testing.T, base string, logs *testkit.Buffer) *http.Client {
 	t.Helper()
 	jar, _ := cookiejar.New(nil)
 	browser := &http.Client{Jar: jar, Transport: crossSiteReturn{}}

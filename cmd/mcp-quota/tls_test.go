@@ -103,7 +103,7 @@ func TestCertFilesReloadWhenChanged(t *testing.T) {
 	writeReplacing(t, certPath, certA, t0)
 	writeReplacing(t, keyPath, keyA, t0)
 	clk := testkit.NewClock(t0)
-	var logs lockedBuffer
+	var logs testkit.Buffer
 	c, err := newCertFiles(certPath, keyPath, clk, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -76,7 +76,7 @@ func runTSClient(t *testing.T, s *setup, calls []tsCall, env ...string) []tsAnsw
 	}
 	cmd := exec.CommandContext(t.Context(), node, script, file)
 	cmd.Env = append(append(os.Environ(), s.env...), env...)
-	var stderr lockedBuffer
+	var stderr testkit.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {

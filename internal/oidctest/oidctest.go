@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -93,7 +92,7 @@ func startProvider(t testing.TB, node, dir string, count int, user string) (stri
 	if err != nil {
 		return "", err
 	}
-	var stderr syncBuilder
+	var stderr testkit.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		return "", err
@@ -124,25 +123,6 @@ func startProvider(t testing.TB, node, dir string, count int, user string) (stri
 		stop()
 		return "", fmt.Errorf("%w\n%s", errProviderSilent, stderr.String())
 	}
-}
-
-// syncBuilder is a strings.Builder safe for the process's writer and
-// the test's reader at once.
-type syncBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuilder) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuilder) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // ClientCredentials gets an access token from issuer for resource with

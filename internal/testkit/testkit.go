@@ -3,8 +3,10 @@
 // ledger.Store.Update's contract (it may run twice; a commit may fail
 // after it returned), one harness for helper processes (the test
 // binary started again to do a job in a process of its own), a
-// builder of configuration files' keys and callers (Config), and new
-// SQLite state files migrated once per test binary (StateFile).
+// builder of configuration files' keys and callers (Config), new
+// SQLite state files migrated once per test binary (StateFile), a buffer
+// a process's output and a test's reads share (Buffer), and a damaged
+// write-ahead log (DamageWAL).
 //
 // It imports nothing of mcp-quota but pacer/ledger, so that any test,
 // including a package's internal tests, can use it.

@@ -1,0 +1,59 @@
+package testkit
+
+import (
+	"os"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// A Buffer collects what a process or a logger writes: its writers and a
+// test reading it may use it at once.
+type Buffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String returns what was written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// DamageWAL overwrites the page of every nth frame of the write-ahead log
+// of the SQLite file at path (the first frame, then every nth after it),
+// in place, as a failing disk or a stray writer would, and returns how
+// many frames it overwrote and how many the log holds. It fails t when
+// the log holds no frame.
+func DamageWAL(t testing.TB, path string, nth int) (overwrote, frames int) {
+	t.Helper()
+	const header, frameHeader, page = 32, 24, 4096
+	fi, err := os.Stat(path + "-wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames = int((fi.Size() - header) / (frameHeader + page))
+	if fi.Size() < header || frames == 0 {
+		t.Fatalf("the log holds no frame to damage (%d bytes)", fi.Size())
+	}
+	f, err := os.OpenFile(path+"-wal", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	junk := []byte(strings.Repeat("damaged!", page/8))
+	for frame := 0; frame < frames; frame += nth {
+		if _, err := f.WriteAt(junk, int64(header+frame*(frameHeader+page)+frameHeader)); err != nil {
+			t.Fatal(err)
+		}
+		overwrote++
+	}
+	return overwrote, frames
+}

@@ -1,6 +1,7 @@
 package oauth_test
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -10,8 +11,21 @@ import (
 	"github.com/mcp-quota/mcp-quota/oauth"
 )
 
-// p50 reports the median of the per-call durations as p50-ns.
-func p50(b *testing.B, d []time.Duration) {
+// timeEach runs call b.N times, each after prepare (when not nil, and
+// not timed), and reports the median call's duration as p50-ns; a call
+// that fails fails b.
+func timeEach(b *testing.B, prepare func(), call func() error) {
+	d := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		if prepare != nil {
+			prepare()
+		}
+		t0 := time.Now()
+		if err := call(); err != nil {
+			b.Fatal(err)
+		}
+		d = append(d, time.Since(t0))
+	}
 	if len(d) == 0 {
 		return
 	}
@@ -30,15 +44,12 @@ keys = ["*"]
 	if err != nil {
 		b.Fatal(err)
 	}
-	d := make([]time.Duration, 0, b.N)
-	for b.Loop() {
-		t0 := time.Now()
+	timeEach(b, nil, func() error {
 		if _, ok := s.Authenticate("a-static-caller-token-0123456789"); !ok {
-			b.Fatal("refused")
+			return errors.New("refused")
 		}
-		d = append(d, time.Since(t0))
-	}
-	p50(b, d)
+		return nil
+	})
 }
 
 // BenchmarkJWT is the check of a JWT access token from oidc-provider
@@ -50,15 +61,7 @@ func BenchmarkJWT(b *testing.B) {
 	if _, err := s.Verify(b.Context(), tok); err != nil {
 		b.Fatal(err)
 	}
-	d := make([]time.Duration, 0, b.N)
-	for b.Loop() {
-		t0 := time.Now()
-		if _, err := s.Verify(b.Context(), tok); err != nil {
-			b.Fatal(err)
-		}
-		d = append(d, time.Since(t0))
-	}
-	p50(b, d)
+	timeEach(b, nil, func() error { _, err := s.Verify(b.Context(), tok); return err })
 }
 
 // BenchmarkIntrospectionCached is the check of an opaque token whose
@@ -71,29 +74,13 @@ func BenchmarkIntrospectionCached(b *testing.B) {
 	if _, err := s.Verify(b.Context(), tok); err != nil {
 		b.Fatal(err)
 	}
-	d := make([]time.Duration, 0, b.N)
-	for b.Loop() {
-		t0 := time.Now()
-		if _, err := s.Verify(b.Context(), tok); err != nil {
-			b.Fatal(err)
-		}
-		d = append(d, time.Since(t0))
-	}
-	p50(b, d)
+	timeEach(b, nil, func() error { _, err := s.Verify(b.Context(), tok); return err })
 }
 
 func BenchmarkIntrospection(b *testing.B) {
 	iss := oidctest.Start(b, 1, "alice")
 	s, _, clk := newServer(b, iss, true, func(c *oauth.Config) { c.IntrospectionCache = time.Nanosecond })
 	tok := oidctest.ClientCredentials(b, iss[0], "opaque-job", "opaque-job-secret", resource, "mcp")
-	d := make([]time.Duration, 0, b.N)
-	for b.Loop() {
-		clk.Advance(time.Nanosecond) // the cached answer ends
-		t0 := time.Now()
-		if _, err := s.Verify(b.Context(), tok); err != nil {
-			b.Fatal(err)
-		}
-		d = append(d, time.Since(t0))
-	}
-	p50(b, d)
+	timeEach(b, func() { clk.Advance(time.Nanosecond) }, // the cached answer ends
+		func() error { _, err := s.Verify(b.Context(), tok); return err })
 }

@@ -54,11 +54,7 @@ func serverWith(t *testing.T, callers bool, proxies []netip.Prefix) (string, *st
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := state.Open(context.Background(), testkit.StateFile(t, state.Open))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := testkit.OpenState(t, state.Open)
 	p := pacer.New(db)
 	client := upstream.New(p, nil)
 	m := metrics.New(keys, p, db)

@@ -1,7 +1,6 @@
 package metrics_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -47,11 +46,7 @@ func TestSeriesBoundedWithManyKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := state.Open(context.Background(), testkit.StateFile(t, state.Open))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := testkit.OpenState(t, state.Open)
 	m := metrics.New(keys, pacer.New(db), db)
 	m.ScrapeTimeout = time.Hour // reading 1,000 keys on a loaded machine is slow; that is not what is tested
 	for i := range 1000 {

@@ -30,11 +30,7 @@ func newMetrics(t *testing.T) (*metrics.Metrics, *state.DB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := state.Open(context.Background(), testkit.StateFile(t, state.Open))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := testkit.OpenState(t, state.Open)
 	return metrics.New(keys, pacer.New(db), db), db
 }
 

@@ -24,11 +24,7 @@ import (
 func TestReadActivityNotFound(t *testing.T) {
 	keys := parseKeys(t, testkit.Config{Keys: []testkit.Key{openKey("mine"), openKey("theirs")},
 		Callers: []testkit.Caller{{Name: "me", TokenEnv: "ME", Keys: []string{"mine"}}}})
-	db, err := state.Open(t.Context(), testkit.StateFile(t, state.Open))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := testkit.OpenState(t, state.Open)
 	s := NewServer(&Deps{Keys: keys, DB: db, Pacer: pacer.New(db)}, "test")
 	ctx := keystore.WithCaller(context.Background(), keys.Callers()[0])
 

@@ -68,11 +68,7 @@ func TestReadyWaits(t *testing.T) {
 				t.Fatalf("a call answered before the state was open: %s", got)
 			}
 		}
-		db, err := state.Open(t.Context(), testkit.StateFile(t, state.Open))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
+		db := testkit.OpenState(t, state.Open)
 		p := pacer.New(db)
 		d.DB, d.Pacer, d.Client = db, p, upstream.New(p, slog.New(slog.DiscardHandler))
 		close(open)

@@ -77,11 +77,7 @@ func newKey(t *testing.T, auth string) *keystore.Key {
 
 func newClient(t *testing.T, f http.RoundTripper) (*Client, *state.DB) {
 	t.Helper()
-	db, err := state.Open(context.Background(), testkit.StateFile(t, state.Open))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := testkit.OpenState(t, state.Open)
 	c := New(pacer.New(db), nil)
 	c.Transport = f
 	return c, db

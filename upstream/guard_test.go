@@ -191,11 +191,7 @@ func guardKey(t *testing.T, base string) *keystore.Key {
 
 func guardDB(t *testing.T) *state.DB {
 	t.Helper()
-	db, err := state.Open(context.Background(), testkit.StateFile(t, state.Open))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := testkit.OpenState(t, state.Open)
 	return db
 }
 

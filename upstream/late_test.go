@@ -44,11 +44,7 @@ func (s *stalling) Update(ctx context.Context, fn func(ledger.Tx) error, keys ..
 // hold it back (the key allows one call per 4 s).
 func TestLateSendIsAdmittedAgainBeforeItGoes(t *testing.T) {
 	f := &fake{answer: func(int, *http.Request) *http.Response { return respond(http.StatusOK) }}
-	db, err := state.Open(context.Background(), testkit.StateFile(t, state.Open))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := testkit.OpenState(t, state.Open)
 	clk := testkit.NewClock(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
 	store := &stalling{Store: db, clk: clk, stall: 700 * time.Millisecond}
 	c := New(pacer.New(store, pacer.WithClock(clk)), nil)
@@ -114,11 +110,7 @@ func TestOutcomeOfASentCallIsTriedAgain(t *testing.T) {
 			f := &fake{answer: func(int, *http.Request) *http.Response {
 				return respond(http.StatusOK, "RateLimit-Policy", `"p";q=10;w=60`, "RateLimit", `"p";r=9;t=60`)
 			}}
-			db, err := state.Open(context.Background(), testkit.StateFile(t, state.Open))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { db.Close() })
+			db := testkit.OpenState(t, state.Open)
 			c := New(pacer.New(&failing{Store: db, n: 2, committed: committed}), nil) // 1: the admission, 2: the outcome
 			c.Transport = f
 			resp, err := c.Do(context.Background(), newKey(t, "bearer"), Request{Caller: "a", Transport: "test", Path: "/x"})

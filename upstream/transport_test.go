@@ -1,7 +1,6 @@
 package upstream
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -38,11 +37,7 @@ func TestKeysShareConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := state.Open(context.Background(), testkit.StateFile(t, state.Open))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := testkit.OpenState(t, state.Open)
 	c := New(pacer.New(db), nil)
 	for _, k := range keys.Keys() {
 		resp, err := c.Do(t.Context(), k, Request{Caller: "sync", Transport: "rest", Path: "/x"})

@@ -44,6 +44,18 @@ func StateFile[DB io.Closer, O any](tb testing.TB, open func(context.Context, st
 	return path
 }
 
+// OpenState opens a new StateFile with open (state.Open) and closes it
+// when tb ends; it fails tb when the file does not open.
+func OpenState[DB io.Closer, O any](tb testing.TB, open func(context.Context, string, ...O) (DB, error)) DB {
+	tb.Helper()
+	db, err := open(context.Background(), StateFile(tb, open))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	return db
+}
+
 // migrate opens a new state file in a directory of its own, closes it
 // and returns its content; the directory is gone when it returns.
 func migrate[DB io.Closer, O any](open func(context.Context, string, ...O) (DB, error)) ([]byte, error) {

@@ -169,7 +169,7 @@ func TestWallsCompressedAnswers(t *testing.T) {
 		}
 	}
 	channels := map[string]string{"answers": out.String(), "log": s.Log.String()}
-	for name, text := range stateChannels(t, s) {
+	for name, text := range leaktest.StateFiles(t, s.DBPath) {
 		channels[name] = text
 	}
 	if !strings.Contains(channels["state file"]+channels["state file-wal"], `"pad":"ppp`) {

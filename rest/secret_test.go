@@ -6,16 +6,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcp-quota/mcp-quota/internal/leaktest"
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/upstream"
@@ -135,18 +135,7 @@ func TestSecretsNeverLeave(t *testing.T) {
 		"answers and errors": out.String(),
 		"log":                s.Log.String(),
 	}
-	for _, suffix := range []string{"", "-wal", "-shm"} {
-		b, err := os.ReadFile(s.DBPath + suffix)
-		if err != nil && suffix != "-shm" {
-			t.Fatalf("reading the state file: %v", err)
-		}
-		channels["state file"+suffix] = string(b)
-	}
-	journals, _ := filepath.Glob(s.DBPath + ".outcomes/*") // a leased call's outcome goes through one
-	for _, name := range journals {
-		b, _ := os.ReadFile(name)
-		channels["journal "+filepath.Base(name)] = string(b)
-	}
+	maps.Copy(channels, leaktest.StateFiles(t, s.DBPath)) // a leased call's outcome goes through a journal
 	// The channels hold what the calls left: the scan is not of empty files.
 	if !strings.Contains(channels["log"], "no answer from the upstream") || !strings.Contains(channels["state file"]+channels["state file-wal"], "/v1/participants") {
 		t.Fatalf("the channels hold too little to be scanned: log %d bytes, WAL %d bytes", len(channels["log"]), len(channels["state file-wal"]))

@@ -11,8 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,24 +31,6 @@ import (
 // awkwardSecret needs percent-encoding in a query, and is changed by form
 // encoding, JSON escaping and HTML escaping.
 const awkwardSecret = "zqx+9/8=x&y-UPSTREAM-41c7"
-
-// stateChannels are every file mcp-quota wrote for s: the state file, its
-// WAL and shared memory, and the journals of outcomes.
-func stateChannels(t *testing.T, s *stack) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	for _, suffix := range []string{"", "-wal", "-shm"} {
-		if b, err := os.ReadFile(s.DBPath + suffix); err == nil {
-			out["state file"+suffix] = string(b)
-		}
-	}
-	journals, _ := filepath.Glob(s.DBPath + ".outcomes/*")
-	for _, name := range journals {
-		b, _ := os.ReadFile(name)
-		out["journal "+filepath.Base(name)] = string(b)
-	}
-	return out
-}
 
 // leakyUpstream repeats its credential everywhere an upstream can: in a
 // Link that repeats the request URL, in a field that repeats it
@@ -198,7 +178,7 @@ func TestWallsKeyNeverLeaves(t *testing.T) {
 	if strings.Contains(channels["allowed host"], "api_key") || strings.Contains(channels["allowed host"], strings.TrimPrefix(s.UpstreamURL, "http://")) {
 		t.Errorf("the allowed host got a credential parameter or a Referer naming the upstream:\n%s", channels["allowed host"])
 	}
-	for name, text := range stateChannels(t, s) {
+	for name, text := range leaktest.StateFiles(t, s.DBPath) {
 		t.Logf("scanning %s (%d bytes)", name, len(text))
 		channels[name] = text
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -179,16 +180,7 @@ func TestWallsEndToEnd(t *testing.T) {
 
 	channels := map[string]string{"answers and CLI output": out.String(), "serve log": logs.String(), "stdio stderr": stdioErr.String(),
 		"REST ranges, reassembled": pieces.String()}
-	for _, suffix := range []string{"", "-wal", "-shm"} {
-		if b, err := os.ReadFile(s.state + suffix); err == nil {
-			channels["state file"+suffix] = string(b)
-		}
-	}
-	journals, _ := filepath.Glob(s.state + ".outcomes/*")
-	for _, name := range journals {
-		b, _ := os.ReadFile(name)
-		channels["journal "+filepath.Base(name)] = string(b)
-	}
+	maps.Copy(channels, leaktest.StateFiles(t, s.state))
 	if !strings.Contains(channels["answers and CLI output"], "/slash/") || !strings.Contains(channels["state file"]+channels["state file-wal"], "/slash/") {
 		t.Fatalf("the redirect's attempt is not in the activity and the state file: the scan would prove nothing")
 	}

@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -100,6 +102,30 @@ func Decoded(text string) map[string]string {
 	}
 	if len(b) > 0 {
 		try("raw deflate at byte 0", flate.NewReader(bytes.NewReader(b)), nil)
+	}
+	return out
+}
+
+// StateFiles are every file mcp-quota writes for the SQLite state at path,
+// by name, for Scan: the state file, its write-ahead log and shared
+// memory (when they exist), and the journals of outcomes beside it. It
+// fails t when the state file cannot be read.
+func StateFiles(t testing.TB, path string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		b, err := os.ReadFile(path + suffix)
+		if err != nil && suffix == "" {
+			t.Fatalf("reading the state file: %v", err)
+		}
+		if err == nil {
+			out["state file"+suffix] = string(b)
+		}
+	}
+	journals, _ := filepath.Glob(path + ".outcomes/*")
+	for _, name := range journals {
+		b, _ := os.ReadFile(name)
+		out["journal "+filepath.Base(name)] = string(b)
 	}
 	return out
 }

@@ -27,20 +27,8 @@ func BenchmarkFinishOutcomes(b *testing.B) {
 	b.Setenv("PGPASSWORD", srv.Password())
 	ctx := context.Background()
 	record := map[string]func(*Tx, []ledger.Finished) (int, error){
-		"one-by-one": func(tx *Tx, fs []ledger.Finished) (int, error) {
-			n := 0
-			for _, f := range fs {
-				ok, err := tx.finish(f)
-				if err != nil {
-					return n, err
-				}
-				if ok {
-					n++
-				}
-			}
-			return n, nil
-		},
-		"batched": (*Tx).finishAll,
+		"one-by-one": (*Tx).finishEach,
+		"batched":    (*Tx).finishAll,
 	}
 	// reserve records a lease of journalBatch slots of key k and returns
 	// their outcomes.

@@ -61,19 +61,25 @@ const pgAddObservations = `INSERT INTO observations
 // returns how many it recorded.
 func (tx *Tx) finishAll(fs []ledger.Finished) (int, error) {
 	if tx.pg == nil {
-		n := 0
-		for _, f := range fs {
-			ok, err := tx.finish(f)
-			if err != nil {
-				return n, err
-			}
-			if ok {
-				n++
-			}
-		}
-		return n, nil
+		return tx.finishEach(fs)
 	}
 	return tx.pgFinishAll(fs)
+}
+
+// finishEach is finishAll one statement an outcome, as SQLite records
+// them.
+func (tx *Tx) finishEach(fs []ledger.Finished) (int, error) {
+	n := 0
+	for _, f := range fs {
+		ok, err := tx.finish(f)
+		if err != nil {
+			return n, err
+		}
+		if ok {
+			n++
+		}
+	}
+	return n, nil
 }
 
 func (tx *Tx) pgFinishAll(fs []ledger.Finished) (int, error) {

@@ -7,10 +7,29 @@ import (
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
+	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/report/reason"
 )
+
+// leaseGrantedAt returns which call, of calls to k 1 ms apart on a new
+// store, each answered 200 before the next, reserves a lease: the one
+// before the first admitted from it.
+func leaseGrantedAt(t *testing.T, k *keystore.Key) int {
+	t.Helper()
+	probe := newEnv(t)
+	for i := range 20 {
+		tk := probe.mustAdmit(k, "sync", "/items")
+		if tk.Leased() {
+			return i - 1
+		}
+		probe.answer(tk, 200, nil)
+		probe.clk.advance(time.Millisecond)
+	}
+	t.Fatal("no lease granted in 20 calls 1 ms apart")
+	return -1
+}
 
 // An admission whose transaction runs twice grants only what its last
 // run granted: a lease reserved in a run that was rolled back is never
@@ -19,21 +38,8 @@ import (
 func TestAdmitRunTwiceKeepsOnlyItsLastRun(t *testing.T) {
 	// Where a lease is granted, on a store that runs everything once more
 	// with nothing between the runs.
-	probe := newEnv(t)
 	k := busyKey(100_000)
-	grantAt := -1
-	for i := range 20 {
-		tk := probe.mustAdmit(k, "sync", "/items")
-		if tk.Leased() {
-			grantAt = i - 1 // the call before the first leased one reserved the lease
-			break
-		}
-		probe.answer(tk, 200, nil)
-		probe.clk.advance(time.Millisecond)
-	}
-	if grantAt < 0 {
-		t.Fatal("no lease granted in 20 calls 1 ms apart")
-	}
+	grantAt := leaseGrantedAt(t, k)
 
 	e := newEnv(t)
 	for i := range grantAt + 1 {
@@ -92,21 +98,8 @@ func TestLearnedWrittenWhenItsTransactionRunsTwice(t *testing.T) {
 // reserved is not installed, the next call is not admitted from it, and
 // no slot stays reserved.
 func TestAdmitWhoseCommitFailsGrantsNothing(t *testing.T) {
-	probe := newEnv(t)
 	k := busyKey(100_000)
-	grantAt := -1 // the call that reserves the lease
-	for i := range 20 {
-		tk := probe.mustAdmit(k, "sync", "/items")
-		if tk.Leased() {
-			grantAt = i - 1
-			break
-		}
-		probe.answer(tk, 200, nil)
-		probe.clk.advance(time.Millisecond)
-	}
-	if grantAt < 0 {
-		t.Fatal("no lease granted in 20 calls 1 ms apart")
-	}
+	grantAt := leaseGrantedAt(t, k) // the call that reserves the lease
 
 	e := newEnv(t)
 	failing := &testkit.FailStore{Store: e.db}

@@ -34,6 +34,9 @@ func (b *Buffer) String() string {
 // the log holds no frame.
 func DamageWAL(t testing.TB, path string, nth int) (overwrote, frames int) {
 	t.Helper()
+	if nth < 1 {
+		t.Fatalf("DamageWAL: every %dth frame", nth)
+	}
 	const header, frameHeader, page = 32, 24, 4096
 	fi, err := os.Stat(path + "-wal")
 	if err != nil {

@@ -448,9 +448,14 @@ func testLeaseGrantLostCommit(t *testing.T, db ledger.Store, key string, renew b
 	p := New(lost, WithClock(clk), WithJitter(func() float64 { return 0.5 }))
 	defer p.Close(ctx)
 	p.mu.Lock()
-	busy := &admissions{} // a pace that leases: the key's latest admissions here, all at once
+	// A pace that leases: the key's latest admissions here, all at once,
+	// and not before the admission's own time. On PostgreSQL that is the
+	// server's clock, which moves in real time: admissions noted at clk's
+	// start were 125 ms and more before it on a loaded machine, a pace
+	// under what a lease of leaseMin slots needs, and no lease was granted.
+	busy := &admissions{}
 	for range leaseRecent {
-		busy.note(clk.Now())
+		busy.note(clk.Now().Add(time.Hour))
 	}
 	p.recent[k.Name] = busy
 	if renew { // a lease every slot of which was handed out: the next call renews it

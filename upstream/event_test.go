@@ -4,35 +4,21 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
-// observed collects what a Client's Observe hook is told.
-type observed struct {
-	mu     sync.Mutex
-	events []Event
-}
-
-func (o *observed) add(e Event) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.events = append(o.events, e)
-}
-
-// steps are the events as "kind state status" lines.
-func (o *observed) steps() []string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
+// steps are events as "kind state status" lines.
+func steps(events []Event) []string {
 	var out []string
-	for _, e := range o.events {
+	for _, e := range events {
 		kind := map[EventKind]string{Refused: "refused", Attempted: "attempted", Ended: "ended"}[e.Kind]
 		out = append(out, kind+" "+e.State+" "+http.StatusText(e.Status))
 	}
@@ -51,8 +37,8 @@ func TestObserveSeesEveryStepOnce(t *testing.T) {
 			return respond(http.StatusOK)
 		}}
 		c, db := newClient(t, f)
-		var o observed
-		c.Observe = o.add
+		var o testkit.List[Event] // what the Observe hook is told
+		c.Observe = o.Add
 		k := newKey(t, "bearer")
 		ctx := context.Background()
 
@@ -90,14 +76,14 @@ func TestObserveSeesEveryStepOnce(t *testing.T) {
 			"ended rejected_local ",
 			"ended cached ",
 		}
-		if diff := cmp.Diff(want, o.steps()); diff != "" {
+		if diff := cmp.Diff(want, steps(o.All())); diff != "" {
 			t.Errorf("events (-want +got):\n%s", diff)
 		}
 		// The activity holds the same steps.
 		if got, want := states(activity(t, db)), []string{"rejected_upstream", "confirmed", "rejected_upstream", "rejected_local", "cached"}; !cmp.Equal(got, want) {
 			t.Errorf("activity = %v, want %v", got, want)
 		}
-		for _, e := range o.events {
+		for _, e := range o.All() {
 			if e.Key != "k" || e.CallID == "" {
 				t.Errorf("event without key or call: %+v", e)
 			}

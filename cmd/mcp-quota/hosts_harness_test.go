@@ -209,30 +209,12 @@ type hostCall struct {
 	detail     string // what a failed call was told
 }
 
-// callLog collects calls from many goroutines.
-type callLog struct {
-	mu    sync.Mutex
-	calls []hostCall
-}
-
-func (l *callLog) add(c hostCall) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.calls = append(l.calls, c)
-}
-
-func (l *callLog) all() []hostCall {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.calls)
-}
-
 // restCalls sends REST calls through h as the sync caller, each with an
 // ID of its own, one after another as fast as answers come, until ctx
 // ends or h's serve process is killed. A call that is not answered pauses
 // the loop for a tenth of a second, so that refusals and failures do not
 // spin.
-func (h *host) restCalls(ctx context.Context, t *testing.T, client *http.Client, worker, wait int, log *callLog) {
+func (h *host) restCalls(ctx context.Context, t *testing.T, client *http.Client, worker, wait int, log *testkit.List[hostCall]) {
 	for n := 1; ctx.Err() == nil; n++ {
 		c := hostCall{who: h.name, id: fmt.Sprintf("%s.%d.%d", h.name, worker, n), start: time.Now()}
 		// Not ctx: a call under way when the load stops ends as it would.
@@ -270,7 +252,7 @@ func (h *host) restCalls(ctx context.Context, t *testing.T, client *http.Client,
 			t.Errorf("%s: call %s: %d %v: %s", h.name, c.id, resp.StatusCode, err, body)
 			return
 		}
-		log.add(c)
+		log.Add(c)
 		if c.kind != callAnswered {
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -279,7 +261,7 @@ func (h *host) restCalls(ctx context.Context, t *testing.T, client *http.Client,
 
 // agentCalls has the agent call fetch, each call for an ID of its own,
 // one after another, until ctx ends.
-func agentCalls(ctx context.Context, t *testing.T, sess *gomcp.ClientSession, wait int, log *callLog) {
+func agentCalls(ctx context.Context, t *testing.T, sess *gomcp.ClientSession, wait int, log *testkit.List[hostCall]) {
 	for n := 1; ctx.Err() == nil; n++ {
 		c := hostCall{who: "agent", id: fmt.Sprintf("agent.1.%d", n), start: time.Now()}
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -310,7 +292,7 @@ func agentCalls(ctx context.Context, t *testing.T, sess *gomcp.ClientSession, wa
 			t.Errorf("agent: call %s: %s", c.id, text(res))
 			return
 		}
-		log.add(c)
+		log.Add(c)
 		if c.kind != callAnswered {
 			time.Sleep(100 * time.Millisecond)
 		}

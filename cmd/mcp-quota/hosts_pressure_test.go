@@ -16,6 +16,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/internal/pgtest"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/report"
 	"github.com/mcp-quota/mcp-quota/report/reason"
@@ -81,7 +82,7 @@ func underPressure(t *testing.T, loops int, cut time.Duration) {
 		wg.Go(func() { cuts.Store(int64(cutConnections(ctx, t, pg, db, cut))) })
 	}
 
-	var log callLog
+	var log testkit.List[hostCall]
 	start := time.Now()
 	for _, h := range hosts {
 		for w := range workers {
@@ -97,7 +98,7 @@ func underPressure(t *testing.T, loops int, cut time.Duration) {
 	for waiting := true; waiting; {
 		select {
 		case <-time.After(100 * time.Millisecond):
-			waiting = time.Since(start) < load || !answeredAfter(log.all(), start, callers...)
+			waiting = time.Since(start) < load || !answeredAfter(log.All(), start, callers...)
 		case <-hung:
 			waiting = false // a caller never answered fails below
 		}
@@ -107,7 +108,7 @@ func underPressure(t *testing.T, loops int, cut time.Duration) {
 	since := func(at time.Time) time.Duration { return at.Sub(start).Round(time.Millisecond) }
 
 	byWho := map[string]map[string]int{}
-	for _, c := range log.all() {
+	for _, c := range log.All() {
 		if byWho[c.who] == nil {
 			byWho[c.who] = map[string]int{}
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/demo"
 	"github.com/mcp-quota/mcp-quota/internal/pgtest"
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/report"
 	"github.com/mcp-quota/mcp-quota/report/reason"
@@ -77,7 +78,7 @@ func TestHostsShareOneBudget(t *testing.T) {
 	defer client.CloseIdleConnections()
 	goroutinesBefore := goroutines(t, a.base)
 
-	var log callLog
+	var log testkit.List[hostCall]
 	ctx, stop := context.WithTimeout(context.Background(), load+resumeWait)
 	defer stop()
 	start := time.Now()
@@ -120,7 +121,7 @@ func TestHostsShareOneBudget(t *testing.T) {
 	// has been answered after the last outage (within resumeWait): on a
 	// loaded machine service comes back later, but it must come back.
 	last := outages[len(outages)-1].to
-	for ctx.Err() == nil && (time.Since(start) < load || !answeredAfter(log.all(), last, "host-a", "host-c", "agent")) {
+	for ctx.Err() == nil && (time.Since(start) < load || !answeredAfter(log.All(), last, "host-a", "host-c", "agent")) {
 		select {
 		case <-ctx.Done():
 		case <-time.After(100 * time.Millisecond):
@@ -137,7 +138,7 @@ func TestHostsShareOneBudget(t *testing.T) {
 	byWho := map[string]map[string]int{}
 	var slowest time.Duration
 	var elsewhere []string // calls that failed outside the outages
-	calls := log.all()
+	calls := log.All()
 	for _, c := range calls {
 		if byWho[c.who] == nil {
 			byWho[c.who] = map[string]int{}

@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -59,4 +60,25 @@ func DamageWAL(t testing.TB, path string, nth int) (overwrote, frames int) {
 		overwrote++
 	}
 	return overwrote, frames
+}
+
+// A List collects values that many goroutines add while a test reads
+// them.
+type List[T any] struct {
+	mu    sync.Mutex
+	items []T
+}
+
+// Add appends v.
+func (l *List[T]) Add(v T) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.items = append(l.items, v)
+}
+
+// All returns a copy of what was added so far, in order.
+func (l *List[T]) All() []T {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.items)
 }

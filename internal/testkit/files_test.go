@@ -59,3 +59,35 @@ func TestBuffer(t *testing.T) {
 		t.Fatalf("the buffer holds %d bytes, not 400 whole lines", len(got))
 	}
 }
+
+// A List keeps every value added from several goroutines, and All is a
+// copy: changing it leaves the list as it was.
+func TestList(t *testing.T) {
+	var l testkit.List[int]
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 100 {
+				l.Add(g*100 + i)
+				_ = l.All()
+			}
+		})
+	}
+	wg.Wait()
+	all := l.All()
+	if len(all) != 400 {
+		t.Fatalf("the list holds %d values; want 400", len(all))
+	}
+	seen := map[int]bool{}
+	for _, v := range all {
+		seen[v] = true
+	}
+	if len(seen) != 400 {
+		t.Fatalf("the list holds %d distinct values of 400", len(seen))
+	}
+	first := all[0]
+	all[0] = -1
+	if got := l.All(); got[0] != first {
+		t.Fatalf("a change to what All returned changed the list: its first value is %d, was %d", got[0], first)
+	}
+}

@@ -5,8 +5,8 @@
 // binary started again to do a job in a process of its own), a
 // builder of configuration files' keys and callers (Config), new
 // SQLite state files migrated once per test binary (StateFile), a buffer
-// a process's output and a test's reads share (Buffer), and a damaged
-// write-ahead log (DamageWAL).
+// a process's output and a test's reads share (Buffer), values many
+// goroutines add (List), and a damaged write-ahead log (DamageWAL).
 //
 // It imports nothing of mcp-quota but pacer/ledger, so that any test,
 // including a package's internal tests, can use it.

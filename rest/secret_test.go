@@ -136,6 +136,9 @@ func TestSecretsNeverLeave(t *testing.T) {
 		"log":                s.Log.String(),
 	}
 	maps.Copy(channels, leaktest.StateFiles(t, s.DBPath)) // a leased call's outcome goes through a journal
+	if _, ok := channels["state file-wal"]; !ok {
+		t.Fatal("the state file has no write-ahead log to scan")
+	}
 	// The channels hold what the calls left: the scan is not of empty files.
 	if !strings.Contains(channels["log"], "no answer from the upstream") || !strings.Contains(channels["state file"]+channels["state file-wal"], "/v1/participants") {
 		t.Fatalf("the channels hold too little to be scanned: log %d bytes, WAL %d bytes", len(channels["log"]), len(channels["state file-wal"]))

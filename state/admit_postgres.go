@@ -143,7 +143,7 @@ func (p *pgTx) pipeline(tx *Tx, key string) (r *pgRead, started, server time.Tim
 		b.Queue(pgReadGates, key)
 		b.Queue(pgReadFlight, key)
 		b.Queue(pgReadLastSends, key)
-		after, until := p.db.sendsRange(key)
+		after, until := p.db.hints.sendsRange(key)
 		b.Queue(pgReadSends, key, after, until, pgSendsRead)
 		br := c.SendBatch(tx.ctx, b)
 		defer br.Close()

@@ -286,6 +286,27 @@ func TestPostgresGroupReadsTheLogOnce(t *testing.T) {
 	}
 }
 
+// admitEvery records calls admissions of key, spacing apart, the first
+// back before the transaction's clock, and returns when the first was.
+func admitEvery(t *testing.T, pg *Postgres, key string, calls int, back, spacing time.Duration) time.Time {
+	t.Helper()
+	var start time.Time
+	err := pg.Update(context.Background(), func(tx ledger.Tx) error {
+		start = tx.Clock(time.Now()).Add(-back)
+		for i := range calls {
+			if _, err := tx.InsertAttempt(ledger.Attempt{CallID: fmt.Sprint("c", i), Attempt: 1, Key: key,
+				State: ledger.Admitted, At: start.Add(time.Duration(i) * spacing)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return start
+}
+
 // A key called a few times a second, with more admissions in its window
 // than the pipeline reads of the latest, has its window counted with the
 // lock once the key's transactions have asked the server where the window
@@ -299,20 +320,7 @@ func TestPostgresModerateKeysWindowWithTheLock(t *testing.T) {
 	pg, trips := tracedPostgres(t)
 	ctx := context.Background()
 	const key, window, spacing, calls = "k", 10 * time.Second, 100 * time.Millisecond, 200
-	var start time.Time
-	err := pg.Update(ctx, func(tx ledger.Tx) error {
-		start = tx.Clock(time.Now()).Add(-2 * window)
-		for i := range calls {
-			if _, err := tx.InsertAttempt(ledger.Attempt{CallID: fmt.Sprint("c", i), Attempt: 1, Key: key,
-				State: ledger.Admitted, At: start.Add(time.Duration(i) * spacing)}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	start := admitEvery(t, pg, key, calls, 2*window, spacing)
 	count := func() (got, want int) {
 		t.Helper()
 		err := pg.Update(ctx, func(tx ledger.Tx) error {
@@ -343,6 +351,74 @@ func TestPostgresModerateKeysWindowWithTheLock(t *testing.T) {
 		if n := trips.n.Load() - before; n != 2 {
 			t.Errorf("read %d took %d round trips, want 2: the lock's pipeline, with the window's start among the admissions it read, and the commit", i, n)
 		}
+	}
+}
+
+// A key's window begins further back or nearer from one transaction to
+// the next, as its margin moves (the latency of its answers, the age of
+// its oldest call in flight): once the pipeline has missed both ends, it
+// reads the admissions between them, and a window that begins anywhere
+// there costs no round trip of its own.
+func TestPostgresWindowStartMovesWithItsMargin(t *testing.T) {
+	pg, trips := tracedPostgres(t)
+	ctx := context.Background()
+	const key, window, spacing, calls = "k", 10 * time.Second, 100 * time.Millisecond, 200
+	start := admitEvery(t, pg, key, calls, 2*window, spacing)
+	margins := []time.Duration{50 * time.Millisecond, 450 * time.Millisecond, 250 * time.Millisecond, 60 * time.Millisecond, 440 * time.Millisecond}
+	for i, margin := range append(margins, margins...) {
+		before := trips.n.Load()
+		err := pg.Update(ctx, func(tx ledger.Tx) error {
+			since := tx.Clock(time.Now()).Add(-window - margin)
+			w, err := tx.WindowOf(key, since, nil)
+			want := 0
+			for i := range calls {
+				if start.Add(time.Duration(i) * spacing).After(since) {
+					want++
+				}
+			}
+			if err == nil && w.Count != want {
+				t.Errorf("read %d: %d admitted in the window, want %d", i, w.Count, want)
+			}
+			return err
+		}, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := trips.n.Load() - before
+		switch {
+		case i < 2 && n != 3:
+			t.Errorf("read %d, %s beyond the window, took %d round trips, want 3: a start the pipeline has not missed yet is asked of the server", i, margin, n)
+		case i >= 2 && n != 2:
+			t.Errorf("read %d, %s beyond the window, took %d round trips, want 2: a start between the two missed is read with the lock", i, margin, n)
+		}
+	}
+}
+
+// The range of a key's admissions the pipeline reads spans its last
+// backRecent window starts, with a slack of a sixteenth of the furthest,
+// at most 5 ms, on either side.
+func TestSendsRangeSpansTheRecentStarts(t *testing.T) {
+	var h windowHints
+	if after, until := h.sendsRange("k"); after != 0 || until != 0 {
+		t.Errorf("no start noted: the range is %d..%d µs back, want nothing", after, until)
+	}
+	h.noteStart("k", 16_000)
+	if after, until := h.sendsRange("k"); after != 17_000 || until != 15_000 {
+		t.Errorf("one start 16 ms back: the range is %d..%d µs back, want 17,000..15,000", after, until)
+	}
+	h.noteStart("k", 10_400_000)
+	for range backRecent - 1 {
+		h.noteStart("k", 10_050_000)
+	}
+	if after, until := h.sendsRange("k"); after != 10_405_000 || until != 10_045_000 {
+		t.Errorf("starts 10.05 and 10.4 s back: the range is %d..%d µs back, want 10,405,000..10,045,000", after, until)
+	}
+	h.noteStart("k", 10_060_000) // the 10.4 s one is now older than the last backRecent
+	if after, until := h.sendsRange("k"); after != 10_065_000 || until != 10_045_000 {
+		t.Errorf("the furthest start left the recent ones: the range is %d..%d µs back, want 10,065,000..10,045,000", after, until)
+	}
+	if after, until := h.sendsRange("other"); after != 0 || until != 0 {
+		t.Errorf("another key's range is %d..%d µs back, want nothing", after, until)
 	}
 }
 
@@ -633,7 +709,7 @@ func TestReadFirstSendFromWhatWasRead(t *testing.T) {
 	for _, c := range cases {
 		r := read()
 		c.read(r)
-		p := &pgTx{read: r}
+		p := &pgTx{db: &Postgres{}, read: r}
 		got, answered := p.readFirstSend("k", c.since)
 		if answered != c.answer || got != c.want {
 			t.Errorf("%s: after %d: got %+v (answered %v), want %+v (answered %v)", c.name, c.since, got, answered, c.want, c.answer)

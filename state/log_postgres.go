@@ -50,16 +50,17 @@ func latestSends(text string) string {
 }
 
 // pgReadSends reads the key's first admissions after a time, $2
-// microseconds before the transaction's clock (see windowHints), and up to
+// microseconds before the transaction's clock (see sendsRange), and up to
 // $3 microseconds before it, in the log's order, at most $4 of them, and of
 // those admitted at the same time (a lease's slots) the first alone; and
 // the key's first admission after that range (its last column true): a
 // window's count after a time between is then answered from them and the
 // latest admission (see readFirstSend), without a round trip of its own.
-// The range is short (see sendsRange): a busy key's admissions over a
-// window's whole length are more than the lock should wait for; the
-// admission after it answers for a key called a few times a second, which
-// seldom has one in the range.
+// The range is short, the span over which the window's start moved
+// lately (see sendsRange): a busy key's admissions over a window's whole
+// length are more than the lock should wait for; the admission after it
+// answers for a key called a few times a second, which seldom has one in
+// the range.
 var pgReadSends = `(SELECT DISTINCT ON (at) seq, at, false AS after FROM attempts
 		WHERE key = $1 AND counted AND at > ` + pgNow + ` - $2 AND at <= ` + pgNow + ` - $3
 		ORDER BY at, seq LIMIT $4)
@@ -201,6 +202,7 @@ func (p *pgTx) readFirstSend(key string, since int64) (pgFirstSend, bool) {
 	}
 	if since >= r.sendsAfter {
 		if w, ok := r.firstAfter(r.sends, since); ok {
+			p.db.hints.noteStart(key, r.now-since)
 			return w, true
 		}
 	}
@@ -228,7 +230,7 @@ func (p *pgTx) keepFirstSend(key string, since int64, w pgFirstSend) {
 	if r == nil || !r.hasLastSend {
 		return
 	}
-	p.db.noteWindowRead(key, r.now-since)
+	p.db.hints.noteStart(key, r.now-since)
 	if r.windows == nil {
 		r.windows = map[int64]pgFirstSend{}
 	}
@@ -308,35 +310,69 @@ func (p *pgTx) readLastSend(key string) (seq, at, bytes int64, found, ok bool) {
 }
 
 // The pipeline that locks a key's row reads the key's admissions around
-// a time before the transaction's clock (pgReadSends): where the key's
-// last read that the pipeline did not answer went back to, give or take a
-// slack (windowHints, sendsRange), and the first after. A hint changes
-// what is read with the lock, never what a read answers.
+// where its windows begin (pgReadSends), as a hint from the process's
+// earlier transactions on the key says: from the furthest back to the
+// nearest of the last backRecent window starts that its latest
+// admissions did not show (those the pipeline's read answered, and those
+// asked of the server), give or take a slack (sendsRange), and the first
+// after. A window's start moves between two transactions with its margin
+// (an answer's latency, the age of the oldest call in flight, up to a
+// twentieth of the window): the 100-key benchmark's 10-s windows began 47
+// to 504 ms beyond their length, and a range around the last miss alone,
+// 5 ms on either side, missed two reads in three. A hint changes what is
+// read with the lock, never what a read answers.
 type windowHints struct {
 	mu   sync.Mutex
-	back map[string]int64 // microseconds before the transaction's clock
+	back map[string]*recentStarts
 }
 
-// sendsRange returns from how far back to how far back, in
-// microseconds before the transaction's clock, the pipeline reads key's
-// admissions: a sixteenth of the hint, at most 5 ms, on either side of it
-// (the window's start moves with its margin and the clock between two
-// transactions; a busy leased key admits thousands a second).
-func (pg *Postgres) sendsRange(key string) (after, until int64) {
-	pg.hints.mu.Lock()
-	back := pg.hints.back[key]
-	pg.hints.mu.Unlock()
-	slack := min(max(back, 0)/16, 5000)
-	return back + slack, back - slack
+// backRecent is how many of a key's recent window starts the range of its
+// next reads spans.
+const backRecent = 8
+
+// recentStarts are how far back, in microseconds before the
+// transaction's clock, a key's last window starts were: a ring, the
+// latest at next-1.
+type recentStarts struct {
+	back    [backRecent]int64
+	n, next int
 }
 
-// noteWindowRead notes how far back, in microseconds, a read of key's log
-// went that the pipeline did not answer.
-func (pg *Postgres) noteWindowRead(key string, back int64) {
-	pg.hints.mu.Lock()
-	defer pg.hints.mu.Unlock()
-	if pg.hints.back == nil {
-		pg.hints.back = map[string]int64{}
+// sendsRange returns from how far back to how far back, in microseconds
+// before the transaction's clock, the pipeline reads key's admissions:
+// the span of its recent window starts (see windowHints), with a
+// sixteenth of the furthest, at most 5 ms, on either side (a busy leased
+// key admits thousands a second, and the read stops at pgSendsRead of
+// them).
+func (h *windowHints) sendsRange(key string) (after, until int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := h.back[key]
+	if r == nil {
+		return 0, 0
 	}
-	pg.hints.back[key] = back
+	far, near := r.back[0], r.back[0]
+	for _, b := range r.back[1:r.n] {
+		far, near = max(far, b), min(near, b)
+	}
+	slack := min(max(far, 0)/16, 5000)
+	return far + slack, near - slack
+}
+
+// noteStart notes how far back, in microseconds, a window of key began
+// that the pipeline's read of its latest admissions did not show.
+func (h *windowHints) noteStart(key string, back int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.back == nil {
+		h.back = map[string]*recentStarts{}
+	}
+	r := h.back[key]
+	if r == nil {
+		r = &recentStarts{}
+		h.back[key] = r
+	}
+	r.back[r.next] = back
+	r.next = (r.next + 1) % backRecent
+	r.n = min(r.n+1, backRecent)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -160,9 +161,11 @@ func (p *pgTx) pipeline(tx *Tx, key string) (r *pgRead, started, server time.Tim
 		if err := br.QueryRow().Scan(&p.nextID); err != nil {
 			return fmt.Errorf("the next attempt's ID: %w", err)
 		}
-		if _, err := fmt.Sscan(setting, &r.now); err != nil {
+		now, err := strconv.ParseInt(setting, 10, 64)
+		if err != nil {
 			return fmt.Errorf("the clock kept as %q: %w", setting, err)
 		}
+		r.now = now
 		if err := r.scanKeyState(br); err != nil {
 			return err
 		}
@@ -172,7 +175,7 @@ func (p *pgTx) pipeline(tx *Tx, key string) (r *pgRead, started, server time.Tim
 		if err := r.scanGates(br); err != nil {
 			return err
 		}
-		err := eachRow(br, "in flight", func(rows pgx.Rows) error {
+		err = eachRow(br, "in flight", func(rows pgx.Rows) error {
 			var a attemptAt
 			err := rows.Scan(&a.id, &a.at, &r.flightAll)
 			r.flight = append(r.flight, a)

@@ -46,13 +46,13 @@ type pgWatch struct {
 	sessions0  int64
 	done       chan struct{}
 	result     chan pgSample
-	statements bool // log the server's statements at the end (see statementsEnv)
+	statements string // which of the server's statements to log at the end: "" none, "1" or "all" (see statementsEnv)
 }
 
 // statementsEnv names the variable that, set to 1, makes
-// BenchmarkAdmissions log, after each cell, the statements its PostgreSQL
-// server spent most time in (see logStatements), from pg_stat_statements,
-// which the server must load:
+// BenchmarkAdmissions log, after each cell, the 15 statements its
+// PostgreSQL server spent most time in (see logStatements), or set to all
+// every statement, from pg_stat_statements, which the server must load:
 //
 //	PGTEST_SETTINGS="shared_preload_libraries = 'pg_stat_statements'" MCP_QUOTA_BENCH_STATEMENTS=1 \
 //	  go test -run '^$' -bench 'Admissions/store=postgres/window=100ms/keys=1/hosts=3$' -benchtime 3s -v ./pacer/
@@ -79,12 +79,12 @@ func watchPostgres(b *testing.B, rawURL string) *pgWatch {
 	}
 	u, _ := url.Parse(rawURL)
 	w := &pgWatch{conn: conn, server: postmaster(u.Port()), done: make(chan struct{}), result: make(chan pgSample, 1)}
-	if os.Getenv(statementsEnv) == "1" {
+	if v := os.Getenv(statementsEnv); v == "1" || v == "all" {
 		_, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()")
 		if err != nil {
-			b.Fatalf("%s=1: %v (start the server with PGTEST_SETTINGS=\"shared_preload_libraries = 'pg_stat_statements'\")", statementsEnv, err)
+			b.Fatalf("%s=%s: %v (start the server with PGTEST_SETTINGS=\"shared_preload_libraries = 'pg_stat_statements'\")", statementsEnv, v, err)
 		}
-		w.statements = true
+		w.statements = v
 	}
 	w.cpu0 = treeCPU(w.server)
 	w.commits0, w.sessions0 = w.commits(b)
@@ -151,21 +151,26 @@ func (w *pgWatch) stop(b *testing.B) pgSample {
 	commits, sessions := w.commits(b)
 	s.commits, s.sessions = commits-w.commits0, sessions-w.sessions0
 	s.cpu = cpu
-	if w.statements {
-		w.logStatements(b)
+	if w.statements != "" {
+		w.logStatements(b, w.statements == "all")
 	}
 	w.conn.Close(context.Background())
 	return s
 }
 
-// logStatements logs the statements the server spent most time in since
-// the watch began, by pg_stat_statements: executions and milliseconds in
-// all, the share of the server's time in statements, and the statement.
-func (w *pgWatch) logStatements(b *testing.B) {
+// logStatements logs the 15 statements the server spent most time in
+// since the watch began, or all of them, by pg_stat_statements:
+// executions and milliseconds in all, the share of the server's time in
+// statements, and the statement.
+func (w *pgWatch) logStatements(b *testing.B, all bool) {
+	limit := "LIMIT 15"
+	if all {
+		limit = ""
+	}
 	rows, err := w.conn.Query(context.Background(), `SELECT calls, total_exec_time + total_plan_time,
 		100 * (total_exec_time + total_plan_time) / sum(total_exec_time + total_plan_time) OVER (), query
 		FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-		ORDER BY 2 DESC LIMIT 15`)
+		ORDER BY 2 DESC `+limit)
 	if err != nil {
 		b.Fatal(err)
 	}

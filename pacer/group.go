@@ -28,7 +28,10 @@ import (
 // A call queued leaves when its context ends; a transaction ends when
 // every call in it has left (see batchContext). A transaction that fails
 // fails the calls in it, each with its error, not those queued meanwhile,
-// which run the next one; when the database did not answer, the attempts
+// which run the next one — but for a database that did not answer within
+// the store's bound (ledger.ErrNoAnswer): the calls queued meanwhile fail
+// with it too, so that a call fails within one bound of the transaction it
+// waited for, not one more of its own. When the database did not answer, the attempts
 // it admitted may be in the log all the same, and the key's next
 // transaction ends them, not sent (see admissionUnknown).
 //
@@ -125,6 +128,18 @@ func (a *admitGroups) take(key string) []*groupCall {
 	taken := grp.queue
 	grp.queue = nil
 	return taken
+}
+
+// drop ends key's group and returns the calls queued in it.
+func (a *admitGroups) drop(key string) []*groupCall {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	grp := a.groups[key]
+	delete(a.groups, key)
+	if grp == nil {
+		return nil
+	}
+	return grp.queue
 }
 
 // next returns the calls queued for key's next transaction, the first of
@@ -242,7 +257,14 @@ func (p *Pacer) runTogether(batch []*groupCall) {
 			g.unknown(err)
 		}
 	}
-	if next := p.groups.next(leader.key); next != nil {
+	if errors.Is(err, ledger.ErrNoAnswer) {
+		// The calls queued meanwhile waited the bound with it: they fail
+		// with it, rather than each lead one more that waits it again.
+		for _, g := range p.groups.drop(leader.key) {
+			g.err = err
+			close(g.ready)
+		}
+	} else if next := p.groups.next(leader.key); next != nil {
 		next[0].lead = next
 		close(next[0].ready)
 	}

@@ -419,6 +419,154 @@ func TestAdmitTogetherQueuedLeave(t *testing.T) {
 	}
 }
 
+// noAnswerStore fails its first Update as a database that did not answer
+// within the store's bound does (ledger.ErrNoAnswer), its transaction
+// rolled back once its function has run.
+type noAnswerStore struct {
+	ledger.Store
+	answered atomic.Bool
+}
+
+func (s *noAnswerStore) Update(ctx context.Context, fn func(ledger.Tx) error, keys ...string) error {
+	if s.answered.Swap(true) {
+		return s.Store.Update(ctx, fn, keys...)
+	}
+	rolledBack := errors.New("rolled back")
+	err := s.Store.Update(ctx, func(tx ledger.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return rolledBack
+	}, keys...)
+	if !errors.Is(err, rolledBack) {
+		return err
+	}
+	return fmt.Errorf("state: the database did not answer within 1s: %w", ledger.ErrNoAnswer)
+}
+
+// The calls queued behind a transaction that waited out the store's bound
+// (a database that hangs) fail with its error, each within that one bound,
+// rather than lead one more transaction that would wait the bound again
+// (three bounds for a call that came behind a hung lease's renewal and a
+// hung group on a loaded host, against the one the documentation
+// promises). The key's next call, after it, leads a transaction of its own.
+func TestAdmitTogetherQueuedFailWithNoAnswer(t *testing.T) {
+	ctx := context.Background()
+	db, err := state.Open(ctx, testkit.StateFile(t, state.Open))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	k := &keystore.Key{Name: "k", MaxRate: 1e9, MaxConcurrency: 1 << 20,
+		Policies: []keystore.Policy{{Name: "default", Quota: 100, Window: time.Minute, Unit: ratelimit.Requests}}}
+	store := &gatedStore{Store: &noAnswerStore{Store: db}, gateAt: 1, entered: make(chan struct{}), release: make(chan struct{})}
+	p := New(store, WithClock(testkit.NewClock(time.Now())), WithJitter(func() float64 { return 0.5 }))
+	defer p.Close(ctx)
+
+	leader := admitLeading(ctx, p, store, syncCall(k, 0))
+	const queued = 3
+	errs := make([]error, queued)
+	var wg sync.WaitGroup
+	for i := range queued {
+		wg.Go(func() { _, errs[i] = p.Admit(ctx, syncCall(k, i+1)) })
+	}
+	waitQueued(p, store, k.Name, queued)
+	close(store.release)
+	_, leaderErr := leader()
+	wg.Wait()
+	if !errors.Is(leaderErr, ledger.ErrNoAnswer) {
+		t.Errorf("the leader: %v, want ledger.ErrNoAnswer", leaderErr)
+	}
+	for i, err := range errs {
+		if !errors.Is(err, ledger.ErrNoAnswer) || !errors.Is(err, ledger.ErrUnavailable) {
+			t.Errorf("queued call %d: %v, want the hung transaction's error, a ledger.ErrUnavailable", i+1, err)
+		}
+	}
+	if n := store.updates.Load(); n != 1 {
+		t.Errorf("%d transactions, want 1: the queued calls waited out the hung one's bound already", n)
+	}
+	p.groups.mu.Lock()
+	if g := p.groups.groups[k.Name]; g != nil {
+		t.Errorf("the key's group outlives its calls, %d queued", len(g.queue))
+	}
+	p.groups.mu.Unlock()
+	if _, err := p.Admit(ctx, syncCall(k, queued+1)); err != nil {
+		t.Errorf("the next call: %v", err)
+	}
+	if n := store.updates.Load(); n != 2 {
+		t.Errorf("%d transactions, want 2: the hung one, the next call's", n)
+	}
+	err = db.View(ctx, func(tx ledger.ReadTx) error {
+		n, err := tx.Count(k.Name, time.Time{})
+		if err == nil && n != 1 {
+			t.Errorf("the log holds %d admissions, want 1: the next call's", n)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The calls waiting for their key's spent lease to be renewed, whose
+// renewal waited out the store's bound, fail with its error rather than
+// each take a transaction of its own that would wait the bound again.
+func TestLeaseRenewalWaitersFailWithNoAnswer(t *testing.T) {
+	ctx := context.Background()
+	db, err := state.Open(ctx, testkit.StateFile(t, state.Open))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	k := &keystore.Key{Name: "k", MaxRate: 1e6, MaxConcurrency: 10_000,
+		Policies: []keystore.Policy{{Name: "default", Quota: 100_000, Window: time.Minute, Unit: ratelimit.Requests}}}
+	store := &gatedStore{Store: &noAnswerStore{Store: db}, gateAt: 1, entered: make(chan struct{}), release: make(chan struct{})}
+	clk := testkit.NewClock(time.Now())
+	p := New(store, WithClock(clk), WithJitter(func() float64 { return 0.5 }))
+	defer p.Close(ctx)
+	p.mu.Lock()
+	busy := &admissions{} // a pace that leases (see testLeaseGrantLostCommit)
+	for range leaseRecent {
+		busy.note(clk.Now().Add(time.Hour))
+	}
+	p.recent[k.Name] = busy
+	// A lease every slot of which was handed out: the next call renews it.
+	p.leases[k.Name] = &lease{key: k.Name, first: 1, next: 2, last: 1, at: clk.Now(), until: clk.Now().Add(LeaseTime)}
+	p.mu.Unlock()
+
+	renewing := admitLeading(ctx, p, store, syncCall(k, 0))
+	p.mu.Lock()
+	r := p.granting[k.Name]
+	p.mu.Unlock()
+	if r == nil {
+		t.Fatal("no renewal of the key's lease under way (the test's premise)")
+	}
+	var waitErr error
+	waited := make(chan struct{})
+	go func() {
+		defer close(waited)
+		_, waitErr = p.Admit(ctx, syncCall(k, 1))
+	}()
+	// The second call waits for the renewal (its poll on p's clock).
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := clk.WaitTimer(wctx, 0, Poll); err != nil {
+		t.Fatalf("the second call does not wait for the renewal: %v", err)
+	}
+	close(store.release)
+	_, renewErr := renewing()
+	<-waited
+	if !errors.Is(renewErr, ledger.ErrNoAnswer) {
+		t.Errorf("the renewing call: %v, want ledger.ErrNoAnswer", renewErr)
+	}
+	if !errors.Is(waitErr, ledger.ErrNoAnswer) {
+		t.Errorf("the call waiting for the renewal: %v, want the renewal's error, ledger.ErrNoAnswer", waitErr)
+	}
+	if n := store.updates.Load(); n != 1 {
+		t.Errorf("%d transactions, want 1: the call waiting for the renewal waited out its bound already", n)
+	}
+}
+
 // An admission that grants a lease, in a group or renewing a spent one
 // outside it, whose COMMIT's answer is lost, fails its call (not sent);
 // were its attempt and the new lease's slots left in the log, they would

@@ -100,7 +100,7 @@ func (p *Pacer) spentLease(key string, now time.Time) *lease {
 	if p.granting[key] == nil {
 		// The caller renews it: the key's next calls wait for the
 		// renewal instead of each taking a transaction of its own.
-		p.granting[key] = make(chan struct{})
+		p.granting[key] = &leaseRenewal{done: make(chan struct{})}
 	}
 	return p.dropLease(l)
 }
@@ -160,7 +160,7 @@ func (p *Pacer) install(l *lease) {
 	}()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.endGranting(l.key)
+	p.endGranting(l.key, nil)
 	if old := p.leases[l.key]; old != nil {
 		// Granted while another was current (their transactions raced):
 		// the older one ends now.
@@ -189,18 +189,38 @@ func (p *Pacer) afterFunc() func(time.Duration, func()) func() bool {
 
 // notGranted says the lease being reserved for key was not: its
 // transaction failed.
-func (p *Pacer) notGranted(key string) {
+func (p *Pacer) notGranted(key string, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.endGranting(key)
+	p.endGranting(key, err)
 }
 
-// endGranting wakes the calls waiting for key's lease to be reserved.
-// p.mu is held.
-func (p *Pacer) endGranting(key string) {
-	if ch := p.granting[key]; ch != nil {
-		close(ch)
+// endGranting wakes the calls waiting for key's lease to be reserved,
+// with err, the renewal's failure (nil when it did not fail). p.mu is
+// held.
+func (p *Pacer) endGranting(key string, err error) {
+	if r := p.granting[key]; r != nil {
+		r.err = err
+		close(r.done)
 		delete(p.granting, key)
+	}
+}
+
+// A leaseRenewal is a key's spent lease being renewed, which the key's next
+// calls wait for: done is closed once it is, or is not; err, set before,
+// is its transaction's failure, when it failed.
+type leaseRenewal struct {
+	done chan struct{}
+	err  error
+}
+
+// ended says r's done is closed, so that its err may be read.
+func (r *leaseRenewal) ended() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
 	}
 }
 

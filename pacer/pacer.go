@@ -50,7 +50,7 @@ type Pacer struct {
 	mu       sync.Mutex
 	wake     map[string]chan struct{} // closed when a call of the key finishes here
 	leases   map[string]*lease        // the current lease of each key (see lease.go)
-	granting map[string]chan struct{} // keys whose spent lease is being renewed: closed once it is, or is not
+	granting map[string]*leaseRenewal // keys whose spent lease is being renewed
 	recent   map[string]*admissions   // each key's latest admissions here
 	learned  map[string]*learned      // what routine answers taught each key, not yet written (see learned.go)
 	delays   map[string]*sendDelays   // each key's latest delays from admission to send here (see margin.go)
@@ -88,7 +88,7 @@ func WithInFlightTimeout(d time.Duration) Option { return func(p *Pacer) { p.inF
 // New returns a Pacer keeping its state in db, with the given options.
 func New(db ledger.Store, opts ...Option) *Pacer {
 	p := &Pacer{db: db, clock: clock.Real, wake: map[string]chan struct{}{}, leases: map[string]*lease{},
-		granting: map[string]chan struct{}{}, recent: map[string]*admissions{}, learned: map[string]*learned{}}
+		granting: map[string]*leaseRenewal{}, recent: map[string]*admissions{}, learned: map[string]*learned{}}
 	for _, o := range opts {
 		o(p)
 	}
@@ -251,7 +251,7 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 	if err != nil {
 		if spent != nil { // renewed by none: given back, and the calls waiting for its renewal go their own way
 			p.giveBack(spent)
-			p.notGranted(c.Key.Name)
+			p.notGranted(c.Key.Name, nil)
 		}
 		return Ticket{}, err
 	}
@@ -298,22 +298,29 @@ func (p *Pacer) awaitLease(ctx context.Context, c Call, start time.Time) (Ticket
 		// A lease being reserved serves this call too, once it is; one
 		// held back by the key's pace serves it a moment later.
 		p.mu.Lock()
-		reserving := p.granting[c.Key.Name]
+		r := p.granting[c.Key.Name]
 		p.mu.Unlock()
-		if reserving == nil && (wait <= 0 || now.Add(wait).After(start.Add(c.MaxWait))) {
+		if r == nil && (wait <= 0 || now.Add(wait).After(start.Add(c.MaxWait))) {
 			return Ticket{}, false, nil
 		}
 		if polls >= int(time.Second/Poll) {
 			return Ticket{}, false, nil // a reservation that takes this long is stuck: go alone
 		}
-		if reserving == nil {
-			reserving = make(chan struct{}) // never closed: the pace's wait alone
+		reserving := make(chan struct{}) // never closed: the pace's wait alone
+		if r != nil {
+			reserving = r.done
 		}
 		if wait <= 0 {
 			wait = Poll // the reservation's end wakes it sooner
 		}
 		if err := p.sleep(ctx, wait, reserving); err != nil {
 			return Ticket{}, false, err
+		}
+		if r != nil && r.ended() && errors.Is(r.err, ledger.ErrNoAnswer) {
+			// The renewal waited out the store's bound, and this call
+			// with it: it fails with it, rather than wait the bound
+			// again in a transaction of its own.
+			return Ticket{}, false, fmt.Errorf("pacer: admit %s: %w", c.Key.Name, r.err)
 		}
 	}
 }
@@ -360,7 +367,7 @@ func (p *Pacer) admitOnce(ctx context.Context, c Call, start, deadline time.Time
 		p.install(run.granted)
 		run.t.grant = run.granted
 	case renewing:
-		p.notGranted(c.Key.Name) // the calls waiting for a lease go their own way
+		p.notGranted(c.Key.Name, err) // the calls waiting for a lease go their own way, or fail with it
 	}
 	if err != nil {
 		return run, fmt.Errorf("pacer: admit %s: %w", c.Key.Name, err)

@@ -290,9 +290,20 @@ func (pg *Postgres) connect(ctx context.Context) error {
 			"or, on a network you trust, use sslmode=prefer or disable", pg.where, pgCause(err))
 	case ctx.Err() != nil:
 		return fmt.Errorf("state: PostgreSQL at %s did not answer within %s: is it running, and is the address right? %w",
-			pg.where, pg.timeout, ErrUnavailable)
+			pg.where, pg.timeout, ledger.ErrNoAnswer)
 	}
-	return fmt.Errorf("state: cannot reach PostgreSQL at %s (%v): is it running, and is the address right? %w", pg.where, pgCause(err), ErrUnavailable)
+	return fmt.Errorf("state: cannot reach PostgreSQL at %s (%v): is it running, and is the address right? %w", pg.where, pgCause(err), noAnswer(err))
+}
+
+// noAnswer is the ErrUnavailable of err, a database that did not answer
+// rather than refuse: ledger.ErrNoAnswer when err is a wait that ran out
+// (the bound, a connection's timeout), else ErrUnavailable itself.
+func noAnswer(err error) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() || pgconn.Timeout(err) {
+		return ledger.ErrNoAnswer
+	}
+	return ErrUnavailable
 }
 
 // pgCause is the innermost useful part of a connection error: for a
@@ -839,10 +850,10 @@ func (pg *Postgres) failed(what string, ctx context.Context, err error) error {
 		return err
 	}
 	if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return fmt.Errorf("state: PostgreSQL at %s did not answer within %s: %w", pg.where, pg.timeout, ErrUnavailable)
+		return fmt.Errorf("state: PostgreSQL at %s did not answer within %s: %w", pg.where, pg.timeout, ledger.ErrNoAnswer)
 	}
 	if unavailable(err) {
-		return fmt.Errorf("state: PostgreSQL at %s: %s: %v: %w", pg.where, what, pgCause(err), ErrUnavailable)
+		return fmt.Errorf("state: PostgreSQL at %s: %s: %v: %w", pg.where, what, pgCause(err), noAnswer(err))
 	}
 	return fmt.Errorf("state: PostgreSQL %s: %w", what, err)
 }

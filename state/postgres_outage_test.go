@@ -482,6 +482,11 @@ func TestPostgresServerNeverAnswers(t *testing.T) {
 		if !errors.Is(errs[i], state.ErrUnavailable) || !state.Storage(errs[i]) || took[i] > hangs {
 			t.Errorf("call %d of %d at once: got %v after %v, want ErrUnavailable, not a hang (the Timeout is %v)", i, calls, errs[i], took[i], outageTimeout)
 		}
+		// The pacer fails the calls that waited for such a transaction
+		// with it (see ledger.ErrNoAnswer).
+		if !errors.Is(errs[i], ledger.ErrNoAnswer) {
+			t.Errorf("call %d of %d at once: got %v, want ledger.ErrNoAnswer: it waited out the Timeout", i, calls, errs[i])
+		}
 	}
 	if err := pg.Close(); err != nil {
 		t.Errorf("Close: %v", err)

@@ -24,6 +24,18 @@ import (
 // apart from it meanwhile: calls fail rather than go unaccounted.
 var ErrUnavailable = errors.New("the state database is unavailable")
 
+// ErrNoAnswer is the ErrUnavailable of a store that did not answer within
+// its bound (a database hung, or slower than the bound): the transaction
+// waited the whole bound. A call that waited for such a transaction of its
+// key fails with it, rather than wait the bound again in one of its own.
+// It reads as ErrUnavailable.
+var ErrNoAnswer error = noAnswer{}
+
+type noAnswer struct{}
+
+func (noAnswer) Error() string { return ErrUnavailable.Error() }
+func (noAnswer) Unwrap() error { return ErrUnavailable }
+
 // A Store keeps the ledger of every key for every process that shares it.
 //
 // It offers two kinds of transaction. Update hands its function a Tx: what

@@ -98,6 +98,13 @@ func clockOf(db ledger.Store) *testkit.Clock {
 	return testkit.NewClock(time.Now())
 }
 
+// keyOf100 is a key k of 100 calls a minute, without a pace or a
+// concurrency that would hold its calls back.
+func keyOf100() *keystore.Key {
+	return &keystore.Key{Name: "k", MaxRate: 1e9, MaxConcurrency: 1 << 20,
+		Policies: []keystore.Policy{{Name: "default", Quota: 100, Window: time.Minute, Unit: ratelimit.Requests}}}
+}
+
 // syncCall is the sync job's i-th call of k.
 func syncCall(k *keystore.Key, i int) Call {
 	return Call{Key: k, Caller: "sync", Transport: "rest", Method: "GET", Target: "/items", CallID: fmt.Sprint("call-", i), Attempt: 1}
@@ -286,8 +293,7 @@ func TestAdmitTogetherLostCommit(t *testing.T) {
 func testAdmitTogetherLostCommit(t *testing.T, db ledger.Store) {
 	ctx := context.Background()
 	const queued = 3
-	k := &keystore.Key{Name: "k", MaxRate: 1e9, MaxConcurrency: 1 << 20,
-		Policies: []keystore.Policy{{Name: "default", Quota: 100, Window: time.Minute, Unit: ratelimit.Requests}}}
+	k := keyOf100()
 	if err := db.Update(ctx, func(tx ledger.Tx) error {
 		return tx.PutKeyState(ledger.KeyState{Key: k.Name, HalfOpen: true}) // the next call is the circuit's probe
 	}, k.Name); err != nil {
@@ -365,16 +371,8 @@ func testAdmitTogetherLostCommit(t *testing.T, db ledger.Store) {
 // key leads a transaction of its own.
 func TestAdmitTogetherQueuedLeave(t *testing.T) {
 	ctx := context.Background()
-	db, err := state.Open(ctx, testkit.StateFile(t, state.Open))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	k := &keystore.Key{Name: "k", MaxRate: 1e9, MaxConcurrency: 1 << 20,
-		Policies: []keystore.Policy{{Name: "default", Quota: 100, Window: time.Minute, Unit: ratelimit.Requests}}}
-	store := &gatedStore{Store: db, gateAt: 1, entered: make(chan struct{}), release: make(chan struct{})}
-	p := New(store, WithClock(testkit.NewClock(time.Now())), WithJitter(func() float64 { return 0.5 }))
-	defer p.Close(ctx)
+	k := keyOf100()
+	p, store, db := gatedOnFile(t, testkit.NewClock(time.Now()), nil)
 
 	leader := admitLeading(ctx, p, store, syncCall(k, 0))
 	const queued = 3
@@ -407,17 +405,49 @@ func TestAdmitTogetherQueuedLeave(t *testing.T) {
 	if n := store.updates.Load(); n != 2 {
 		t.Errorf("%d transactions, want 2: the leader's, the next call's", n)
 	}
-	err = db.View(ctx, func(tx ledger.ReadTx) error {
-		n, err := tx.Count(k.Name, time.Time{})
-		if err == nil && n != 2 {
-			t.Errorf("the log holds %d admissions, want 2: the calls that left the queue are in no transaction", n)
-		}
+	if n := admissionsOf(t, db, k.Name); n != 2 {
+		t.Errorf("the log holds %d admissions, want 2: the calls that left the queue are in no transaction", n)
+	}
+}
+
+// gatedOnFile returns a Pacer on a new state file through a gatedStore
+// that holds its first Update, with wrap's store, when set, between the
+// two; and the file.
+func gatedOnFile(t *testing.T, clk *testkit.Clock, wrap func(ledger.Store) ledger.Store) (*Pacer, *gatedStore, ledger.Store) {
+	t.Helper()
+	ctx := context.Background()
+	db, err := state.Open(ctx, testkit.StateFile(t, state.Open))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	var inner ledger.Store = db
+	if wrap != nil {
+		inner = wrap(db)
+	}
+	store := &gatedStore{Store: inner, gateAt: 1, entered: make(chan struct{}), release: make(chan struct{})}
+	p := New(store, WithClock(clk), WithJitter(func() float64 { return 0.5 }))
+	t.Cleanup(func() { p.Close(ctx) })
+	return p, store, db
+}
+
+// admissionsOf returns how many admissions of key db's log holds.
+func admissionsOf(t *testing.T, db ledger.Store, key string) int {
+	t.Helper()
+	var n int
+	err := db.View(context.Background(), func(tx ledger.ReadTx) error {
+		var err error
+		n, err = tx.Count(key, time.Time{})
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return n
 }
+
+// noAnswerFirst wraps db in a noAnswerStore.
+func noAnswerFirst(db ledger.Store) ledger.Store { return &noAnswerStore{Store: db} }
 
 // noAnswerStore fails its first Update as a database that did not answer
 // within the store's bound does (ledger.ErrNoAnswer), its transaction
@@ -452,16 +482,8 @@ func (s *noAnswerStore) Update(ctx context.Context, fn func(ledger.Tx) error, ke
 // promises). The key's next call, after it, leads a transaction of its own.
 func TestAdmitTogetherQueuedFailWithNoAnswer(t *testing.T) {
 	ctx := context.Background()
-	db, err := state.Open(ctx, testkit.StateFile(t, state.Open))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	k := &keystore.Key{Name: "k", MaxRate: 1e9, MaxConcurrency: 1 << 20,
-		Policies: []keystore.Policy{{Name: "default", Quota: 100, Window: time.Minute, Unit: ratelimit.Requests}}}
-	store := &gatedStore{Store: &noAnswerStore{Store: db}, gateAt: 1, entered: make(chan struct{}), release: make(chan struct{})}
-	p := New(store, WithClock(testkit.NewClock(time.Now())), WithJitter(func() float64 { return 0.5 }))
-	defer p.Close(ctx)
+	k := keyOf100()
+	p, store, db := gatedOnFile(t, testkit.NewClock(time.Now()), noAnswerFirst)
 
 	leader := admitLeading(ctx, p, store, syncCall(k, 0))
 	const queued = 3
@@ -496,15 +518,8 @@ func TestAdmitTogetherQueuedFailWithNoAnswer(t *testing.T) {
 	if n := store.updates.Load(); n != 2 {
 		t.Errorf("%d transactions, want 2: the hung one, the next call's", n)
 	}
-	err = db.View(ctx, func(tx ledger.ReadTx) error {
-		n, err := tx.Count(k.Name, time.Time{})
-		if err == nil && n != 1 {
-			t.Errorf("the log holds %d admissions, want 1: the next call's", n)
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
+	if n := admissionsOf(t, db, k.Name); n != 1 {
+		t.Errorf("the log holds %d admissions, want 1: the next call's", n)
 	}
 }
 
@@ -513,17 +528,10 @@ func TestAdmitTogetherQueuedFailWithNoAnswer(t *testing.T) {
 // each take a transaction of its own that would wait the bound again.
 func TestLeaseRenewalWaitersFailWithNoAnswer(t *testing.T) {
 	ctx := context.Background()
-	db, err := state.Open(ctx, testkit.StateFile(t, state.Open))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
 	k := &keystore.Key{Name: "k", MaxRate: 1e6, MaxConcurrency: 10_000,
 		Policies: []keystore.Policy{{Name: "default", Quota: 100_000, Window: time.Minute, Unit: ratelimit.Requests}}}
-	store := &gatedStore{Store: &noAnswerStore{Store: db}, gateAt: 1, entered: make(chan struct{}), release: make(chan struct{})}
 	clk := testkit.NewClock(time.Now())
-	p := New(store, WithClock(clk), WithJitter(func() float64 { return 0.5 }))
-	defer p.Close(ctx)
+	p, store, _ := gatedOnFile(t, clk, noAnswerFirst)
 	p.mu.Lock()
 	busy := &admissions{} // a pace that leases (see testLeaseGrantLostCommit)
 	for range leaseRecent {
@@ -867,8 +875,7 @@ func TestAdmitTogetherTakesCallsQueuedMeanwhile(t *testing.T) {
 
 func testAdmitTogetherTakesCallsQueuedMeanwhile(t *testing.T, db ledger.Store) {
 	ctx := context.Background()
-	k := &keystore.Key{Name: "k", MaxRate: 1e9, MaxConcurrency: 1 << 20,
-		Policies: []keystore.Policy{{Name: "default", Quota: 100, Window: time.Minute, Unit: ratelimit.Requests}}}
+	k := keyOf100()
 	store := &gatedStore{Store: db, gateAt: 1, entered: make(chan struct{}), release: make(chan struct{})}
 	p := New(store, WithClock(clockOf(db)), WithJitter(func() float64 { return 0.5 }))
 	defer p.Close(ctx)

@@ -257,19 +257,28 @@ func (p *Pacer) runTogether(batch []*groupCall) {
 			g.unknown(err)
 		}
 	}
+	p.handOver(leader.key, err)
+	for _, g := range batch[1:] {
+		close(g.ready)
+	}
+}
+
+// handOver hands key's group, whose transaction ended with err, to the
+// calls queued meanwhile: the first leads the next transaction — or, when
+// err is a database that did not answer within the store's bound, they
+// waited the bound with it, and fail with it rather than each lead one
+// more that waits it again.
+func (p *Pacer) handOver(key string, err error) {
 	if errors.Is(err, ledger.ErrNoAnswer) {
-		// The calls queued meanwhile waited the bound with it: they fail
-		// with it, rather than each lead one more that waits it again.
-		for _, g := range p.groups.drop(leader.key) {
+		for _, g := range p.groups.drop(key) {
 			g.err = err
 			close(g.ready)
 		}
-	} else if next := p.groups.next(leader.key); next != nil {
+		return
+	}
+	if next := p.groups.next(key); next != nil {
 		next[0].lead = next
 		close(next[0].ready)
-	}
-	for _, g := range batch[1:] {
-		close(g.ready)
 	}
 }
 

@@ -30,10 +30,11 @@ import (
 // fails the calls in it, each with its error, not those queued meanwhile,
 // which run the next one — but for a database that did not answer within
 // the store's bound (ledger.ErrNoAnswer): the calls queued meanwhile fail
-// with it too, so that a call fails within one bound of the transaction it
-// waited for, not one more of its own. When the database did not answer, the attempts
-// it admitted may be in the log all the same, and the key's next
-// transaction ends them, not sent (see admissionUnknown).
+// with it too, so that a call fails within one bound of the transaction
+// it waited for, not one more of its own (see handOver). When the
+// database did not answer, the attempts it admitted may be in the log all
+// the same, and the key's next transaction ends them, not sent (see
+// admissionUnknown).
 //
 // A decision that grants a lease ends the transaction's admissions: the
 // calls after it are not decided in it and try again (see

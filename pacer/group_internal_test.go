@@ -125,6 +125,31 @@ func admitLeading(ctx context.Context, p *Pacer, store *gatedStore, c Call) (wai
 	return func() (Ticket, error) { <-done; return tk, err }
 }
 
+// admitMany admits calls first…first+n-1 of k on p, each in a goroutine
+// of its own; wait returns their tickets and errors, in order, once all
+// have ended.
+func admitMany(ctx context.Context, p *Pacer, k *keystore.Key, first, n int) (wait func() ([]Ticket, []error)) {
+	tickets, errs := make([]Ticket, n), make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { tickets[i], errs[i] = p.Admit(ctx, syncCall(k, first+i)) })
+	}
+	return func() ([]Ticket, []error) {
+		wg.Wait()
+		return tickets, errs
+	}
+}
+
+// groupEnded checks that key's group ended with its calls.
+func groupEnded(t *testing.T, p *Pacer, key string) {
+	t.Helper()
+	p.groups.mu.Lock()
+	defer p.groups.mu.Unlock()
+	if g := p.groups.groups[key]; g != nil {
+		t.Errorf("the key's group outlives its calls, %d queued", len(g.queue))
+	}
+}
+
 // onBothStores runs test on a new SQLite file and on a new database of a
 // throwaway PostgreSQL server.
 func onBothStores(t *testing.T, test func(*testing.T, ledger.Store)) {
@@ -172,17 +197,13 @@ func testAdmitTogether(t *testing.T, db ledger.Store) {
 	p := New(store, WithClock(clockOf(db)), WithJitter(func() float64 { return 0.5 }))
 	defer p.Close(ctx)
 
-	tickets := make([]Ticket, calls)
-	errs := make([]error, calls)
 	first := admitLeading(ctx, p, store, syncCall(k, 0))
-	var wg sync.WaitGroup
-	for i := 1; i < calls; i++ {
-		wg.Go(func() { tickets[i], errs[i] = p.Admit(ctx, syncCall(k, i)) })
-	}
+	rest := admitMany(ctx, p, k, 1, calls-1)
 	waitQueued(p, store, k.Name, calls-1) // the others wait behind the first transaction
 	close(store.release)
-	tickets[0], errs[0] = first()
-	wg.Wait()
+	ticket, firstErr := first()
+	tickets, errs := rest()
+	tickets, errs = append([]Ticket{ticket}, tickets...), append([]error{firstErr}, errs...)
 
 	if n := store.updates.Load(); n != 2 {
 		t.Errorf("%d calls took %d transactions, want 2: the first alone, the others together", calls, n)
@@ -305,16 +326,11 @@ func testAdmitTogetherLostCommit(t *testing.T, db ledger.Store) {
 	defer p.Close(ctx)
 
 	first := admitLeading(ctx, p, store, syncCall(k, 0))
-	tickets := make([]Ticket, queued)
-	errs := make([]error, queued)
-	var wg sync.WaitGroup
-	for i := range queued {
-		wg.Go(func() { tickets[i], errs[i] = p.Admit(ctx, syncCall(k, i+1)) })
-	}
+	queuedCalls := admitMany(ctx, p, k, 1, queued)
 	waitQueued(p, store, k.Name, queued)
 	close(store.release)
 	_, firstErr := first()
-	wg.Wait()
+	tickets, errs := queuedCalls()
 
 	if !errors.Is(firstErr, ledger.ErrUnavailable) {
 		t.Errorf("the call whose transaction's COMMIT got no answer: %v, want ledger.ErrUnavailable", firstErr)
@@ -340,11 +356,7 @@ func testAdmitTogetherLostCommit(t *testing.T, db ledger.Store) {
 		t.Errorf("of the %d calls queued behind the lost COMMIT, %d admitted and %d paused, want 1 and %d: "+
 			"the lost probe's attempt still holds the key", queued, admitted, paused, queued-1)
 	}
-	p.groups.mu.Lock()
-	if g := p.groups.groups[k.Name]; g != nil {
-		t.Errorf("the key's group outlives its calls, %d queued", len(g.queue))
-	}
-	p.groups.mu.Unlock()
+	groupEnded(t, p, k.Name)
 	err := db.View(ctx, func(tx ledger.ReadTx) error {
 		as, err := tx.Call(k.Name, "call-0")
 		if err != nil {
@@ -377,14 +389,10 @@ func TestAdmitTogetherQueuedLeave(t *testing.T) {
 	leader := admitLeading(ctx, p, store, syncCall(k, 0))
 	const queued = 3
 	qctx, cancel := context.WithCancel(ctx)
-	errs := make([]error, queued)
-	var wg sync.WaitGroup
-	for i := range queued {
-		wg.Go(func() { _, errs[i] = p.Admit(qctx, syncCall(k, i+1)) })
-	}
+	queuedCalls := admitMany(qctx, p, k, 1, queued)
 	waitQueued(p, store, k.Name, queued)
 	cancel()
-	wg.Wait() // the transaction still hangs
+	_, errs := queuedCalls() // the transaction still hangs
 	for i, err := range errs {
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("queued call %d, its context ended: %v, want context.Canceled", i+1, err)
@@ -461,14 +469,7 @@ func (s *noAnswerStore) Update(ctx context.Context, fn func(ledger.Tx) error, ke
 	if s.answered.Swap(true) {
 		return s.Store.Update(ctx, fn, keys...)
 	}
-	rolledBack := errors.New("rolled back")
-	err := s.Store.Update(ctx, func(tx ledger.Tx) error {
-		if err := fn(tx); err != nil {
-			return err
-		}
-		return rolledBack
-	}, keys...)
-	if !errors.Is(err, rolledBack) {
+	if err := testkit.FailCommit(ctx, s.Store.Update, fn, keys...); !errors.Is(err, testkit.ErrCommitFailed) {
 		return err
 	}
 	return fmt.Errorf("state: the database did not answer within 1s: %w", ledger.ErrNoAnswer)
@@ -487,15 +488,11 @@ func TestAdmitTogetherQueuedFailWithNoAnswer(t *testing.T) {
 
 	leader := admitLeading(ctx, p, store, syncCall(k, 0))
 	const queued = 3
-	errs := make([]error, queued)
-	var wg sync.WaitGroup
-	for i := range queued {
-		wg.Go(func() { _, errs[i] = p.Admit(ctx, syncCall(k, i+1)) })
-	}
+	queuedCalls := admitMany(ctx, p, k, 1, queued)
 	waitQueued(p, store, k.Name, queued)
 	close(store.release)
 	_, leaderErr := leader()
-	wg.Wait()
+	_, errs := queuedCalls()
 	if !errors.Is(leaderErr, ledger.ErrNoAnswer) {
 		t.Errorf("the leader: %v, want ledger.ErrNoAnswer", leaderErr)
 	}
@@ -507,11 +504,7 @@ func TestAdmitTogetherQueuedFailWithNoAnswer(t *testing.T) {
 	if n := store.updates.Load(); n != 1 {
 		t.Errorf("%d transactions, want 1: the queued calls waited out the hung one's bound already", n)
 	}
-	p.groups.mu.Lock()
-	if g := p.groups.groups[k.Name]; g != nil {
-		t.Errorf("the key's group outlives its calls, %d queued", len(g.queue))
-	}
-	p.groups.mu.Unlock()
+	groupEnded(t, p, k.Name)
 	if _, err := p.Admit(ctx, syncCall(k, queued+1)); err != nil {
 		t.Errorf("the next call: %v", err)
 	}
@@ -973,12 +966,7 @@ func testAdmitTogetherLoneLeader(t *testing.T, db ledger.Store, leaves bool) {
 	}()
 	<-store.entered
 	const queued = 2
-	tickets := make([]Ticket, queued)
-	errs := make([]error, queued)
-	var wg sync.WaitGroup
-	for i := range queued {
-		wg.Go(func() { tickets[i], errs[i] = p.Admit(ctx, syncCall(k, i+1)) })
-	}
+	queuedCalls := admitMany(ctx, p, k, 1, queued)
 	waitQueue(p, k.Name, queued, func() bool { return true })
 	if leaves {
 		leave()
@@ -986,7 +974,7 @@ func testAdmitTogetherLoneLeader(t *testing.T, db ledger.Store, leaves bool) {
 	}
 	close(store.release)
 	<-leaderDone
-	wg.Wait()
+	tickets, errs := queuedCalls()
 
 	want := int32(1)
 	if leaves {

@@ -23,7 +23,11 @@ import (
 // seven reads as statements of their own, as the state does;
 // reads=arrays calls a function that locks and reads, each statement on
 // a snapshot of its own (VOLATILE), and returns one row of arrays;
-// reads=rows one that returns the reads' rows (RETURN QUERY). Twelve
+// reads=rows one that returns the reads' rows (RETURN QUERY);
+// reads=union sends the lock, then the seven reads as one statement of
+// tagged rows (UNION ALL: one snapshot, taken after the lock, as each of
+// the pipeline's); reads=lock sends the lock alone, no reads, for what the
+// reads cost together. Twelve
 // connections over 100 keys, as the pacer's 100-key cell; tx/s is the
 // transactions a second in all. Run the binary several times (the three
 // in turns): BENCHMARKS.md has the figures.
@@ -50,7 +54,7 @@ func BenchmarkReadsAsFunction(b *testing.B) {
 		}
 	}
 	var ids atomic.Int64
-	for _, reads := range []string{"pipeline", "arrays", "rows"} {
+	for _, reads := range []string{"pipeline", "arrays", "rows", "union", "lock"} {
 		b.Run("reads="+reads, func(b *testing.B) {
 			// Each starts from an empty log: the runs are alike whatever ran before.
 			if _, err := setup.Exec(ctx, "TRUNCATE attempts"); err != nil {
@@ -152,10 +156,24 @@ func readsAndWrites(ctx context.Context, c *pgx.Conn, reads, k string, id int64)
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue("SELECT txid_current()::text")
+	const lock = `SELECT c, set_config('x.now', (extract(epoch FROM c) * 1000000)::bigint::text, true), statement_timestamp()
+		FROM (SELECT clock_timestamp() AS c FROM (SELECT key FROM keys WHERE key = $1 FOR UPDATE) AS held) AS t`
 	switch reads {
+	case "lock":
+		b.Queue(lock, k)
+	case "union":
+		b.Queue(lock, k)
+		b.Queue(`SELECT 0, nextval('blocks'), 0::bigint, 0::bigint, ''::text
+			UNION ALL SELECT 1, last, n, a, c FROM keys WHERE key = $1
+			UNION ALL SELECT 2, quota, win, 0, name FROM policies WHERE key = $1
+			UNION ALL SELECT 3, until, 0, 0, source FROM gates WHERE key = $1 AND until > `+now+`
+			UNION ALL (SELECT 4, id, at, count(*) OVER (), '' FROM attempts
+				WHERE key = $1 AND lease_until IS NOT NULL AND lease_until > `+now+` ORDER BY at, id LIMIT 64)
+			UNION ALL (SELECT 5, seq, at, 0, '' FROM attempts WHERE key = $1 AND counted ORDER BY at DESC, seq DESC LIMIT 64)
+			UNION ALL (SELECT 6, seq, at, 0, '' FROM attempts WHERE key = $1 AND counted AND at > `+now+` - $2 AND at <= `+now+` - $3
+				ORDER BY at, seq LIMIT $4)`, k, after, until, 64)
 	case "pipeline":
-		b.Queue(`SELECT c, set_config('x.now', (extract(epoch FROM c) * 1000000)::bigint::text, true), statement_timestamp()
-			FROM (SELECT clock_timestamp() AS c FROM (SELECT key FROM keys WHERE key = $1 FOR UPDATE) AS held) AS t`, k)
+		b.Queue(lock, k)
 		b.Queue(`SELECT nextval('blocks')`)
 		b.Queue(`SELECT last, n, a, c FROM keys WHERE key = $1`, k)
 		b.Queue(`SELECT name, quota, win FROM policies WHERE key = $1`, k)

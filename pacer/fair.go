@@ -2,6 +2,7 @@ package pacer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -240,6 +241,13 @@ type waitersHere struct {
 type principalHere struct {
 	n    int           // calls in Admit
 	turn chan struct{} // holds a value while one of them asks the state
+	// unanswered is closed when a turn ends with a database that did not
+	// answer within the store's bound (err, a ledger.ErrNoAnswer): the
+	// calls that waited for that turn waited the bound with it, and fail
+	// with it rather than each ask once more and wait it again. A new
+	// channel serves the calls that come after.
+	unanswered chan struct{}
+	err        error
 }
 
 // waiter is this pacer's name in the state's waiting records.
@@ -266,7 +274,7 @@ func (h *waitersHere) enter(c Call) func() {
 	}
 	ph := h.n[id]
 	if ph == nil {
-		ph = &principalHere{turn: make(chan struct{}, 1)}
+		ph = &principalHere{turn: make(chan struct{}, 1), unanswered: make(chan struct{})}
 		h.n[id] = ph
 	}
 	ph.n++
@@ -292,20 +300,28 @@ func (h *waitersHere) others(c Call) bool {
 // line waits, for a key with shares, until c is the one call of its
 // principal here that asks the state for the key, or for at most wait
 // (then it asks beside the one that does, to be told its pause), and
-// returns what ends its turn. Calls of a principal are served in the
-// order they came: the turns among principals are the state's, and
-// within one principal the order is its own.
-func (h *waitersHere) line(ctx context.Context, clk clock.Clock, c Call, wait time.Duration) (done func(), err error) {
+// returns what ends its turn, called with the error the call's admission
+// ended with. Calls of a principal are served in the order they came:
+// the turns among principals are the state's, and within one principal
+// the order is its own. A call that waited for a turn that ended with a
+// database that did not answer within the store's bound fails with that
+// error (see principalHere.unanswered).
+func (h *waitersHere) line(ctx context.Context, clk clock.Clock, c Call, wait time.Duration) (done func(error), err error) {
+	none := func(error) {}
 	if !c.Key.Fair() {
-		return func() {}, nil
+		return none, nil
 	}
 	h.mu.Lock()
 	ph := h.n[waiterID(c)]
+	var unanswered chan struct{}
+	if ph != nil {
+		unanswered = ph.unanswered
+	}
 	h.mu.Unlock()
 	if ph == nil {
-		return func() {}, nil // (enter was not called)
+		return none, nil // (enter was not called)
 	}
-	release := func() { <-ph.turn }
+	release := func(err error) { h.endTurn(ph, err) }
 	select {
 	case ph.turn <- struct{}{}:
 		return release, nil
@@ -315,12 +331,41 @@ func (h *waitersHere) line(ctx context.Context, clk clock.Clock, c Call, wait ti
 	defer t.Stop()
 	select {
 	case ph.turn <- struct{}{}:
+		select {
+		case <-unanswered: // the turn it waited for ended so, just before
+			<-ph.turn
+			return nil, h.unansweredErr(ph)
+		default:
+		}
 		return release, nil
+	case <-unanswered:
+		return nil, h.unansweredErr(ph)
 	case <-fired:
-		return func() {}, nil
+		return none, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// endTurn ends the turn of ph's call that asks the state, whose admission
+// ended with err.
+func (h *waitersHere) endTurn(ph *principalHere, err error) {
+	if errors.Is(err, ledger.ErrNoAnswer) {
+		h.mu.Lock()
+		ph.err = err
+		close(ph.unanswered)
+		ph.unanswered = make(chan struct{})
+		h.mu.Unlock()
+	}
+	<-ph.turn
+}
+
+// unansweredErr is the error of ph's last turn that ended with a database
+// that did not answer.
+func (h *waitersHere) unansweredErr(ph *principalHere) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return ph.err
 }
 
 // noteWaiting records in tx, for a key with shares, how long c's

@@ -568,6 +568,59 @@ func TestLeaseRenewalWaitersFailWithNoAnswer(t *testing.T) {
 	}
 }
 
+// On a key with shares, the calls of a principal waiting in its line
+// (see waitersHere.line) behind a call whose transaction waited out the
+// store's bound fail with its error rather than each ask the state once
+// more and wait the bound again; the principal's next call, after them,
+// asks the state.
+func TestLineFailsWithNoAnswer(t *testing.T) {
+	ctx := context.Background()
+	k := keyOf100()
+	k.Shares = []keystore.Share{{Principal: "*", Share: 0.5}}
+	clk := testkit.NewClock(time.Now())
+	p, store, db := gatedOnFile(t, clk, noAnswerFirst)
+	lined := func(i int) Call {
+		c := syncCall(k, i)
+		c.MaxWait = time.Minute // long enough to wait in the line
+		return c
+	}
+
+	first := admitLeading(ctx, p, store, lined(0))
+	var secondErr error
+	second := make(chan struct{})
+	go func() {
+		defer close(second)
+		_, secondErr = p.Admit(ctx, lined(1))
+	}()
+	// The second waits in the line (its timer of a minute on p's clock).
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := clk.WaitTimer(wctx, time.Minute-time.Second, time.Minute); err != nil {
+		t.Fatalf("the second call does not wait in its principal's line: %v", err)
+	}
+	close(store.release)
+	_, firstErr := first()
+	<-second
+	if !errors.Is(firstErr, ledger.ErrNoAnswer) {
+		t.Errorf("the first call: %v, want ledger.ErrNoAnswer", firstErr)
+	}
+	if !errors.Is(secondErr, ledger.ErrNoAnswer) || !errors.Is(secondErr, ledger.ErrUnavailable) {
+		t.Errorf("the call in the line: %v, want the first's error, a ledger.ErrUnavailable", secondErr)
+	}
+	if n := store.updates.Load(); n != 1 {
+		t.Errorf("%d transactions, want 1: the call in the line waited out the first's bound already", n)
+	}
+	if _, err := p.Admit(ctx, lined(2)); err != nil {
+		t.Errorf("the next call: %v", err)
+	}
+	if n := store.updates.Load(); n != 2 {
+		t.Errorf("%d transactions, want 2: the hung one, the next call's", n)
+	}
+	if n := admissionsOf(t, db, k.Name); n != 1 {
+		t.Errorf("the log holds %d admissions, want 1: the next call's", n)
+	}
+}
+
 // An admission that grants a lease, in a group or renewing a spent one
 // outside it, whose COMMIT's answer is lost, fails its call (not sent);
 // were its attempt and the new lease's slots left in the log, they would

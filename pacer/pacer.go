@@ -239,7 +239,7 @@ func (e *PauseError) Is(target error) bool { return target == ErrPaused }
 // Admit waits until c may be sent, for at most c.MaxWait, and records the
 // admission. It returns a *PauseError when the wait would be longer (the
 // refusal is recorded), or ctx's error when ctx ends first.
-func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
+func (p *Pacer) Admit(ctx context.Context, c Call) (_ Ticket, err error) {
 	defer p.here.enter(c)()
 	start := p.now()
 	if t, ok, err := p.awaitLease(ctx, c, start); ok || err != nil {
@@ -255,7 +255,7 @@ func (p *Pacer) Admit(ctx context.Context, c Call) (Ticket, error) {
 		}
 		return Ticket{}, err
 	}
-	defer done()
+	defer func() { done(err) }()
 	lastProgress := start
 	heldBy, held := "", reason.Reason{}
 	for {

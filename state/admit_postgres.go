@@ -54,7 +54,12 @@ var (
 	pgReadKeyState     = queries[qKeyState].postgres
 	pgReadSeenPolicies = queries[qSeenPolicies].postgres
 	pgReadGates        = withNow(queries[qGates].postgres)
-	pgReadLastSends    = latestSends(queries[qLastSend].postgres)
+	// pgReadLatest reads a key's latest pgLatestFew or pgLatestMany
+	// admissions (see windowHints.latestRead).
+	pgReadLatest = map[int]string{
+		pgLatestFew:  latestSends(queries[qLastSend].postgres, pgLatestFew),
+		pgLatestMany: latestSends(queries[qLastSend].postgres, pgLatestMany),
+	}
 )
 
 // withNow returns text with its time parameter ($2) read from pgNow.
@@ -92,10 +97,12 @@ type pgRead struct {
 	// in the log's order, up to some time after it.
 	sends      []pgSend
 	sendsAfter int64
-	// latest are the key's latest admissions (pgReadLastSends), in the
-	// log's order; allLatest says they are all of them.
-	latest    []pgSend
-	allLatest bool
+	// latest are the key's latest admissions (pgReadLatest), at most
+	// latestRead of them, in the log's order; allLatest says they are all
+	// of them.
+	latest     []pgSend
+	latestRead int
+	allLatest  bool
 	// Which of them still hold: the transaction wrote nothing that could
 	// change them since, but the attempts it recorded itself, which it
 	// counted in them (see ownAttempt).
@@ -143,7 +150,8 @@ func (p *pgTx) pipeline(tx *Tx, key string) (r *pgRead, started, server time.Tim
 		b.Queue(pgReadSeenPolicies, key)
 		b.Queue(pgReadGates, key)
 		b.Queue(pgReadFlight, key)
-		b.Queue(pgReadLastSends, key)
+		r.latestRead = p.db.hints.latestRead(key)
+		b.Queue(pgReadLatest[r.latestRead], key)
 		after, until := p.db.hints.sendsRange(key)
 		b.Queue(pgReadSends, key, after, until, pgSendsRead)
 		br := c.SendBatch(tx.ctx, b)

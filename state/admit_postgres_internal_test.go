@@ -225,7 +225,7 @@ func TestPostgresGroupReadsTheLogOnce(t *testing.T) {
 		ids = append(ids, id)
 		return err
 	}
-	const earlier = pgLatestRead + 6
+	const earlier = pgLatestMany + 6
 	err := pg.Update(ctx, func(tx ledger.Tx) error {
 		now := tx.Clock(time.Now())
 		for i := range earlier {
@@ -339,8 +339,8 @@ func TestPostgresModerateKeysWindowWithTheLock(t *testing.T) {
 		}
 		return got, want
 	}
-	if got, want := count(); got != want || want <= pgLatestRead {
-		t.Fatalf("the first read: %d admitted in the window, want %d (more than the %d latest the pipeline reads)", got, want, pgLatestRead)
+	if got, want := count(); got != want || want <= pgLatestMany {
+		t.Fatalf("the first read: %d admitted in the window, want %d (more than the %d latest the pipeline reads)", got, want, pgLatestMany)
 	}
 	for i := range 5 {
 		before := trips.n.Load()
@@ -419,6 +419,69 @@ func TestSendsRangeSpansTheRecentStarts(t *testing.T) {
 	}
 	if after, until := h.sendsRange("other"); after != 0 || until != 0 {
 		t.Errorf("another key's range is %d..%d µs back, want nothing", after, until)
+	}
+}
+
+// A window's count that begins among a key's latest pgLatestMany
+// admissions, but before its latest pgLatestFew, is asked of the server
+// once: the key's next transactions read its latest pgLatestMany with the
+// lock, and a count that begins anywhere among them costs no round trip
+// of its own. Each count is the server's.
+func TestPostgresLatestReadWidens(t *testing.T) {
+	pg, trips := tracedPostgres(t)
+	ctx := context.Background()
+	const key, spacing, calls = "k", 100 * time.Millisecond, 100
+	start := admitEvery(t, pg, key, calls, 20*time.Second, spacing)
+	last := start.Add((calls - 1) * spacing)
+	// Counts after the admission back-th before the last: 30 back (more
+	// than pgLatestFew) first, then others, each further than the first's
+	// hint (see sendsRange) from the others.
+	for i, back := range []int{30, 20, 40, 50, 12} {
+		before := trips.n.Load()
+		err := pg.Update(ctx, func(tx ledger.Tx) error {
+			since := last.Add(-time.Duration(back)*spacing - spacing/2)
+			w, err := tx.WindowOf(key, since, nil)
+			if err == nil && w.Count != back+1 {
+				t.Errorf("count %d: %d admitted after the %dth before the last, want %d", i, w.Count, back, back+1)
+			}
+			return err
+		}, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want int64 = 2 // the lock's pipeline, with the count's start among the admissions it read, and the commit
+		if i == 0 {
+			want = 3 // and the count, asked of the server
+		}
+		if n := trips.n.Load() - before; n != want {
+			t.Errorf("count %d, %d admissions back, took %d round trips, want %d", i, back, n, want)
+		}
+	}
+}
+
+// A key's pipeline reads its latest pgLatestFew admissions, and its
+// latest pgLatestMany for manyFor transactions after a window's count
+// that began among those but before the few.
+func TestLatestReadFollowsTheCounts(t *testing.T) {
+	var h windowHints
+	count := func(n int64) pgFirstSend { return pgFirstSend{seq: 101 - n, at: 1, last: 100, ok: true} }
+	for _, w := range []pgFirstSend{{}, count(1), count(pgLatestFew), count(pgLatestMany + 1)} {
+		h.noteLatest("k", w)
+		if got := h.latestRead("k"); got != pgLatestFew {
+			t.Errorf("after a count of %d admissions (ok %v): reads the latest %d, want %d", w.last-w.seq+1, w.ok, got, pgLatestFew)
+		}
+	}
+	h.noteLatest("k", count(pgLatestFew+1))
+	for i := range manyFor {
+		if got := h.latestRead("k"); got != pgLatestMany {
+			t.Fatalf("transaction %d after a count of %d admissions reads the latest %d, want %d", i, pgLatestFew+1, got, pgLatestMany)
+		}
+	}
+	if got := h.latestRead("k"); got != pgLatestFew {
+		t.Errorf("%d transactions later it reads the latest %d, want %d again", manyFor, got, pgLatestFew)
+	}
+	if got := h.latestRead("other"); got != pgLatestFew {
+		t.Errorf("another key reads its latest %d, want %d", got, pgLatestFew)
 	}
 }
 

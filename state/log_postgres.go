@@ -35,18 +35,25 @@ const pgFlightRead = 64
 // An attemptAt is an attempt in flight: its ID and admission.
 type attemptAt struct{ id, at int64 }
 
-// pgLatestRead is how many of a key's latest admissions the pipeline
-// reads (pgReadLastSends): a window's count after a time since the oldest
-// of them is answered from them.
-const pgLatestRead = 64
+// How many of a key's latest admissions the pipeline reads
+// (pgReadLatest): a window's count after a time since the oldest of them
+// is answered from them — a short window's, and the count since the
+// latest answer's basis, which an upstream's remaining is projected by.
+// Most keys need a few; a busy key with a short window, or whose answers
+// come late, many (see windowHints.latestRead). Each is a statement of
+// its own, its limit a constant, so that each has a plan of its own.
+const (
+	pgLatestFew  = 8
+	pgLatestMany = 64
+)
 
-// latestSends returns qLastSend reading the key's pgLatestRead latest
-// admissions, the latest first.
-func latestSends(text string) string {
+// latestSends returns qLastSend reading the key's n latest admissions,
+// the latest first.
+func latestSends(text string, n int) string {
 	if !strings.HasSuffix(text, " LIMIT 1") {
 		panic("state: qLastSend does not end with LIMIT 1: " + text)
 	}
-	return strings.TrimSuffix(text, "1") + strconv.Itoa(pgLatestRead)
+	return strings.TrimSuffix(text, "1") + strconv.Itoa(n)
 }
 
 // pgReadSends reads the key's first admissions after a time, $2
@@ -99,7 +106,7 @@ func (r *pgRead) scanLatest(br pgx.BatchResults) error {
 		return nil
 	})
 	slices.Reverse(r.latest)
-	r.allLatest = len(r.latest) < pgLatestRead
+	r.allLatest = len(r.latest) < r.latestRead
 	return err
 }
 
@@ -208,7 +215,11 @@ func (p *pgTx) readFirstSend(key string, since int64) (pgFirstSend, bool) {
 	}
 	// Any admission not among the latest is none after since.
 	if len(r.latest) > 0 && (r.allLatest || since >= r.latest[0].at) {
-		return r.firstAfter(r.latest, since)
+		w, ok := r.firstAfter(r.latest, since)
+		if ok {
+			p.db.hints.noteLatest(key, w)
+		}
+		return w, ok
 	}
 	return pgFirstSend{}, false
 }
@@ -231,6 +242,7 @@ func (p *pgTx) keepFirstSend(key string, since int64, w pgFirstSend) {
 		return
 	}
 	p.db.hints.noteStart(key, r.now-since)
+	p.db.hints.noteLatest(key, w)
 	if r.windows == nil {
 		r.windows = map[int64]pgFirstSend{}
 	}
@@ -321,6 +333,11 @@ func (p *pgTx) readLastSend(key string) (seq, at, bytes int64, found, ok bool) {
 // to 504 ms beyond their length, and a range around the last miss alone,
 // 5 ms on either side, missed two reads in three. A hint changes what is
 // read with the lock, never what a read answers.
+//
+// The hints also say how many of its latest admissions the pipeline reads
+// of a key (latestRead): pgLatestFew, unless one of the key's window
+// counts began among its latest pgLatestMany but before its latest
+// pgLatestFew in one of its last manyFor transactions here.
 type windowHints struct {
 	mu   sync.Mutex
 	back map[string]*recentStarts
@@ -339,7 +356,13 @@ const backRecent = 32
 type recentStarts struct {
 	back    [backRecent]int64
 	n, next int
+	many    int // how many more of the key's pipelines read its latest pgLatestMany
 }
+
+// manyFor is how many of a key's transactions read its latest
+// pgLatestMany admissions after one of its window counts needed more than
+// pgLatestFew of them.
+const manyFor = 64
 
 // sendsRange returns from how far back to how far back, in microseconds
 // before the transaction's clock, the pipeline reads key's admissions:
@@ -367,6 +390,39 @@ func (h *windowHints) sendsRange(key string) (after, until int64) {
 func (h *windowHints) noteStart(key string, back int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	r := h.of(key)
+	r.back[r.next] = back
+	r.next = (r.next + 1) % backRecent
+	r.n = min(r.n+1, backRecent)
+}
+
+// noteLatest notes w, a window count of key: the key's next manyFor
+// pipelines read its latest pgLatestMany admissions when w began among
+// them but before its latest pgLatestFew.
+func (h *windowHints) noteLatest(key string, w pgFirstSend) {
+	if n := w.last - w.seq + 1; !w.ok || n <= pgLatestFew || n > pgLatestMany {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.of(key).many = manyFor
+}
+
+// latestRead returns how many of key's latest admissions its next
+// pipeline reads: pgLatestFew or pgLatestMany (see noteLatest).
+func (h *windowHints) latestRead(key string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := h.back[key]
+	if r == nil || r.many == 0 {
+		return pgLatestFew
+	}
+	r.many--
+	return pgLatestMany
+}
+
+// of returns key's hints, made on first use; h.mu is held.
+func (h *windowHints) of(key string) *recentStarts {
 	if h.back == nil {
 		h.back = map[string]*recentStarts{}
 	}
@@ -375,7 +431,5 @@ func (h *windowHints) noteStart(key string, back int64) {
 		r = &recentStarts{}
 		h.back[key] = r
 	}
-	r.back[r.next] = back
-	r.next = (r.next + 1) % backRecent
-	r.n = min(r.n+1, backRecent)
+	return r
 }

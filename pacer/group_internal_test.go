@@ -505,15 +505,7 @@ func TestAdmitTogetherQueuedFailWithNoAnswer(t *testing.T) {
 		t.Errorf("%d transactions, want 1: the queued calls waited out the hung one's bound already", n)
 	}
 	groupEnded(t, p, k.Name)
-	if _, err := p.Admit(ctx, syncCall(k, queued+1)); err != nil {
-		t.Errorf("the next call: %v", err)
-	}
-	if n := store.updates.Load(); n != 2 {
-		t.Errorf("%d transactions, want 2: the hung one, the next call's", n)
-	}
-	if n := admissionsOf(t, db, k.Name); n != 1 {
-		t.Errorf("the log holds %d admissions, want 1: the next call's", n)
-	}
+	nextCallAsks(t, p, store, db, syncCall(k, queued+1))
 }
 
 // The calls waiting for their key's spent lease to be renewed, whose
@@ -610,13 +602,21 @@ func TestLineFailsWithNoAnswer(t *testing.T) {
 	if n := store.updates.Load(); n != 1 {
 		t.Errorf("%d transactions, want 1: the call in the line waited out the first's bound already", n)
 	}
-	if _, err := p.Admit(ctx, lined(2)); err != nil {
+	nextCallAsks(t, p, store, db, lined(2))
+}
+
+// nextCallAsks checks that c, the key's next call after one whose
+// transaction did not answer (store's first), is admitted in a
+// transaction of its own, the only admission of db's log.
+func nextCallAsks(t *testing.T, p *Pacer, store *gatedStore, db ledger.Store, c Call) {
+	t.Helper()
+	if _, err := p.Admit(context.Background(), c); err != nil {
 		t.Errorf("the next call: %v", err)
 	}
 	if n := store.updates.Load(); n != 2 {
 		t.Errorf("%d transactions, want 2: the hung one, the next call's", n)
 	}
-	if n := admissionsOf(t, db, k.Name); n != 1 {
+	if n := admissionsOf(t, db, c.Key.Name); n != 1 {
 		t.Errorf("the log holds %d admissions, want 1: the next call's", n)
 	}
 }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -90,5 +92,42 @@ func TestServeSaysOnceThatTheDatabaseDoesNotAnswer(t *testing.T) {
 	}
 	if n := strings.Count(before, "connection refused"); n != 1 {
 		t.Errorf("serve said %d times that the database refused the connection; want once:\n%s", n, before)
+	}
+}
+
+// TestCommandsWaitLongerThanACall: status and activity, run by a person,
+// wait for a PostgreSQL state up to commandStateTimeout even when
+// state_timeout, the bound of an agent's call, is shorter. The database
+// here accepts connections and never answers; the command is stopped by
+// its context before either bound, and says which bound it kept.
+func TestCommandsWaitLongerThanACall(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() { // accept, read, never answer
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { conn.Close() })
+			go io.Copy(io.Discard, conn)
+		}
+	}()
+	cfg := demoConfig(demoKey("https://api.example", 120, time.Minute))
+	cfg.State, cfg.StateTimeout = "postgres://mq@"+ln.Addr().String()+"/mq?sslmode=disable", 100*time.Millisecond
+	s := setupOf(t, cfg)
+	s.env = append(s.env, "XDG_STATE_HOME="+t.TempDir())
+
+	for _, command := range []string{"status", "activity"} {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		var out, errOut strings.Builder
+		err := run(ctx, []string{command, "--config", s.config}, strings.NewReader(""), &out, &errOut, s.getenv)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), "did not answer within "+commandStateTimeout.String()) {
+			t.Errorf("%s on a database that never answers, with state_timeout 100ms: %v; want it to have waited up to %s", command, err, commandStateTimeout)
+		}
 	}
 }

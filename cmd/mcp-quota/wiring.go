@@ -315,6 +315,12 @@ func (e environment) open(ctx context.Context, c common, keys *keystore.Store, l
 	return &app{keys: keys, db: db, clock: clk, pacer: p, client: client, log: log}, nil
 }
 
+// commandStateTimeout bounds each transaction of a command that is not
+// serving (status, activity) when state_timeout is shorter: state_timeout
+// says how long a call waits before it fails with stateUnavailable, and a
+// person reading the activity on a busy machine can wait longer.
+const commandStateTimeout = 10 * time.Second
+
 // openState opens the state, and returns the clock its admissions keep.
 // A failure says in words what is wrong (see explainState; a PostgreSQL
 // state's errors say it themselves).
@@ -329,6 +335,11 @@ func (e environment) openState(ctx context.Context, c common, keys *keystore.Sto
 			JournalDir: e.journalDir(path)}
 		if keys != nil {
 			o.Timeout = keys.StateTimeout()
+		}
+		if !serving {
+			// A command run by a person waits longer than a call: the
+			// bound keeps an agent from hanging, not a reader.
+			o.Timeout = max(o.Timeout, commandStateTimeout)
 		}
 		pg, err := state.OpenPostgres(ctx, path, o)
 		if err != nil {

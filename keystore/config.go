@@ -69,7 +69,9 @@ type fileConfig struct {
 	// PostgreSQL URL (postgres://user@host:5432/db?sslmode=…) without a
 	// password. --state and MCP_QUOTA_STATE override it.
 	State string `toml:"state"`
-	// StateTimeout bounds each transaction on a PostgreSQL state.
+	// StateTimeout bounds each transaction on a PostgreSQL state of the
+	// processes that serve calls (serve, stdio); the commands a person
+	// runs (status, activity) wait at least 10 s.
 	StateTimeout duration `toml:"state_timeout"`
 	// BodyMemoryMiB bounds the memory bodies in flight take across all
 	// callers, in MiB; default 64 (see BodyMemory).

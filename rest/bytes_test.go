@@ -2,9 +2,6 @@ package rest_test
 
 import (
 	"bytes"
-	"compress/flate"
-	"compress/gzip"
-	"compress/zlib"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -51,19 +48,19 @@ func (u *bytesUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case strings.Contains(ae, "gzip"):
 			w.Header().Set("Content-Encoding", "gzip")
-			w.Write(gz(u.echo(r)))
+			w.Write(testkit.Gzip(u.echo(r)))
 		case strings.Contains(ae, "deflate"):
 			w.Header().Set("Content-Encoding", "deflate")
-			w.Write(zl(u.echo(r)))
+			w.Write(testkit.Zlib(u.echo(r)))
 		default:
 			w.Write(u.echo(r))
 		}
 	case "/stacked": // zlib, then gzip on top
 		w.Header().Set("Content-Encoding", "deflate, gzip")
-		w.Write(gz(zl(u.echo(r))))
+		w.Write(testkit.Gzip(testkit.Zlib(u.echo(r))))
 	case "/rawdeflate": // "deflate" as raw deflate, as some servers send it
 		w.Header().Set("Content-Encoding", "deflate")
-		w.Write(fl(u.echo(r)))
+		w.Write(testkit.RawDeflate(u.echo(r)))
 	case "/br": // a coding nobody asked for
 		w.Header().Set("Content-Encoding", "br")
 		w.Write(u.echo(r))
@@ -73,7 +70,7 @@ func (u *bytesUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			n = 4 << 20
 		}
 		w.Header().Set("Content-Encoding", "gzip")
-		w.Write(gz(append(bytes.Repeat([]byte("a"), n), u.echo(r)...)))
+		w.Write(testkit.Gzip(append(bytes.Repeat([]byte("a"), n), u.echo(r)...)))
 	case "/range": // byte ranges of a body that holds the credential
 		http.ServeContent(w, r, "echo.json", time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), bytes.NewReader(u.echo(r)))
 	case "/partial": // a part, whatever was asked
@@ -90,30 +87,6 @@ func (u *bytesUpstream) seen() (ae, ranges []string) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return append([]string(nil), u.ae...), append([]string(nil), u.ranges...)
-}
-
-func gz(b []byte) []byte {
-	var out bytes.Buffer
-	z := gzip.NewWriter(&out)
-	z.Write(b)
-	z.Close()
-	return out.Bytes()
-}
-
-func zl(b []byte) []byte {
-	var out bytes.Buffer
-	z := zlib.NewWriter(&out)
-	z.Write(b)
-	z.Close()
-	return out.Bytes()
-}
-
-func fl(b []byte) []byte {
-	var out bytes.Buffer
-	z, _ := flate.NewWriter(&out, flate.DefaultCompression)
-	z.Write(b)
-	z.Close()
-	return out.Bytes()
 }
 
 var bytesKeys = testkit.Keys(

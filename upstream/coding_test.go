@@ -2,40 +2,15 @@ package upstream
 
 import (
 	"bytes"
-	"compress/flate"
-	"compress/gzip"
-	"compress/zlib"
 	"errors"
 	"io"
 	"net/http"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
-
-func gzipped(b []byte) []byte {
-	var out bytes.Buffer
-	z := gzip.NewWriter(&out)
-	z.Write(b)
-	z.Close()
-	return out.Bytes()
-}
-
-func zlibbed(b []byte) []byte {
-	var out bytes.Buffer
-	z := zlib.NewWriter(&out)
-	z.Write(b)
-	z.Close()
-	return out.Bytes()
-}
-
-func deflated(b []byte) []byte {
-	var out bytes.Buffer
-	z, _ := flate.NewWriter(&out, flate.BestSpeed)
-	z.Write(b)
-	z.Close()
-	return out.Bytes()
-}
 
 // TestDecodeAnswer: what each Content-Encoding an upstream may send
 // becomes — decoded, refused, or bounded.
@@ -53,19 +28,19 @@ func TestDecodeAnswer(t *testing.T) {
 	}{
 		{name: "none", body: plain, want: string(plain)},
 		{name: "identity", coding: "identity", body: plain, want: string(plain)},
-		{name: "gzip", coding: "gzip", body: gzipped(plain), want: string(plain)},
-		{name: "x-gzip, any case", coding: "X-Gzip", body: gzipped(plain), want: string(plain)},
-		{name: "deflate as zlib", coding: "deflate", body: zlibbed(plain), want: string(plain)},
-		{name: "deflate as raw deflate", coding: "deflate", body: deflated(plain), want: string(plain)},
-		{name: "stacked", coding: "deflate, gzip", body: gzipped(zlibbed(plain)), want: string(plain)},
-		{name: "stacked, identity between", coding: "gzip, identity, gzip", body: gzipped(gzipped(plain)), want: string(plain)},
+		{name: "gzip", coding: "gzip", body: testkit.Gzip(plain), want: string(plain)},
+		{name: "x-gzip, any case", coding: "X-Gzip", body: testkit.Gzip(plain), want: string(plain)},
+		{name: "deflate as zlib", coding: "deflate", body: testkit.Zlib(plain), want: string(plain)},
+		{name: "deflate as raw deflate", coding: "deflate", body: testkit.RawDeflate(plain), want: string(plain)},
+		{name: "stacked", coding: "deflate, gzip", body: testkit.Gzip(testkit.Zlib(plain)), want: string(plain)},
+		{name: "stacked, identity between", coding: "gzip, identity, gzip", body: testkit.Gzip(testkit.Gzip(plain)), want: string(plain)},
 		{name: "brotli", coding: "br", body: plain, refused: `"br"`},
 		{name: "zstd after gzip", coding: "gzip, zstd", body: plain, refused: `"zstd"`},
 		{name: "four deep", coding: "gzip, gzip, gzip, gzip", body: plain, refused: "4 content codings"},
 		{name: "a part for the whole", status: http.StatusPartialContent, body: plain, refused: "206"},
 		{name: "HEAD", coding: "gzip", method: http.MethodHead, want: ""},
-		{name: "bomb", coding: "gzip", body: gzipped(bytes.Repeat([]byte("a"), 1<<20)), limit: 1000, tooLarge: true},
-		{name: "exactly the limit", coding: "gzip", body: gzipped(plain), limit: int64(len(plain)), want: string(plain)},
+		{name: "bomb", coding: "gzip", body: testkit.Gzip(bytes.Repeat([]byte("a"), 1<<20)), limit: 1000, tooLarge: true},
+		{name: "exactly the limit", coding: "gzip", body: testkit.Gzip(plain), limit: int64(len(plain)), want: string(plain)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -164,9 +139,9 @@ func TestSentHeaderAllocations(t *testing.T) {
 // within the limit, fail to decode, or are refused — never a panic, never
 // more than the limit.
 func FuzzDecodeAnswer(f *testing.F) {
-	f.Add("gzip", gzipped([]byte("hello")))
-	f.Add("deflate, gzip", gzipped(zlibbed([]byte("hello"))))
-	f.Add("deflate", deflated([]byte("hello")))
+	f.Add("gzip", testkit.Gzip([]byte("hello")))
+	f.Add("deflate, gzip", testkit.Gzip(testkit.Zlib([]byte("hello"))))
+	f.Add("deflate", testkit.RawDeflate([]byte("hello")))
 	f.Add("br", []byte("hello"))
 	f.Add(" , identity ,gzip", []byte{0x1f, 0x8b})
 	f.Fuzz(func(t *testing.T, coding string, body []byte) {

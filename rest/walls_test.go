@@ -3,7 +3,6 @@ package rest_test
 import (
 	"bufio"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -32,42 +31,6 @@ import (
 // encoding, JSON escaping and HTML escaping.
 const awkwardSecret = "zqx+9/8=x&y-UPSTREAM-41c7"
 
-// leakyUpstream repeats its credential everywhere an upstream can: in a
-// Link that repeats the request URL, in a field that repeats it
-// percent-encoded, in a body that echoes the Authorization it got, in a
-// same-host redirect that keeps the query, in a redirect chain that
-// passes through a URL carrying it towards an allowed host.
-type leakyUpstream struct {
-	allowedURL string
-}
-
-func (u *leakyUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	full := "http://" + r.Host + r.URL.RequestURI()
-	switch r.URL.Path {
-	case "/v1/items":
-		next := r.URL.Query()
-		next.Set("page", "2")
-		w.Header().Set("Link", "<"+r.URL.Path+"?"+next.Encode()+`>; rel="next"`)
-		w.Header().Set("X-Echo-Url", url.QueryEscape(full))
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"items":[1,2],"you_sent":%q,"query":%q,"b64":%q}`, r.Header.Get("Authorization"), r.URL.RawQuery,
-			base64.StdEncoding.EncodeToString([]byte(r.URL.RawQuery)))
-	case "/slash":
-		http.Redirect(w, r, "/slash/?"+r.URL.RawQuery, http.StatusMovedPermanently)
-	case "/slash/":
-		fmt.Fprint(w, "ok")
-	case "/via":
-		// Through a URL carrying the key, then to the allowed host.
-		http.Redirect(w, r, "/hop?"+r.URL.RawQuery, http.StatusFound)
-	case "/hop":
-		http.Redirect(w, r, u.allowedURL+"/landing", http.StatusFound)
-	case "/to-allowed-with-key":
-		http.Redirect(w, r, u.allowedURL+"/landing?"+r.URL.RawQuery, http.StatusFound)
-	default:
-		http.NotFound(w, r)
-	}
-}
-
 // TestWallsKeyNeverLeaves drives findings 1-5 of issue 13 through REST
 // and MCP with a query credential that needs encoding, and scans every
 // output channel and every file mcp-quota wrote for it in every form.
@@ -91,7 +54,7 @@ func TestWallsKeyNeverLeaves(t *testing.T) {
 		testkit.Key{Name: "other", BaseURL: "%[1]s/", Auth: "none"},
 	)
 	cs := strings.Replace(callers, `keys = ["demo"]`, `keys = ["demo", "bearer"]`, 2)
-	s := newStack(t, stackConfig{Upstream: &leakyUpstream{allowedURL: allowedURL}, Keys: keys, Callers: cs, Secret: awkwardSecret})
+	s := newStack(t, stackConfig{Upstream: &testkit.LeakyUpstream{AllowedURL: allowedURL}, Keys: keys, Callers: cs, Secret: awkwardSecret})
 
 	var out strings.Builder
 	record := func(what string, resp *http.Response, body []byte) {

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"compress/gzip"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,36 +30,7 @@ const wallsSecret = "zqx+9/8=x&y-e2e-UPSTREAM-5d0b"
 // output channel and every file mcp-quota wrote (the state file, its WAL,
 // the journals) for the credential in every encoding.
 func TestWallsEndToEnd(t *testing.T) {
-	leaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		full := "http://" + r.Host + r.URL.RequestURI()
-		switch r.URL.Path {
-		case "/v1/items":
-			next := r.URL.Query()
-			next.Set("page", "2")
-			w.Header().Set("Link", "<"+r.URL.Path+"?"+next.Encode()+`>; rel="next"`)
-			w.Header().Set("X-Echo-Url", url.QueryEscape(full))
-			w.Header().Set("Content-Type", "application/json")
-			fmt.Fprintf(w, `{"items":[1,2],"query":%q,"b64":%q}`, r.URL.RawQuery, base64.StdEncoding.EncodeToString([]byte(r.URL.RawQuery)))
-		case "/slash":
-			http.Redirect(w, r, "/slash/?"+r.URL.RawQuery, http.StatusMovedPermanently)
-		case "/slash/":
-			io.WriteString(w, "ok")
-		case "/gz": // compressed when asked, as most servers do
-			body := fmt.Sprintf(`{"query":%q}`, r.URL.RawQuery)
-			if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
-				w.Header().Set("Content-Encoding", "gzip")
-				z := gzip.NewWriter(w)
-				io.WriteString(z, body)
-				z.Close()
-				return
-			}
-			io.WriteString(w, body)
-		case "/range": // byte ranges of a body that holds the credential
-			http.ServeContent(w, r, "q.json", time.Time{}, strings.NewReader(fmt.Sprintf(`{"query":%q}`, r.URL.RawQuery)))
-		default:
-			http.NotFound(w, r)
-		}
-	}))
+	leaky := httptest.NewServer(&testkit.LeakyUpstream{})
 	t.Cleanup(leaky.Close)
 	dir := t.TempDir()
 	s := &setup{dir: dir, config: filepath.Join(dir, "config.toml"), state: filepath.Join(dir, "state.db"),

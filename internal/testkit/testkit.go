@@ -6,8 +6,9 @@
 // builder of configuration files' keys and callers (Config), new
 // SQLite state files migrated once per test binary (StateFile), a buffer
 // a process's output and a test's reads share (Buffer), values many
-// goroutines add (List), a damaged write-ahead log (DamageWAL), and
-// bodies in HTTP's content codings (Gzip, Zlib, RawDeflate).
+// goroutines add (List), a damaged write-ahead log (DamageWAL),
+// bodies in HTTP's content codings (Gzip, Zlib, RawDeflate), and an
+// upstream that repeats its credential wherever it can (LeakyUpstream).
 //
 // It imports nothing of mcp-quota but pacer/ledger, so that any test,
 // including a package's internal tests, can use it.

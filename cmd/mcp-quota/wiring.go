@@ -337,8 +337,6 @@ func (e environment) openState(ctx context.Context, c common, keys *keystore.Sto
 			o.Timeout = keys.StateTimeout()
 		}
 		if !serving {
-			// A command run by a person waits longer than a call: the
-			// bound keeps an agent from hanging, not a reader.
 			o.Timeout = max(o.Timeout, commandStateTimeout)
 		}
 		pg, err := state.OpenPostgres(ctx, path, o)

@@ -101,6 +101,7 @@ func TestServeSaysOnceThatTheDatabaseDoesNotAnswer(t *testing.T) {
 // here accepts connections and never answers; the command is stopped by
 // its context before either bound, and says which bound it kept.
 func TestCommandsWaitLongerThanACall(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -344,15 +344,3 @@ func get(t *testing.T, url, token string, header ...string) *http.Response {
 	}
 	return resp
 }
-
-func appendFile(t *testing.T, path, text string) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteString(text); err != nil {
-		t.Fatal(err)
-	}
-}

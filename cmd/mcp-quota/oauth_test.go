@@ -28,7 +28,6 @@ import (
 // the address mcp-quota must listen on, the resource's.
 func oauthSetup(t *testing.T, upstream, issuer string) (*setup, string) {
 	t.Helper()
-	s := setupOf(t, oauthConfig(upstream))
 	// The resource names the port clients connect to: take a free one.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -36,44 +35,26 @@ func oauthSetup(t *testing.T, upstream, issuer string) (*setup, string) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	appendFile(t, s.config, oauthTables(issuer, addr))
+	s := setupOf(t, oauthConfig(upstream, issuer, addr))
 	s.env = append(s.env, "INTROSPECTION_SECRET=mcp-quota-secret")
 	return s, addr
 }
 
-// oauthConfig is the keys and callers of oauthSetup: key "demo" of the
-// upstream, whose writes need the scope demo:write, and the static
-// callers.
-func oauthConfig(upstream string) testkit.Config {
+// oauthConfig is the configuration of oauthSetup, for the resource at
+// addr: key "demo" of the upstream, whose writes need the scope
+// demo:write, the static callers, the [oauth] table trusting issuer,
+// and its principals.
+func oauthConfig(upstream, issuer, addr string) testkit.Config {
 	key := demoKey(upstream, 120, time.Minute)
 	key.Methods, key.WriteScopes = []string{"GET", "POST"}, []string{"demo:write"}
-	return demoConfig(key)
-}
-
-// oauthTables is the [oauth] table of oauthSetup, trusting issuer for
-// the resource at addr, and its principals.
-func oauthTables(issuer, addr string) string {
-	return fmt.Sprintf(`
-[oauth]
-issuer = %q
-resource = "http://%s/mcp"
-scopes = ["mcp"]
-introspection_client_id = "mcp-quota"
-introspection_secret_env = "INTROSPECTION_SECRET"
-contact = "the platform team"
-
-[[principals]]
-name = "alice@example.com"
-claim = "email"
-values = ["alice@example.com"]
-keys = ["demo"]
-
-[[principals]]
-name = "nightly-sync"
-claim = "client_id"
-values = ["sync-job"]
-keys = ["demo"]
-`, issuer, addr)
+	cfg := demoConfig(key)
+	cfg.OAuth = &testkit.OAuth{Issuer: issuer, Resource: "http://" + addr + "/mcp", Scopes: []string{"mcp"},
+		IntrospectionClientID: "mcp-quota", IntrospectionSecretEnv: "INTROSPECTION_SECRET", Contact: "the platform team"}
+	cfg.Principals = []testkit.Principal{
+		{Name: "alice@example.com", Claim: "email", Values: []string{"alice@example.com"}, Keys: []string{"demo"}},
+		{Name: "nightly-sync", Claim: "client_id", Values: []string{"sync-job"}, Keys: []string{"demo"}},
+	}
+	return cfg
 }
 
 // oauthDo sends method to url with token and returns the answer and its body.
@@ -391,14 +372,9 @@ func TestDashboardOAuthSignIn(t *testing.T) {
 	s, addr := oauthSetup(t, upstream, iss[0])
 	clientID := registerDashboard(t, iss[0], addr)
 	// Alice's group team-a is the admin group: she may see every key.
-	cfg, err := os.ReadFile(s.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg = []byte(strings.Replace(string(cfg), "[oauth]\n", fmt.Sprintf("[oauth]\ndashboard_client_id = %q\nadmin_group = \"team-a\"\n", clientID), 1))
-	if err := os.WriteFile(s.config, cfg, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := oauthConfig(upstream, iss[0], addr)
+	cfg.OAuth.DashboardClientID, cfg.OAuth.AdminGroup = clientID, "team-a"
+	s.write(t, cfg)
 	base, logs := s.serve(t, "--listen", addr)
 
 	jar, _ := cookiejar.New(nil)

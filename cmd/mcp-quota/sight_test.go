@@ -2,11 +2,9 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -32,21 +30,14 @@ func sightSetup(t *testing.T, user string) (s *setup, base, issuer, client strin
 	_, upstream := upstreamAPI(t, demo.Config{})
 	s, addr := oauthSetup(t, upstream, iss[0])
 	clientID := registerDashboard(t, iss[0], addr)
-	keys := oauthConfig(upstream)
-	keys.Keys[0].Reserve = []testkit.Reserve{{Caller: "agent", Share: 0.2}}
-	keys.Keys = append(keys.Keys, testkit.Key{Name: "ops", BaseURL: upstream, Auth: "none"})
-	tables := strings.Replace(oauthTables(iss[0], addr), "[oauth]\n", fmt.Sprintf("[oauth]\ndashboard_client_id = %q\nissuer_name = \"Test IdP\"\nadmin_group = \"team-a\"\n", clientID), 1)
-	tables = strings.Replace(tables, "values = [\"sync-job\"]\nkeys = [\"demo\"]\n", "values = [\"sync-job\"]\nkeys = [\"demo\"]\nvisible_to = [\"bob@example.com\"]\n", 1)
-	tables += `
-[[principals]]
-name = "bob@example.com"
-claim = "email"
-values = ["bob@example.com"]
-keys = ["demo"]
-`
-	if err := os.WriteFile(s.config, []byte(keys.TOML()+tables), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := oauthConfig(upstream, iss[0], addr)
+	cfg.Keys[0].Reserve = []testkit.Reserve{{Caller: "agent", Share: 0.2}}
+	cfg.Keys = append(cfg.Keys, testkit.Key{Name: "ops", BaseURL: upstream, Auth: "none"})
+	cfg.OAuth.DashboardClientID, cfg.OAuth.IssuerName, cfg.OAuth.AdminGroup = clientID, "Test IdP", "team-a"
+	cfg.Principals[1].VisibleTo = []string{"bob@example.com"} // nightly-sync's calls
+	cfg.Principals = append(cfg.Principals,
+		testkit.Principal{Name: "bob@example.com", Claim: "email", Values: []string{"bob@example.com"}, Keys: []string{"demo"}})
+	s.write(t, cfg)
 	base, logs = s.serve(t, "--listen", addr)
 	return s, base, iss[0], clientID, logs
 }

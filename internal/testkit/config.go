@@ -9,7 +9,7 @@ import (
 )
 
 // Config is the part of a configuration file a test writes — its state,
-// keys and callers — built as Go values instead of TOML pasted as text. TOML writes
+// keys, callers, [oauth] table and principals — built as Go values instead of TOML pasted as text. TOML writes
 // it as the text keystore.Parse reads.
 //
 // A string may hold a fmt verb for the test to fill in afterwards (a
@@ -21,6 +21,8 @@ type Config struct {
 	StateTimeout time.Duration // zero leaves the default
 	Keys         []Key
 	Callers      []Caller
+	OAuth        *OAuth // nil: no [oauth] table
+	Principals   []Principal
 }
 
 // Key is one [[keys]] table. A zero field is left out of the file, so the
@@ -75,6 +77,29 @@ type Caller struct {
 	VisibleTo []string
 }
 
+// OAuth is the [oauth] table, with the fields the tests set.
+type OAuth struct {
+	Issuer                 string
+	Resource               string
+	Scopes                 []string
+	IntrospectionClientID  string
+	IntrospectionSecretEnv string
+	Contact                string
+	DashboardClientID      string
+	IssuerName             string
+	AdminGroup             string
+}
+
+// Principal is one [[principals]] table: the people or jobs whose claim
+// has one of values, and the keys they may use.
+type Principal struct {
+	Name      string
+	Claim     string
+	Values    []string
+	Keys      []string
+	VisibleTo []string
+}
+
 // Window is the one policy most tests give a key: quota calls per window.
 func Window(quota int64, window time.Duration) []Policy {
 	return []Policy{{Quota: quota, Window: window}}
@@ -101,6 +126,13 @@ func (c Config) TOML() string {
 	for _, c := range c.Callers {
 		f.Callers = append(f.Callers, callerTOML(c))
 	}
+	if c.OAuth != nil {
+		o := oauthTOML(*c.OAuth)
+		f.OAuth = &o
+	}
+	for _, p := range c.Principals {
+		f.Principals = append(f.Principals, principalTOML(p))
+	}
 	var b strings.Builder
 	if err := toml.NewEncoder(&b).Encode(f); err != nil {
 		panic(fmt.Sprintf("testkit: a configuration that TOML cannot write: %v", err)) // only plain values above
@@ -124,10 +156,32 @@ func durationText(d time.Duration) string {
 }
 
 type fileTOML struct {
-	State        string       `toml:"state,omitempty"`
-	StateTimeout string       `toml:"state_timeout,omitempty"`
-	Keys         []keyTOML    `toml:"keys,omitempty"`
-	Callers      []callerTOML `toml:"callers,omitempty"`
+	State        string          `toml:"state,omitempty"`
+	StateTimeout string          `toml:"state_timeout,omitempty"`
+	Keys         []keyTOML       `toml:"keys,omitempty"`
+	Callers      []callerTOML    `toml:"callers,omitempty"`
+	OAuth        *oauthTOML      `toml:"oauth,omitempty"`
+	Principals   []principalTOML `toml:"principals,omitempty"`
+}
+
+type oauthTOML struct {
+	Issuer                 string   `toml:"issuer,omitempty"`
+	Resource               string   `toml:"resource,omitempty"`
+	Scopes                 []string `toml:"scopes,omitempty"`
+	IntrospectionClientID  string   `toml:"introspection_client_id,omitempty"`
+	IntrospectionSecretEnv string   `toml:"introspection_secret_env,omitempty"`
+	Contact                string   `toml:"contact,omitempty"`
+	DashboardClientID      string   `toml:"dashboard_client_id,omitempty"`
+	IssuerName             string   `toml:"issuer_name,omitempty"`
+	AdminGroup             string   `toml:"admin_group,omitempty"`
+}
+
+type principalTOML struct {
+	Name      string   `toml:"name,omitempty"`
+	Claim     string   `toml:"claim,omitempty"`
+	Values    []string `toml:"values,omitempty"`
+	Keys      []string `toml:"keys,omitempty"`
+	VisibleTo []string `toml:"visible_to,omitempty"`
 }
 
 type keyTOML struct {

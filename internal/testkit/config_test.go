@@ -2,6 +2,7 @@ package testkit_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,5 +100,50 @@ auth = "none"
 	}
 	if diff := cmp.Diff(agent.Keys, []string{"demo", "other"}); agent.Name != "agent" || diff != "" {
 		t.Errorf("caller %q with keys (-got +want):\n%s", agent.Name, diff)
+	}
+}
+
+// claims is a token's claims, for keystore's Principal.
+type claims map[string][]string
+
+func (c claims) Values(claim string) []string { return c[claim] }
+
+// The [oauth] table and the principals Config writes are what
+// keystore.Parse reads back.
+func TestConfigParsesOAuth(t *testing.T) {
+	c := testkit.Config{
+		Keys: []testkit.Key{{Name: "demo", BaseURL: "http://127.0.0.1:9/", Auth: "none"}, {Name: "ops", BaseURL: "http://127.0.0.1:9/", Auth: "none"}},
+		OAuth: &testkit.OAuth{Issuer: "https://idp.example", Resource: "http://127.0.0.1:8787/mcp", Scopes: []string{"mcp"},
+			IntrospectionClientID: "mcp-quota", IntrospectionSecretEnv: "INTROSPECTION_SECRET", Contact: "the platform team",
+			DashboardClientID: "dash", IssuerName: "Test IdP", AdminGroup: "team-a"},
+		Principals: []testkit.Principal{
+			{Name: "alice@example.com", Claim: "email", Values: []string{"alice@example.com"}, Keys: []string{"demo"}},
+			{Name: "nightly-sync", Claim: "client_id", Values: []string{"sync-job"}, Keys: []string{"demo", "ops"}, VisibleTo: []string{"alice@example.com"}},
+		},
+	}
+	env := map[string]string{"INTROSPECTION_SECRET": "introspection-secret-0123456789"}
+	store, err := keystore.Parse([]byte(c.TOML()), keystore.Env{Getenv: func(k string) string { return env[k] }})
+	if err != nil {
+		t.Fatalf("keystore.Parse: %v\n%s", err, c.TOML())
+	}
+	o := store.OAuth()
+	if o == nil {
+		t.Fatalf("no [oauth] table read from:\n%s", c.TOML())
+	}
+	got := []any{o.Issuers, o.Resource, o.Scopes, o.IntrospectionClient, o.Contact, o.DashboardClient, o.IssuerName, o.AdminGroup}
+	want := []any{[]string{"https://idp.example"}, "http://127.0.0.1:8787/mcp", []string{"mcp"}, "mcp-quota", "the platform team", "dash", "Test IdP", "team-a"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("[oauth] (-want +got):\n%s", diff)
+	}
+	sync, err := store.Principal(claims{"client_id": {"sync-job"}})
+	if err != nil || sync.Name != "nightly-sync" || !sync.MayUse("ops") {
+		t.Errorf("the job's principal: %+v, %v; want nightly-sync, which may use ops", sync, err)
+	}
+	alice, err := store.Principal(claims{"email": {"alice@example.com"}})
+	if err != nil || alice.Name != "alice@example.com" || alice.MayUse("ops") {
+		t.Errorf("alice's principal: %+v, %v; want alice@example.com, who may not use ops", alice, err)
+	}
+	if plain := testkit.Keys(c.Keys...); strings.Contains(plain, "oauth") || strings.Contains(plain, "principals") {
+		t.Errorf("a configuration without OAuth has an [oauth] table or principals:\n%s", plain)
 	}
 }

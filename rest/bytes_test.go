@@ -97,7 +97,7 @@ var bytesKeys = testkit.Keys(
 )
 
 func bytesStack(t *testing.T, u *bytesUpstream) *stack {
-	cs := strings.Replace(strings.Replace(callers, `keys = ["demo"]`, `keys = ["qk", "bk", "open"]`, 2), `keys = ["other"]`, `keys = ["open"]`, 1)
+	cs := callersWith(map[string][]string{"sync": {"qk", "bk", "open"}, "agent": {"qk", "bk", "open"}, "stranger": {"open"}})
 	return newStack(t, stackConfig{Upstream: u, Keys: bytesKeys, Callers: cs, Secret: awkwardSecret,
 		Limits: rest.Limits{MaxBody: 1 << 20}, Fetch: tools.FetchLimits{MaxBody: 1 << 20}})
 }

@@ -436,7 +436,7 @@ func TestUpstreamUnavailable(t *testing.T) {
 		testkit.Key{Name: "metadata", BaseURL: "http://169.254.169.254/latest/", SecretEnv: "UPSTREAM_SECRET", MaxRate: 1000,
 			Policies: testkit.Window(100, time.Minute)},
 	)
-	s := newStack(t, stackConfig{Keys: keys, Callers: strings.Replace(callers, `keys = ["demo"]`, `keys = ["*"]`, 1)})
+	s := newStack(t, stackConfig{Keys: keys, Callers: callersWith(map[string][]string{"sync": {"*"}})})
 	tests := []struct {
 		key    string
 		status int

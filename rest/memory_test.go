@@ -42,7 +42,7 @@ func TestWallsBodyMemoryBound(t *testing.T) {
 		w.Write(big)
 	})
 	var mem *upstream.BodyMemory
-	cs := strings.Replace(callers, `keys = ["demo"]`, `keys = ["demo", "other"]`, 2)
+	cs := callersWith(map[string][]string{"sync": {"demo", "other"}, "agent": {"demo", "other"}})
 	s := newStack(t, stackConfig{Upstream: up, Callers: cs, QuietLog: true,
 		Client: func(c *upstream.Client) { mem = upstream.NewBodyMemory(bound); c.Bodies = mem },
 		Fetch:  tools.FetchLimits{MaxBody: 4 << 20}})

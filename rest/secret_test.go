@@ -53,7 +53,7 @@ func TestSecretsNeverLeave(t *testing.T) {
 		testkit.Key{Name: "leaky", BaseURL: leaky.URL + "/v1/", SecretEnv: "UPSTREAM_SECRET", Auth: "query:api_key", MaxRate: 1000},
 		testkit.Key{Name: "down", BaseURL: down.URL, SecretEnv: "UPSTREAM_SECRET", Auth: "header:X-Api-Key", MaxRate: 1000},
 	)
-	callersAll := strings.Replace(callers, `keys = ["demo"]`, `keys = ["demo", "leaky", "down"]`, 1)
+	callersAll := callersWith(map[string][]string{"sync": {"demo", "leaky", "down"}})
 	s := newStack(t, stackConfig{Keys: keys, Callers: callersAll})
 
 	var out bytes.Buffer // every output, as the callers saw it

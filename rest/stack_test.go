@@ -82,11 +82,24 @@ var defaultKeys = testkit.Keys(
 	testkit.Key{Name: "other", BaseURL: "%[1]s", SecretEnv: "UPSTREAM_SECRET"},
 )
 
-var callers = testkit.Config{Callers: []testkit.Caller{
-	{Name: "sync", TokenEnv: "SYNC_TOKEN", Keys: []string{"demo"}},
-	{Name: "agent", TokenEnv: "AGENT_TOKEN", Keys: []string{"demo"}},
-	{Name: "stranger", TokenEnv: "STRANGER_TOKEN", Keys: []string{"other"}},
-}}.TOML()
+var callers = callersWith(nil)
+
+// callersWith is the [[callers]] tables of the stack's callers — sync
+// and agent on key demo, stranger on other — each caller that keys names
+// given the keys there instead.
+func callersWith(keys map[string][]string) string {
+	cs := []testkit.Caller{
+		{Name: "sync", TokenEnv: "SYNC_TOKEN", Keys: []string{"demo"}},
+		{Name: "agent", TokenEnv: "AGENT_TOKEN", Keys: []string{"demo"}},
+		{Name: "stranger", TokenEnv: "STRANGER_TOKEN", Keys: []string{"other"}},
+	}
+	for i, c := range cs {
+		if k, ok := keys[c.Name]; ok {
+			cs[i].Keys = k
+		}
+	}
+	return testkit.Config{Callers: cs}.TOML()
+}
 
 // stack is mcp-quota's HTTP side wired as `mcp-quota serve` wires it —
 // a real state file, pacer, upstream client, REST handler, MCP tools and

@@ -53,7 +53,7 @@ func TestWallsKeyNeverLeaves(t *testing.T) {
 		testkit.Key{Name: "bearer", BaseURL: "%[1]s/", SecretEnv: "UPSTREAM_SECRET", Auth: "bearer", MaxRate: 1000},
 		testkit.Key{Name: "other", BaseURL: "%[1]s/", Auth: "none"},
 	)
-	cs := strings.Replace(callers, `keys = ["demo"]`, `keys = ["demo", "bearer"]`, 2)
+	cs := callersWith(map[string][]string{"sync": {"demo", "bearer"}, "agent": {"demo", "bearer"}})
 	s := newStack(t, stackConfig{Upstream: &testkit.LeakyUpstream{AllowedURL: allowedURL}, Keys: keys, Callers: cs, Secret: awkwardSecret})
 
 	var out strings.Builder
@@ -395,7 +395,7 @@ func TestWallsBrokenAnswersNamed(t *testing.T) {
 	// trickle was reported as never answering); /never and /trickle each
 	// take the whole bound.
 	s := newStack(t, stackConfig{Upstream: brokenUpstream(t), Keys: keys, AnswerTimeout: 1500 * time.Millisecond,
-		Callers: strings.ReplaceAll(callers, `keys = ["demo"]`, `keys = ["demo", "other"]`)})
+		Callers: callersWith(map[string][]string{"sync": {"demo", "other"}, "agent": {"demo", "other"}})})
 	mc := mcpClient(t, s, agentToken)
 	type want struct {
 		code      string // of an isError result; "" for a result

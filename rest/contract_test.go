@@ -159,7 +159,7 @@ func TestRefusals(t *testing.T) {
 // upstream; the refusal is in the key's activity.
 func TestLocalRefusal(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, stackConfig{Keys: strings.Replace(defaultKeys, "quota = 120", "quota = 2", 1)})
+	s := newStack(t, stackConfig{Keys: defaultKeysWith(2, time.Minute)})
 	for i := range 2 {
 		if resp, body := s.do(t, "GET", "/k/demo/v1/participants?limit=1", syncToken, nil); resp.StatusCode != 200 {
 			t.Fatalf("call %d: %d %s", i+1, resp.StatusCode, body)

@@ -50,7 +50,7 @@ func TestHeadersShowTheTighter(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newStack(t, stackConfig{
 				Demo: demo.Config{Quota: tt.upstreamQuota},
-				Keys: strings.Replace(defaultKeys, "quota = 120", fmt.Sprintf("quota = %d", tt.localQuota), 1),
+				Keys: defaultKeysWith(int64(tt.localQuota), time.Minute),
 			})
 			if tt.wantStatus == 429 {
 				req, _ := http.NewRequest("GET", s.UpstreamURL+"/v1/participants?limit=1", nil)
@@ -105,7 +105,7 @@ func TestPreferWait(t *testing.T) {
 	t.Parallel()
 	// A call may always be held up to upstream.PaceGrace for pacing, so
 	// the window is longer than that.
-	s := newStack(t, stackConfig{Keys: strings.Replace(strings.Replace(defaultKeys, "quota = 120", "quota = 1", 1), `"60s"`, `"1500ms"`, 1)})
+	s := newStack(t, stackConfig{Keys: defaultKeysWith(1, 1500*time.Millisecond)})
 	if resp, body := s.do(t, "GET", "/k/demo/v1/participants?limit=1", syncToken, nil); resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mcp-quota/mcp-quota/internal/testkit"
 )
@@ -64,7 +65,7 @@ func fill(t *testing.T, dir string) string {
 func TestWallsFullDisk(t *testing.T) {
 	dir := smallDisk(t, "8m")
 	s := newStack(t, stackConfig{StateDir: dir, QuietLog: true,
-		Keys: strings.Replace(defaultKeys, "quota = 120", "quota = 100000", 1)})
+		Keys: defaultKeysWith(100000, time.Minute)})
 	for range 5 {
 		if resp, b := s.do(t, "GET", "/k/demo/v1/participants?limit=1", syncToken, nil); resp.StatusCode != 200 {
 			t.Fatalf("before the disk filled: %d %s", resp.StatusCode, b)
@@ -127,7 +128,7 @@ func TestWallsFullDiskWALGivesSpaceBack(t *testing.T) {
 	dir := smallDisk(t, "8m")
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	s := newStack(t, stackConfig{StateDir: dir, QuietLog: true, Upstream: ok,
-		Keys: strings.Replace(defaultKeys, "quota = 120", "quota = 10000000", 1)})
+		Keys: defaultKeysWith(10000000, time.Minute)})
 	reserve := filepath.Join(dir, "reserve")
 	if err := os.WriteFile(reserve, make([]byte, 1<<20), 0o600); err != nil {
 		t.Fatal(err)

@@ -76,11 +76,18 @@ type stackConfig struct {
 	Postgres string
 }
 
-var defaultKeys = testkit.Keys(
-	testkit.Key{Name: "demo", BaseURL: "%[1]s", SecretEnv: "UPSTREAM_SECRET", Auth: "bearer", Profile: "ietf", MaxRate: 1000,
-		Policies: []testkit.Policy{{Name: "default", Quota: 120, Window: time.Minute}}},
-	testkit.Key{Name: "other", BaseURL: "%[1]s", SecretEnv: "UPSTREAM_SECRET"},
-)
+var defaultKeys = defaultKeysWith(120, time.Minute)
+
+// defaultKeysWith is the [[keys]] tables of the stack's keys: demo
+// (bearer auth, the ietf profile, quota calls per window) and other,
+// for the same upstream.
+func defaultKeysWith(quota int64, window time.Duration) string {
+	return testkit.Keys(
+		testkit.Key{Name: "demo", BaseURL: "%[1]s", SecretEnv: "UPSTREAM_SECRET", Auth: "bearer", Profile: "ietf", MaxRate: 1000,
+			Policies: []testkit.Policy{{Name: "default", Quota: quota, Window: window}}},
+		testkit.Key{Name: "other", BaseURL: "%[1]s", SecretEnv: "UPSTREAM_SECRET"},
+	)
+}
 
 var callers = callersWith(nil)
 

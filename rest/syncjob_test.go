@@ -29,7 +29,7 @@ import (
 func TestSyncJobBesideAnAgent(t *testing.T) {
 	s := newStack(t, stackConfig{
 		Demo: demo.Config{Quota: 20, Window: time.Second},
-		Keys: strings.Replace(strings.Replace(defaultKeys, "quota = 120", "quota = 20", 1), `"60s"`, `"1s"`, 1),
+		Keys: defaultKeysWith(20, time.Second),
 	})
 	ctx := context.Background()
 

@@ -114,6 +114,14 @@ func syncCall(k *keystore.Key, i int) Call {
 // is held at store's gate, so calls admitted from then on queue behind
 // it; wait returns c's admission's ticket and error once it has ended.
 func admitLeading(ctx context.Context, p *Pacer, store *gatedStore, c Call) (wait func() (Ticket, error)) {
+	wait = admitAside(ctx, p, c)
+	<-store.entered
+	return wait
+}
+
+// admitAside starts c's admission on p in a goroutine of its own; wait
+// returns its ticket and error once it has ended.
+func admitAside(ctx context.Context, p *Pacer, c Call) (wait func() (Ticket, error)) {
 	var tk Ticket
 	var err error
 	done := make(chan struct{})
@@ -121,7 +129,6 @@ func admitLeading(ctx context.Context, p *Pacer, store *gatedStore, c Call) (wai
 		defer close(done)
 		tk, err = p.Admit(ctx, c)
 	}()
-	<-store.entered
 	return func() (Ticket, error) { <-done; return tk, err }
 }
 
@@ -534,12 +541,7 @@ func TestLeaseRenewalWaitersFailWithNoAnswer(t *testing.T) {
 	if r == nil {
 		t.Fatal("no renewal of the key's lease under way (the test's premise)")
 	}
-	var waitErr error
-	waited := make(chan struct{})
-	go func() {
-		defer close(waited)
-		_, waitErr = p.Admit(ctx, syncCall(k, 1))
-	}()
+	waiting := admitAside(ctx, p, syncCall(k, 1))
 	// The second call waits for the renewal (its poll on p's clock).
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -548,7 +550,7 @@ func TestLeaseRenewalWaitersFailWithNoAnswer(t *testing.T) {
 	}
 	close(store.release)
 	_, renewErr := renewing()
-	<-waited
+	_, waitErr := waiting()
 	if !errors.Is(renewErr, ledger.ErrNoAnswer) {
 		t.Errorf("the renewing call: %v, want ledger.ErrNoAnswer", renewErr)
 	}
@@ -578,12 +580,7 @@ func TestLineFailsWithNoAnswer(t *testing.T) {
 	}
 
 	first := admitLeading(ctx, p, store, lined(0))
-	var secondErr error
-	second := make(chan struct{})
-	go func() {
-		defer close(second)
-		_, secondErr = p.Admit(ctx, lined(1))
-	}()
+	second := admitAside(ctx, p, lined(1))
 	// The second waits in the line (its timer of a minute on p's clock).
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -592,7 +589,7 @@ func TestLineFailsWithNoAnswer(t *testing.T) {
 	}
 	close(store.release)
 	_, firstErr := first()
-	<-second
+	_, secondErr := second()
 	if !errors.Is(firstErr, ledger.ErrNoAnswer) {
 		t.Errorf("the first call: %v, want ledger.ErrNoAnswer", firstErr)
 	}
@@ -1010,23 +1007,17 @@ func testAdmitTogetherLoneLeader(t *testing.T, db ledger.Store, leaves bool) {
 
 	lctx, leave := context.WithCancel(ctx)
 	defer leave()
-	var leaderErr error
-	var leader Ticket
-	leaderDone := make(chan struct{})
-	go func() {
-		defer close(leaderDone)
-		leader, leaderErr = p.Admit(lctx, syncCall(k, 0))
-	}()
+	leading := admitAside(lctx, p, syncCall(k, 0))
 	<-store.entered
 	const queued = 2
 	queuedCalls := admitMany(ctx, p, k, 1, queued)
 	waitQueue(p, k.Name, queued, func() bool { return true })
 	if leaves {
 		leave()
-		<-leaderDone
+		leading()
 	}
 	close(store.release)
-	<-leaderDone
+	leader, leaderErr := leading()
 	tickets, errs := queuedCalls()
 
 	want := int32(1)

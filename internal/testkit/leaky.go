@@ -1,7 +1,6 @@
 package testkit
 
 import (
-	"compress/gzip"
 	"encoding/base64"
 	"fmt"
 	"io"
@@ -54,9 +53,7 @@ func (u *LeakyUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		body := fmt.Sprintf(`{"query":%q}`, r.URL.RawQuery)
 		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
 			w.Header().Set("Content-Encoding", "gzip")
-			z := gzip.NewWriter(w)
-			io.WriteString(z, body)
-			z.Close()
+			w.Write(Gzip([]byte(body)))
 			return
 		}
 		io.WriteString(w, body)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"time"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer"
@@ -27,6 +28,9 @@ type attempts struct {
 	client *Client
 }
 
+// RoundTrip sends one attempt of the call req belongs to: admitted by the
+// pacer, sent with the key's credential, its answer decoded and read for
+// signals, and recorded before the caller sees it.
 func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 	cs, _ := req.Context().Value(callKey{}).(*call)
 	if cs == nil {
@@ -45,24 +49,7 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := a.transport(k).RoundTrip(out)
 	if err != nil {
 		cancel()
-		if errors.Is(context.Cause(actx), ErrAnswerTimeout) && req.Context().Err() == nil {
-			err = fmt.Errorf("%w: no answer came within %s", ErrAnswerTimeout, cs.req.AnswerTimeout)
-		}
-		// The caller's body being too large or going bad, or the caller
-		// going away, is not the upstream's failure: it must not make the
-		// key back off. (mcp-quota's own bound on the answer's time is.)
-		gone := req.Context().Err() != nil
-		bodyErr := cs.body.err()
-		abort := errors.As(err, new(*http.MaxBytesError)) || gone || bodyErr != nil
-		if bodyErr != nil && !errors.As(err, new(*http.MaxBytesError)) {
-			err = &RequestError{Field: "body", Reason: "the request body could not be read to its end: " + bodyErr.Error()}
-		}
-		err = scrubErr(k.Scrubber(), err)
-		if derr := c.done(req.Context(), cs, t, pacer.Outcome{SentAt: sentAt, Err: err, CallerAbort: abort}, nil, target); derr != nil {
-			return nil, fmt.Errorf("%w: %w: the attempt failed (%w) and could not be recorded: %w", ErrStateUnavailable, ErrSentUnrecorded, err, derr)
-		}
-		cs.lastErr = err
-		return nil, err
+		return nil, a.failed(req, cs, t, target, sentAt, context.Cause(actx), err)
 	}
 	resp.Body = &answerBody{body: resp.Body, ctx: actx, cancel: cancel}
 	cs.lastErr = nil
@@ -75,25 +62,7 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 	// record (policy names, partitions, problem details) never holds the
 	// credential either. (The header itself stays as it came until Do
 	// returns: the redirect policy reads its Location.)
-	rr := ratelimit.Response{Status: resp.StatusCode, Header: resp.Header}
-	if s := k.Scrubber(); s != nil && holdsSecret(s, resp.Header) {
-		rr.Header = resp.Header.Clone()
-		scrubHeader(s, rr.Header)
-	}
-	if refused == nil && wantsBody(resp, k.Profile) {
-		prefix, err := io.ReadAll(io.LimitReader(resp.Body, peekLimit))
-		if err == nil || len(prefix) > 0 {
-			seen := prefix
-			if len(prefix) == peekLimit {
-				// Cut from a longer body: a tail that could begin the
-				// credential is not read for signals.
-				seen = k.Scrubber().CutTail(prefix)
-			}
-			rr.Body, _ = k.Scrubber().ScrubBytes(seen)
-			resp.Body = readCloser{io.MultiReader(bytes.NewReader(prefix), resp.Body), resp.Body}
-		}
-	}
-	reading := ratelimit.Read(k.Profile, rr, answeredAt)
+	reading := ratelimit.Read(k.Profile, signals(k, resp, refused == nil), answeredAt)
 	if err := c.done(req.Context(), cs, t, pacer.Outcome{SentAt: sentAt, AnsweredAt: answeredAt, Status: resp.StatusCode, Reading: &reading}, &reading, target); err != nil {
 		// mcp-quota answers nothing it could not record: the budget
 		// every other caller shares would not know of it.
@@ -107,6 +76,58 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, scrubErr(k.Scrubber(), refused)
 	}
 	return resp, nil
+}
+
+// failed records an attempt that got no answer (err; cause is why its
+// context ended, if it did), and returns the error its caller gets.
+func (a *attempts) failed(req *http.Request, cs *call, t pacer.Ticket, target string, sentAt time.Time, cause, err error) error {
+	c, k := a.client, cs.key
+	if errors.Is(cause, ErrAnswerTimeout) && req.Context().Err() == nil {
+		err = fmt.Errorf("%w: no answer came within %s", ErrAnswerTimeout, cs.req.AnswerTimeout)
+	}
+	// The caller's body being too large or going bad, or the caller
+	// going away, is not the upstream's failure: it must not make the
+	// key back off. (mcp-quota's own bound on the answer's time is.)
+	gone := req.Context().Err() != nil
+	bodyErr := cs.body.err()
+	abort := errors.As(err, new(*http.MaxBytesError)) || gone || bodyErr != nil
+	if bodyErr != nil && !errors.As(err, new(*http.MaxBytesError)) {
+		err = &RequestError{Field: "body", Reason: "the request body could not be read to its end: " + bodyErr.Error()}
+	}
+	err = scrubErr(k.Scrubber(), err)
+	if derr := c.done(req.Context(), cs, t, pacer.Outcome{SentAt: sentAt, Err: err, CallerAbort: abort}, nil, target); derr != nil {
+		return fmt.Errorf("%w: %w: the attempt failed (%w) and could not be recorded: %w", ErrStateUnavailable, ErrSentUnrecorded, err, derr)
+	}
+	cs.lastErr = err
+	return err
+}
+
+// signals is the answer as the rate-limit reading sees it: its status,
+// its header with the credential scrubbed, and, when readBody and the
+// key's profile reads bodies (problem details, GraphQL throttling), the
+// first peekLimit bytes of its body, scrubbed; resp's body still streams
+// whole to the caller.
+func signals(k *keystore.Key, resp *http.Response, readBody bool) ratelimit.Response {
+	rr := ratelimit.Response{Status: resp.StatusCode, Header: resp.Header}
+	if s := k.Scrubber(); s != nil && holdsSecret(s, resp.Header) {
+		rr.Header = resp.Header.Clone()
+		scrubHeader(s, rr.Header)
+	}
+	if !readBody || !wantsBody(resp, k.Profile) {
+		return rr
+	}
+	prefix, err := io.ReadAll(io.LimitReader(resp.Body, peekLimit))
+	if err == nil || len(prefix) > 0 {
+		seen := prefix
+		if len(prefix) == peekLimit {
+			// Cut from a longer body: a tail that could begin the
+			// credential is not read for signals.
+			seen = k.Scrubber().CutTail(prefix)
+		}
+		rr.Body, _ = k.Scrubber().ScrubBytes(seen)
+		resp.Body = readCloser{io.MultiReader(bytes.NewReader(prefix), resp.Body), resp.Body}
+	}
+	return rr
 }
 
 // admit has the pacer admit the next attempt of cs's call, and returns

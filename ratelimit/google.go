@@ -35,26 +35,11 @@ type googleStatus struct {
 // the canonical codes' upper case, or with "details" typed
 // type.googleapis.com/google.rpc.*.
 func (rd *reader) googleStatus() *googleStatus {
-	raw := rd.doc.raw("error")
-	if rd.doc == nil {
-		// [{"error": {…}}]
-		b := bytes.TrimSpace(rd.body)
-		if len(b) == 0 || b[0] != '[' {
-			return nil
-		}
-		var arr []struct {
-			Error json.RawMessage `json:"error"`
-		}
-		if json.Unmarshal(b, &arr) != nil || len(arr) == 0 {
-			return nil
-		}
-		raw = arr[0].Error
-	}
 	var e struct {
 		Status  json.RawMessage
 		Details []json.RawMessage
 	}
-	if !unmarshalStrict(raw, &e) {
+	if !unmarshalStrict(rd.googleError(), &e) {
 		return nil
 	}
 	g := &googleStatus{}
@@ -64,53 +49,95 @@ func (rd *reader) googleStatus() *googleStatus {
 		if i == maxGoogleDetails {
 			break
 		}
-		var d struct {
-			Type       string `json:"@type"`
-			RetryDelay json.RawMessage
-			Violations []struct {
-				Subject, QuotaID string
-				QuotaValue       json.RawMessage
-			}
-		}
-		if json.Unmarshal(raw, &d) != nil || !strings.HasPrefix(d.Type, "type.googleapis.com/google.rpc.") {
+		var d googleDetail
+		if json.Unmarshal(raw, &d) != nil || !strings.HasPrefix(d.Type, googleTypes) {
 			continue
 		}
 		typed = true
-		switch strings.TrimPrefix(d.Type, "type.googleapis.com/google.rpc.") {
-		case "RetryInfo":
-			var s string
-			if !unmarshalStrict(d.RetryDelay, &s) {
-				g.retry = wait{warn: "body RetryInfo.retryDelay: not a duration string, ignored"}
-				continue
-			}
-			g.retry = parseProtoDuration(s)
-		case "QuotaFailure":
-			for j, v := range d.Violations {
-				if j == maxGoogleDetails {
-					break
-				}
-				name := v.QuotaID
-				if name == "" {
-					name = v.Subject
-				}
-				if name == "" {
-					name = "quota"
-				}
-				o := Observation{Policy: boundedText(name), Unit: quotaIDUnit(v.QuotaID), Shape: ShapeBody}
-				if q, ok := googleInt(v.QuotaValue); ok {
-					o.Quota, o.HasQuota = q, true
-				}
-				if w, ok := quotaIDWindow(v.QuotaID); ok {
-					o.Window, o.Guessed = w, true
-				}
-				g.violations = append(g.violations, o)
-			}
-		}
+		g.add(d)
 	}
 	if !typed && !isCanonicalCode(g.status) {
 		return nil
 	}
 	return g
+}
+
+// googleError is the body's "error" member, or the first element's of a
+// body that is an array ([{"error": {…}}]); nil when there is none.
+func (rd *reader) googleError() json.RawMessage {
+	if rd.doc != nil {
+		return rd.doc.raw("error")
+	}
+	b := bytes.TrimSpace(rd.body)
+	if len(b) == 0 || b[0] != '[' {
+		return nil
+	}
+	var arr []struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(b, &arr) != nil || len(arr) == 0 {
+		return nil
+	}
+	return arr[0].Error
+}
+
+// googleTypes begins the @type of every detail a google.rpc.Status holds.
+const googleTypes = "type.googleapis.com/google.rpc."
+
+// A googleDetail is one of a google.rpc.Status's details, of the two
+// types that report rate limiting: RetryInfo and QuotaFailure.
+type googleDetail struct {
+	Type       string `json:"@type"`
+	RetryDelay json.RawMessage
+	Violations []googleViolation
+}
+
+// A googleViolation is one of a QuotaFailure's violations.
+type googleViolation struct {
+	Subject, QuotaID string
+	QuotaValue       json.RawMessage
+}
+
+// add keeps what d says of the limit: a RetryInfo's delay, a
+// QuotaFailure's violations (at most maxGoogleDetails of them).
+func (g *googleStatus) add(d googleDetail) {
+	switch strings.TrimPrefix(d.Type, googleTypes) {
+	case "RetryInfo":
+		var s string
+		if !unmarshalStrict(d.RetryDelay, &s) {
+			g.retry = wait{warn: "body RetryInfo.retryDelay: not a duration string, ignored"}
+			return
+		}
+		g.retry = parseProtoDuration(s)
+	case "QuotaFailure":
+		for j, v := range d.Violations {
+			if j == maxGoogleDetails {
+				break
+			}
+			g.violations = append(g.violations, v.observation())
+		}
+	}
+}
+
+// observation is the violation as a policy: named by its quotaId (else
+// its subject), with the quota its quotaValue gives and the window and
+// unit its quotaId's name implies.
+func (v googleViolation) observation() Observation {
+	name := v.QuotaID
+	if name == "" {
+		name = v.Subject
+	}
+	if name == "" {
+		name = "quota"
+	}
+	o := Observation{Policy: boundedText(name), Unit: quotaIDUnit(v.QuotaID), Shape: ShapeBody}
+	if q, ok := googleInt(v.QuotaValue); ok {
+		o.Quota, o.HasQuota = q, true
+	}
+	if w, ok := quotaIDWindow(v.QuotaID); ok {
+		o.Window, o.Guessed = w, true
+	}
+	return o
 }
 
 // isCanonicalCode reports whether s looks like a google.rpc.Code name

@@ -20,7 +20,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -342,28 +341,47 @@ func (p *statements) prepared() []*sql.Stmt {
 	return out
 }
 
+// A migration is one of a back end's embedded schema migrations,
+// NNNN_name.sql, numbered by its name.
+type migration struct {
+	name    string
+	version int
+}
+
+// migrations are fsys's migrations in the order of their numbers, which
+// rise and may skip (a schema is at the version of the latest migration
+// applied).
+func migrations(fsys fs.FS) ([]migration, error) {
+	entries, err := fs.ReadDir(fsys, ".")
+	if err != nil {
+		return nil, err
+	}
+	var all []migration
+	for _, e := range entries { // in the order of their names
+		version, err := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
+		if err != nil {
+			return nil, fmt.Errorf("state: migration %s: its name must start with its version", e.Name())
+		}
+		if len(all) > 0 && version <= all[len(all)-1].version {
+			return nil, fmt.Errorf("state: migration %s is out of order", e.Name())
+		}
+		all = append(all, migration{e.Name(), version})
+	}
+	if len(all) == 0 {
+		return nil, errors.New("state: no migration")
+	}
+	return all, nil
+}
+
 // migrate applies, in order, each embedded migration newer than the
 // file's user_version, all in one transaction; a file already at the
 // latest version is only read (no write transaction, so that a start on
 // it waits for no other process's writer).
 func (db *DB) migrate(ctx context.Context) error {
-	entries, err := fs.ReadDir(sqlite.Migrations, ".")
+	all, err := migrations(sqlite.Migrations)
 	if err != nil {
 		return err
 	}
-	type migration struct {
-		name    string
-		version int
-	}
-	var all []migration
-	for _, e := range entries {
-		version, err := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
-		if err != nil {
-			return fmt.Errorf("migration %s: name must start with its version", e.Name())
-		}
-		all = append(all, migration{e.Name(), version})
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
 	latest := all[len(all)-1].version
 	var current int
 	if err := db.r.QueryRowContext(ctx, "PRAGMA user_version").Scan(&current); err != nil {

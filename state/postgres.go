@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -380,26 +379,11 @@ func tlsFailed(err error, required bool) bool {
 // transaction that other hosts starting at once wait for; a schema newer
 // than this version knows is refused, with nothing written.
 func (pg *Postgres) migrate(ctx context.Context) error {
-	entries, err := fs.ReadDir(postgres.Migrations, ".")
+	all, err := migrations(postgres.Migrations)
 	if err != nil {
 		return err
 	}
-	// Each migration is numbered by its name; numbers rise, and may skip
-	// (a schema is at the version of the latest migration applied).
-	var names []string
-	var versions []int
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		v, err := strconv.Atoi(strings.SplitN(name, "_", 2)[0])
-		if err != nil || (len(versions) > 0 && v <= versions[len(versions)-1]) {
-			return fmt.Errorf("state: migration %s is out of order", name)
-		}
-		versions = append(versions, v)
-	}
-	latest := versions[len(versions)-1]
+	latest := all[len(all)-1].version
 	ctx, cancel := context.WithTimeout(ctx, 4*pg.timeout+10*time.Second)
 	defer cancel()
 	tx, err := pg.db.BeginTx(ctx, nil)
@@ -431,11 +415,11 @@ func (pg *Postgres) migrate(ctx context.Context) error {
 	if current == latest {
 		return nil // rolled back: nothing to write
 	}
-	for i := range names {
-		if versions[i] <= current {
+	for _, m := range all {
+		if m.version <= current {
 			continue
 		}
-		body, err := postgres.Migrations.ReadFile(names[i])
+		body, err := postgres.Migrations.ReadFile(m.name)
 		if err != nil {
 			return err
 		}
@@ -443,7 +427,7 @@ func (pg *Postgres) migrate(ctx context.Context) error {
 			return pg.explainMigration(ctx, err)
 		}
 		if _, err := tx.ExecContext(ctx, string(body)); err != nil {
-			return fmt.Errorf("state: migration %s: %w", names[i], pg.explainMigration(ctx, err))
+			return fmt.Errorf("state: migration %s: %w", m.name, pg.explainMigration(ctx, err))
 		}
 	}
 	if _, err := tx.ExecContext(ctx, "DELETE FROM mcp_quota.schema_version"); err != nil {

@@ -156,47 +156,14 @@ func (h *Handler) quota(w http.ResponseWriter, r *http.Request) {
 
 // activity serves GET /v1/activity?key=&since=&limit=&cursor=.
 func (h *Handler) activity(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
 	caller, ok := keystore.CallerFrom(r.Context())
 	if !ok {
 		writeProblem(w, http.StatusUnauthorized, CodeUnauthorized, "A caller token is required.", nil)
 		return
 	}
-	f := ledger.ActivityFilter{Limit: 50}
-	if name := q.Get("key"); name != "" {
-		// The activity of a key is read by who may see it (see
-		// keystore.Sight), not only by who may use it.
-		if k, err := h.Keys.Key(name); err != nil || !caller.MaySeeKey(k.Name) {
-			if _, _, ok := h.key(w, r, name); !ok {
-				return
-			}
-		}
-		f.Key = name
-	} else if !caller.MaySeeKey("*") {
-		writeProblem(w, http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("Name a key: ?key=%s.", usable(h.Keys, caller)[0]), nil)
+	f, ok := h.activityFilter(w, r, caller)
+	if !ok {
 		return
-	}
-	if s := q.Get("since"); s != "" {
-		t, err := time.Parse(time.RFC3339, s)
-		if err != nil {
-			writeProblem(w, http.StatusBadRequest, CodeBadRequest, "since must be an RFC 3339 time, like 2026-11-30T12:00:00Z.", nil)
-			return
-		}
-		f.Since = t
-	}
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 1000 {
-			writeProblem(w, http.StatusBadRequest, CodeBadRequest, "limit must be a whole number from 1 to 1000.", nil)
-			return
-		}
-		f.Limit = n
-	}
-	if s := q.Get("cursor"); s != "" {
-		if err := f.Cursor.UnmarshalText([]byte(s)); err != nil {
-			writeProblem(w, http.StatusBadRequest, CodeBadRequest, "cursor is not one this server gave out.", nil)
-			return
-		}
 	}
 	var list []ledger.Attempt
 	var next ledger.Cursor
@@ -225,6 +192,49 @@ func (h *Handler) activity(w http.ResponseWriter, r *http.Request) {
 		out.NextCursor = string(text)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// activityFilter reads the activity's query (key, since, limit, cursor)
+// as caller may ask it; ok is false when a problem was written instead.
+func (h *Handler) activityFilter(w http.ResponseWriter, r *http.Request, caller *keystore.Caller) (ledger.ActivityFilter, bool) {
+	q := r.URL.Query()
+	f := ledger.ActivityFilter{Limit: 50}
+	if name := q.Get("key"); name != "" {
+		// The activity of a key is read by who may see it (see
+		// keystore.Sight), not only by who may use it.
+		if k, err := h.Keys.Key(name); err != nil || !caller.MaySeeKey(k.Name) {
+			if _, _, ok := h.key(w, r, name); !ok {
+				return f, false
+			}
+		}
+		f.Key = name
+	} else if !caller.MaySeeKey("*") {
+		writeProblem(w, http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("Name a key: ?key=%s.", usable(h.Keys, caller)[0]), nil)
+		return f, false
+	}
+	if s := q.Get("since"); s != "" {
+		t, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			writeProblem(w, http.StatusBadRequest, CodeBadRequest, "since must be an RFC 3339 time, like 2026-11-30T12:00:00Z.", nil)
+			return f, false
+		}
+		f.Since = t
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 1000 {
+			writeProblem(w, http.StatusBadRequest, CodeBadRequest, "limit must be a whole number from 1 to 1000.", nil)
+			return f, false
+		}
+		f.Limit = n
+	}
+	if s := q.Get("cursor"); s != "" {
+		if err := f.Cursor.UnmarshalText([]byte(s)); err != nil {
+			writeProblem(w, http.StatusBadRequest, CodeBadRequest, "cursor is not one this server gave out.", nil)
+			return f, false
+		}
+	}
+	return f, true
 }
 
 // A Checker reports whether the state is usable.

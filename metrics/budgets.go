@@ -160,26 +160,11 @@ func (b *budgets) read(ctx context.Context, k *keystore.Key) (*keySeries, error)
 	ks := newKeySeries()
 	rows := map[string]int{} // origin → rows by name
 	for _, bu := range append(slices.Clone(st.Local), st.Upstream...) {
-		origin := "upstream"
-		if bu.Source == "local" {
-			origin = "local"
-		}
-		r := row{origin: origin, policy: bu.Policy, partition: bu.Partition, limit: float64(bu.Limit),
-			reset: bu.Reset.Seconds(), window: bu.Window.Seconds(), upstream: origin == "upstream",
-			age: now.Sub(bu.Observed).Seconds(), expired: b2f(bu.Expired)}
-		switch {
-		case origin == "local":
-			r.used, r.hasUsed = float64(bu.Used), true
-		case bu.Limit > 0 && bu.Remaining >= 0:
-			r.used, r.hasUsed = float64(max(bu.Limit-bu.Remaining, 0)), true
-		}
-		if bu.Remaining >= 0 {
-			r.remaining, r.hasRemaining = float64(bu.Remaining), true
-		}
-		if origin == "upstream" && bu.Hidden {
+		r := budgetRow(bu, now)
+		if r.upstream && bu.Hidden {
 			ks.hidden++
 		}
-		if rows[origin]++; rows[origin] > maxBudgetRows {
+		if rows[r.origin]++; rows[r.origin] > maxBudgetRows {
 			ks.addOther(r)
 			continue
 		}
@@ -210,6 +195,28 @@ func (b *budgets) read(ctx context.Context, k *keystore.Key) (*keySeries, error)
 	}
 	ks.circuit[circuit] = 1
 	return ks, nil
+}
+
+// budgetRow is bu as its row of series: a local budget counts what
+// mcp-quota admitted, an upstream one what the upstream says is left.
+func budgetRow(bu pacer.Budget, now time.Time) row {
+	origin := "upstream"
+	if bu.Source == "local" {
+		origin = "local"
+	}
+	r := row{origin: origin, policy: bu.Policy, partition: bu.Partition, limit: float64(bu.Limit),
+		reset: bu.Reset.Seconds(), window: bu.Window.Seconds(), upstream: origin == "upstream",
+		age: now.Sub(bu.Observed).Seconds(), expired: b2f(bu.Expired)}
+	switch {
+	case origin == "local":
+		r.used, r.hasUsed = float64(bu.Used), true
+	case bu.Limit > 0 && bu.Remaining >= 0:
+		r.used, r.hasUsed = float64(max(bu.Limit-bu.Remaining, 0)), true
+	}
+	if bu.Remaining >= 0 {
+		r.remaining, r.hasRemaining = float64(bu.Remaining), true
+	}
+	return r
 }
 
 // addOther sums r into the origin's "other" row.

@@ -322,36 +322,7 @@ func (db *DB) run(ws []*write) {
 		}
 	}()
 	savepoints := len(ws) > 1
-	var failed error // the transaction itself failed: nothing in it is committed
-	for i, w := range ws {
-		if err := w.ctx.Err(); err != nil {
-			errs[i] = fmt.Errorf("state: begin: %w", err)
-			continue
-		}
-		if savepoints {
-			if err := db.control(cSavepoint); err != nil {
-				failed = fmt.Errorf("state: savepoint: %w", err)
-				break
-			}
-		}
-		// A function that started runs to its end: a statement
-		// interrupted inside the transaction would roll back all of it.
-		errs[i] = w.call(&Tx{stmts: db.ws, ctx: context.WithoutCancel(w.ctx), instance: db.instance, out: &db.out})
-		if !savepoints {
-			break
-		}
-		var end error
-		if errs[i] != nil {
-			end = db.control(cRollbackTo)
-		}
-		if end == nil {
-			end = db.control(cRelease)
-		}
-		if end != nil { // an I/O error, a full disk…
-			failed = fmt.Errorf("state: savepoint: %w", end)
-			break
-		}
-	}
+	failed := db.runEach(ws, errs) // the transaction itself failed: nothing in it is committed
 	switch {
 	case failed != nil, !savepoints && len(ws) == 1 && errs[0] != nil:
 		db.control(cRollback)
@@ -372,6 +343,43 @@ func (db *DB) run(ws []*write) {
 	for i, w := range ws {
 		w.finish(errs[i])
 	}
+}
+
+// runEach runs ws one after another in the writer's transaction, each
+// in a savepoint of its own when there are several, and keeps each one's
+// error in errs; it returns the transaction's own failure (a savepoint
+// that could not be set or ended), after which nothing in it may be
+// committed.
+func (db *DB) runEach(ws []*write, errs []error) error {
+	savepoints := len(ws) > 1
+	for i, w := range ws {
+		if err := w.ctx.Err(); err != nil {
+			errs[i] = fmt.Errorf("state: begin: %w", err)
+			continue
+		}
+		if savepoints {
+			if err := db.control(cSavepoint); err != nil {
+				return fmt.Errorf("state: savepoint: %w", err)
+			}
+		}
+		// A function that started runs to its end: a statement
+		// interrupted inside the transaction would roll back all of it.
+		errs[i] = w.call(&Tx{stmts: db.ws, ctx: context.WithoutCancel(w.ctx), instance: db.instance, out: &db.out})
+		if !savepoints {
+			break
+		}
+		var end error
+		if errs[i] != nil {
+			end = db.control(cRollbackTo)
+		}
+		if end == nil {
+			end = db.control(cRelease)
+		}
+		if end != nil { // an I/O error, a full disk…
+			return fmt.Errorf("state: savepoint: %w", end)
+		}
+	}
+	return nil
 }
 
 // errPanicked stands for the error of a function that panicked.

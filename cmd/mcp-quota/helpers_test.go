@@ -45,23 +45,38 @@ var (
 func binary(t testing.TB) string {
 	t.Helper()
 	testkit.SkipShort(t, "runs the mcp-quota binary")
-	ldflags := releaseLdflags(t) // a .goreleaser.yaml it cannot read fails here, not inside buildOnce
+	path, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// buildBinary builds mcp-quota as binary says, once per test binary.
+// TestMain calls it before the first test starts (see there).
+func buildBinary() (string, error) {
 	buildOnce.Do(func() {
+		r, err := readRelease()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		ldflags, err := stampedLdflags(r)
+		if err != nil {
+			buildErr = err
+			return
+		}
 		dir, err := os.MkdirTemp("", "mcp-quota-e2e")
 		if err != nil {
 			buildErr = err
 			return
 		}
 		binPath = filepath.Join(dir, "mcp-quota")
-		out, err := releaseCommand(t, binPath, ldflags).CombinedOutput()
-		if err != nil {
+		if out, err := releaseCmd(r, binPath, ldflags).CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
+	return binPath, buildErr
 }
 
 // wallClock is the wall clock without the monotonic reading time.Now

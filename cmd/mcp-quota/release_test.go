@@ -2,6 +2,7 @@ package main
 
 import (
 	"debug/elf"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,9 +39,8 @@ var (
 	releaseField = regexp.MustCompile(`\{\{\s*\.(\w+)\s*\}\}`)
 )
 
-// release reads the mcp-quota build of .goreleaser.yaml.
-func release(t testing.TB) releaseBuild {
-	t.Helper()
+// readRelease reads the mcp-quota build of .goreleaser.yaml, once.
+func readRelease() (releaseBuild, error) {
 	releaseOnce.Do(func() {
 		b, err := os.ReadFile(filepath.Join(releaseRoot, ".goreleaser.yaml"))
 		if err != nil {
@@ -63,9 +63,19 @@ func release(t testing.TB) releaseBuild {
 		releaseErr = os.ErrNotExist
 	})
 	if releaseErr != nil {
-		t.Fatalf("the mcp-quota build of .goreleaser.yaml: %v", releaseErr)
+		return releaseBuild{}, fmt.Errorf("the mcp-quota build of .goreleaser.yaml: %w", releaseErr)
 	}
-	return releaseSpec
+	return releaseSpec, nil
+}
+
+// release is readRelease in a test, which fails when it cannot be read.
+func release(t testing.TB) releaseBuild {
+	t.Helper()
+	r, err := readRelease()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // releaseCommand is "go build" with the release's environment, flags and
@@ -74,7 +84,11 @@ func release(t testing.TB) releaseBuild {
 // and .ci/run's release build reuses its compiled packages.
 func releaseCommand(t testing.TB, out, ldflags string) *exec.Cmd {
 	t.Helper()
-	r := release(t)
+	return releaseCmd(release(t), out, ldflags)
+}
+
+// releaseCmd is releaseCommand for the release build r.
+func releaseCmd(r releaseBuild, out, ldflags string) *exec.Cmd {
 	args := append([]string{"build"}, r.Flags...)
 	args = append(args, "-ldflags="+ldflags)
 	cmd := exec.Command("go", append(args, "-o", out, r.Main)...)
@@ -91,8 +105,18 @@ const stampVersion, stampCommit = "1.4.2-snapshot.5e6f7a8", "5e6f7a8b9c0d1e2f3a4
 // stampCommit for its templates.
 func releaseLdflags(t testing.TB) string {
 	t.Helper()
+	ldflags, err := stampedLdflags(release(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ldflags
+}
+
+// stampedLdflags is r's -ldflags with stampVersion and stampCommit for
+// its templates; another template is an error.
+func stampedLdflags(r releaseBuild) (string, error) {
 	var unknown []string
-	ldflags := releaseField.ReplaceAllStringFunc(strings.Join(release(t).Ldflags, " "), func(m string) string {
+	ldflags := releaseField.ReplaceAllStringFunc(strings.Join(r.Ldflags, " "), func(m string) string {
 		switch f := releaseField.FindStringSubmatch(m)[1]; f {
 		case "Version":
 			return stampVersion
@@ -104,9 +128,9 @@ func releaseLdflags(t testing.TB) string {
 		}
 	})
 	if len(unknown) > 0 {
-		t.Fatalf(".goreleaser.yaml's ldflags use %v: the tests fill in only {{.Version}} and {{.FullCommit}}", unknown)
+		return "", fmt.Errorf(".goreleaser.yaml's ldflags use %v: the tests fill in only {{.Version}} and {{.FullCommit}}", unknown)
 	}
-	return ldflags
+	return ldflags, nil
 }
 
 // TestReleaseStamp checks the binary the e2e tests run, built as

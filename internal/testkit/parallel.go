@@ -12,9 +12,11 @@ import (
 // the CPU (the end-to-end tests, the vendor SDKs' windows). The default,
 // GOMAXPROCS, is the right bound for tests that keep a core busy, and on
 // a 2-core machine ran two such waiters at a time. It returns m.Run's
-// exit code.
+// exit code. The command line is parsed here unless TestMain did.
 func RunWaiting(m *testing.M, parallel int) int {
-	flag.Parse()
+	if !flag.Parsed() {
+		flag.Parse()
+	}
 	setUnlessGiven(flag.CommandLine, "test.parallel", parallel)
 	return m.Run()
 }

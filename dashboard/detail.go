@@ -128,6 +128,10 @@ func window(k *keystore.Key, ks report.KeyStatus) (w time.Duration, q int64, pol
 	return w, q, policy
 }
 
+// detail is what the dashboard's page of key k shows caller c at now: its
+// status, and a timeline of about two of its windows (at least minSpan,
+// at most maxSpan) of what became of its calls (series), its gates and
+// its warnings, with the line of the binding budget over it.
 func (h *Handler) detail(r *http.Request, c *keystore.Caller, k *keystore.Key, ks report.KeyStatus, now time.Time) (*detail, error) {
 	w, q, _ := window(k, ks)
 	span := min(max(2*w, minSpan), maxSpan)

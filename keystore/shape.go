@@ -263,6 +263,8 @@ var (
 	assignment  = regexp.MustCompile(`^\s*("[^"]*"|[A-Za-z0-9_.-]+)\s*=`)
 )
 
+// indexLines places each table and field of the TOML file data on its
+// line (see fieldLines).
 func indexLines(data []byte) fieldLines {
 	lines := fieldLines{}
 	count := map[string]int{} // array-of-tables path (resolved parents) -> entries so far

@@ -464,6 +464,10 @@ func (rd *reader) readDraft() {
 	}
 }
 
+// readDraftPair reads one pair of the draft's fields (policyField, such
+// as RateLimit-Policy, and limitField, such as RateLimit), joining each
+// limit to its policy; without a profile it also keeps the older drafts'
+// forms of them (the policies of drafts -02 to -07, draft-07's limit fields).
 func (rd *reader) readDraftPair(policyField, limitField string, profile Profile) {
 	var ps []draftPolicy
 	var legacy []legacyPolicy

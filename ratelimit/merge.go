@@ -78,6 +78,10 @@ func (rd *reader) merge() {
 	rd.entries = kept
 }
 
+// mergeInto merges e into t, an observation of the same policy: the
+// stricter of two values (less quota or less remaining, a longer window
+// or a later reset) is kept, and a warning names the values on which
+// they disagree.
 func (rd *reader) mergeInto(t *entry, e Observation) {
 	var diffs []string
 	if t.HasQuota && e.HasQuota && t.Quota != e.Quota {

@@ -119,6 +119,12 @@ func (rd *reader) guessedReset(name, v string) (time.Duration, bool, bool) {
 	return d, guessed, ok
 }
 
+// parseGuessedReset reads a vendor's reset field (name, value v), which
+// may be an HTTP-date, a timestamp, seconds to wait, or an epoch in
+// seconds or milliseconds (the last three told apart by magnitude), as
+// the time from ref until the reset; guessed says it was read as an
+// epoch; warn says what was made of a value in the past, a guess, or a
+// value not read.
 func parseGuessedReset(name, v string, ref time.Time) (d time.Duration, guessed bool, warn string, ok bool) {
 	s := strings.TrimSpace(v)
 	if t, ok := parseHTTPDate(s); ok {

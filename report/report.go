@@ -251,6 +251,10 @@ func severity(action string) int {
 	return 0
 }
 
+// newKeyStatus is k's status as the tools and the REST side show it: the
+// pacer's st in whole seconds (rounded up), with the binding budget marked, at most
+// MaxUpstream upstream budgets (the least left first), and whether k's
+// credential can be read.
 func newKeyStatus(k *keystore.Key, st pacer.KeyStatus, now time.Time) KeyStatus {
 	ks := KeyStatus{Key: k.Name, Credential: "ok", Local: []Local{}, Upstream: []Upstream{}, InFlight: st.InFlight,
 		Quota: NewQuota(k.Name, st.Binding), Advice: NewAdvice(st.Advice)}

@@ -750,6 +750,8 @@ func (o *outcomes) flush(ctx context.Context) error {
 // it. It returns how many outcomes it recorded.
 func (db *DB) Recover(ctx context.Context) (int, error) { return db.out.recover(ctx) }
 
+// recover records the outcomes of the journals in o's folder that no
+// living process holds, and removes each once it is recorded.
 func (o *outcomes) recover(ctx context.Context) (int, error) {
 	dir := o.dir
 	if dir == "" {

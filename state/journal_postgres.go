@@ -82,6 +82,9 @@ func (tx *Tx) finishEach(fs []ledger.Finished) (int, error) {
 	return n, nil
 }
 
+// pgFinishAll is finishAll on PostgreSQL: the calls in one statement
+// (pgFinishSlots), and the observations of those it recorded in another,
+// which waits for the transaction's next round trip.
 func (tx *Tx) pgFinishAll(fs []ledger.Finished) (int, error) {
 	tx.pg.wrote("attempts")
 	// An outcome a journal holds twice is recorded once, the first time:

@@ -688,6 +688,11 @@ func (pg *Postgres) committed(ctx context.Context, err error) (done bool, why st
 	}
 }
 
+// once runs fn in one transaction on a connection of its own, and
+// commits it: the rows of keys are locked first (a single key's with
+// BEGIN and the reads a decision needs, in one round trip), and the
+// writes that wait for the commit go with it. run calls it again when
+// the server asks for a re-run, so fn keeps its effects in tx.
 func (pg *Postgres) once(ctx context.Context, opts *sql.TxOptions, keys []string, fn func(*Tx) error) error {
 	begin, err := beginOptions(opts)
 	if err != nil {

@@ -39,6 +39,8 @@ type FetchLimits struct {
 	PageTTL          time.Duration // 10 min: start_index > 0 pages through a kept answer this young
 }
 
+// withDefaults is l with each limit not set (zero or less) at its default,
+// as FetchLimits' fields say.
 func (l FetchLimits) withDefaults() FetchLimits {
 	def := func(v *time.Duration, d time.Duration) {
 		if *v <= 0 {
@@ -189,6 +191,11 @@ func keyList(names []string) string {
 	return b.String()
 }
 
+// fetch is the fetch tool: it checks the arguments against the key and
+// the bounds, answers a GET from a kept copy when one may be reused, and
+// otherwise sends the call through the upstream client, which paces it.
+// Every failure is a tool result an agent can act on (isError, with a
+// code), never a protocol error.
 func (d *Deps) fetch(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	var a fetchArgs
 	if err := req.BindArguments(&a); err != nil {

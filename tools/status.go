@@ -43,6 +43,8 @@ func statusTool() mcp.Tool {
 	)
 }
 
+// quotaStatus is the quota_status tool: the status of one key, or of a
+// page (offset, limit) of the keys the caller may use.
 func (d *Deps) quotaStatus(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	var a statusArgs
 	if err := req.BindArguments(&a); err != nil {
@@ -249,6 +251,8 @@ func (d *Deps) mayRead(ctx context.Context, name string) bool {
 	return err == nil && d.caller(ctx).MayUse(k.Name)
 }
 
+// readActivity reads a key's activity resource: its latest 100 attempts,
+// for a caller that may use the key.
 func (d *Deps) readActivity(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
 	name := strings.TrimPrefix(req.Params.URI, activityPrefix)
 	if !d.mayRead(ctx, name) { // hideActivity answers these first

@@ -123,6 +123,9 @@ type decodedBody struct {
 	limit   int64
 }
 
+// Read reads the body decoded, its codings undone in the reverse of the
+// order they were applied in, and fails with ErrAnswerTooLarge once it
+// has more than its limit; an error, once met, is returned from then on.
 func (b *decodedBody) Read(p []byte) (int, error) {
 	if b.err != nil {
 		return 0, b.err

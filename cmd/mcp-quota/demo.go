@@ -340,6 +340,9 @@ type demoLock struct {
 // for the error a second demo gets.
 const demoRunning = "running"
 
+// lockDemo takes the demo's lock in dir (a SQLite write transaction held
+// open), so that one demo at a time uses its files; a second gets an
+// error that says where the first runs.
 func lockDemo(ctx context.Context, dir string) (*demoLock, error) {
 	path := filepath.Join(dir, "lock.db")
 	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600); err == nil {

@@ -77,6 +77,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	return err
 }
 
+// dispatch runs the command args names (serve, stdio, status, activity,
+// …) with the rest of args as its flags; without one it prints the usage.
 func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)

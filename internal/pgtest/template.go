@@ -69,6 +69,9 @@ func templateFor(bin string, a account) (string, error) {
 	return t.data, nil
 }
 
+// initTemplate makes a cluster's data folder with bin's initdb, owned by
+// a, with the tests' settings and hba (trust over the Unix socket, a
+// password over TCP), to be copied for each server.
 func initTemplate(bin string, a account) (t *template, err error) {
 	dir, err := os.MkdirTemp(scratchRoot(), "pgtemplate")
 	if err != nil {

@@ -72,7 +72,7 @@ func buildBinary() (string, error) {
 			return
 		}
 		binPath = filepath.Join(dir, "mcp-quota")
-		if out, err := releaseCmd(r, binPath, ldflags).CombinedOutput(); err != nil {
+		if out, err := releaseCommand(r, binPath, ldflags).CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
 	})

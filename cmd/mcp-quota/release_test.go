@@ -78,17 +78,12 @@ func release(t testing.TB) releaseBuild {
 	return r
 }
 
-// releaseCommand is "go build" with the release's environment, flags and
-// -ldflags (ldflags: releaseLdflags), run from the module's root. The
-// e2e tests' binary is built this way, so that it is the released program
-// and .ci/run's release build reuses its compiled packages.
-func releaseCommand(t testing.TB, out, ldflags string) *exec.Cmd {
-	t.Helper()
-	return releaseCmd(release(t), out, ldflags)
-}
-
-// releaseCmd is releaseCommand for the release build r.
-func releaseCmd(r releaseBuild, out, ldflags string) *exec.Cmd {
+// releaseCommand is "go build" with the environment, flags and -ldflags
+// (ldflags: stampedLdflags) of the release build r, run from the module's
+// root. The e2e tests' binary is built this way, so that it is the
+// released program and .ci/run's release build reuses its compiled
+// packages.
+func releaseCommand(r releaseBuild, out, ldflags string) *exec.Cmd {
 	args := append([]string{"build"}, r.Flags...)
 	args = append(args, "-ldflags="+ldflags)
 	cmd := exec.Command("go", append(args, "-o", out, r.Main)...)
@@ -100,17 +95,6 @@ func releaseCmd(r releaseBuild, out, ldflags string) *exec.Cmd {
 // The version and commit the e2e tests' binary is stamped with, through
 // .goreleaser.yaml's -ldflags templates {{.Version}} and {{.FullCommit}}.
 const stampVersion, stampCommit = "1.4.2-snapshot.5e6f7a8", "5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f"
-
-// releaseLdflags is .goreleaser.yaml's -ldflags with stampVersion and
-// stampCommit for its templates.
-func releaseLdflags(t testing.TB) string {
-	t.Helper()
-	ldflags, err := stampedLdflags(release(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ldflags
-}
 
 // stampedLdflags is r's -ldflags with stampVersion and stampCommit for
 // its templates; another template is an error.

@@ -195,7 +195,7 @@ func (h *Handler) activity(w http.ResponseWriter, r *http.Request) {
 }
 
 // activityFilter reads the activity's query (key, since, limit, cursor)
-// as caller may ask it; ok is false when a problem was written instead.
+// as caller may ask it; it returns false when it wrote a problem instead.
 func (h *Handler) activityFilter(w http.ResponseWriter, r *http.Request, caller *keystore.Caller) (ledger.ActivityFilter, bool) {
 	q := r.URL.Query()
 	f := ledger.ActivityFilter{Limit: 50}

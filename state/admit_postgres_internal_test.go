@@ -420,6 +420,12 @@ func TestSendsRangeSpansTheRecentStarts(t *testing.T) {
 	if after, until := h.sendsRange("other"); after != 0 || until != 0 {
 		t.Errorf("another key's range is %d..%d µs back, want nothing", after, until)
 	}
+	// A key whose latest read widened before any of its starts was noted
+	// (the leased one-key cell of BenchmarkAdmissions: it panicked here).
+	h.noteLatest("widened", pgFirstSend{seq: 101 - pgLatestFew - 1, at: 1, last: 100, ok: true})
+	if after, until := h.sendsRange("widened"); after != 0 || until != 0 {
+		t.Errorf("a key with a widened read and no start noted: the range is %d..%d µs back, want nothing", after, until)
+	}
 }
 
 // A window's count that begins among a key's latest pgLatestMany

@@ -374,7 +374,7 @@ func (h *windowHints) sendsRange(key string) (after, until int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	r := h.back[key]
-	if r == nil {
+	if r == nil || r.n == 0 { // none yet, or only a widened latest read (noteLatest)
 		return 0, 0
 	}
 	far, near := r.back[0], r.back[0]

@@ -253,6 +253,10 @@ func BenchmarkSweep(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				i++
+				if i*10_000 > n {
+					b.Fatalf("a history of %d attempts holds %d sweeps of 10,000: ask for at most -benchtime %dx, or more rows with MCP_QUOTA_BENCH_ROWS",
+						n, n/10_000, n/10_000)
+				}
 				before := t0.Add(time.Duration(i) * 10_000 * 100 * time.Millisecond)
 				if got, err := db.Sweep(context.Background(), historyEnd(n), before); err != nil || got.Attempts != 10_000 ||
 					got.Observations != 100 || got.Warnings != 100 {

@@ -826,3 +826,42 @@ func TestFlightWithoutTheJournalsEnds(t *testing.T) {
 		}
 	}
 }
+
+// A window counted over the admissions the pipeline read and the
+// transaction's own, more than pgLatestFew of them, widens the key's next
+// reads before any of its window starts was noted (the leased one-key cell
+// of BenchmarkAdmissions did this; the next transaction on the key then
+// panicked in sendsRange). The count is exact, and so is the next one.
+func TestPostgresWindowOverOwnAdmissionsWidensTheNextRead(t *testing.T) {
+	pg, _ := tracedPostgres(t)
+	ctx := context.Background()
+	const key, spacing, calls = "k", 100 * time.Millisecond, 20
+	start := admitEvery(t, pg, key, calls, 10*time.Second, spacing)
+	since := start.Add((calls - pgLatestFew) * spacing) // the oldest of the latest pgLatestFew
+	count := func(own int) int {
+		t.Helper()
+		var n int
+		err := pg.Update(ctx, func(tx ledger.Tx) error {
+			now := tx.Clock(time.Now())
+			for i := range own {
+				if _, err := tx.InsertAttempt(ledger.Attempt{CallID: fmt.Sprint("own", i), Attempt: 1, Key: key,
+					State: ledger.Admitted, At: now.Add(time.Duration(i) * time.Microsecond)}); err != nil {
+					return err
+				}
+			}
+			w, err := tx.WindowOf(key, since, nil)
+			n = w.Count
+			return err
+		}, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if got, want := count(2), pgLatestFew-1+2; got != want {
+		t.Errorf("after %v, with two admissions of its own: %d, want %d", since, got, want)
+	}
+	if got, want := count(0), pgLatestFew-1+2; got != want {
+		t.Errorf("the next transaction counts %d after %v, want %d", got, since, want)
+	}
+}

@@ -177,7 +177,7 @@ func (db *DB) FinishLater(ctx context.Context, f ledger.Finished) error {
 func (o *outcomes) finishLater(ctx context.Context, f ledger.Finished) error {
 	j, err := o.journal()
 	if err == nil {
-		err = j.write(f)
+		err = j.write(queued{f: f})
 	}
 	if err == nil || errors.Is(err, errClosed) {
 		return err
@@ -204,7 +204,7 @@ func (o *outcomes) keepLater(ctx context.Context, r ledger.StoredResponse, keep 
 	if len(r.Body) <= journalKeepMax {
 		j, err := o.journal()
 		if err == nil {
-			err = j.writeKept(&keptAnswer{Response: r, Keep: keep, listed: listed})
+			err = j.write(queued{kept: &keptAnswer{Response: r, Keep: keep, listed: listed}})
 		}
 		if err == nil || errors.Is(err, errClosed) {
 			return err
@@ -330,17 +330,23 @@ func (j *journal) newSegment() (*segment, error) {
 	return &segment{f: f, path: name}, nil
 }
 
-// write appends f to the journal, in one write, and queues it for the
-// applier.
-func (j *journal) write(f ledger.Finished) error {
+// write appends q's line (its outcome, or its kept answer) to the
+// journal, in one write, and queues q for the applier.
+func (j *journal) write(q queued) error {
 	buf := lineBuffers.Get().(*[]byte)
-	line, err := appendJournalLine((*buf)[:0], f)
+	var line []byte
+	var err error
+	if q.kept != nil {
+		line, err = appendKeptLine((*buf)[:0], q.kept)
+	} else {
+		line, err = appendJournalLine((*buf)[:0], q.f)
+	}
 	if err != nil {
 		lineBuffers.Put(buf)
 		return fmt.Errorf("state: journal: %w", err)
 	}
 	line = append(line, '\n')
-	err = j.add(line, queued{f: f})
+	err = j.add(line, q)
 	if cap(line) <= 64<<10 { // an outsized line's buffer goes
 		*buf = line
 		lineBuffers.Put(buf)
@@ -351,16 +357,6 @@ func (j *journal) write(f ledger.Finished) error {
 // lineBuffers holds buffers for the lines write encodes: add writes a
 // line and keeps nothing of it.
 var lineBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
-
-// writeKept appends k to the journal, in one write, and queues it for
-// the applier.
-func (j *journal) writeKept(k *keptAnswer) error {
-	line, err := json.Marshal(journalLine{Kept: k})
-	if err != nil {
-		return fmt.Errorf("state: journal: %w", err)
-	}
-	return j.add(append(line, '\n'), queued{kept: k})
-}
 
 // add appends line, q's, ending in a newline, to the journal and queues
 // q. It keeps nothing of line.

@@ -48,6 +48,10 @@ func (g *filler) fill(t testing.TB, v reflect.Value, path string) {
 		v.Set(reflect.ValueOf(g.times[g.next()%len(g.times)]))
 		return
 	}
+	if v.Type() == reflect.TypeFor[[]byte]() { // a body: text, as encoding/json writes it in base64
+		v.SetBytes([]byte(g.strs[g.next()%len(g.strs)]))
+		return
+	}
 	switch v.Kind() {
 	case reflect.Struct:
 		for i := range v.NumField() {
@@ -219,6 +223,140 @@ func BenchmarkJournalLine(b *testing.B) {
 		for b.Loop() {
 			var err error
 			if buf, err = appendJournalLine(buf[:0], f); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// checkKeptLine checks that appendKeptLine writes k as encoding/json
+// writes its journal line, byte for byte, and that the line reads back
+// (with the decoder Recover uses) as that one does.
+func checkKeptLine(t *testing.T, k *keptAnswer) {
+	t.Helper()
+	want, wantErr := json.Marshal(journalLine{Kept: k})
+	got, gotErr := appendKeptLine([]byte("prefix"), k)
+	if (gotErr != nil) != (wantErr != nil) {
+		t.Fatalf("appendKeptLine's error %v, encoding/json's %v", gotErr, wantErr)
+	}
+	if wantErr != nil {
+		return
+	}
+	got, ok := bytes.CutPrefix(got, []byte("prefix"))
+	if !ok {
+		t.Fatalf("appendKeptLine did not append to its buffer: %q", got)
+	}
+	if !bytes.Equal(got, want) {
+		i := 0
+		for i < len(got) && i < len(want) && got[i] == want[i] {
+			i++
+		}
+		t.Fatalf("appendKeptLine differs from encoding/json at byte %d:\n got %s\nwant %s", i, got[i:], want[i:])
+	}
+	g, w := readKeptLine(t, got), readKeptLine(t, want)
+	if diff := cmp.Diff(g.Response, w.Response); diff != "" || g.Keep != w.Keep {
+		t.Errorf("the line reads back with keep %d against %d, the answer (-appendKeptLine +encoding/json):\n%s", g.Keep, w.Keep, diff)
+	}
+}
+
+// readKeptLine reads a kept answer's journal line as Recover does.
+func readKeptLine(t *testing.T, line []byte) *keptAnswer {
+	t.Helper()
+	var l journalLine
+	if err := json.Unmarshal(line, &l); err != nil || l.Kept == nil || l.Attempt.ID != 0 {
+		t.Fatalf("%s reads back as %+v: %v", line, l, err)
+	}
+	return l.Kept
+}
+
+// keptFilled is a kept answer with every field set by g.
+func keptFilled(t testing.TB, g *filler) *keptAnswer {
+	k := &keptAnswer{listed: func([]string) {}}
+	g.fill(t, reflect.ValueOf(&k.Response).Elem(), "StoredResponse")
+	k.Keep = int(g.ints[g.next()%len(g.ints)])
+	return k
+}
+
+func TestKeptLineEncoding(t *testing.T) {
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	times := []time.Time{at, at.In(time.FixedZone("", -(3*3600 + 30*60))), {}, at.Add(123456789), time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)}
+	ints := []int64{7, 0, -1, 200, math.MaxInt64, math.MinInt64}
+	routine := &keptAnswer{Response: ledger.StoredResponse{
+		Key: "demo", Target: "/v1/items?page=2", ETag: `W/"abc"`, Status: 200, ContentType: "application/json",
+		Body: []byte(`{"items":[1,2,3]}`), Digest: "sha256:00ff", StoredAt: at, Unchanged: 2, Vary: "accept,accept-encoding", Varied: "application/json\ngzip",
+	}, Keep: 64}
+	t.Run("routine", func(t *testing.T) { checkKeptLine(t, routine) })
+	for name, body := range map[string][]byte{"no body": nil, "an empty body": {}, "binary": {0, 0xff, 0xfe, '"', '\\', 0x80}, "one byte": {'a'}, "two bytes": {'a', 'b'}} {
+		t.Run(name, func(t *testing.T) {
+			k := *routine
+			k.Response.Body = body
+			checkKeptLine(t, &k)
+		})
+	}
+	for i := range 3 * len(oddStrings) {
+		t.Run(fmt.Sprint("every field, shifted ", i), func(t *testing.T) {
+			g := &filler{strs: oddStrings, ints: ints, times: times, n: i}
+			checkKeptLine(t, keptFilled(t, g))
+		})
+	}
+	for name, at := range map[string]time.Time{
+		"stored in year 10000": time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+		"stored in year -1":    time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC),
+		"a day's offset":       at.In(time.FixedZone("", 24*3600)),
+	} {
+		t.Run(name, func(t *testing.T) { // encoding/json refuses these: so does appendKeptLine
+			k := *routine
+			k.Response.StoredAt = at
+			checkKeptLine(t, &k)
+			if _, err := appendKeptLine(nil, &k); err == nil {
+				t.Fatalf("appendKeptLine wrote a time encoding/json refuses: %v", at)
+			}
+		})
+	}
+}
+
+// FuzzKeptLine holds appendKeptLine to encoding/json's bytes for kept
+// answers of any text, body, number and time.
+//
+//	go test ./state -run '^$' -fuzz FuzzKeptLine -fuzztime 30s
+func FuzzKeptLine(f *testing.F) {
+	for i, s := range oddStrings {
+		f.Add(s, oddStrings[(i+1)%len(oddStrings)], int64(i), int64(1777636800+i), int64(i*123456789), 3600*i)
+	}
+	f.Add("", "", int64(0), int64(0), int64(0), 0)
+	f.Add("a", "b", int64(math.MinInt64), int64(253402300800), int64(0), 0)
+	f.Fuzz(func(t *testing.T, s1, s2 string, n int64, sec, nsec int64, offset int) {
+		zone := time.FixedZone("", offset%(30*3600))
+		g := &filler{
+			strs:  []string{s1, s2, s1 + s2},
+			ints:  []int64{n, n + 1, 0},
+			times: []time.Time{time.Unix(sec, nsec).In(zone), time.Unix(sec, nsec).UTC(), {}},
+		}
+		checkKeptLine(t, keptFilled(t, g))
+	})
+}
+
+// BenchmarkKeptLine measures encoding a kept answer's journal line, a
+// 2 KB body, by reflection and field by field.
+func BenchmarkKeptLine(b *testing.B) {
+	k := &keptAnswer{Response: ledger.StoredResponse{
+		Key: "demo", Target: "/v1/items?page=2", ETag: `W/"abc"`, Status: 200, ContentType: "application/json",
+		Body: bytes.Repeat([]byte(`{"id":1,"name":"item"},`), 90), Digest: "sha256:00ff", StoredAt: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC),
+	}, Keep: 64}
+	b.Run("encoding/json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := json.Marshal(journalLine{Kept: k}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("append", func(b *testing.B) {
+		b.ReportAllocs()
+		buf := make([]byte, 0, 4096)
+		for b.Loop() {
+			var err error
+			if buf, err = appendKeptLine(buf[:0], k); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -30,7 +33,12 @@ import (
 // directly with the credential, and 4 clients of the same SDK call a
 // bare mcp-go Streamable HTTP server (in this process too) whose one tool
 // makes that direct GET and answers with the body: what mcp-go and the
-// client cost without mcp-quota. Reported per target: p50 and p99 of one
+// client cost without mcp-quota. A fourth target, bare-fetch, is the same
+// bare server with fetch as serve lists it (description and schemas,
+// arguments validated) answering as fetch answers (its structured result
+// and text, with the GET's body): what mcp-go and the client cost at
+// fetch's size, so that mcp-fetch less bare-fetch is mcp-quota's own work
+// (the key, the budget, the state, the walls, the sessions). Reported per target: p50 and p99 of one
 // call, calls/s of the four together, and the CPU time of this process
 // (server, clients and upstream together) per call; the log lines give
 // the added p50 and the added CPU a call, which moves much less than
@@ -68,6 +76,11 @@ func BenchmarkFetch(b *testing.B) {
 	for i := range bareSessions {
 		bareSessions[i] = httpSession(b, bareBase, "", nil)
 	}
+	shapedBase := bareFetchHTTP(b, get, fetchAsListed(b, httpSession(b, base, agentToken, nil)))
+	shapedSessions := make([]*gomcp.ClientSession, clients)
+	for i := range shapedSessions {
+		shapedSessions[i] = httpSession(b, shapedBase, "", nil)
+	}
 	var n atomic.Int64 // every call a target of its own
 	calls := map[string]func(b *testing.B, client int) error{
 		"direct-get": func(b *testing.B, _ int) error {
@@ -85,6 +98,17 @@ func BenchmarkFetch(b *testing.B) {
 			}
 			return nil
 		},
+		"bare-fetch": func(b *testing.B, client int) error {
+			res, err := shapedSessions[client].CallTool(b.Context(), &gomcp.CallToolParams{Name: "fetch",
+				Arguments: map[string]any{"path": fmt.Sprintf("/v1/echo?n=%d", n.Add(1))}})
+			if err != nil {
+				return err
+			}
+			if res.IsError {
+				return fmt.Errorf("bare fetch: %s", text(res))
+			}
+			return nil
+		},
 		"mcp-fetch": func(b *testing.B, client int) error {
 			res, err := sessions[client].CallTool(b.Context(), &gomcp.CallToolParams{Name: "fetch",
 				Arguments: map[string]any{"path": fmt.Sprintf("/v1/echo?n=%d", n.Add(1))}})
@@ -97,7 +121,7 @@ func BenchmarkFetch(b *testing.B) {
 			return nil
 		},
 	}
-	names := []string{"direct-get", "bare-mcp", "mcp-fetch"}
+	names := []string{"direct-get", "bare-mcp", "bare-fetch", "mcp-fetch"}
 	run := func(b *testing.B, name string, total int, d *[]time.Duration) time.Duration {
 		var mu sync.Mutex
 		var left atomic.Int64
@@ -155,12 +179,14 @@ func BenchmarkFetch(b *testing.B) {
 		b.ReportMetric(float64(cpu[name].Microseconds())/float64(len(ds)), "cpu-µs/call-"+name)
 	}
 	perCall := func(name string) time.Duration { return cpu[name] / time.Duration(len(*d[name])) }
-	for _, name := range []string{"mcp-fetch", "bare-mcp"} {
+	for _, name := range []string{"mcp-fetch", "bare-fetch", "bare-mcp"} {
 		b.Logf("%s: added p50 %v over a direct GET (%v against %v), %d clients; CPU a call %v against %v (added %v)", name,
 			(p50[name] - p50["direct-get"]).Round(time.Microsecond), p50[name], p50["direct-get"], clients,
 			perCall(name).Round(time.Microsecond), perCall("direct-get").Round(time.Microsecond),
 			(perCall(name) - perCall("direct-get")).Round(time.Microsecond))
 	}
+	b.Logf("mcp-quota's own work: mcp-fetch over bare-fetch, p50 +%v, CPU a call +%v",
+		(p50["mcp-fetch"] - p50["bare-fetch"]).Round(time.Microsecond), (perCall("mcp-fetch") - perCall("bare-fetch")).Round(time.Microsecond))
 }
 
 // bareHTTP serves, on loopback, a bare mcp-go Streamable HTTP server
@@ -176,6 +202,82 @@ func bareHTTP(b *testing.B, get func(path string) ([]byte, error)) string {
 			}
 			return mcp.NewToolResultText(string(body)), nil
 		})
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", server.NewStreamableHTTPServer(s))
+	ts := httptest.NewServer(mux)
+	b.Cleanup(ts.Close)
+	return ts.URL
+}
+
+// A listedFetch is the fetch tool as a client of serve sees it: its
+// description and schemas from tools/list, and the result of one fetch.
+type listedFetch struct {
+	description    string
+	input, output  json.RawMessage
+	structured     map[string]any // the result's structuredContent
+	textBeforeBody string         // its text up to the body
+}
+
+// fetchAsListed lists sess's tools and calls fetch once.
+func fetchAsListed(b *testing.B, sess *gomcp.ClientSession) listedFetch {
+	tools, err := sess.ListTools(b.Context(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var f listedFetch
+	for _, t := range tools.Tools {
+		if t.Name != "fetch" {
+			continue
+		}
+		f.description = t.Description
+		if f.input, err = json.Marshal(t.InputSchema); err == nil {
+			f.output, err = json.Marshal(t.OutputSchema)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	if f.input == nil || string(f.output) == "null" {
+		b.Fatalf("serve lists no fetch tool with both schemas: %+v", tools.Tools)
+	}
+	res, err := sess.CallTool(b.Context(), &gomcp.CallToolParams{Name: "fetch", Arguments: map[string]any{"path": "/v1/echo?n=0"}})
+	if err != nil || res.IsError {
+		b.Fatalf("fetch: %v %s", err, text(res))
+	}
+	f.structured, _ = res.StructuredContent.(map[string]any)
+	body, _ := f.structured["body"].(string)
+	before, found := strings.CutSuffix(text(res), body)
+	if body == "" || !found {
+		b.Fatalf("fetch's result has no body, or its text does not end with it: %+v", res)
+	}
+	f.textBeforeBody = before
+	return f
+}
+
+// bareFetchHTTP serves, on loopback, a bare mcp-go Streamable HTTP server
+// whose one tool is fetch as f lists it (its description and schemas,
+// arguments validated against the input schema as serve validates them)
+// and answers as fetch did in f, with the body and path of the direct
+// GET it makes: what mcp-go and the client cost at fetch's size, without
+// mcp-quota's own work (the key, the budget, the state, the walls).
+func bareFetchHTTP(b *testing.B, get func(path string) ([]byte, error), f listedFetch) string {
+	s := server.NewMCPServer("bare", "1", server.WithToolCapabilities(false), server.WithInputSchemaValidation())
+	tool := mcp.NewToolWithRawSchema("fetch", f.description, f.input)
+	tool.RawOutputSchema = f.output
+	s.AddTool(tool, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		path := req.GetString("path", "")
+		body, err := get(path)
+		if err != nil {
+			return mcp.NewToolResultError(err.Error()), nil
+		}
+		sc := maps.Clone(f.structured)
+		sc["path"], sc["body"], sc["total_length"] = path, string(body), len(body)
+		raw, err := json.Marshal(sc)
+		if err != nil {
+			return nil, err
+		}
+		return mcp.NewToolResultStructured(json.RawMessage(raw), f.textBeforeBody+string(body)), nil
+	})
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", server.NewStreamableHTTPServer(s))
 	ts := httptest.NewServer(mux)

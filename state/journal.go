@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -430,6 +429,7 @@ func (j *journal) apply() {
 	defer close(j.done)
 	clk := clock.Or(j.out.clock)
 	retry := time.Duration(0)
+	var batch []queued // the queue's first outcomes as the applier records them; its array is reused
 	for {
 		if retry > 0 {
 			t, fired := clk.NewTimer(retry)
@@ -458,7 +458,7 @@ func (j *journal) apply() {
 		}
 		for {
 			j.mu.Lock()
-			batch := slices.Clone(j.queue[:min(len(j.queue), journalBatch)])
+			batch = append(batch[:0], j.queue[:min(len(j.queue), journalBatch)]...)
 			j.mu.Unlock()
 			if len(batch) == 0 {
 				retry = 0
@@ -466,6 +466,7 @@ func (j *journal) apply() {
 			}
 			done, err := j.record(batch)
 			j.dropApplied(batch, done)
+			clear(batch) // the answers it kept are not held here until the next batch
 			if err != nil {
 				retry = min(max(2*retry, 10*time.Millisecond), 5*time.Second)
 				j.setFailing(true)
@@ -653,7 +654,14 @@ func (j *journal) dropApplied(batch []queued, done []bool) {
 	if n == 0 {
 		return
 	}
-	j.queue = append(kept, j.queue[len(batch):]...)
+	// What is left moves to the front of the queue's array: a new array
+	// each batch, grown again a line at a time, was the largest
+	// allocation on a call's path. kept are batch's, copies of the queue.
+	rest := j.queue[len(batch):]
+	q := append(j.queue[:0], kept...)
+	q = append(q, rest...)
+	clear(j.queue[len(q):])
+	j.queue = q
 	j.applied += uint64(n)
 	j.changed()
 	old := j.old[:0]

@@ -147,11 +147,16 @@ func (x *storedIndex) set(key string, targets []string, seq uint64, target strin
 	}
 	cur, ok := x.keys[key]
 	if !ok || (seq > 0 && seq > cur.seq) {
-		cur = &storedSet{targets: make(map[string]bool, len(targets)+1), seq: seq}
+		if ok {
+			clear(cur.targets) // refilled in place: a set is only read with x.mu held
+		} else {
+			cur = &storedSet{targets: make(map[string]bool, len(targets)+1)}
+			x.keys[key] = cur
+		}
+		cur.seq = seq
 		for _, t := range targets {
 			cur.targets[t] = true
 		}
-		x.keys[key] = cur
 	}
 	if target != "" {
 		cur.targets[target] = true

@@ -812,6 +812,7 @@ func TestFlightWithoutTheJournalsEnds(t *testing.T) {
 		{"one recorded by the transaction", all, 3, []attemptAt{{7, 50}}, nil, []int64{1}, 3, 50, true},
 		{"one ended by the transaction", all, 3, nil, []int64{1}, nil, 2, 200, true},
 		{"one recorded and ended by the transaction", all, 3, []attemptAt{{7, 50}}, []int64{7}, nil, 3, 100, true},
+		{"one recorded by the transaction, the journal holds its end", all, 3, []attemptAt{{7, 50}}, nil, []int64{7}, 3, 100, true},
 		{"one not read ended by the transaction", all[:2], 5, nil, []int64{9}, nil, 0, 0, false},
 	}
 	for _, c := range cases {

@@ -302,6 +302,9 @@ func (r *pgRead) flightWithout(ended []int64) (ledger.Flight, bool) {
 	}
 	f.Count = n - without
 	for _, a := range r.ownFlight {
+		if slices.Contains(ended, a.id) { // as the server's count leaves it out
+			continue
+		}
 		f.Count++
 		if oldest == 0 || a.at < oldest {
 			oldest = a.at

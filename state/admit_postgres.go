@@ -93,10 +93,9 @@ type pgRead struct {
 	// windows are the key's window counts the transaction read (qFirstSend),
 	// by the start of their window, in microseconds.
 	windows map[int64]pgFirstSend
-	// sends are the key's first admissions after sendsAfter (pgReadSends),
-	// in the log's order, up to some time after it.
-	sends      []pgSend
-	sendsAfter int64
+	// sends are the key's admissions read around where its windows begin
+	// (pgReadSends), a read a range (see sendsRanges).
+	sends []sendsRead
 	// latest are the key's latest admissions (pgReadLatest), at most
 	// latestRead of them, in the log's order; allLatest says they are all
 	// of them.
@@ -152,8 +151,10 @@ func (p *pgTx) pipeline(tx *Tx, key string) (r *pgRead, started, server time.Tim
 		b.Queue(pgReadFlight, key)
 		r.latestRead = p.db.hints.latestRead(key)
 		b.Queue(pgReadLatest[r.latestRead], key)
-		after, until := p.db.hints.sendsRange(key)
-		b.Queue(pgReadSends, key, after, until, pgSendsRead)
+		ranges := p.db.hints.sendsRanges(key)
+		for _, rg := range ranges {
+			b.Queue(pgReadSends, key, rg.after, rg.until, pgSendsRead)
+		}
 		br := c.SendBatch(tx.ctx, b)
 		defer br.Close()
 		if err := p.readWaiting(br); err != nil {
@@ -195,8 +196,10 @@ func (p *pgTx) pipeline(tx *Tx, key string) (r *pgRead, started, server time.Tim
 		if err := r.scanLatest(br); err != nil {
 			return err
 		}
-		if err := r.scanSends(br, after); err != nil {
-			return err
+		for _, rg := range ranges {
+			if err := r.scanSends(br, rg); err != nil {
+				return err
+			}
 		}
 		return br.Close()
 	})

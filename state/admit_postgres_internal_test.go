@@ -394,38 +394,95 @@ func TestPostgresWindowStartMovesWithItsMargin(t *testing.T) {
 	}
 }
 
-// The range of a key's admissions the pipeline reads spans its last
-// backRecent window starts, with a slack of a sixteenth of the furthest,
-// at most 5 ms, on either side.
-func TestSendsRangeSpansTheRecentStarts(t *testing.T) {
+// A key with two windows far apart (here 0.9 s and 4 s, as a key with a
+// per-second and a longer policy has), each beginning further back than
+// its latest pgLatestMany admissions: once both starts have been asked of
+// the server, the pipeline reads the admissions around each, and both
+// windows are counted with the lock. The span between them holds more
+// admissions than the pipeline reads of a range, so one range over both
+// starts reached only the further one, and the nearer window's count cost
+// a round trip of its own in every transaction. Each count is the
+// server's.
+func TestPostgresTwoWindowsFarApartReadWithTheLock(t *testing.T) {
+	pg, trips := tracedPostgres(t)
+	ctx := context.Background()
+	const key, spacing, calls = "k", 10 * time.Millisecond, 500
+	start := admitEvery(t, pg, key, calls, 5*time.Second, spacing)
+	windows := []time.Duration{900 * time.Millisecond, 4 * time.Second}
+	margins := []time.Duration{3 * time.Millisecond, 17 * time.Millisecond, 8 * time.Millisecond, 12 * time.Millisecond}
+	for i, margin := range append(margins, margins...) {
+		before := trips.n.Load()
+		err := pg.Update(ctx, func(tx ledger.Tx) error {
+			now := tx.Clock(time.Now())
+			for _, window := range windows {
+				since := now.Add(-window - margin)
+				w, err := tx.WindowOf(key, since, nil)
+				if err != nil {
+					return err
+				}
+				want := 0
+				for i := range calls {
+					if start.Add(time.Duration(i) * spacing).After(since) {
+						want++
+					}
+				}
+				if w.Count != want || want <= pgLatestMany {
+					t.Errorf("read %d, the %v window: %d admitted, want %d (more than the %d latest the pipeline reads)", i, window, w.Count, want, pgLatestMany)
+				}
+			}
+			return nil
+		}, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := trips.n.Load() - before; i >= 2 && n != 2 {
+			t.Errorf("read %d took %d round trips, want 2: the lock's pipeline, with both windows' starts among the admissions it read, and the commit", i, n)
+		}
+	}
+}
+
+// The ranges of a key's admissions the pipeline reads span its last
+// backRecent window starts, a range a group of starts close together,
+// with a slack of a sixteenth of the group's furthest, at most 5 ms, on
+// either side.
+func TestSendsRangesSpanTheRecentStarts(t *testing.T) {
 	var h windowHints
-	if after, until := h.sendsRange("k"); after != 0 || until != 0 {
-		t.Errorf("no start noted: the range is %d..%d µs back, want nothing", after, until)
+	check := func(what, key string, want ...sendsRange) {
+		t.Helper()
+		if got := h.sendsRanges(key); !slices.Equal(got, want) {
+			t.Errorf("%s: the ranges are %v µs back, want %v", what, got, want)
+		}
 	}
+	check("no start noted", "k")
 	h.noteStart("k", 16_000)
-	if after, until := h.sendsRange("k"); after != 17_000 || until != 15_000 {
-		t.Errorf("one start 16 ms back: the range is %d..%d µs back, want 17,000..15,000", after, until)
-	}
+	check("one start 16 ms back", "k", sendsRange{17_000, 15_000})
 	h.noteStart("k", 10_400_000)
 	for range backRecent - 1 {
 		h.noteStart("k", 10_050_000)
 	}
-	if after, until := h.sendsRange("k"); after != 10_405_000 || until != 10_045_000 {
-		t.Errorf("starts 10.05 and 10.4 s back: the range is %d..%d µs back, want 10,405,000..10,045,000", after, until)
-	}
+	check("starts 10.05 and 10.4 s back", "k", sendsRange{10_405_000, 10_045_000})
 	h.noteStart("k", 10_060_000) // the 10.4 s one is now older than the last backRecent
-	if after, until := h.sendsRange("k"); after != 10_065_000 || until != 10_045_000 {
-		t.Errorf("the furthest start left the recent ones: the range is %d..%d µs back, want 10,065,000..10,045,000", after, until)
+	check("the furthest start left the recent ones", "k", sendsRange{10_065_000, 10_045_000})
+	check("another key", "other")
+
+	// Two windows, 0.9 and 4 s, each starting a little further back from
+	// one transaction to the next; then a third, of 60 s.
+	for i := range int64(8) {
+		h.noteStart("two", 4_000_000+i*2_000)
+		h.noteStart("two", 900_000+i*1_000)
 	}
-	if after, until := h.sendsRange("other"); after != 0 || until != 0 {
-		t.Errorf("another key's range is %d..%d µs back, want nothing", after, until)
-	}
+	check("two windows", "two", sendsRange{4_019_000, 3_995_000}, sendsRange{912_000, 895_000})
+	h.noteStart("two", 60_300_000)
+	check("three windows", "two", sendsRange{60_305_000, 60_295_000}, sendsRange{4_019_000, 3_995_000}, sendsRange{912_000, 895_000})
+	// A fourth group, 1 s back: the two nearest each other (0.9 and 1 s,
+	// 10% apart) are read as one.
+	h.noteStart("two", 1_000_000)
+	check("four groups", "two", sendsRange{60_305_000, 60_295_000}, sendsRange{4_019_000, 3_995_000}, sendsRange{1_005_000, 895_000})
+
 	// A key whose latest read widened before any of its starts was noted
 	// (the leased one-key cell of BenchmarkAdmissions: it panicked here).
 	h.noteLatest("widened", pgFirstSend{seq: 101 - pgLatestFew - 1, at: 1, last: 100, ok: true})
-	if after, until := h.sendsRange("widened"); after != 0 || until != 0 {
-		t.Errorf("a key with a widened read and no start noted: the range is %d..%d µs back, want nothing", after, until)
-	}
+	check("a key with a widened read and no start noted", "widened")
 }
 
 // A window's count that begins among a key's latest pgLatestMany
@@ -754,14 +811,23 @@ func TestReadFirstSendFromWhatWasRead(t *testing.T) {
 		{"an earlier read whose first is before the time", func(r *pgRead) { r.windows = map[int64]pgFirstSend{250: first(3)} }, 320, none, false},
 		{"a later read", func(r *pgRead) { r.windows = map[int64]pgFirstSend{250: first(3)} }, 150, none, false},
 		{"the pipeline's admissions reach past the time", func(r *pgRead) {
-			r.sends, r.sendsAfter = []pgSend{{2, 200}, {3, 300}, {4, 400}}, 150
+			r.sends = []sendsRead{{150, []pgSend{{2, 200}, {3, 300}, {4, 400}}}}
 		}, 340, first(4), true},
 		{"the pipeline's admissions began after the time", func(r *pgRead) {
-			r.sends, r.sendsAfter = []pgSend{{3, 300}, {4, 400}, {5, 500}}, 250
+			r.sends = []sendsRead{{250, []pgSend{{3, 300}, {4, 400}, {5, 500}}}}
 		}, 240, none, false},
 		{"the pipeline's admissions end before the time", func(r *pgRead) {
-			r.sends, r.sendsAfter = []pgSend{{2, 200}, {3, 300}}, 150
+			r.sends = []sendsRead{{150, []pgSend{{2, 200}, {3, 300}}}}
 		}, 350, none, false},
+		{"two ranges read, the time in the nearer", func(r *pgRead) {
+			r.sends = []sendsRead{{50, []pgSend{{1, 100}}}, {350, []pgSend{{4, 400}, {5, 500}}}}
+		}, 420, first(5), true},
+		{"two ranges read, the time in the further", func(r *pgRead) {
+			r.sends = []sendsRead{{50, []pgSend{{1, 100}, {2, 200}}}, {350, []pgSend{{4, 400}}}}
+		}, 80, first(1), true},
+		{"two ranges read, the time between them", func(r *pgRead) {
+			r.sends = []sendsRead{{50, []pgSend{{1, 100}, {2, 200}}}, {350, []pgSend{{4, 400}}}}
+		}, 250, none, false},
 		{"the latest admissions, since the oldest of them", func(r *pgRead) {
 			r.latest = []pgSend{{3, 300}, {4, 400}, {5, 500}}
 		}, 300, first(4), true},

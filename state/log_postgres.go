@@ -110,11 +110,19 @@ func (r *pgRead) scanLatest(br pgx.BatchResults) error {
 	return err
 }
 
-// scanSends reads what pgReadSends read, from after microseconds before
-// the transaction's clock: the admissions of its range and, when it read
-// all of them (fewer than pgSendsRead), the first after it, which is then
-// the next.
-func (r *pgRead) scanSends(br pgx.BatchResults, after int64) error {
+// A sendsRead is what pgReadSends read of one range: the key's first
+// admissions after a time, in the log's order, every one of them up to
+// the last.
+type sendsRead struct {
+	after int64 // the time, in microseconds
+	sends []pgSend
+}
+
+// scanSends reads what pgReadSends read of rg: the admissions of its
+// range and, when it read all of them (fewer than pgSendsRead), the first
+// after it, which is then the next.
+func (r *pgRead) scanSends(br pgx.BatchResults, rg sendsRange) error {
+	read := sendsRead{after: r.now - rg.after}
 	var next *pgSend
 	err := eachRow(br, "admissions", func(rows pgx.Rows) error {
 		var s pgSend
@@ -123,14 +131,14 @@ func (r *pgRead) scanSends(br pgx.BatchResults, after int64) error {
 		if beyond {
 			next = &s
 		} else {
-			r.sends = append(r.sends, s)
+			read.sends = append(read.sends, s)
 		}
 		return err
 	})
-	if next != nil && len(r.sends) < pgSendsRead {
-		r.sends = append(r.sends, *next)
+	if next != nil && len(read.sends) < pgSendsRead {
+		read.sends = append(read.sends, *next)
 	}
-	r.sendsAfter = r.now - after
+	r.sends = append(r.sends, read)
 	return err
 }
 
@@ -207,8 +215,11 @@ func (p *pgTx) readFirstSend(key string, since int64) (pgFirstSend, bool) {
 			return w, true
 		}
 	}
-	if since >= r.sendsAfter {
-		if w, ok := r.firstAfter(r.sends, since); ok {
+	for _, read := range r.sends {
+		if since < read.after {
+			continue
+		}
+		if w, ok := r.firstAfter(read.sends, since); ok {
 			p.db.hints.noteStart(key, r.now-since)
 			return w, true
 		}
@@ -326,11 +337,12 @@ func (p *pgTx) readLastSend(key string) (seq, at, bytes int64, found, ok bool) {
 
 // The pipeline that locks a key's row reads the key's admissions around
 // where its windows begin (pgReadSends), as a hint from the process's
-// earlier transactions on the key says: from the furthest back to the
-// nearest of the last backRecent window starts that its latest
-// admissions did not show (those the pipeline's read answered, and those
-// asked of the server), give or take a slack (sendsRange), and the first
-// after. A window's start moves between two transactions with its margin
+// earlier transactions on the key says: over the last backRecent window
+// starts that its latest admissions did not show (those the pipeline's
+// read answered, and those asked of the server), from the furthest back
+// to the nearest of each group of starts close together (one a window of
+// the key, give or take its margin), give or take a slack (sendsRanges),
+// and the first after each. A window's start moves between two transactions with its margin
 // (an answer's latency, the age of the oldest call in flight, up to a
 // twentieth of the window): the 100-key benchmark's 10-s windows began 47
 // to 504 ms beyond their length, and a range around the last miss alone,
@@ -367,25 +379,75 @@ type recentStarts struct {
 // pgLatestFew of them.
 const manyFor = 64
 
-// sendsRange returns from how far back to how far back, in microseconds
-// before the transaction's clock, the pipeline reads key's admissions:
-// the span of its recent window starts (see windowHints), with a
-// sixteenth of the furthest, at most 5 ms, on either side (a busy leased
-// key admits thousands a second, and the read stops at pgSendsRead of
-// them).
-func (h *windowHints) sendsRange(key string) (after, until int64) {
+// A sendsRange is a range of a key's admissions the pipeline reads: those
+// admitted after microseconds before the transaction's clock, up to until
+// microseconds before it.
+type sendsRange struct{ after, until int64 }
+
+// maxSendsRanges is how many ranges the pipeline reads of a key at most:
+// one a window of the key's policies, for a key with up to three windows
+// (a per-second, a per-minute and an hourly one, say).
+const maxSendsRanges = 3
+
+// sendsRanges returns the ranges of key's admissions its pipeline reads,
+// the furthest back first: one for each group of its recent window starts
+// (see windowHints), a start that is more than a quarter nearer than the
+// one before it beginning a new group, with a sixteenth of the group's
+// furthest start, at most 5 ms, on either side (a busy leased key admits
+// thousands a second, and each read stops at pgSendsRead of them). Past
+// maxSendsRanges groups, the two nearest each other are read as one. A
+// key's window starts where its margin moves it, by up to a twentieth of
+// the window; two windows of a key differ by more. One range over the
+// starts of two windows a few seconds apart held more admissions than a
+// read takes, and never reached the nearer one.
+func (h *windowHints) sendsRanges(key string) []sendsRange {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	r := h.back[key]
 	if r == nil || r.n == 0 { // none yet, or only a widened latest read (noteLatest)
-		return 0, 0
+		h.mu.Unlock()
+		return nil
 	}
-	far, near := r.back[0], r.back[0]
-	for _, b := range r.back[1:r.n] {
-		far, near = max(far, b), min(near, b)
+	var backs [backRecent]int64
+	n := copy(backs[:], r.back[:r.n])
+	h.mu.Unlock()
+	starts := backs[:n]
+	slices.Sort(starts)
+	var ranges []sendsRange // as far back as each group's furthest start (after) and nearest (until), before the slack
+	for i := n - 1; i >= 0; i-- {
+		b := starts[i]
+		if len(ranges) > 0 && b >= ranges[len(ranges)-1].until-ranges[len(ranges)-1].until/4 {
+			ranges[len(ranges)-1].until = b
+			continue
+		}
+		ranges = append(ranges, sendsRange{after: b, until: b})
 	}
-	slack := min(max(far, 0)/16, 5000)
-	return far + slack, near - slack
+	for len(ranges) > maxSendsRanges {
+		i := closestGroups(ranges)
+		ranges[i].until = ranges[i+1].until
+		ranges = slices.Delete(ranges, i+1, i+2)
+	}
+	for i, rg := range ranges {
+		slack := min(max(rg.after, 0)/16, 5000)
+		ranges[i] = sendsRange{after: rg.after + slack, until: rg.until - slack}
+	}
+	return ranges
+}
+
+// closestGroups returns i such that groups i and i+1 of ranges are the
+// nearest each other, for their times back.
+func closestGroups(ranges []sendsRange) int {
+	// The gap from a group's nearest start to the next one's furthest,
+	// for how far back it is.
+	gap := func(i int) float64 {
+		return float64(ranges[i].until-ranges[i+1].after) / float64(max(ranges[i].until, 1))
+	}
+	best := 0
+	for i := 1; i < len(ranges)-1; i++ {
+		if gap(i) < gap(best) {
+			best = i
+		}
+	}
+	return best
 }
 
 // noteStart notes how far back, in microseconds, a window of key began

@@ -86,6 +86,31 @@ func finishedFilled(t testing.TB, g *filler) ledger.Finished {
 	return f
 }
 
+// sameLine checks that an encoder's line, appended to "prefix", is
+// encoding/json's byte for byte, or that both failed; it reports whether
+// there is a line to read back.
+func sameLine(t *testing.T, encoder string, got []byte, gotErr error, want []byte, wantErr error) bool {
+	t.Helper()
+	if (gotErr != nil) != (wantErr != nil) {
+		t.Fatalf("%s's error %v, encoding/json's %v", encoder, gotErr, wantErr)
+	}
+	if wantErr != nil {
+		return false
+	}
+	got, ok := bytes.CutPrefix(got, []byte("prefix"))
+	if !ok {
+		t.Fatalf("%s did not append to its buffer: %q", encoder, got)
+	}
+	if !bytes.Equal(got, want) {
+		i := 0
+		for i < len(got) && i < len(want) && got[i] == want[i] {
+			i++
+		}
+		t.Fatalf("%s differs from encoding/json at byte %d:\n got %s\nwant %s", encoder, i, got[i:], want[i:])
+	}
+	return true
+}
+
 // checkJournalLine checks that appendJournalLine writes f as
 // encoding/json writes its journal line, byte for byte, and that the
 // line reads back (with the decoder Recover uses) as that one does.
@@ -93,23 +118,10 @@ func checkJournalLine(t *testing.T, f ledger.Finished) {
 	t.Helper()
 	want, wantErr := json.Marshal(journalLineOf(f))
 	got, gotErr := appendJournalLine([]byte("prefix"), f)
-	if (gotErr != nil) != (wantErr != nil) {
-		t.Fatalf("appendJournalLine's error %v, encoding/json's %v", gotErr, wantErr)
-	}
-	if wantErr != nil {
+	if !sameLine(t, "appendJournalLine", got, gotErr, want, wantErr) {
 		return
 	}
-	got, ok := bytes.CutPrefix(got, []byte("prefix"))
-	if !ok {
-		t.Fatalf("appendJournalLine did not append to its buffer: %q", got)
-	}
-	if !bytes.Equal(got, want) {
-		i := 0
-		for i < len(got) && i < len(want) && got[i] == want[i] {
-			i++
-		}
-		t.Fatalf("appendJournalLine differs from encoding/json at byte %d:\n got %s\nwant %s", i, got[i:], want[i:])
-	}
+	got = got[len("prefix"):]
 	if diff := cmp.Diff(readJournalLine(t, got), readJournalLine(t, want)); diff != "" {
 		t.Errorf("the line read back (-appendJournalLine +encoding/json):\n%s", diff)
 	}
@@ -236,23 +248,10 @@ func checkKeptLine(t *testing.T, k *keptAnswer) {
 	t.Helper()
 	want, wantErr := json.Marshal(journalLine{Kept: k})
 	got, gotErr := appendKeptLine([]byte("prefix"), k)
-	if (gotErr != nil) != (wantErr != nil) {
-		t.Fatalf("appendKeptLine's error %v, encoding/json's %v", gotErr, wantErr)
-	}
-	if wantErr != nil {
+	if !sameLine(t, "appendKeptLine", got, gotErr, want, wantErr) {
 		return
 	}
-	got, ok := bytes.CutPrefix(got, []byte("prefix"))
-	if !ok {
-		t.Fatalf("appendKeptLine did not append to its buffer: %q", got)
-	}
-	if !bytes.Equal(got, want) {
-		i := 0
-		for i < len(got) && i < len(want) && got[i] == want[i] {
-			i++
-		}
-		t.Fatalf("appendKeptLine differs from encoding/json at byte %d:\n got %s\nwant %s", i, got[i:], want[i:])
-	}
+	got = got[len("prefix"):]
 	g, w := readKeptLine(t, got), readKeptLine(t, want)
 	if diff := cmp.Diff(g.Response, w.Response); diff != "" || g.Keep != w.Keep {
 		t.Errorf("the line reads back with keep %d against %d, the answer (-appendKeptLine +encoding/json):\n%s", g.Keep, w.Keep, diff)

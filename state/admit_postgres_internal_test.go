@@ -479,6 +479,17 @@ func TestSendsRangesSpanTheRecentStarts(t *testing.T) {
 	h.noteStart("two", 1_000_000)
 	check("four groups", "two", sendsRange{60_305_000, 60_295_000}, sendsRange{4_019_000, 3_995_000}, sendsRange{1_005_000, 895_000})
 
+	// Starts at or after the transaction's clock need no read (no
+	// admission is after them), and leave the others' groups as they are.
+	h.noteStart("ahead", 4_000_000)
+	h.noteStart("ahead", 900_000)
+	h.noteStart("ahead", -2_000)
+	h.noteStart("ahead", 0)
+	h.noteStart("ahead", 100_000)
+	check("starts after the clock", "ahead", sendsRange{4_005_000, 3_995_000}, sendsRange{905_000, 895_000}, sendsRange{105_000, 95_000})
+	h.noteStart("only-ahead", -2_000)
+	check("starts after the clock alone", "only-ahead")
+
 	// A key whose latest read widened before any of its starts was noted
 	// (the leased one-key cell of BenchmarkAdmissions: it panicked here).
 	h.noteLatest("widened", pgFirstSend{seq: 101 - pgLatestFew - 1, at: 1, last: 100, ok: true})

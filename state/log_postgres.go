@@ -410,7 +410,10 @@ func (h *windowHints) sendsRanges(key string) []sendsRange {
 	var backs [backRecent]int64
 	n := copy(backs[:], r.back[:r.n])
 	h.mu.Unlock()
-	starts := backs[:n]
+	// A start at or after the clock needs no read: no admission is after
+	// it (see readFirstSend).
+	starts := slices.DeleteFunc(backs[:n], func(b int64) bool { return b <= 0 })
+	n = len(starts)
 	slices.Sort(starts)
 	var ranges []sendsRange // as far back as each group's furthest start (after) and nearest (until), before the slack
 	for i := n - 1; i >= 0; i-- {

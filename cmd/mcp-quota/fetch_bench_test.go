@@ -241,8 +241,11 @@ func fetchAsListed(b *testing.B, sess *gomcp.ClientSession) listedFetch {
 		b.Fatalf("serve lists no fetch tool with both schemas: %+v", tools.Tools)
 	}
 	res, err := sess.CallTool(b.Context(), &gomcp.CallToolParams{Name: "fetch", Arguments: map[string]any{"path": "/v1/echo?n=0"}})
-	if err != nil || res.IsError {
-		b.Fatalf("fetch: %v %s", err, text(res))
+	if err != nil {
+		b.Fatalf("fetch: %v", err)
+	}
+	if res.IsError {
+		b.Fatalf("fetch: %s", text(res))
 	}
 	f.structured, _ = res.StructuredContent.(map[string]any)
 	body, _ := f.structured["body"].(string)

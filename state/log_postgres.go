@@ -342,9 +342,9 @@ func (p *pgTx) readLastSend(key string) (seq, at, bytes int64, found, ok bool) {
 // read answered, and those asked of the server), from the furthest back
 // to the nearest of each group of starts close together (one a window of
 // the key, give or take its margin), give or take a slack (sendsRanges),
-// and the first after each. A window's start moves between two transactions with its margin
-// (an answer's latency, the age of the oldest call in flight, up to a
-// twentieth of the window): the 100-key benchmark's 10-s windows began 47
+// and the first after each. A window's start moves between two
+// transactions with its margin (an answer's latency, the age of the
+// oldest call in flight, up to a twentieth of the window): the 100-key benchmark's 10-s windows began 47
 // to 504 ms beyond their length, and a range around the last miss alone,
 // 5 ms on either side, missed two reads in three. A hint changes what is
 // read with the lock, never what a read answers.
@@ -380,8 +380,8 @@ type recentStarts struct {
 const manyFor = 64
 
 // A sendsRange is a range of a key's admissions the pipeline reads: those
-// admitted after microseconds before the transaction's clock, up to until
-// microseconds before it.
+// admitted after the time `after` microseconds before the transaction's
+// clock, up to the time `until` microseconds before it.
 type sendsRange struct{ after, until int64 }
 
 // maxSendsRanges is how many ranges the pipeline reads of a key at most:

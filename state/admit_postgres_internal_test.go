@@ -307,6 +307,18 @@ func admitEvery(t *testing.T, pg *Postgres, key string, calls int, back, spacing
 	return start
 }
 
+// admittedAfter is how many of the admissions admitEvery recorded (calls
+// of them, spacing apart from start) were admitted after since.
+func admittedAfter(start time.Time, spacing time.Duration, calls int, since time.Time) int {
+	n := 0
+	for i := range calls {
+		if start.Add(time.Duration(i) * spacing).After(since) {
+			n++
+		}
+	}
+	return n
+}
+
 // A key called a few times a second, with more admissions in its window
 // than the pipeline reads of the latest, has its window counted with the
 // lock once the key's transactions have asked the server where the window
@@ -326,12 +338,7 @@ func TestPostgresModerateKeysWindowWithTheLock(t *testing.T) {
 		err := pg.Update(ctx, func(tx ledger.Tx) error {
 			since := tx.Clock(time.Now()).Add(-window)
 			w, err := tx.WindowOf(key, since, nil)
-			got, want = w.Count, 0
-			for i := range calls {
-				if start.Add(time.Duration(i) * spacing).After(since) {
-					want++
-				}
-			}
+			got, want = w.Count, admittedAfter(start, spacing, calls, since)
 			return err
 		}, key)
 		if err != nil {
@@ -370,12 +377,7 @@ func TestPostgresWindowStartMovesWithItsMargin(t *testing.T) {
 		err := pg.Update(ctx, func(tx ledger.Tx) error {
 			since := tx.Clock(time.Now()).Add(-window - margin)
 			w, err := tx.WindowOf(key, since, nil)
-			want := 0
-			for i := range calls {
-				if start.Add(time.Duration(i) * spacing).After(since) {
-					want++
-				}
-			}
+			want := admittedAfter(start, spacing, calls, since)
 			if err == nil && w.Count != want {
 				t.Errorf("read %d: %d admitted in the window, want %d", i, w.Count, want)
 			}
@@ -423,12 +425,7 @@ func TestPostgresTwoWindowsFarApartReadWithTheLock(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				want := 0
-				for i := range calls {
-					if start.Add(time.Duration(i) * spacing).After(since) {
-						want++
-					}
-				}
+				want := admittedAfter(start, spacing, calls, since)
 				if w.Count != want {
 					t.Errorf("read %d, the %v window: %d admitted, want %d", i, window, w.Count, want)
 				}

@@ -413,13 +413,11 @@ func (h *windowHints) sendsRanges(key string) []sendsRange {
 	// A start at or after the clock needs no read: no admission is after
 	// it (see readFirstSend).
 	starts := slices.DeleteFunc(backs[:n], func(b int64) bool { return b <= 0 })
-	n = len(starts)
 	slices.Sort(starts)
 	var ranges []sendsRange // as far back as each group's furthest start (after) and nearest (until), before the slack
-	for i := n - 1; i >= 0; i-- {
-		b := starts[i]
-		if len(ranges) > 0 && b >= ranges[len(ranges)-1].until-ranges[len(ranges)-1].until/4 {
-			ranges[len(ranges)-1].until = b
+	for _, b := range slices.Backward(starts) {
+		if last := len(ranges) - 1; last >= 0 && b >= ranges[last].until-ranges[last].until/4 {
+			ranges[last].until = b
 			continue
 		}
 		ranges = append(ranges, sendsRange{after: b, until: b})

@@ -360,8 +360,9 @@ func fairJudge(t *testing.T, base string) fairJudged {
 		// machine makes such sends.
 		if at.ReasonKind == reason.Late {
 			j.late++
+			continue
 		}
-		if at.State == string(ledger.Cached) || at.ReasonKind == reason.Late {
+		if at.State == string(ledger.Cached) {
 			continue
 		}
 		when, err := time.Parse(time.RFC3339Nano, at.At)

@@ -82,44 +82,29 @@ func BenchmarkFetch(b *testing.B) {
 		shapedSessions[i] = httpSession(b, shapedBase, "", nil)
 	}
 	var n atomic.Int64 // every call a target of its own
+	// callTool calls tool on the client's session of sessions, with a
+	// path of its own; target names them in an error.
+	callTool := func(target string, sessions []*gomcp.ClientSession, tool string) func(b *testing.B, client int) error {
+		return func(b *testing.B, client int) error {
+			res, err := sessions[client].CallTool(b.Context(), &gomcp.CallToolParams{Name: tool,
+				Arguments: map[string]any{"path": fmt.Sprintf("/v1/echo?n=%d", n.Add(1))}})
+			if err != nil {
+				return err
+			}
+			if res.IsError {
+				return fmt.Errorf("%s, %s: %s", target, tool, text(res))
+			}
+			return nil
+		}
+	}
 	calls := map[string]func(b *testing.B, client int) error{
 		"direct-get": func(b *testing.B, _ int) error {
 			_, err := get(fmt.Sprintf("/v1/echo?n=%d", n.Add(1)))
 			return err
 		},
-		"bare-mcp": func(b *testing.B, client int) error {
-			res, err := bareSessions[client].CallTool(b.Context(), &gomcp.CallToolParams{Name: "get",
-				Arguments: map[string]any{"path": fmt.Sprintf("/v1/echo?n=%d", n.Add(1))}})
-			if err != nil {
-				return err
-			}
-			if res.IsError {
-				return fmt.Errorf("bare get: %s", text(res))
-			}
-			return nil
-		},
-		"bare-fetch": func(b *testing.B, client int) error {
-			res, err := shapedSessions[client].CallTool(b.Context(), &gomcp.CallToolParams{Name: "fetch",
-				Arguments: map[string]any{"path": fmt.Sprintf("/v1/echo?n=%d", n.Add(1))}})
-			if err != nil {
-				return err
-			}
-			if res.IsError {
-				return fmt.Errorf("bare fetch: %s", text(res))
-			}
-			return nil
-		},
-		"mcp-fetch": func(b *testing.B, client int) error {
-			res, err := sessions[client].CallTool(b.Context(), &gomcp.CallToolParams{Name: "fetch",
-				Arguments: map[string]any{"path": fmt.Sprintf("/v1/echo?n=%d", n.Add(1))}})
-			if err != nil {
-				return err
-			}
-			if res.IsError {
-				return fmt.Errorf("fetch: %s", text(res))
-			}
-			return nil
-		},
+		"bare-mcp":   callTool("bare-mcp", bareSessions, "get"),
+		"bare-fetch": callTool("bare-fetch", shapedSessions, "fetch"),
+		"mcp-fetch":  callTool("mcp-fetch", sessions, "fetch"),
 	}
 	names := []string{"direct-get", "bare-mcp", "bare-fetch", "mcp-fetch"}
 	run := func(b *testing.B, name string, total int, d *[]time.Duration) time.Duration {

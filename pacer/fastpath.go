@@ -75,7 +75,7 @@ func (p *Pacer) quickBudgets(snap snapshot, d decision) []Budget {
 // still. At 2, the 100-key cell of BenchmarkAdmissions (PostgreSQL, 10-s
 // windows, each host calling each key 2 to 5 times a second) had 14-51%
 // of its answers in transactions of their own in its slow runs; at 1,
-// 0.2% at most in every run (BENCHMARKS.md).
+// 0.2% at most in every run (docs/benchmarks-log.md).
 const quickNext = 1
 
 // quickResult is what Done tells the caller of t, admitted without a

@@ -212,8 +212,8 @@ func benchProxy(b *testing.B, newStack func(testing.TB, stackConfig) *stack, set
 // proxyHistory is the history a PostgreSQL state holds of key before the
 // warm-up: 200,000 calls over a day that ended an hour ago, the state of
 // a database in use, whose connections planned their statements on the
-// statistics of a table that is not small (see BENCHMARKS.md, "Many
-// hosts: PostgreSQL").
+// statistics of a table that is not small (see docs/benchmarks-log.md,
+// "Many hosts: PostgreSQL").
 func proxyHistory(key string) state.History {
 	const n = 200_000
 	return state.History{Keys: []string{key}, N: n, From: time.Now().Add(-25 * time.Hour), Every: 24 * time.Hour / n,

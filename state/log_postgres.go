@@ -361,8 +361,8 @@ type windowHints struct {
 // backRecent is how many of a key's recent window starts the range of its
 // next reads spans. With eight, a start beyond them left 12-13% of the
 // 100-key benchmark's admissions to ask the server for a window's count;
-// 32 cost the busy one-key cell nothing measurable (BENCHMARKS.md), and a
-// key's ring 256 bytes.
+// 32 cost the busy one-key cell nothing measurable
+// (docs/benchmarks-log.md), and a key's ring 256 bytes.
 const backRecent = 32
 
 // recentStarts are how far back, in microseconds before the

@@ -80,8 +80,9 @@ func planOf(t *testing.T, db *DB, q string) []string {
 // TestEveryAttemptIndexIsUsed: each index of attempts serves at least one
 // statement in SQLite's plans, so an index that none needs (which every
 // admission would still write) fails it. Run with -v, it lists which
-// statements use each index; BENCHMARKS.md "Fewer index writes on
-// attempts" copies that list.
+// statements use each index; docs/benchmarks-log.md, "The journal
+// line without reflection, and two fewer index entries a slot", copies
+// that list.
 func TestEveryAttemptIndexIsUsed(t *testing.T) {
 	db, err := Open(context.Background(), filepath.Join(t.TempDir(), "state.db"))
 	if err != nil {

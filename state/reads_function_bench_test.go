@@ -30,7 +30,7 @@ import (
 // reads cost together. Twelve
 // connections over 100 keys, as the pacer's 100-key cell; tx/s is the
 // transactions a second in all. Run the binary several times (the three
-// in turns): BENCHMARKS.md has the figures.
+// in turns): docs/benchmarks-log.md has the figures.
 func BenchmarkReadsAsFunction(b *testing.B) {
 	srv := pgtest.Start(b)
 	ctx := context.Background()

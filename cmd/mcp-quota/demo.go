@@ -94,11 +94,7 @@ func (e environment) startDemo(ctx context.Context, c common, listen string, lis
 // PostgreSQL state, beside the default one: the demo's files stay on this
 // host), and returns its absolute path.
 func (e environment) demoDir(c common) (string, error) {
-	near := e.statePath(c, nil)
-	if state.IsPostgres(near) {
-		near = e.statePath(common{}, nil) // the demo's files stay on this host
-	}
-	dir, err := filepath.Abs(filepath.Join(filepath.Dir(near), "demo"))
+	dir, err := e.demoDirPath(c)
 	if err != nil {
 		return "", err
 	}
@@ -106,6 +102,42 @@ func (e environment) demoDir(c common) (string, error) {
 		return "", fmt.Errorf("demo: cannot create its folder: %w", err)
 	}
 	return dir, nil
+}
+
+// demoDirPath is the absolute path of the demo's folder (see demoDir),
+// which may not exist.
+func (e environment) demoDirPath(c common) (string, error) {
+	near := e.statePath(c, nil)
+	if state.IsPostgres(near) {
+		near = e.statePath(common{}, nil) // the demo's files stay on this host
+	}
+	return filepath.Abs(filepath.Join(filepath.Dir(near), "demo"))
+}
+
+// demoHeld returns the error lockDemo gives a second demo when a demo
+// holds the lock of the folder c's demo would use, and nil otherwise. It
+// is asked when serve --demo finds its address in use: the same command
+// run twice meets the first's address before its lock, and should hear
+// of the first demo, not of "another program". A folder without a
+// running file has no demo to name and is not touched; one whose file an
+// ended demo left is tidied (see release).
+func (e environment) demoHeld(ctx context.Context, c common) error {
+	dir, err := e.demoDirPath(c)
+	if err != nil {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, demoRunning)); err != nil {
+		return nil
+	}
+	lock, err := lockDemo(ctx, dir)
+	if err != nil {
+		if errors.Is(err, errDemoHeld) {
+			return err
+		}
+		return nil
+	}
+	lock.release(dir)
+	return nil
 }
 
 // keepTokens makes the demo upstream's secret (at secretPath) and the
@@ -336,6 +368,9 @@ type demoLock struct {
 	conn *sql.Conn
 }
 
+// errDemoHeld begins the error of a demo whose folder another demo uses.
+var errDemoHeld = errors.New("another mcp-quota serve --demo is running")
+
 // demoRunning is the file in which the lock's holder says where it runs,
 // for the error a second demo gets.
 const demoRunning = "running"
@@ -368,8 +403,8 @@ func lockDemo(ctx context.Context, dir string) (*demoLock, error) {
 		if b, rerr := os.ReadFile(filepath.Join(dir, demoRunning)); rerr == nil && len(b) > 0 {
 			where = " (" + strings.TrimSpace(string(b)) + ")"
 		}
-		return nil, fmt.Errorf("another mcp-quota serve --demo is running with the demo files in %s%s: "+
-			"use that one, stop it first, or give this one its own files and address with --state OTHER_DIR/state.db --listen 127.0.0.1:8788", dir, where)
+		return nil, fmt.Errorf("%w with the demo files in %s%s: "+
+			"use that one, stop it first, or give this one its own files and address with --state OTHER_DIR/state.db --listen 127.0.0.1:8788", errDemoHeld, dir, where)
 	}
 	return &demoLock{db: db, conn: conn}, nil
 }

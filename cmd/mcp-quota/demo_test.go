@@ -172,6 +172,14 @@ func TestSecondDemoLeavesTheFirstAlone(t *testing.T) {
 		!strings.Contains(err.Error(), "--listen") {
 		t.Errorf("second demo: %v; want a refusal naming the running demo, --state and --listen", err)
 	}
+	// The same command again (its files and its address): the address is
+	// in use, and the refusal names the first demo, not another program.
+	err = run(t.Context(), []string{"serve", "--demo", "--listen", strings.TrimPrefix(first.base, "http://"), "--state", filepath.Join(dir, "state.db")},
+		nil, &out, &errOut, func(string) string { return "" })
+	if err == nil || !strings.Contains(err.Error(), "another mcp-quota serve --demo is running") ||
+		!strings.Contains(err.Error(), first.base+"/mcp") {
+		t.Errorf("the same demo command again: %v; want a refusal naming the running demo", err)
+	}
 	// Its own files but the first's address: refused on the address before
 	// any file of the new demo is written.
 	elsewhere := t.TempDir()

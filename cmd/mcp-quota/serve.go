@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/mark3labs/mcp-go/server"
@@ -47,6 +48,11 @@ func (e environment) serve(ctx context.Context, args []string) error {
 	}
 	ln, scheme, err := o.listener(keys, log)
 	if err != nil {
+		if o.demo && errors.Is(err, syscall.EADDRINUSE) {
+			if held := e.demoHeld(ctx, c); held != nil {
+				return held
+			}
+		}
 		return err
 	}
 	defer ln.Close()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mcp-quota/mcp-quota/pacer"
 	"github.com/mcp-quota/mcp-quota/ratelimit"
+	"github.com/mcp-quota/mcp-quota/report/reason"
 )
 
 // problem is the RFC 9457 body of every answer mcp-quota gives itself.
@@ -179,8 +180,9 @@ func TestLocalRefusal(t *testing.T) {
 			if p.RetryAfterS != int64(ra) || p.Type != ratelimit.ProblemQuotaExceeded {
 				t.Errorf("problem retry_after_s %d, type %q; want %d, %q", p.RetryAfterS, p.Type, ra, ratelimit.ProblemQuotaExceeded)
 			}
-			if !strings.Contains(p.Detail, "Nothing was sent upstream") || !strings.Contains(p.Detail, "Try again in") {
-				t.Errorf("detail %q does not say nothing was sent and when to come back", p.Detail)
+			// The wait in words is the Retry-After, as a person says it.
+			if again := "Try again in " + reason.Duration(time.Duration(ra)*time.Second) + ";"; !strings.Contains(p.Detail, "Nothing was sent upstream") || !strings.Contains(p.Detail, again) {
+				t.Errorf("detail %q does not say nothing was sent and %q", p.Detail, again)
 			}
 			if m := missingRateLimitFields(resp.Header); len(m) > 0 {
 				t.Errorf("missing %v", m)

@@ -266,7 +266,7 @@ func (h *Handler) failed(w http.ResponseWriter, r *http.Request, k *keystore.Key
 			ext["violated-policies"] = []string{pe.Binding.Policy}
 		}
 		writeRefusal(w, k.Profile, refusal{status: http.StatusTooManyRequests, secondary: waitOnly(pe), binding: pe.Binding, code: refusalCode(pe),
-			detail: fmt.Sprintf("Key '%s': %s. Nothing was sent upstream. Try again in %d seconds; the RateLimit header says what is left.", k.Name, pe.Reason, secs)}, ext)
+			detail: fmt.Sprintf("Key '%s': %s. Nothing was sent upstream. Try again in %s; the RateLimit header says what is left.", k.Name, pe.Reason, reason.Duration(time.Duration(secs)*time.Second))}, ext)
 	case errors.As(err, &tooLarge):
 		h.bodyError(w, err)
 	case errors.Is(err, upstream.ErrBodyMemory):

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -428,8 +429,9 @@ func (l *demoLock) release(dir string) {
 // benchmarks: it prints its URL and accepts the tokens given (any bearer
 // token when none is).
 func (e environment) demoUpstream(ctx context.Context, args []string) error {
-	var c common
-	fs := e.flags("demo-upstream", &c, "info")
+	// Only its own flags: it reads no configuration or state, and logs
+	// nothing.
+	fs := flag.NewFlagSet("mcp-quota demo-upstream", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:8788", "address to listen on")
 	mode := fs.String("mode", string(demo.FixedWindow), "how it announces and enforces its limit: seed, sliding, hidden, github, retry-after, silent, liar")
 	quota := fs.Int("quota", 120, "calls per window per key")

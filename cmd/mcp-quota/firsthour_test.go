@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -474,5 +475,49 @@ func TestDidYouMean(t *testing.T) {
 	}
 	if _, errOut, _ := runCmd(t, nil, "serve", "--zzzzzzzz"); strings.Contains(errOut, "did you mean") {
 		t.Errorf("a flag like no other got a suggestion: %q", errOut)
+	}
+}
+
+// TestCommandsDocListsEveryFlag: docs/commands.md's line for each command
+// names every flag its -h prints, and no flag it does not have.
+func TestCommandsDocListsEveryFlag(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "commands.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	flagName := regexp.MustCompile(`(?m)^  -([a-z-]+)`)
+	docFlag := regexp.MustCompile(`--([a-z-]+)`)
+	for _, cmd := range []string{"serve", "stdio", "status", "activity", "demo-upstream", "init"} {
+		out, _, err := runCmd(t, nil, cmd, "-h")
+		if err != nil {
+			t.Fatalf("%s -h: %v", cmd, err)
+		}
+		has := map[string]bool{}
+		for _, m := range flagName.FindAllStringSubmatch(out, -1) {
+			has[m[1]] = true
+		}
+		var line string
+		for l := range strings.Lines(string(doc)) {
+			if strings.HasPrefix(l, "mcp-quota "+cmd+" ") {
+				line, _, _ = strings.Cut(l, "#") // the comment after the flags
+				break
+			}
+		}
+		if line == "" || len(has) == 0 {
+			t.Errorf("%s: no line in docs/commands.md, or no flags in its -h (%d)", cmd, len(has))
+			continue
+		}
+		documented := map[string]bool{}
+		for _, m := range docFlag.FindAllStringSubmatch(line, -1) {
+			documented[m[1]] = true
+			if !has[m[1]] {
+				t.Errorf("docs/commands.md lists --%s for %s, which has no such flag", m[1], cmd)
+			}
+		}
+		for name := range has {
+			if !documented[name] {
+				t.Errorf("%s -h has -%s, which docs/commands.md does not list", cmd, name)
+			}
+		}
 	}
 }

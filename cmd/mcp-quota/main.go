@@ -57,13 +57,15 @@ Usage:
   mcp-quota stdio [--caller NAME] [--config F] [--state F]
   mcp-quota status [--json] [--key K] [--config F] [--state F]
   mcp-quota activity [--key K] [--limit N] [--json] [--config F] [--state F]
-  mcp-quota demo-upstream [--listen 127.0.0.1:8788] [--mode seed] [--token T]
+  mcp-quota demo-upstream [--listen 127.0.0.1:8788] [--mode seed] [--quota 120] [--window 1m] [--token T]
   mcp-quota bench quota [-quick] [-windows N] [-window 4s] [-behaviours a,b] [-clients a,b] [-callers 1,2]
   mcp-quota init [--config F]
   mcp-quota version
+  mcp-quota help [COMMAND]
 
 Configuration: --config or MCP_QUOTA_CONFIG (default: the user config dir, mcp-quota/config.toml).
 State: --state or MCP_QUOTA_STATE (default: the user state dir, mcp-quota/state.db).
+Logs: stderr, --log-level debug|info|warn|error.
 Run "mcp-quota help <command>" or "mcp-quota <command> -h" for a command's flags.
 `
 

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -48,15 +51,58 @@ func (e environment) status(ctx context.Context, args []string) error {
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(st)
+		if err := enc.Encode(st); err != nil {
+			return err
+		}
+		return unusableKeys(st)
 	}
 	if len(st.Keys) == 0 {
-		fmt.Fprintf(e.stdout, "no keys are configured (%s)\n", e.configPath(c))
+		fmt.Fprintf(e.stdout, "no keys are configured (%s)%s\n", e.configPath(c), e.demoConfigHint(c))
 		return nil
 	}
 	printStatusTable(e.stdout, st)
 	printStatusNotes(e.stdout, st)
-	return nil
+	return unusableKeys(st)
+}
+
+// unusableKeys is status's error (and exit status 1) when a key it shows
+// cannot be used, its credential unavailable in this environment, so that
+// "check it with mcp-quota status" after init fails where the key would;
+// nil when every key can be.
+func unusableKeys(st report.Status) error {
+	var names []string
+	for _, k := range st.Keys {
+		if k.Credential != "ok" {
+			names = append(names, k.Key)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d of %d keys cannot be used here, their credential unavailable (see above): %s",
+		len(names), len(st.Keys), strings.Join(names, ", "))
+}
+
+// demoConfigHint points status, finding no keys, at the demo's
+// configuration when the demo's folder beside the state has one: a
+// newcomer who runs status beside "serve --demo" without --config.
+func (e environment) demoConfigHint(c common) string {
+	if c.config != "" {
+		return ""
+	}
+	dir, err := e.demoDirPath(c)
+	if err != nil {
+		return ""
+	}
+	path := filepath.Join(dir, "config.toml")
+	if _, err := os.Stat(path); err != nil {
+		return ""
+	}
+	state := ""
+	if c.state != "" {
+		state = " --state " + shellQuote(c.state)
+	}
+	return fmt.Sprintf("; the demo's key (mcp-quota serve --demo) is in its own: mcp-quota status --config %s%s", shellQuote(path), state)
 }
 
 // statusKeys is the keys status shows: every key, or only the one named.

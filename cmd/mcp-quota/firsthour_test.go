@@ -418,7 +418,8 @@ func decode(t *testing.T, resp *http.Response, v any) {
 // TestOneShotCommandsNeedNoCallerTokens: status and activity authenticate
 // no caller, so an unset caller token variable does not stop them, and
 // they log nothing that their own output does not already say (status
-// shows a key without a credential in its table).
+// shows a key without a credential in its table, and its error names it:
+// TestStatusFailsOnAnUnusableKey).
 func TestOneShotCommandsNeedNoCallerTokens(t *testing.T) {
 	_, url := upstreamAPI(t, demo.Config{})
 	s := newSetup(t, demoKey(url, 120, time.Minute))
@@ -435,9 +436,9 @@ func TestOneShotCommandsNeedNoCallerTokens(t *testing.T) {
 	if errOut != "" {
 		t.Errorf("status logged: %s", errOut)
 	}
-	_, errOut, err = runCmd(t, noEnv, "status", "--config", s.config, "--state", s.state)
-	if err != nil || errOut != "" {
-		t.Errorf("status without the key's secret: %v; logged %q, want the table alone to say it", err, errOut)
+	out, errOut, err = runCmd(t, noEnv, "status", "--config", s.config, "--state", s.state)
+	if err == nil || !strings.Contains(out, "demo: credential:") || errOut != "" {
+		t.Errorf("status without the key's secret: %v; logged %q, want the table to say it, nothing logged, and an error", err, errOut)
 	}
 	_, errOut, err = runCmd(t, func(name string) string {
 		if name == "XDG_CONFIG_HOME" {
@@ -519,5 +520,59 @@ func TestCommandsDocListsEveryFlag(t *testing.T) {
 				t.Errorf("%s -h has -%s, which docs/commands.md does not list", cmd, name)
 			}
 		}
+	}
+}
+
+// TestStatusFailsOnAnUnusableKey: status after init, with the key's
+// credential variable unset, shows the key and why, and exits with an
+// error naming it (the check init tells you to run); with the variable
+// set it passes. As JSON too.
+func TestStatusFailsOnAnUnusableKey(t *testing.T) {
+	dir := t.TempDir()
+	config := filepath.Join(dir, "config.toml")
+	if _, _, err := runCmd(t, nil, "init", "--config", config); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state.db")
+	for _, asJSON := range []bool{false, true} {
+		args := []string{"status", "--config", config, "--state", state}
+		if asJSON {
+			args = append(args, "--json")
+		}
+		out, _, err := runCmd(t, nil, args...)
+		if err == nil || !strings.Contains(err.Error(), "cannot be used") || !strings.Contains(err.Error(), "example") ||
+			!strings.Contains(out, "EXAMPLE_API_KEY is not set") {
+			t.Errorf("%v without the credential: err %v, stdout %q; want the key shown with why, and an error naming it", args, err, out)
+		}
+		withKey := func(name string) string {
+			if name == "EXAMPLE_API_KEY" {
+				return "a-secret-for-the-test"
+			}
+			return ""
+		}
+		if out, _, err := runCmd(t, withKey, args...); err != nil || !strings.Contains(out, "example") {
+			t.Errorf("%v with the credential: err %v, stdout %q; want the key and no error", args, err, out)
+		}
+	}
+}
+
+// TestStatusWithoutKeysNamesTheDemosConfig: status finding no keys beside
+// a demo's files says where the demo's key is, with a command to run.
+func TestStatusWithoutKeysNamesTheDemosConfig(t *testing.T) {
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir()) // no configuration at the default path
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state.db")
+	out, _, err := runCmd(t, nil, "status", "--state", state)
+	if err != nil || !strings.Contains(out, "no keys are configured") || strings.Contains(out, "demo") {
+		t.Errorf("status with no demo: err %v, stdout %q; want no keys and no hint", err, out)
+	}
+	d := startDemoServe(t, dir)
+	if err := d.stop(); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = runCmd(t, nil, "status", "--state", state)
+	want := "mcp-quota status --config " + shellQuote(filepath.Join(dir, "demo", "config.toml")) + " --state " + shellQuote(state)
+	if err != nil || !strings.Contains(out, want) {
+		t.Errorf("status beside a demo's files: err %v, stdout %q; want %q", err, out, want)
 	}
 }

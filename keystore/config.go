@@ -90,7 +90,7 @@ type fileConfig struct {
 }
 
 // DefaultRetention is how long the state keeps the activity when the
-// configuration says nothing.
+// configuration says nothing and no key documents a window as long.
 const DefaultRetention = 7 * 24 * time.Hour
 
 // MinRetention is the shortest retention a configuration may set; it
@@ -323,14 +323,18 @@ func Parse(data []byte, env Env) (*Store, error) {
 // state, its timeout, the memory for bodies and TLS.
 func (s *contents) settings(fc fileConfig, env Env) []*ConfigError {
 	var errs []*ConfigError
+	shortest := MinRetention // the shortest retention that still holds every documented window
+	for _, k := range s.keys {
+		for _, p := range k.Policies {
+			shortest = max(shortest, p.Window)
+		}
+	}
+	// Unwritten, the retention is the default, or the longest documented
+	// window and an hour more when that is longer: a key documenting a
+	// month must not have its window's calls swept after a week.
+	s.retention = max(DefaultRetention, shortest+MinRetention)
 	if fc.Retention != 0 {
 		s.retention = time.Duration(fc.Retention)
-		shortest := MinRetention
-		for _, k := range s.keys {
-			for _, p := range k.Policies {
-				shortest = max(shortest, p.Window)
-			}
-		}
 		if s.retention < shortest {
 			errs = append(errs, &ConfigError{Field: "retention", Msg: fmt.Sprintf(
 				"retention %s is shorter than %s, the longest window the state must count (and at least an hour): write retention = %q or more",

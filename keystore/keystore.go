@@ -209,7 +209,8 @@ func (s *contents) State() string { return s.state }
 func (s *contents) StateTimeout() time.Duration { return s.stateTimeout }
 
 // Retention is how long the state keeps the activity: the configuration's
-// retention, or DefaultRetention.
+// retention, or DefaultRetention (an hour beyond the longest documented
+// window when that is longer).
 func (s *contents) Retention() time.Duration {
 	if s.retention <= 0 {
 		return DefaultRetention

@@ -448,6 +448,9 @@ func TestTLSFiles(t *testing.T) {
 }
 
 func TestRetention(t *testing.T) {
+	window := func(w string) string {
+		return "[[keys]]\nname = \"a\"\nbase_url = \"https://x\"\nauth = \"none\"\n  [[keys.policies]]\n  quota = 1000\n  window = \"" + w + "\"\n"
+	}
 	for _, tt := range []struct {
 		config string
 		want   time.Duration
@@ -455,6 +458,12 @@ func TestRetention(t *testing.T) {
 		{"", DefaultRetention},
 		{"retention = \"72h\"\n", 72 * time.Hour},
 		{"retention = 7200\n", 2 * time.Hour},
+		// Unwritten beside a documented window longer than the default:
+		// the window and an hour more, so the sweep never takes a call the
+		// window still counts.
+		{window("720h"), 721 * time.Hour},
+		{window("24h"), DefaultRetention},
+		{"retention = \"800h\"\n" + window("720h"), 800 * time.Hour},
 	} {
 		s, err := Parse([]byte(tt.config), Env{Getenv: func(string) string { return "" }})
 		if err != nil {

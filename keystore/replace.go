@@ -40,7 +40,8 @@ func (s *Store) State() string { return s.load().State() }
 func (s *Store) StateTimeout() time.Duration { return s.load().StateTimeout() }
 
 // Retention is how long the state keeps the activity: the configuration's
-// retention, or DefaultRetention.
+// retention, or DefaultRetention (an hour beyond the longest documented
+// window when that is longer).
 func (s *Store) Retention() time.Duration { return s.load().Retention() }
 
 // Keys returns every configured key, in configuration order.

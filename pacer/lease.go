@@ -30,7 +30,7 @@ import (
 //     calls the key may still have in flight, and no more than its
 //     maximum rate allows in the lease's time;
 //   - lasts LeaseTime at most, 1/leaseWindowShare of the shortest window
-//     and a quarter of what the freshest upstream observation has left to hold —
+//     and a quarter of the least time any upstream observation has left to hold —
 //     a slot's send may reach the upstream that long after its recorded
 //     admission, and the latency margin measures it (see margin);
 //   - ends at the first answer that is not routine, to any call of the key

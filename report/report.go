@@ -91,10 +91,7 @@ type More struct {
 // keeps every key from offset.
 func (st Status) Page(offset, limit int) Status {
 	keys := slices.Clone(st.Keys)
-	slices.SortStableFunc(keys, func(a, b KeyStatus) int {
-		return cmp.Or(cmp.Compare(severity(b.Advice.Action), severity(a.Advice.Action)),
-			cmp.Compare(shareLeft(a.Quota), shareLeft(b.Quota)), cmp.Compare(a.Key, b.Key))
-	})
+	slices.SortStableFunc(keys, moreConstrained)
 	offset = min(max(offset, 0), len(keys))
 	end := len(keys)
 	if limit > 0 {
@@ -127,6 +124,14 @@ func (st Status) Page(offset, limit int) Status {
 
 // shareLeft is the share of q's limit that is left: 0 for none, 1 (the
 // last) when nothing is known.
+// moreConstrained orders key statuses the most constrained first: pause,
+// then slow_down, then the smallest share left of the tightest budget,
+// then by name. A page's keys and the overall advice follow it.
+func moreConstrained(a, b KeyStatus) int {
+	return cmp.Or(cmp.Compare(severity(b.Advice.Action), severity(a.Advice.Action)),
+		cmp.Compare(shareLeft(a.Quota), shareLeft(b.Quota)), cmp.Compare(a.Key, b.Key))
+}
+
 func shareLeft(q Quota) float64 {
 	if q.Limit <= 0 || q.Remaining < 0 {
 		return 1
@@ -222,20 +227,19 @@ type statuser interface {
 // state file.
 func Build(ctx context.Context, p statuser, keys []*keystore.Key, caller string, now time.Time) (Status, error) {
 	out := Status{Caller: caller, Keys: []KeyStatus{}, Advice: Advice{Action: string(pacer.Continue), Reason: "No key is configured."}}
-	worst := -1
 	for _, k := range keys {
 		st, err := p.Status(ctx, k, caller)
 		if err != nil {
 			return out, err
 		}
-		ks := newKeyStatus(k, st, now)
-		out.Keys = append(out.Keys, ks)
-		if rank := severity(ks.Advice.Action); rank > worst {
-			worst = rank
-			out.Advice = ks.Advice
-			if len(keys) > 1 {
-				out.Advice.Reason = fmt.Sprintf("Key '%s': %s", k.Name, ks.Advice.Reason)
-			}
+		out.Keys = append(out.Keys, newKeyStatus(k, st, now))
+	}
+	if len(out.Keys) > 0 {
+		// The advice of the key a page shows first.
+		worst := slices.MinFunc(out.Keys, moreConstrained)
+		out.Advice = worst.Advice
+		if len(out.Keys) > 1 {
+			out.Advice.Reason = fmt.Sprintf("Key '%s': %s", worst.Key, worst.Advice.Reason)
 		}
 	}
 	return out, nil

@@ -105,3 +105,26 @@ func TestBuildShowsAtMostMaxUpstream(t *testing.T) {
 		t.Errorf("shows %s … %s, want the most constrained: p39 … p24", first, last)
 	}
 }
+
+// TestBuildAdvisesForTheKeyShownFirst: with two keys pausing, the overall
+// advice is the one of the key a page lists first (the smaller share
+// left), whatever the configuration's order.
+func TestBuildAdvisesForTheKeyShownFirst(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	pausing := func(name string, left int64, wait time.Duration) pacer.KeyStatus {
+		b := pacer.Budget{Policy: "default", Unit: ratelimit.Requests, Limit: 100, Remaining: left, Reset: wait, Window: time.Minute, Source: "local"}
+		return pacer.KeyStatus{Key: name, Local: []pacer.Budget{b}, Binding: &b,
+			Advice: pacer.Advice{Action: pacer.Pause, RetryAfter: wait, Why: reason.Reason{Kind: reason.Said, Said: "the upstream asked to wait"}}}
+	}
+	st := statuses{"roomy": pausing("roomy", 40, 33*time.Second), "tight": pausing("tight", 2, 47*time.Second)}
+	for _, order := range [][]string{{"roomy", "tight"}, {"tight", "roomy"}} {
+		got, err := Build(context.Background(), st, []*keystore.Key{key(order[0]), key(order[1])}, "agent", now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := got.Page(0, 0).Keys[0]
+		if first.Key != "tight" || got.Advice.RetryAfterS != first.Advice.RetryAfterS || got.Advice.Reason != "Key 'tight': "+first.Advice.Reason {
+			t.Errorf("keys in the order %v: advice %+v, the first key shown %q (%+v); want the advice of tight, shown first", order, got.Advice, first.Key, first.Advice)
+		}
+	}
+}

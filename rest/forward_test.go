@@ -487,3 +487,37 @@ func TestBadTokensAreThrottled(t *testing.T) {
 		t.Errorf("/v1/quota for sync: %s; want its one key", body)
 	}
 }
+
+// TestQuotaListsTheMostConstrainedFirst: GET /v1/quota lists the keys as
+// quota_status does, the most constrained first, whatever their order in
+// the configuration, and its advice is that key's.
+func TestQuotaListsTheMostConstrainedFirst(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackConfig{
+		Keys: testkit.Keys(
+			testkit.Key{Name: "other", BaseURL: "%[1]s", SecretEnv: "UPSTREAM_SECRET"},
+			testkit.Key{Name: "demo", BaseURL: "%[1]s", SecretEnv: "UPSTREAM_SECRET", Auth: "bearer", Profile: "ietf", MaxRate: 1000,
+				Policies: []testkit.Policy{{Name: "default", Quota: 2, Window: time.Minute}}},
+		),
+		Callers: callersWith(map[string][]string{"sync": {"other", "demo"}}),
+	})
+	for range 2 {
+		if resp, body := s.do(t, "GET", "/k/demo/v1/participants?limit=1", syncToken, nil); resp.StatusCode != 200 {
+			t.Fatalf("a call of demo: %d %s", resp.StatusCode, body)
+		}
+	}
+	var q struct {
+		Keys []struct {
+			Key    string
+			Advice struct{ Action string }
+		}
+		Advice struct{ Action, Reason string }
+	}
+	resp, body := s.do(t, "GET", "/v1/quota", syncToken, nil)
+	if resp.StatusCode != 200 || json.Unmarshal(body, &q) != nil || len(q.Keys) != 2 {
+		t.Fatalf("/v1/quota: %d %s", resp.StatusCode, body)
+	}
+	if q.Keys[0].Key != "demo" || q.Keys[0].Advice.Action != "pause" || q.Advice.Action != "pause" || !strings.HasPrefix(q.Advice.Reason, "Key 'demo': ") {
+		t.Errorf("/v1/quota: %s; want demo, spent, first, and its advice", body)
+	}
+}

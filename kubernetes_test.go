@@ -3,8 +3,10 @@ package mcpquota_test
 import (
 	"bytes"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -76,8 +78,27 @@ func TestKubernetesManifest(t *testing.T) {
 	}
 	c := spec.Containers[0]
 
-	if got := strings.Join(c.Args, " "); got != "serve --listen 0.0.0.0:8787" {
-		t.Errorf("args = %q; want serve on 0.0.0.0:8787", got)
+	if got := strings.Join(c.Args, " "); got != "serve --listen 0.0.0.0:8787 --drain-delay 10s" {
+		t.Errorf("args = %q; want serve on 0.0.0.0:8787, draining 10 s", got)
+	}
+	// docs/operations.md: the drain lasts at least the readiness probe's
+	// period times its failure threshold, so that the balancer has taken
+	// the replica out before its listener closes; the grace period covers
+	// the drain and the shutdown timeout (30 s by default).
+	if p := c.ReadinessProbe; p != nil {
+		drain := 5 * time.Second // serve's default off loopback
+		if i := slices.Index(c.Args, "--drain-delay"); i >= 0 && i+1 < len(c.Args) {
+			var err error
+			if drain, err = time.ParseDuration(c.Args[i+1]); err != nil {
+				t.Errorf("--drain-delay %q: %v", c.Args[i+1], err)
+			}
+		}
+		if seen := time.Duration(p.PeriodSeconds*max(p.FailureThreshold, 1)) * time.Second; drain < seen {
+			t.Errorf("--drain-delay %s; want at least the readiness probe's %s (period × failure threshold)", drain, seen)
+		}
+		if g := spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second < drain+30*time.Second {
+			t.Errorf("terminationGracePeriodSeconds %v; want at least the drain and the shutdown timeout, %s", g, drain+30*time.Second)
+		}
 	}
 	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 8787 || c.Ports[0].Name != "http" {
 		t.Errorf("ports = %+v; want http 8787", c.Ports)

@@ -258,11 +258,19 @@ func TestRemoteIP(t *testing.T) {
 		"[2001:db8:1:2:3:4:5:6]:5000": "2001:db8:1:2::/64",
 		"[2001:db8:1:2:ffff::1]:5000": "2001:db8:1:2::/64", // the same /64
 		"[fe80::1%eth0]:5000":         "fe80::/64",
+		"[::1]:5000":                  "::1",
 		"not an address":              "not an address",
 	}
 	for addr, want := range tests {
 		if got := remoteIP(&http.Request{RemoteAddr: addr}); got != want {
 			t.Errorf("remoteIP(%q) = %q, want %q", addr, got, want)
+		}
+	}
+	// Every loopback address is one block, as walls.md says: guesses
+	// rotated over 127.0.0.0/8 and ::1 share its 60.
+	for _, addr := range []string{"127.0.0.1:5000", "127.9.8.7:5000", "[::1]:5000", "[::ffff:127.0.0.1]:5000"} {
+		if got := addrBlock(remoteIP(&http.Request{RemoteAddr: addr})); got != "loopback" {
+			t.Errorf("the block of %s = %q, want loopback", addr, got)
 		}
 	}
 }

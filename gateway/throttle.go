@@ -226,14 +226,16 @@ func tokenPrint(r *http.Request) [8]byte {
 }
 
 // remoteIP is the address bad tokens are counted by: the client's IPv4
-// address, or its IPv6 /64 (one host commonly holds a whole /64).
+// address, or its IPv6 /64 (one host commonly holds a whole /64); ::1 is
+// itself, so that its block is the loopback one (its /64 is ::/64, which
+// is not loopback).
 func remoteIP(r *http.Request) string {
 	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
 		return r.RemoteAddr
 	}
 	a := ap.Addr().Unmap()
-	if a.Is6() {
+	if a.Is6() && !a.IsLoopback() {
 		p, _ := a.WithZone("").Prefix(64)
 		return p.String()
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -321,10 +322,14 @@ func b2f(b bool) float64 {
 }
 
 // onlyKeys gathers g's metrics, leaving out those of keys that may not be
-// seen (metrics without a key label are kept).
+// seen (metrics without a key label are kept), and folding the calls of
+// callers that may not be seen into one caller, "(others)", as the
+// dashboard's spenders do: a person with OAuth sees that a key is shared,
+// not with whom.
 type onlyKeys struct {
-	g   prometheus.Gatherer
-	may func(key string) bool
+	g    prometheus.Gatherer
+	may  func(key string) bool
+	sees func(caller string) bool
 }
 
 func (o onlyKeys) Gather() ([]*dto.MetricFamily, error) {
@@ -338,6 +343,51 @@ func (o onlyKeys) Gather() ([]*dto.MetricFamily, error) {
 			}
 			return false
 		})
+		f.Metric = o.foldCallers(f.GetType(), f.Metric)
 	}
 	return fams, err
+}
+
+// othersCaller is the caller label of the calls of callers the reader
+// may not see.
+const othersCaller = "(others)"
+
+// foldCallers relabels the series of callers the reader may not see as
+// othersCaller and sums each resulting counter once; a series of another
+// type with such a caller is left out (mcp_quota_calls_total, the one
+// family with a caller label, is a counter). What it gathered is not
+// changed: a relabelled series is a new one.
+func (o onlyKeys) foldCallers(typ dto.MetricType, ms []*dto.Metric) []*dto.Metric {
+	if o.sees == nil {
+		return ms
+	}
+	out := ms[:0:0]
+	folded := map[string]*dto.Metric{} // by the labels, once relabelled
+	for _, m := range ms {
+		i := slices.IndexFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == "caller" && !o.sees(l.GetValue()) })
+		switch {
+		case i < 0:
+			out = append(out, m)
+			continue
+		case typ != dto.MetricType_COUNTER || m.GetCounter() == nil:
+			continue
+		}
+		labels := slices.Clone(m.GetLabel())
+		name, others := labels[i].GetName(), othersCaller
+		labels[i] = &dto.LabelPair{Name: &name, Value: &others}
+		var sig strings.Builder
+		for _, l := range labels {
+			sig.WriteString(l.GetName() + "=" + l.GetValue() + "\xff")
+		}
+		value := m.GetCounter().GetValue()
+		if into, ok := folded[sig.String()]; ok {
+			value += into.GetCounter().GetValue()
+			into.Counter.Value = &value
+			continue
+		}
+		n := &dto.Metric{Label: labels, Counter: &dto.Counter{Value: &value}}
+		folded[sig.String()] = n
+		out = append(out, n)
+	}
+	return out
 }

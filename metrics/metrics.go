@@ -186,6 +186,6 @@ func (m *Metrics) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	shared := prometheus.NewRegistry()
 	shared.MustRegister(&budgets{timeout: m.ScrapeTimeout, pacer: m.pacer, db: m.db, keys: keys, clock: clock.Or(m.Clock)})
-	g := prometheus.Gatherers{onlyKeys{m.reg, may}, shared}
+	g := prometheus.Gatherers{onlyKeys{m.reg, may, caller.MaySee}, shared}
 	promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, EnableOpenMetrics: true}).ServeHTTP(w, r)
 }

@@ -179,3 +179,38 @@ func TestBudgetAgesOnThePacersClock(t *testing.T) {
 		}
 	}
 }
+
+// TestCallersNotSeenAreOthers: a person signed in with OAuth, who may see
+// only their own calls, reads on /metrics the calls of the key's other
+// callers as one caller, "(others)", summed, not by name (as the
+// dashboard's spenders show them); a caller without a Sight sees every
+// name.
+func TestCallersNotSeenAreOthers(t *testing.T) {
+	m, _ := newMetrics(t)
+	for _, c := range []struct {
+		caller string
+		n      int
+	}{{"alice@example.com via Claude.ai", 1}, {"bob@example.com via ChatGPT", 2}, {"carol@example.com", 3}} {
+		for range c.n {
+			m.Observe(upstream.Event{Kind: upstream.Ended, Key: "k", Caller: c.caller, Transport: "mcp", State: string(ledger.Confirmed)})
+		}
+	}
+	alice := &keystore.Caller{Name: "alice@example.com via Claude.ai", Keys: []string{"k"}, Sight: &keystore.Sight{Principals: []string{"alice@example.com"}}}
+	body := scrape(t, m, alice)
+	for _, want := range []string{
+		`mcp_quota_calls_total{caller="alice@example.com via Claude.ai",key="k",state="confirmed",transport="mcp"} 1`,
+		`mcp_quota_calls_total{caller="(others)",key="k",state="confirmed",transport="mcp"} 5`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("alice's scrape lacks %s:\n%s", want, body)
+		}
+	}
+	for _, name := range []string{"bob@", "carol@"} {
+		if strings.Contains(body, name) {
+			t.Errorf("alice's scrape names %s:\n%s", name, body)
+		}
+	}
+	if body := scrape(t, m, keystore.Local("local")); !strings.Contains(body, `caller="bob@example.com via ChatGPT"`) {
+		t.Errorf("the local user's scrape does not name bob:\n%s", body)
+	}
+}

@@ -126,7 +126,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	keys := h.visible(c)
 	now := h.c.Clock.Now()
-	st, err := report.Build(r.Context(), h.c.Pacer, keys, c.Name, now)
+	st, err := report.Build(r.Context(), h.c.Pacer, keys, c, now)
 	if err != nil {
 		h.c.Log.Error("dashboard overview failed", "error", err)
 		rest.WriteProblem(w, http.StatusInternalServerError, rest.CodeInternal, "The state file could not be read.", nil)

@@ -138,10 +138,7 @@ func (h *Handler) detail(r *http.Request, c *keystore.Caller, k *keystore.Key, k
 	step := time.Duration(math.Ceil(span.Seconds()/timelineSteps)) * time.Second
 	steps := int(span / step)
 	since := now.Add(-time.Duration(steps) * step).Truncate(step)
-	steps++                // the step now is in
-	if !c.SeesEveryone() { // the reservations of principals c may not see are not named to it
-		ks.Reservations = slices.DeleteFunc(slices.Clone(ks.Reservations), func(r report.Reservation) bool { return !c.MaySee(r.Caller) })
-	}
+	steps++ // the step now is in (ks names no reservation c may not see: report.Build)
 	d := &detail{Status: ks, Gates: []mark{}, Warnings: []mark{}, Frees: []freeing{}, Spenders: []spender{}, WindowS: report.Seconds(w),
 		Timeline: timeline{Since: stamp(since), StepS: int64(step / time.Second), Steps: steps, Series: map[string][]int{}}}
 	for _, s := range series {

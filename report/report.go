@@ -224,15 +224,25 @@ type statuser interface {
 }
 
 // Build reports every key in keys as caller meets it, reading only the
-// state file.
-func Build(ctx context.Context, p statuser, keys []*keystore.Key, caller string, now time.Time) (Status, error) {
-	out := Status{Caller: caller, Keys: []KeyStatus{}, Advice: Advice{Action: string(pacer.Continue), Reason: "No key is configured."}}
+// state file: a reservation of a principal that caller may not see is not
+// named to it (as the dashboard's spenders are not). A nil caller (the
+// command line's) sees everything.
+func Build(ctx context.Context, p statuser, keys []*keystore.Key, caller *keystore.Caller, now time.Time) (Status, error) {
+	name := ""
+	if caller != nil {
+		name = caller.Name
+	}
+	out := Status{Caller: name, Keys: []KeyStatus{}, Advice: Advice{Action: string(pacer.Continue), Reason: "No key is configured."}}
 	for _, k := range keys {
-		st, err := p.Status(ctx, k, caller)
+		st, err := p.Status(ctx, k, name)
 		if err != nil {
 			return out, err
 		}
-		out.Keys = append(out.Keys, newKeyStatus(k, st, now))
+		ks := newKeyStatus(k, st, now)
+		if caller != nil && !caller.SeesEveryone() {
+			ks.Reservations = slices.DeleteFunc(ks.Reservations, func(r Reservation) bool { return !caller.MaySee(r.Caller) })
+		}
+		out.Keys = append(out.Keys, ks)
 	}
 	if len(out.Keys) > 0 {
 		// The advice of the key a page shows first.

@@ -23,6 +23,9 @@ func (s statuses) Status(_ context.Context, k *keystore.Key, _ string) (pacer.Ke
 	return s[k.Name], nil
 }
 
+// agent is the caller the tests' reports are for.
+var agent = &keystore.Caller{Name: "agent"}
+
 func key(name string) *keystore.Key {
 	u, _ := url.Parse("https://api.example/")
 	return &keystore.Key{Name: name, BaseURL: u}
@@ -41,7 +44,7 @@ func TestBuild(t *testing.T) {
 			Gates:  []ledger.Gate{{Scope: "", Until: now.Add(90 * time.Second), Source: "retry-after", Reason: reason.Reason{Kind: reason.Said, Said: "the upstream asked to wait"}}},
 			Advice: pacer.Advice{Action: pacer.Pause, RetryAfter: 90 * time.Second, Why: reason.Reason{Kind: reason.Said, Said: "the upstream asked to wait"}}},
 	}
-	got, err := Build(context.Background(), st, []*keystore.Key{key("calm"), key("spent")}, "agent", now)
+	got, err := Build(context.Background(), st, []*keystore.Key{key("calm"), key("spent")}, agent, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +73,7 @@ func TestBuild(t *testing.T) {
 }
 
 func TestBuildWithNoKeys(t *testing.T) {
-	got, err := Build(context.Background(), statuses{}, nil, "agent", time.Now())
+	got, err := Build(context.Background(), statuses{}, nil, agent, time.Now())
 	if err != nil || len(got.Keys) != 0 || got.Keys == nil || got.Advice.Action != "continue" {
 		t.Errorf("Build(no keys) = %+v, %v; want an empty list and continue", got, err)
 	}
@@ -93,7 +96,7 @@ func TestBuildShowsAtMostMaxUpstream(t *testing.T) {
 		ups = append(ups, pacer.Budget{Policy: fmt.Sprintf("p%02d", i), Unit: ratelimit.Requests, Limit: 100,
 			Remaining: int64(100 - i), Reset: time.Minute, Window: time.Hour, Source: "draft-11", Observed: now})
 	}
-	got, err := Build(context.Background(), statuses{"k": {Key: "k", Upstream: ups}}, []*keystore.Key{key("k")}, "agent", now)
+	got, err := Build(context.Background(), statuses{"k": {Key: "k", Upstream: ups}}, []*keystore.Key{key("k")}, agent, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,13 +121,38 @@ func TestBuildAdvisesForTheKeyShownFirst(t *testing.T) {
 	}
 	st := statuses{"roomy": pausing("roomy", 40, 33*time.Second), "tight": pausing("tight", 2, 47*time.Second)}
 	for _, order := range [][]string{{"roomy", "tight"}, {"tight", "roomy"}} {
-		got, err := Build(context.Background(), st, []*keystore.Key{key(order[0]), key(order[1])}, "agent", now)
+		got, err := Build(context.Background(), st, []*keystore.Key{key(order[0]), key(order[1])}, agent, now)
 		if err != nil {
 			t.Fatal(err)
 		}
 		first := got.Page(0, 0).Keys[0]
 		if first.Key != "tight" || got.Advice.RetryAfterS != first.Advice.RetryAfterS || got.Advice.Reason != "Key 'tight': "+first.Advice.Reason {
 			t.Errorf("keys in the order %v: advice %+v, the first key shown %q (%+v); want the advice of tight, shown first", order, got.Advice, first.Key, first.Advice)
+		}
+	}
+}
+
+// TestBuildNamesOnlyTheReservationsTheCallerSees: a person signed in with
+// OAuth, who sees only their own calls, is not told which other
+// principals reserve a share of the key; a caller without a Sight (a
+// [[callers]] token) and the command line (nil) are told every one.
+func TestBuildNamesOnlyTheReservationsTheCallerSees(t *testing.T) {
+	st := statuses{"k": {Key: "k", Reserves: []keystore.Reserve{{Caller: "alice@example.com", Share: 0.2}, {Caller: "nightly-sync", Share: 0.3}}}}
+	alice := &keystore.Caller{Name: "alice@example.com via Claude.ai", Keys: []string{"k"}, Sight: &keystore.Sight{Principals: []string{"alice@example.com"}}}
+	for _, tt := range []struct {
+		caller *keystore.Caller
+		want   []Reservation
+	}{
+		{alice, []Reservation{{Caller: "alice@example.com", Share: 0.2}}},
+		{agent, []Reservation{{Caller: "alice@example.com", Share: 0.2}, {Caller: "nightly-sync", Share: 0.3}}},
+		{nil, []Reservation{{Caller: "alice@example.com", Share: 0.2}, {Caller: "nightly-sync", Share: 0.3}}},
+	} {
+		got, err := Build(context.Background(), st, []*keystore.Key{key("k")}, tt.caller, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(tt.want, got.Keys[0].Reservations); diff != "" {
+			t.Errorf("reservations for %v (-want +got):\n%s", tt.caller, diff)
 		}
 	}
 }

@@ -145,7 +145,7 @@ func (h *Handler) quota(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	st, err := report.Build(r.Context(), h.Pacer, keys, caller.Name, h.now())
+	st, err := report.Build(r.Context(), h.Pacer, keys, caller, h.now())
 	if err != nil {
 		h.log().Error("quota status failed", "error", err)
 		writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable, report.Unavailable(err)+"; GET /healthz says why.", nil)

@@ -67,7 +67,7 @@ func (d *Deps) quotaStatus(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	if res != nil {
 		return res, nil
 	}
-	st, err := report.Build(ctx, d.Pacer, keys, d.caller(ctx).Name, d.now())
+	st, err := report.Build(ctx, d.Pacer, keys, d.caller(ctx), d.now())
 	if err != nil {
 		return d.stateUnavailable(a.Key, err), nil
 	}

@@ -44,7 +44,7 @@ func (e environment) status(ctx context.Context, args []string) error {
 	}
 	defer a.close()
 	now := a.clock.Now()
-	st, err := report.Build(ctx, a.pacer, list, "", now)
+	st, err := report.Build(ctx, a.pacer, list, nil, now)
 	if err != nil {
 		return err
 	}

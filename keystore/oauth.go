@@ -27,6 +27,7 @@ type oauthConfig struct {
 	Contact                 string            `toml:"contact"`
 	Clients                 map[string]string `toml:"clients"`
 	AdminGroup              string            `toml:"admin_group"`
+	GroupsClaim             string            `toml:"groups_claim"`
 	DashboardClientID       string            `toml:"dashboard_client_id"`
 	DashboardSecretEnv      string            `toml:"dashboard_client_secret_env"`
 	IssuerName              string            `toml:"issuer_name"`
@@ -64,10 +65,14 @@ type OAuth struct {
 	Contact string
 	// Clients names OAuth clients by client_id ("Claude.ai").
 	Clients map[string]string
-	// AdminGroup is the group (claim "groups") whose members see every
+	// AdminGroup is the group (of GroupsClaim) whose members see every
 	// principal's calls on every key; they use only the keys their own
 	// principal is given.
 	AdminGroup string
+	// GroupsClaim is the claim that holds a token's groups, for
+	// AdminGroup and visible_to's "group:…"; "groups" when not set (an
+	// issuer that namespaces its claims, as Auth0 does, names its own).
+	GroupsClaim string
 	// DashboardClient (and DashboardSecret, for a confidential client)
 	// is the dashboard's client at the authorization server; empty, the
 	// dashboard registers one there itself (RFC 7591) when it can.
@@ -150,7 +155,11 @@ func (s *contents) Principal(c Claims) (*Caller, error) {
 			break
 		}
 	}
-	admin := s.oauth != nil && s.oauth.AdminGroup != "" && slices.Contains(c.Values("groups"), s.oauth.AdminGroup)
+	var groups []string
+	if s.oauth != nil {
+		groups = c.Values(s.oauth.GroupsClaim)
+	}
+	admin := s.oauth != nil && s.oauth.AdminGroup != "" && slices.Contains(groups, s.oauth.AdminGroup)
 	if name == "" && s.oauth != nil && len(s.oauth.DefaultKeys) > 0 {
 		name, keys = first(c.Values(s.oauth.NameClaim)), s.oauth.DefaultKeys
 	}
@@ -169,7 +178,7 @@ func (s *contents) Principal(c Claims) (*Caller, error) {
 		return nil, fmt.Errorf("%w: the token is valid, but %q (sub %q, client %q) is not a principal mcp-quota knows: ask %s to add a [[principals]] entry "+
 			"matching one of your claims (sub, email, groups) with the keys you need", ErrUnknownPrincipal, who, sub, client, ask)
 	}
-	sight := s.sight(name, c.Values("groups"), admin)
+	sight := s.sight(name, groups, admin)
 	if client != "" && sub != "" && client != sub {
 		label := client
 		if s.oauth != nil && s.oauth.Clients[client] != "" {
@@ -214,7 +223,7 @@ func (s *contents) parseOAuth(oc *oauthConfig, pcs []principalConfig, env Env, k
 	o := &OAuth{Resource: oc.Resource, Audience: oc.Audience, Scopes: oc.Scopes, Algorithms: oc.Algorithms, Skew: time.Duration(oc.Skew),
 		IntrospectionClient: oc.IntrospectionClientID, IntrospectionCache: time.Duration(oc.IntrospectionCache),
 		NameClaim: oc.NameClaim, DefaultKeys: oc.DefaultKeys, Contact: oc.Contact, Clients: oc.Clients,
-		AdminGroup: oc.AdminGroup, DashboardClient: oc.DashboardClientID, IssuerName: strings.TrimSpace(oc.IssuerName)}
+		AdminGroup: oc.AdminGroup, GroupsClaim: oc.GroupsClaim, DashboardClient: oc.DashboardClientID, IssuerName: strings.TrimSpace(oc.IssuerName)}
 	oc.servers(o, bad)
 	oc.tokens(o, bad)
 	oc.secrets(o, env, bad)
@@ -278,6 +287,9 @@ func (oc *oauthConfig) tokens(o *OAuth, bad func(field, msg string)) {
 	}
 	if o.NameClaim == "" {
 		o.NameClaim = "sub"
+	}
+	if o.GroupsClaim == "" {
+		o.GroupsClaim = "groups"
 	}
 }
 

@@ -103,6 +103,32 @@ admin_group = "admins"
 	}
 }
 
+// TestOAuthGroupsClaim: an issuer that puts groups in a claim of its own
+// (Auth0's namespaced claims) names it with groups_claim, and admin_group
+// reads it there, not in "groups".
+func TestOAuthGroupsClaim(t *testing.T) {
+	s, err := Parse([]byte(oauthKeys+`
+[oauth]
+issuer = "https://idp.example.com"
+resource = "https://mcp.example.com/mcp"
+name_claim = "email"
+default_keys = ["other"]
+admin_group = "admins"
+groups_claim = "https://example.com/groups"
+`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Principal(claims{"sub": {"u4"}, "email": {"dan@example.com"}, "https://example.com/groups": {"admins"}})
+	if err != nil || !c.MaySee("anyone via anything") {
+		t.Errorf("an administrator by the namespaced claim = %+v, %v; want one who sees every call", c, err)
+	}
+	c, err = s.Principal(claims{"sub": {"u5"}, "email": {"eve@example.com"}, "groups": {"admins"}})
+	if err != nil || c.MaySee("anyone via anything") {
+		t.Errorf("admins in the plain groups claim = %+v, %v; want no administrator", c, err)
+	}
+}
+
 func TestOAuthConfigErrors(t *testing.T) {
 	for name, tc := range map[string]struct{ conf, field, says string }{
 		"no oauth": {`

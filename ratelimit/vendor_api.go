@@ -113,6 +113,9 @@ func (rd *reader) readUnified(prefix string, o *Observation) bool {
 	if v, ok := rd.scalar(prefix + "utilization"); ok {
 		sent = true
 		if f, ok := parseDecimal(v); ok {
+			if f > 1 {
+				rd.warnf("%s: %s is past 1 (all of the window used): read as none left", prefix+"utilization", quote(v))
+			}
 			o.Quota, o.HasQuota = 100, true
 			o.Remaining, o.HasRemaining = max(0, 100-int64(math.Ceil(min(f, 1)*100))), true
 		} else {

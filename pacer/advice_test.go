@@ -55,7 +55,7 @@ func TestAdviceNeverContradictsItself(t *testing.T) {
 				if rng.IntN(2) == 0 {
 					e.clk.advance(genStep(rng))
 				}
-				st, err := report.Build(context.Background(), e.p, []*keystore.Key{k}, caller, e.clk.Now())
+				st, err := report.Build(context.Background(), e.p, []*keystore.Key{k}, &keystore.Caller{Name: caller}, e.clk.Now())
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -47,7 +47,10 @@ func boundName(name string) string {
 	h := fnv.New64a()
 	h.Write([]byte(name))
 	sum := fmt.Sprintf("~%016x", h.Sum64())
-	return strings.ToValidUTF8(name[:MaxName-len(sum)], "") + sum
+	// Each run of invalid bytes becomes one "?", not nothing: joining what
+	// they split could join a credential an upstream split with one to
+	// slip it past the scrubber. The name never grows.
+	return strings.ToValidUTF8(name[:MaxName-len(sum)], "?") + sum
 }
 
 // shapeFolded is the shape of the folded policy: made by mcp-quota, never

@@ -137,3 +137,13 @@ func TestBoundName(t *testing.T) {
 		t.Errorf("a short name: got %q, want it as it is", got)
 	}
 }
+
+// A long name whose cut part holds a credential split by an invalid byte
+// (an upstream slipping it past the scrubber) keeps it split.
+func TestBoundNameKeepsWhatInvalidBytesSplitApart(t *testing.T) {
+	const credential = "a-credential-of-forty-characters-0123456"
+	got := boundName("x" + credential[:10] + "\xff" + credential[10:] + strings.Repeat("p", 200))
+	if strings.Contains(got, credential) || len(got) > MaxName || !utf8.ValidString(got) {
+		t.Errorf("bound name %q: joins the credential, or is longer than %d or not valid UTF-8", got, MaxName)
+	}
+}

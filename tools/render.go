@@ -103,7 +103,11 @@ const maxHeaderShown = 1000
 func render(r fetchResult, isError bool) *mcp.CallToolResult {
 	for name, v := range r.Headers {
 		if len(v) > maxHeaderShown {
-			r.Headers[name] = strings.ToValidUTF8(v[:maxHeaderShown], "") + "…"
+			// Invalid bytes become U+FFFD, as JSON encodes a shorter
+			// value's: dropping them would join what they split, and an
+			// upstream can split the credential with one to slip it past
+			// the scrubber.
+			r.Headers[name] = strings.ToValidUTF8(v[:maxHeaderShown], "\uFFFD") + "…"
 		}
 	}
 	var b strings.Builder

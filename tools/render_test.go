@@ -163,3 +163,19 @@ func TestResultCharsCountsWhatIsSent(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderLongHeaderKeepsWhatInvalidBytesSplitApart: a header value past
+// maxHeaderShown is cut; an invalid byte in it becomes U+FFFD, as JSON
+// encodes a shorter value's, so a credential an upstream split with one
+// (to slip it past the scrubber) is not joined again.
+func TestRenderLongHeaderKeepsWhatInvalidBytesSplitApart(t *testing.T) {
+	const credential = "a-credential-of-forty-characters-0123456"
+	v := "private, x=" + credential[:10] + "\xff" + credential[10:] + strings.Repeat("p", 1100)
+	b, err := json.Marshal(render(fetchResult{Headers: map[string]string{"Cache-Control": v}}, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), credential) {
+		t.Errorf("the rendered result joins the credential: %.200s", b)
+	}
+}

@@ -138,6 +138,21 @@ func (s *Scrubber) Contains(text string) bool {
 	return s != nil && s.found(bytesOf(text))
 }
 
+// ContainsFold reports whether text holds a secret in any of the forms
+// Contains finds, or the secret itself in any case: for a header field's
+// name, which HTTP compares without case and Go rewrites in its own
+// (X-Leak-Abc… for x-leak-abc…).
+func (s *Scrubber) ContainsFold(text string) bool {
+	if s == nil {
+		return false
+	}
+	if s.Contains(text) {
+		return true
+	}
+	lower := strings.ToLower(text)
+	return slices.ContainsFunc(s.secrets, func(v string) bool { return strings.Contains(lower, strings.ToLower(v)) })
+}
+
 // scrub appends to dst b's bytes from the start up to at least cut, with
 // every form of a secret that starts before cut replaced. It returns the
 // copy, how many bytes of b it consumed (cut, or the end of a form that

@@ -310,6 +310,9 @@ func TestHoldsSecret(t *testing.T) {
 		{"in a value", http.Header{"X-Echo": {"token " + secret}}, true},
 		{"percent-encoded", http.Header{"Location": {"/next?k=" + url.QueryEscape(secret)}}, true},
 		{"in a name", http.Header{"X-" + secret: {"1"}}, true},
+		// Go writes a field's name in its own case (x-leak-upstream-…
+		// arrives as X-Leak-Upstream-…); HTTP names have none.
+		{"in a name, as Go writes it", http.Header{http.CanonicalHeaderKey("x-leak-" + secret): {"1"}}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := holdsSecret(s, tt.h); got != tt.want {

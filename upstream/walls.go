@@ -160,7 +160,7 @@ func ActivityTarget(k *keystore.Key, u *url.URL) string {
 // answers hold none, and need no copy to be read from.
 func holdsSecret(s *keystore.Scrubber, h http.Header) bool {
 	for name, vs := range h {
-		if s.Contains(name) {
+		if s.ContainsFold(name) {
 			return true
 		}
 		for _, v := range vs {
@@ -181,7 +181,7 @@ func scrubHeader(s *keystore.Scrubber, h http.Header) []string {
 	}
 	var changed []string
 	for name, vs := range h {
-		if s.Contains(name) {
+		if s.ContainsFold(name) {
 			delete(h, name)
 			changed = append(changed, "a header field whose name held it")
 			continue

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"io"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -63,25 +64,56 @@ func NewScrubber(secrets ...string) *Scrubber {
 		s.secrets = append(s.secrets, v)
 		s.start[v[0]] = true
 		s.hold = max(s.hold, maxForm*len(v))
-		for off := range 3 {
-			enc := base64.StdEncoding.EncodeToString(append(make([]byte, off), v...))
-			// The characters that carry bits of the prefix, or of the
-			// padding, differ from one text to another: keep the run in
-			// between, which only the secret decides.
-			from, to := (8*off+5)/6, 8*(off+len(v))/6
-			core := enc[from:to]
-			s.cores = append(s.cores, core)
-			s.start[core[0]] = true
-			if u := strings.NewReplacer("+", "-", "/", "_").Replace(core); u != core {
-				s.cores = append(s.cores, u)
-				s.start[u[0]] = true
-			}
+		// Inside base64: the secret, and the secret percent-encoded (a
+		// cursor that encodes the request's query), whose base64 differs
+		// when the secret holds a byte that is escaped.
+		q := url.QueryEscape(v)
+		for _, text := range slices.Compact([]string{v, q, lowerHex(q), url.PathEscape(v)}) {
+			s.addCores(text)
 		}
 	}
 	if len(s.secrets) == 0 {
 		return nil
 	}
 	return s
+}
+
+// addCores adds the runs of base64 that only a text holding text
+// contains, at each of the three alignments, in both alphabets.
+func (s *scrubber) addCores(text string) {
+	for off := range 3 {
+		enc := base64.StdEncoding.EncodeToString(append(make([]byte, off), text...))
+		// The characters that carry bits of the prefix, or of the
+		// padding, differ from one text to another: keep the run in
+		// between, which only the secret decides.
+		from, to := (8*off+5)/6, 8*(off+len(text))/6
+		core := enc[from:to]
+		for _, c := range slices.Compact([]string{core, strings.NewReplacer("+", "-", "/", "_").Replace(core)}) {
+			if !slices.Contains(s.cores, c) {
+				s.cores = append(s.cores, c)
+				s.start[c[0]] = true
+			}
+		}
+	}
+}
+
+// lowerHex writes the hex digits of s's percent-escapes in lower case.
+func lowerHex(s string) string {
+	b := []byte(s)
+	for i := 0; i+2 < len(b); i++ {
+		if b[i] == '%' {
+			b[i+1], b[i+2] = lowerASCII(b[i+1]), lowerASCII(b[i+2])
+			i += 2
+		}
+	}
+	return string(b)
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 // maxForm is the most bytes one byte of a secret takes in any form a

@@ -47,6 +47,9 @@ func forms(v string) map[string]string {
 		"base64 url raw":      base64.RawURLEncoding.EncodeToString([]byte(v)),
 		"basic auth":          "Basic " + base64.StdEncoding.EncodeToString([]byte("user:"+v)),
 		"base64 offset 2":     base64.StdEncoding.EncodeToString([]byte("ab" + v + "tail")),
+		// A cursor that encodes the request's query, the key in it escaped.
+		"base64 of the query":        base64.StdEncoding.EncodeToString([]byte("page=2&api_key=" + url.QueryEscape(v) + "&n=1")),
+		"base64 of the query, lower": base64.RawURLEncoding.EncodeToString([]byte("api_key=" + lowerHex(url.QueryEscape(v)))),
 	}
 }
 

@@ -60,7 +60,7 @@ func (e environment) startDemo(ctx context.Context, c common, listen string, lis
 	if err != nil {
 		return nil, err
 	}
-	lock, err := lockDemo(ctx, dir)
+	lock, err := lockDemo(ctx, dir, demoLockWait)
 	if err != nil {
 		return nil, err
 	}
@@ -120,8 +120,10 @@ func (e environment) demoDirPath(c common) (string, error) {
 // is asked when serve --demo finds its address in use: the same command
 // run twice meets the first's address before its lock, and should hear
 // of the first demo, not of "another program". A folder without a
-// running file has no demo to name and is not touched; one whose file an
-// ended demo left is tidied (see release).
+// running file has no demo to name and is not touched; nor is one whose
+// file an ended demo left (the next demo writes it anew). The probe holds
+// the lock for a moment only, and a demo starting meanwhile waits it out
+// (demoLockWait).
 func (e environment) demoHeld(ctx context.Context, c common) error {
 	dir, err := e.demoDirPath(c)
 	if err != nil {
@@ -130,14 +132,14 @@ func (e environment) demoHeld(ctx context.Context, c common) error {
 	if _, err := os.Stat(filepath.Join(dir, demoRunning)); err != nil {
 		return nil
 	}
-	lock, err := lockDemo(ctx, dir)
+	lock, err := lockDemo(ctx, dir, 0)
 	if err != nil {
 		if errors.Is(err, errDemoHeld) {
 			return err
 		}
 		return nil
 	}
-	lock.release(dir)
+	lock.unlock()
 	return nil
 }
 
@@ -376,15 +378,19 @@ var errDemoHeld = errors.New("another mcp-quota serve --demo is running")
 // for the error a second demo gets.
 const demoRunning = "running"
 
+// demoLockWait is how long a demo waits for its folder's lock: long
+// enough for another command's probe (demoHeld), never for another demo.
+const demoLockWait = time.Second
+
 // lockDemo takes the demo's lock in dir (a SQLite write transaction held
-// open), so that one demo at a time uses its files; a second gets an
-// error that says where the first runs.
-func lockDemo(ctx context.Context, dir string) (*demoLock, error) {
+// open), waiting up to wait for it, so that one demo at a time uses its
+// files; a second gets an error that says where the first runs.
+func lockDemo(ctx context.Context, dir string, wait time.Duration) (*demoLock, error) {
 	path := filepath.Join(dir, "lock.db")
 	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
 		f.Close() // made 0600 before SQLite makes it, and its journal, with its own modes
 	}
-	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?_pragma=busy_timeout(0)")
+	db, err := sql.Open("sqlite", fmt.Sprintf("file:%s?_pragma=busy_timeout(%d)", (&url.URL{Path: path}).EscapedPath(), wait.Milliseconds()))
 	if err != nil {
 		return nil, fmt.Errorf("demo: lock %s: %w", path, err)
 	}
@@ -415,11 +421,17 @@ func (l *demoLock) announce(dir, where string) {
 	_ = writeFileAtomic(filepath.Join(dir, demoRunning), []byte(where+"\n"))
 }
 
+// release removes the running file and gives the lock back.
 func (l *demoLock) release(dir string) {
 	if l == nil {
 		return
 	}
 	os.Remove(filepath.Join(dir, demoRunning))
+	l.unlock()
+}
+
+// unlock gives the lock back.
+func (l *demoLock) unlock() {
 	_, _ = l.conn.ExecContext(context.Background(), "ROLLBACK")
 	l.conn.Close()
 	l.db.Close()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -278,5 +279,29 @@ func TestStdioAfterTheDemoStopped(t *testing.T) {
 	}
 	if !strings.Contains(text(res), "serve --demo") || !strings.Contains(text(res), "start it again") {
 		t.Errorf("fetch with the demo stopped says %q; want it to say the upstream lives inside serve --demo", text(res))
+	}
+}
+
+// TestDemoAddressInUseWithAStaleRunningFile: a demo that ended without
+// tidying (killed) left its running file; the address now held by another
+// program is refused as such, not as a running demo.
+func TestDemoAddressInUseWithAStaleRunningFile(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "demo"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "demo", demoRunning), []byte("MCP at http://127.0.0.1:1/mcp, process 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	var out, errOut strings.Builder
+	err = run(t.Context(), []string{"serve", "--demo", "--listen", busy.Addr().String(), "--state", filepath.Join(dir, "state.db")},
+		nil, &out, &errOut, func(string) string { return "" })
+	if err == nil || !strings.Contains(err.Error(), "already in use") || strings.Contains(err.Error(), "another mcp-quota serve --demo") {
+		t.Errorf("serve --demo on an address another program holds, beside a stale running file: %v; want the address refused", err)
 	}
 }

@@ -213,4 +213,8 @@ func TestCallersNotSeenAreOthers(t *testing.T) {
 	if body := scrape(t, m, keystore.Local("local")); !strings.Contains(body, `caller="bob@example.com via ChatGPT"`) {
 		t.Errorf("the local user's scrape does not name bob:\n%s", body)
 	}
+	admin := &keystore.Caller{Name: "dan@example.com", Keys: []string{"k"}, Sight: &keystore.Sight{All: true, Principals: []string{"dan@example.com"}}}
+	if body := scrape(t, m, admin); !strings.Contains(body, `caller="bob@example.com via ChatGPT"`) || strings.Contains(body, `caller="(others)"`) {
+		t.Errorf("an administrator's scrape does not name bob, or sums others:\n%s", body)
+	}
 }

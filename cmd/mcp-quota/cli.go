@@ -14,6 +14,7 @@ import (
 	"github.com/mcp-quota/mcp-quota/keystore"
 	"github.com/mcp-quota/mcp-quota/pacer/ledger"
 	"github.com/mcp-quota/mcp-quota/report"
+	"github.com/mcp-quota/mcp-quota/state"
 )
 
 // status prints every key's budget from the state file: a table, or JSON
@@ -98,11 +99,14 @@ func (e environment) demoConfigHint(c common) string {
 	if _, err := os.Stat(path); err != nil {
 		return ""
 	}
-	state := ""
-	if c.state != "" {
-		state = " --state " + shellQuote(c.state)
+	where := ""
+	switch {
+	case state.IsPostgres(c.state): // never with a password: parse refuses one
+		where = " --state " + shellQuote(c.state)
+	case c.state != "":
+		where = " --state " + shellQuote(absPath(c.state)) // from any folder
 	}
-	return fmt.Sprintf("; the demo's key (mcp-quota serve --demo) is in its own: mcp-quota status --config %s%s", shellQuote(path), state)
+	return fmt.Sprintf("; the demo's key (mcp-quota serve --demo) is in its own: mcp-quota status --config %s%s", shellQuote(path), where)
 }
 
 // statusKeys is the keys status shows: every key, or only the one named.

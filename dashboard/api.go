@@ -3,7 +3,6 @@ package dashboard
 import (
 	"encoding/json"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/mcp-quota/mcp-quota/keystore"
@@ -99,7 +98,8 @@ func (h *Handler) signOut(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// A keyLine is one key in the list, tightest first.
+// A keyLine is one key in the list, the most constrained first (in
+// report.Build's order, as quota_status lists them).
 type keyLine struct {
 	Key       string  `json:"key"`
 	Action    string  `json:"action"`
@@ -144,18 +144,6 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		out.Keys = append(out.Keys, keyLine{Key: ks.Key, Action: ks.Advice.Action, Policy: q.Policy, Limit: q.Limit,
 			Remaining: q.Remaining, ResetS: q.ResetS, Used: used})
 	}
-	slices.SortStableFunc(out.Keys, func(a, b keyLine) int {
-		if d := severity(b.Action) - severity(a.Action); d != 0 {
-			return d
-		}
-		switch {
-		case a.Used > b.Used:
-			return -1
-		case a.Used < b.Used:
-			return 1
-		}
-		return 0
-	})
 	name := r.URL.Query().Get("key")
 	if name == "" && len(out.Keys) > 0 {
 		name = out.Keys[0].Key
@@ -179,16 +167,6 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, out)
-}
-
-func severity(action string) int {
-	switch action {
-	case "pause":
-		return 2
-	case "slow_down":
-		return 1
-	}
-	return 0
 }
 
 // callPage is GET /ui/api/call's answer: a call's attempts, each with the

@@ -122,16 +122,17 @@ func (st Status) Page(offset, limit int) Status {
 	return out
 }
 
-// shareLeft is the share of q's limit that is left: 0 for none, 1 (the
-// last) when nothing is known.
 // moreConstrained orders key statuses the most constrained first: pause,
 // then slow_down, then the smallest share left of the tightest budget,
-// then by name. A page's keys and the overall advice follow it.
+// then by name. Every surface lists keys in this order (see Build), and
+// the overall advice is the first key's.
 func moreConstrained(a, b KeyStatus) int {
 	return cmp.Or(cmp.Compare(severity(b.Advice.Action), severity(a.Advice.Action)),
 		cmp.Compare(shareLeft(a.Quota), shareLeft(b.Quota)), cmp.Compare(a.Key, b.Key))
 }
 
+// shareLeft is the share of q's limit that is left: 0 for none, 1 (the
+// last) when nothing is known.
 func shareLeft(q Quota) float64 {
 	if q.Limit <= 0 || q.Remaining < 0 {
 		return 1
@@ -223,8 +224,8 @@ type statuser interface {
 	Status(ctx context.Context, k *keystore.Key, caller string) (pacer.KeyStatus, error)
 }
 
-// Build reports every key in keys as caller meets it, reading only the
-// state file: a reservation of a principal that caller may not see is not
+// Build reports every key in keys as caller meets it, the most
+// constrained first (moreConstrained), reading only the state file: a reservation of a principal that caller may not see is not
 // named to it (as the dashboard's spenders are not). A nil caller (the
 // command line's) sees everything.
 func Build(ctx context.Context, p statuser, keys []*keystore.Key, caller *keystore.Caller, now time.Time) (Status, error) {
@@ -244,9 +245,9 @@ func Build(ctx context.Context, p statuser, keys []*keystore.Key, caller *keysto
 		}
 		out.Keys = append(out.Keys, ks)
 	}
+	slices.SortStableFunc(out.Keys, moreConstrained)
 	if len(out.Keys) > 0 {
-		// The advice of the key a page shows first.
-		worst := slices.MinFunc(out.Keys, moreConstrained)
+		worst := out.Keys[0]
 		out.Advice = worst.Advice
 		if len(out.Keys) > 1 {
 			out.Advice.Reason = fmt.Sprintf("Key '%s': %s", worst.Key, worst.Advice.Reason)

@@ -51,6 +51,13 @@ func TestBuild(t *testing.T) {
 	want := Status{
 		Caller: "agent",
 		Keys: []KeyStatus{
+			// The most constrained first: spent pauses.
+			{Key: "spent", Credential: "ok", Local: []Local{},
+				Upstream: []Upstream{{Policy: "day", Unit: "requests", Q: 5000, W: 86400, R: 0, T: 90,
+					ObservedAt: "2026-11-30T11:59:42Z", AgeS: 18, Source: "draft-11", Binds: true}},
+				RetryAfter: &Gate{Until: "2026-11-30T12:01:30Z", RetryAfterS: 90, Source: "retry-after", Reason: "the upstream asked to wait"},
+				Quota:      Quota{Key: "spent", Policy: "day", Unit: "requests", Limit: 5000, Remaining: 0, ResetS: 90, WindowS: 86400, Source: "draft-11", ObservedAt: "2026-11-30T11:59:42Z"},
+				Advice:     Advice{Action: "pause", RetryAfterS: 90, Reason: "Wait 90 s before the next call: the upstream asked to wait."}},
 			{Key: "calm", Credential: "ok",
 				// The upstream's r=119 is beside the local count; the local one binds.
 				Upstream: []Upstream{{Policy: "default", Unit: "requests", Q: 120, W: 60, R: 119, T: 30,
@@ -58,12 +65,6 @@ func TestBuild(t *testing.T) {
 				Local:  []Local{{Policy: "default", Unit: "requests", Limit: 120, Used: 3, Remaining: 117, ResetS: 42, WindowS: 60, Binds: true}},
 				Quota:  Quota{Key: "calm", Policy: "default", Unit: "requests", Limit: 120, Remaining: 117, ResetS: 42, WindowS: 60, Source: "local"},
 				Advice: Advice{Action: "continue", Reason: "You can make 117 more calls in the next 42 s."}},
-			{Key: "spent", Credential: "ok", Local: []Local{},
-				Upstream: []Upstream{{Policy: "day", Unit: "requests", Q: 5000, W: 86400, R: 0, T: 90,
-					ObservedAt: "2026-11-30T11:59:42Z", AgeS: 18, Source: "draft-11", Binds: true}},
-				RetryAfter: &Gate{Until: "2026-11-30T12:01:30Z", RetryAfterS: 90, Source: "retry-after", Reason: "the upstream asked to wait"},
-				Quota:      Quota{Key: "spent", Policy: "day", Unit: "requests", Limit: 5000, Remaining: 0, ResetS: 90, WindowS: 86400, Source: "draft-11", ObservedAt: "2026-11-30T11:59:42Z"},
-				Advice:     Advice{Action: "pause", RetryAfterS: 90, Reason: "Wait 90 s before the next call: the upstream asked to wait."}},
 		},
 		Advice: Advice{Action: "pause", RetryAfterS: 90, Reason: "Key 'spent': Wait 90 s before the next call: the upstream asked to wait."},
 	}

@@ -151,7 +151,7 @@ func (h *Handler) quota(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusServiceUnavailable, CodeStateUnavailable, report.Unavailable(err)+"; GET /healthz says why.", nil)
 		return
 	}
-	writeJSON(w, http.StatusOK, st.Page(0, 0)) // every key, the most constrained first, as quota_status lists them
+	writeJSON(w, http.StatusOK, st) // every key, the most constrained first, as quota_status lists them
 }
 
 // activity serves GET /v1/activity?key=&since=&limit=&cursor=.

@@ -79,7 +79,11 @@ keys = ["*"]
 	}
 }
 
-func TestOAuthDefaultKeys(t *testing.T) {
+// withDefaultKeys parses oauthKeys with an [oauth] table that gives
+// unlisted principals the key other, names them by email, and has an
+// admin group; extra adds lines to the table.
+func withDefaultKeys(t *testing.T, extra string) *Store {
+	t.Helper()
 	s, err := Parse([]byte(oauthKeys+`
 [oauth]
 issuer = "https://idp.example.com"
@@ -87,10 +91,15 @@ resource = "https://mcp.example.com/mcp"
 name_claim = "email"
 default_keys = ["other"]
 admin_group = "admins"
-`), env(nil))
+`+extra), env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+func TestOAuthDefaultKeys(t *testing.T) {
+	s := withDefaultKeys(t, "")
 	c, err := s.Principal(claims{"sub": {"u3"}, "email": {"carol@example.com"}})
 	if err != nil || c.Name != "carol@example.com" || !c.MayUse("other") || c.MayUse("gh") {
 		t.Errorf("default principal = %+v, %v", c, err)
@@ -107,18 +116,7 @@ admin_group = "admins"
 // (Auth0's namespaced claims) names it with groups_claim, and admin_group
 // reads it there, not in "groups".
 func TestOAuthGroupsClaim(t *testing.T) {
-	s, err := Parse([]byte(oauthKeys+`
-[oauth]
-issuer = "https://idp.example.com"
-resource = "https://mcp.example.com/mcp"
-name_claim = "email"
-default_keys = ["other"]
-admin_group = "admins"
-groups_claim = "https://example.com/groups"
-`), env(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := withDefaultKeys(t, "groups_claim = \"https://example.com/groups\"\n")
 	c, err := s.Principal(claims{"sub": {"u4"}, "email": {"dan@example.com"}, "https://example.com/groups": {"admins"}})
 	if err != nil || !c.MaySee("anyone via anything") {
 		t.Errorf("an administrator by the namespaced claim = %+v, %v; want one who sees every call", c, err)

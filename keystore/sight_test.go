@@ -106,6 +106,19 @@ func TestSight(t *testing.T) {
 			}
 		})
 	}
+	// With groups_claim, a group of visible_to is read from that claim, and
+	// not from "groups".
+	ns, err := Parse([]byte(strings.Replace(sightConfig, `name_claim = "email"`, "name_claim = \"email\"\ngroups_claim = \"https://example.com/groups\"", 1)),
+		env(map[string]string{"ETL_TOKEN": "etl-token-0123456789"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for claim, sees := range map[string]bool{"https://example.com/groups": true, "groups": false} {
+		c, err := ns.Principal(claims{"sub": {"u2"}, "email": {"bob@example.com"}, claim: {"ops"}})
+		if err != nil || c.MaySee("nightly-sync") != sees {
+			t.Errorf("bob with ops in %q: %+v, %v; want MaySee(nightly-sync) %v", claim, c, err, sees)
+		}
+	}
 	// A [[callers]] token keeps its sight of every call of its keys.
 	etl, ok := s.Authenticate("etl-token-0123456789")
 	if !ok || !etl.SeesEveryone() || !etl.MaySee("alice@example.com") || etl.MaySeeKey("gh") {

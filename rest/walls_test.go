@@ -637,3 +637,45 @@ func TestWallsOldRowsScrubbedOnTheWayOut(t *testing.T) {
 	}
 	leaktest.Scan(t, upstreamSecret, map[string]string{"activity resource": string(j)})
 }
+
+// TestWallsUpstreamErrorTextIsBounded: an answer Go's client refuses (a
+// header line of almost 1 MB of control bytes) gives an error that
+// quotes the line; neither the caller's problem nor the activity's reason
+// carries more than a bounded part of it.
+func TestWallsUpstreamErrorTextIsBounded(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	junk := strings.Repeat("\x1b[31mjunk", 80000)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+					return
+				}
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nX-Junk: %s\r\nContent-Length: 2\r\n\r\nok", junk)
+			}()
+		}
+	}()
+	keys := testkit.Keys(
+		testkit.Key{Name: "demo", BaseURL: "http://" + ln.Addr().String() + "/", Auth: "none", MaxRate: 1000},
+		testkit.Key{Name: "other", BaseURL: "%[1]s", Auth: "none"},
+	)
+	s := newStack(t, stackConfig{Keys: keys})
+	resp, b := s.do(t, "POST", "/k/demo/x", syncToken, nil) // never retried
+	if resp.StatusCode != http.StatusBadGateway || len(b) > 4000 || !strings.Contains(string(b), "junk") {
+		t.Errorf("%s, %d bytes (%.300q); want a 502 that quotes a bounded part of the upstream's error", resp.Status, len(b), b)
+	}
+	_, a := s.do(t, "GET", "/v1/activity?key=demo", syncToken, nil)
+	if len(a) > 8000 || !strings.Contains(string(a), "junk") {
+		t.Errorf("the activity: %d bytes (%.300q); want the failed attempt with a bounded reason", len(a), a)
+	}
+}

@@ -557,7 +557,7 @@ func (l retryLog) line(msg string, kv []any) {
 	out := make([]any, len(kv))
 	for i, v := range kv {
 		s, _ := l.scrub.Scrub(fmt.Sprint(v))
-		out[i] = s
+		out[i], _ = boundText(s)
 	}
 	l.log.Debug(msg, out...)
 }

@@ -127,15 +127,41 @@ type scrubbed struct {
 func (e *scrubbed) Error() string { return e.msg }
 func (e *scrubbed) Unwrap() error { return e.err }
 
-// scrubErr returns err with the credential removed from its text.
+// maxErrorText bounds the text of an error an upstream's answer caused:
+// Go's client quotes a malformed header line whole in its error, up to
+// the 1 MiB it reads of a header, and that text would reach the caller,
+// the log and every attempt's reason in the activity.
+const maxErrorText = 1000
+
+// scrubErr returns err with the credential removed from its text, and the
+// text cut to maxErrorText bytes.
 func scrubErr(s *keystore.Scrubber, err error) error {
-	if err == nil || s == nil {
+	if err == nil {
 		return err
 	}
-	if msg, hit := s.Scrub(err.Error()); hit {
+	msg := err.Error()
+	changed := false
+	if scrubbedMsg, hit := s.Scrub(msg); hit {
+		msg, changed = scrubbedMsg, true
+	}
+	if cut, ok := boundText(msg); ok {
+		msg, changed = cut, true
+	}
+	if changed {
 		return &scrubbed{err: err, msg: msg}
 	}
 	return err
+}
+
+// boundText cuts an error's text, scrubbed already (so that no form of
+// the credential is cut short), to maxErrorText bytes, and says whether
+// it did. Invalid bytes become U+FFFD, never nothing (see render in
+// tools), so that what they split stays split.
+func boundText(msg string) (string, bool) {
+	if len(msg) <= maxErrorText {
+		return msg, false
+	}
+	return strings.ToValidUTF8(msg[:maxErrorText], "\uFFFD") + "… (cut)", true
 }
 
 // ActivityTarget is what the activity records for a request to u: the

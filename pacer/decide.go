@@ -252,7 +252,7 @@ func (s snapshot) windowRule(d *decision, windows []windowed) []constraint {
 			// pace: what leaves the window is what may enter it.
 			d.slow = true
 			spacing := wb.Window / time.Duration(wb.Limit)
-			why := reason.Reason{Kind: reason.WindowLow, Policy: wb.Policy, Left: wb.avail, Limit: wb.Limit, Spacing: spacing}
+			why := reason.Reason{Kind: reason.WindowLow, Policy: wb.Policy, Left: wb.avail, Limit: wb.Limit, Spacing: max(spacing, minSpacing(s.key))}
 			d.spreadBy(why)
 			cs = append(cs, constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: wb.Policy, reason: why})
 		}
@@ -315,7 +315,9 @@ func (s snapshot) observedRule(d *decision, windows []windowed) ([]constraint, e
 func (s snapshot) spreadRule(d *decision, k ledger.SeenPolicy, b Budget) constraint {
 	d.slow = true
 	spacing := max(b.Reset-rounding(k.Reset), 0) / time.Duration(b.Remaining+1)
-	why := reason.Reason{Kind: reason.UpstreamLow, Policy: b.Policy, Unit: b.Unit, Left: b.Remaining, For: b.Reset, Spacing: spacing}
+	// The advice says the pace calls will go at: never above the key's
+	// maximum rate, however much an upstream says is left.
+	why := reason.Reason{Kind: reason.UpstreamLow, Policy: b.Policy, Unit: b.Unit, Left: b.Remaining, For: b.Reset, Spacing: max(spacing, minSpacing(s.key))}
 	d.spreadBy(why)
 	return constraint{wait: s.ks.LastAdmitAt.Add(spacing).Sub(s.now), source: b.Policy, reason: why}
 }

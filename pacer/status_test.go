@@ -49,6 +49,18 @@ func TestAdvice(t *testing.T) {
 			want: pacer.Advice{Action: pacer.SlowDown, Why: reason.Reason{Kind: reason.UpstreamLow, Policy: "default", Unit: ratelimit.Requests, Left: 12, For: 40 * time.Second, Spacing: 3 * time.Second}},
 		},
 		{
+			// An upstream saying much is left for a moment would have calls
+			// spread faster than the key's maximum rate: the advice says the
+			// pace they go at, that rate.
+			name: "slow down, no faster than the key's maximum rate",
+			setup: func(e *env) pacer.Result {
+				k := newKey()
+				k.LowWater, k.MaxRate = 0.1, 50
+				return e.send(k, "agent", 200, reading(0, shown("default", 100000000, time.Minute, 5000000, time.Second)))
+			},
+			want: pacer.Advice{Action: pacer.SlowDown, Why: reason.Reason{Kind: reason.UpstreamLow, Policy: "default", Unit: ratelimit.Requests, Left: 5000000, For: time.Second, Spacing: 20 * time.Millisecond}},
+		},
+		{
 			// The local count binds, its oldest call leaves in a moment: the
 			// advice is the spread the pacer applies, not a rush for what
 			// is left before that moment.

@@ -225,9 +225,10 @@ type statuser interface {
 }
 
 // Build reports every key in keys as caller meets it, the most
-// constrained first (moreConstrained), reading only the state file: a reservation of a principal that caller may not see is not
-// named to it (as the dashboard's spenders are not). A nil caller (the
-// command line's) sees everything.
+// constrained first (moreConstrained), reading only the state file. A
+// reservation of a principal that caller may not see is not named to it
+// (as the dashboard's spenders are not); a nil caller (the command
+// line's) sees everything.
 func Build(ctx context.Context, p statuser, keys []*keystore.Key, caller *keystore.Caller, now time.Time) (Status, error) {
 	name := ""
 	if caller != nil {

@@ -155,30 +155,12 @@ func TestWallsKeyNeverLeaves(t *testing.T) {
 // status line's reason phrase does not reach the REST caller with it.
 func TestWallsStatusLine(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
-					return
-				}
-				body := "echo " + req.URL.RawQuery
-				fmt.Fprintf(c, "HTTP/1.1 200 OK %s\r\nContent-Length: %d\r\nX-Reason: %s\r\n\r\n%s", req.URL.RawQuery, len(body), req.URL.RawQuery, body)
-			}()
-		}
-	}()
+	addr := rawUpstream(t, func(c io.Writer, req *http.Request) {
+		body := "echo " + req.URL.RawQuery
+		fmt.Fprintf(c, "HTTP/1.1 200 OK %s\r\nContent-Length: %d\r\nX-Reason: %s\r\n\r\n%s", req.URL.RawQuery, len(body), req.URL.RawQuery, body)
+	})
 	keys := testkit.Keys(
-		testkit.Key{Name: "demo", BaseURL: "http://" + ln.Addr().String() + "/", SecretEnv: "UPSTREAM_SECRET", Auth: "query:api_key", MaxRate: 1000},
+		testkit.Key{Name: "demo", BaseURL: "http://" + addr + "/", SecretEnv: "UPSTREAM_SECRET", Auth: "query:api_key", MaxRate: 1000},
 		testkit.Key{Name: "other", BaseURL: "%[1]s", Auth: "none"},
 	)
 	s := newStack(t, stackConfig{Keys: keys, Secret: awkwardSecret})
@@ -644,29 +626,12 @@ func TestWallsOldRowsScrubbedOnTheWayOut(t *testing.T) {
 // carries more than a bounded part of it.
 func TestWallsUpstreamErrorTextIsBounded(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	junk := strings.Repeat("\x1b[31mjunk", 80000)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
-					return
-				}
-				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nX-Junk: %s\r\nContent-Length: 2\r\n\r\nok", junk)
-			}()
-		}
-	}()
+	addr := rawUpstream(t, func(c io.Writer, _ *http.Request) {
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nX-Junk: %s\r\nContent-Length: 2\r\n\r\nok", junk)
+	})
 	keys := testkit.Keys(
-		testkit.Key{Name: "demo", BaseURL: "http://" + ln.Addr().String() + "/", Auth: "none", MaxRate: 1000},
+		testkit.Key{Name: "demo", BaseURL: "http://" + addr + "/", Auth: "none", MaxRate: 1000},
 		testkit.Key{Name: "other", BaseURL: "%[1]s", Auth: "none"},
 	)
 	s := newStack(t, stackConfig{Keys: keys})
@@ -678,4 +643,33 @@ func TestWallsUpstreamErrorTextIsBounded(t *testing.T) {
 	if len(a) > 8000 || !strings.Contains(string(a), "junk") {
 		t.Errorf("the activity: %d bytes (%.300q); want the failed attempt with a bounded reason", len(a), a)
 	}
+}
+
+// rawUpstream serves, on loopback, an upstream that reads each request
+// and writes its answer byte by byte with answer (one a Go server would
+// not send), and returns its address.
+func rawUpstream(t *testing.T, answer func(c io.Writer, req *http.Request)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				answer(c, req)
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }
